@@ -6,7 +6,12 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.deps-stamp
 WORLD ?= worlds/small
 
-.PHONY: venv install test demo clean-venv
+.PHONY: venv install system-deps test demo clean-venv
+
+# Debian packages the tests use: a real Redis server for the shared cache tier, libGL for OpenCV.
+system-deps:
+	@command -v redis-server >/dev/null && ldconfig -p | grep -q 'libGL.so.1' || \
+		{ apt-get update -qq && apt-get install -y -qq redis-server libgl1 >/dev/null; }
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -27,7 +32,7 @@ VERL_CPU_TESTS := trainer/ppo/test_core_algos_on_cpu.py trainer/ppo/test_dynamic
 	experimental/agent_loop/test_agent_loop_extra_fields_schema_on_cpu.py \
 	experimental/agent_loop/test_call_tool_on_cpu.py single_controller/test_decorator_on_cpu.py
 
-test: install
+test: install system-deps
 	site=$$($(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") && \
 	$(VENV)/bin/pytest -q tests $(addprefix $$site/tests/,$(VERL_CPU_TESTS))
 

@@ -7,7 +7,8 @@ fallback. Both the model-backed and the extractive interface implement :class:`E
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+from dataclasses import dataclass
+from typing import Generic, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -25,6 +26,9 @@ class ImageView(_Strict):
     alt: str = ""
     source_page_url: str | None = None
     png: bytes | None = Field(default=None, repr=False)
+    # Similarity in [0, 1] between this candidate and the query image, computed by the reverse-search backend;
+    # the extractive MEI maps it to a match_state (None: the backend could not compare -> insufficient_evidence).
+    match_score: float | None = Field(default=None, ge=0.0, le=1.0)
 
 
 class PageView(_Strict):
@@ -78,17 +82,39 @@ class ReverseImageEvidence(_Strict):
     candidates: list[MatchCandidate]
 
 
+Outcome = Literal["extractive", "valid", "repaired", "retried", "fallback"]
+E = TypeVar("E", WebVisitEvidence, ImageSearchEvidence, ReverseImageEvidence)
+
+
+@dataclass(frozen=True, slots=True)
+class MEICall(Generic[E]):
+    """One logged MEI call: the evidence plus what the tool must hand back to the client (``call_id``, ``version``).
+
+    Returned by value rather than kept as per-session "last call" state because one tool call may run several MEI
+    calls concurrently under the same context (ImageSearch with several queries, WebVisit with several URLs).
+    """
+
+    evidence: E
+    call_id: str
+    version: str
+    outcome: Outcome
+
+
 class EvidenceInterface(Protocol):
     """Implemented by the extractive default (no model) and by the OpenAI-compatible model client."""
 
     version: str
 
-    async def web_visit(self, *, goal: str, page: PageView, ctx: MEIContext) -> WebVisitEvidence: ...
+    async def web_visit(self, *, goal: str, page: PageView, ctx: MEIContext) -> MEICall[WebVisitEvidence]: ...
 
     async def image_search(
         self, *, goal: str, query: str, candidates: list[ImageView], ctx: MEIContext
-    ) -> ImageSearchEvidence: ...
+    ) -> MEICall[ImageSearchEvidence]: ...
 
     async def reverse_image_search(
         self, *, goal: str, query_image: ImageView, candidates: list[ImageView], ctx: MEIContext
-    ) -> ReverseImageEvidence: ...
+    ) -> MEICall[ReverseImageEvidence]: ...
+
+    def counters(self) -> dict[str, int]: ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,122 @@
+"""TieredCache: read-through with promotion, per-level stats, shared tier as a directory and as a real Redis server."""
+
+import shutil
+import socket
+import subprocess
+import time
+
+import pytest
+import redis
+
+from tool_server.cache import TieredCache, cache_key
+
+
+def test_cache_key_is_canonical_and_scoped():
+    a = cache_key("TextSearch", {"query": ["x", "y"], "k": 5})
+    assert a == cache_key("TextSearch", {"k": 5, "query": ["x", "y"]})  # key order does not matter
+    assert len(a) == 64 and int(a, 16) >= 0
+    assert a != cache_key("TextSearch", {"query": ["y", "x"], "k": 5})
+    assert a != cache_key("TextSearch", {"query": ["x", "y"], "k": 5}, scope="group-1")
+    assert a != cache_key("ImageSearch", {"query": ["x", "y"], "k": 5})
+    with pytest.raises(ValueError):
+        cache_key("T", {"x": float("nan")})
+    with pytest.raises(ValueError):
+        cache_key("T", {"x": object()})
+
+
+async def test_memory_lru_evicts_least_recently_used():
+    cache = TieredCache.from_config(memory_items=2)
+    await cache.set("a", b"1")
+    await cache.set("b", b"2")
+    assert await cache.get("a") == b"1"  # a is now most recent
+    await cache.set("c", b"3")  # evicts b
+    assert await cache.get("b") is None
+    assert await cache.get("a") == b"1" and await cache.get("c") == b"3"
+    assert cache.stats()["memory"]["hits"] == 3 and cache.stats()["memory"]["misses"] == 1
+    with pytest.raises(TypeError):
+        await cache.set("d", "not bytes")
+
+
+async def test_promotion_from_disk_and_shared_directory(tmp_path):
+    writer = TieredCache.from_config(memory_items=8, disk_dir=tmp_path / "n1", shared_dir=tmp_path / "shared")
+    await writer.set("k", b"value")
+    await writer.close()
+    # another node: own memory and disk, same shared directory
+    reader = TieredCache.from_config(memory_items=8, disk_dir=tmp_path / "n2", shared_dir=tmp_path / "shared")
+    assert await reader.get("k") == b"value"  # memory miss, disk miss, shared hit -> promoted
+    assert await reader.get("k") == b"value"  # memory hit
+    s = reader.stats()
+    assert (s["memory"]["misses"], s["disk"]["misses"], s["shared"]["hits"]) == (1, 1, 1)
+    assert s["memory"]["hits"] == 1 and s["disk"]["sets"] == 1 and s["memory"]["sets"] == 1
+    assert s["shared"]["get_latency_s"] > 0
+    await reader.close()
+    # a third cache on n2's disk alone finds the promoted entry there
+    disk_only = TieredCache.from_config(memory_items=8, disk_dir=tmp_path / "n2")
+    assert await disk_only.get("k") == b"value"
+    assert disk_only.stats()["disk"]["hits"] == 1
+    await disk_only.close()
+    assert await TieredCache.from_config(shared_dir=tmp_path / "shared").get("missing") is None
+
+
+def test_shared_dir_and_redis_together_is_refused(tmp_path):
+    with pytest.raises(ValueError):
+        TieredCache.from_config(shared_dir=tmp_path, redis_url="redis://127.0.0.1:1")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def redis_url():
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.fail("redis-server binary not found: install the Debian package `redis-server` "
+                    "(apt-get install -y redis-server)")
+    port = _free_port()
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    client = redis.Redis(host="127.0.0.1", port=port)
+    try:
+        for _ in range(200):  # wait until it accepts connections (up to ~10 s on a loaded machine)
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if proc.poll() is not None:
+                    pytest.fail(f"redis-server exited with {proc.returncode}")
+                time.sleep(0.05)
+        else:
+            pytest.fail("redis-server did not start")
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        client.close()
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+async def test_redis_shared_tier(redis_url, tmp_path):
+    a = TieredCache.from_config(memory_items=4, redis_url=redis_url)
+    b = TieredCache.from_config(memory_items=4, disk_dir=tmp_path / "b", redis_url=redis_url)
+    await a.set("k", b"\x00bytes\xff")
+    assert await b.get("k") == b"\x00bytes\xff"
+    assert await b.get("k") == b"\x00bytes\xff"
+    s = b.stats()
+    assert (s["memory"]["misses"], s["disk"]["misses"], s["shared"]["hits"], s["memory"]["hits"]) == (1, 1, 1, 1)
+    assert await b.get("absent") is None and b.stats()["shared"]["misses"] == 1
+    await a.close()
+    await b.close()
+
+
+async def test_unreachable_redis_counts_errors_and_misses():
+    cache = TieredCache.from_config(memory_items=4, redis_url=f"redis://127.0.0.1:{_free_port()}/0")
+    await cache.set("k", b"v")  # memory gets it, redis fails
+    assert await cache.get("k") == b"v"
+    assert await cache.get("other") is None
+    s = cache.stats()
+    assert s["shared"]["errors"] == 2 and s["shared"]["misses"] == 1 and s["memory"]["hits"] == 1
+    await cache.close()

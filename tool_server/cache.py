@@ -1,0 +1,238 @@
+"""Hierarchical tool-result cache (Neos Appendix C.3): process memory -> node-local disk -> shared tier.
+
+Reads go down the levels and promote a hit into every faster level; writes go to all levels. The shared tier is a
+directory (e.g. a network file system every node mounts) or a Redis server when ``redis_url`` is given. A level that
+fails (disk full, Redis down) counts an error and behaves as a miss: the cache only saves work, so a broken level
+must not fail a tool call, and the failure stays visible in :meth:`TieredCache.stats`.
+
+Keys come from :func:`cache_key`: SHA-256 of the canonical JSON of ``(tool, arguments, scope)``; ``scope`` is the
+rollout group id for ModalSearcher's within-group cache, ``None`` for a global entry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
+
+
+def cache_key(tool: str, arguments: dict[str, Any], scope: str | None = None) -> str:
+    """Canonical JSON (sorted keys, no whitespace, no NaN) -> SHA-256 hex. Raises ``ValueError`` if not JSON."""
+    try:
+        canonical = json.dumps(
+            {"tool": tool, "arguments": arguments, "scope": scope},
+            sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
+        )
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"cache_key: arguments of {tool!r} are not plain JSON: {e}") from e
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+class Level(Protocol):
+    name: str
+    errors: tuple[type[BaseException], ...]  # failures that mean "this level is unavailable", not a bug
+
+    async def get(self, key: str) -> bytes | None: ...
+
+    async def set(self, key: str, value: bytes) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class MemoryLevel:
+    name = "memory"
+    errors: tuple[type[BaseException], ...] = ()
+
+    def __init__(self, max_items: int) -> None:
+        if max_items < 1:
+            raise ValueError(f"memory_items must be >= 1, got {max_items}")
+        self._items: OrderedDict[str, bytes] = OrderedDict()
+        self._max = max_items
+
+    async def get(self, key: str) -> bytes | None:
+        value = self._items.get(key)
+        if value is not None:
+            self._items.move_to_end(key)
+        return value
+
+    async def set(self, key: str, value: bytes) -> None:
+        self._items[key] = value
+        self._items.move_to_end(key)
+        while len(self._items) > self._max:
+            self._items.popitem(last=False)
+
+    async def close(self) -> None:
+        self._items.clear()
+
+
+class DiskLevel:
+    """diskcache (sqlite index + files) with its own size-based eviction; blocking calls run in a thread."""
+
+    name = "disk"
+
+    def __init__(self, directory: str | os.PathLike[str], size_limit: int) -> None:
+        import diskcache
+
+        self._cache = diskcache.Cache(str(directory), size_limit=size_limit)
+        self.errors = (OSError, diskcache.Timeout)
+
+    async def get(self, key: str) -> bytes | None:
+        return await asyncio.to_thread(self._cache.get, key)
+
+    async def set(self, key: str, value: bytes) -> None:
+        await asyncio.to_thread(self._cache.set, key, value)
+
+    async def close(self) -> None:
+        self._cache.close()
+
+
+class DirectoryLevel:
+    """One file per entry under ``dir/ab/<sha256(key)>``, written to a temp file and renamed, so readers on any
+    node see a whole value or none. No eviction: a shared store is pruned by its operator."""
+
+    name = "shared"
+    errors: tuple[type[BaseException], ...] = (OSError,)
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self._dir = Path(directory)
+        self._dir.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, key: str) -> Path:
+        digest = hashlib.sha256(key.encode()).hexdigest()
+        return self._dir / digest[:2] / digest
+
+    def _get(self, key: str) -> bytes | None:
+        try:
+            return self._path(key).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def _set(self, key: str, value: bytes) -> None:
+        path = self._path(key)
+        path.parent.mkdir(exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(value)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+
+    async def get(self, key: str) -> bytes | None:
+        return await asyncio.to_thread(self._get, key)
+
+    async def set(self, key: str, value: bytes) -> None:
+        await asyncio.to_thread(self._set, key, value)
+
+    async def close(self) -> None:
+        return None
+
+
+class RedisLevel:
+    name = "shared"
+
+    def __init__(self, url: str, *, prefix: str = "neos:tool:", ttl_s: int | None = None) -> None:
+        import redis.asyncio
+        import redis.exceptions
+
+        self._client = redis.asyncio.from_url(url)
+        self._prefix = prefix
+        self._ttl = ttl_s
+        self.errors = (redis.exceptions.RedisError, OSError)
+
+    async def get(self, key: str) -> bytes | None:
+        return await self._client.get(self._prefix + key)
+
+    async def set(self, key: str, value: bytes) -> None:
+        await self._client.set(self._prefix + key, value, ex=self._ttl)
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+
+class TieredCache:
+    def __init__(self, levels: list[Level]) -> None:
+        if not levels:
+            raise ValueError("TieredCache needs at least one level")
+        self._levels = levels
+        self._stats = {
+            lv.name: {"hits": 0, "misses": 0, "errors": 0, "sets": 0, "get_latency_s": 0.0, "set_latency_s": 0.0}
+            for lv in levels
+        }
+
+    @classmethod
+    def from_config(
+        cls,
+        *,
+        memory_items: int = 10_000,
+        disk_dir: str | os.PathLike[str] | None = None,
+        disk_size_limit: int = 2**30,
+        shared_dir: str | os.PathLike[str] | None = None,
+        redis_url: str | None = None,
+        redis_ttl_s: int | None = None,
+    ) -> TieredCache:
+        if shared_dir is not None and redis_url is not None:
+            raise ValueError("give shared_dir or redis_url for the shared tier, not both")
+        levels: list[Level] = [MemoryLevel(memory_items)]
+        if disk_dir is not None:
+            levels.append(DiskLevel(disk_dir, disk_size_limit))
+        if shared_dir is not None:
+            levels.append(DirectoryLevel(shared_dir))
+        if redis_url is not None:
+            levels.append(RedisLevel(redis_url, ttl_s=redis_ttl_s))
+        return cls(levels)
+
+    async def get(self, key: str) -> bytes | None:
+        for depth, level in enumerate(self._levels):
+            stats = self._stats[level.name]
+            start = time.perf_counter()
+            try:
+                value = await level.get(key)
+            except level.errors as e:
+                stats["errors"] += 1
+                log.warning("cache level %s failed on get: %s", level.name, e)
+                value = None
+            stats["get_latency_s"] += time.perf_counter() - start
+            if value is None:
+                stats["misses"] += 1
+                continue
+            stats["hits"] += 1
+            for faster in self._levels[:depth]:
+                await self._set_level(faster, key, value)
+            return value
+        return None
+
+    async def _set_level(self, level: Level, key: str, value: bytes) -> None:
+        stats = self._stats[level.name]
+        start = time.perf_counter()
+        try:
+            await level.set(key, value)
+            stats["sets"] += 1
+        except level.errors as e:
+            stats["errors"] += 1
+            log.warning("cache level %s failed on set: %s", level.name, e)
+        stats["set_latency_s"] += time.perf_counter() - start
+
+    async def set(self, key: str, value: bytes) -> None:
+        if not isinstance(value, bytes):
+            raise TypeError(f"TieredCache stores bytes, got {type(value).__name__}")
+        for level in self._levels:
+            await self._set_level(level, key, value)
+
+    def stats(self) -> dict[str, dict[str, float]]:
+        """Per level: ``hits``, ``misses``, ``errors``, ``sets`` and summed ``get_latency_s`` / ``set_latency_s``."""
+        return {name: dict(s) for name, s in self._stats.items()}
+
+    async def close(self) -> None:
+        for level in self._levels:
+            await level.close()

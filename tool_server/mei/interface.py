@@ -1,0 +1,107 @@
+"""The one :class:`EvidenceInterface` implementation: times, logs and counts every call of an evidence producer.
+
+Producers (:class:`.extractive.ExtractiveMEI`, :class:`.client.ModelMEI`) only compute evidence; keeping logging
+here means a call is logged exactly once, whichever producer (or fallback inside it) answered.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Generic, Protocol, get_args
+
+from .log import MEILog, image_summary, page_summary
+from .schema import (
+    E,
+    ImageSearchEvidence,
+    ImageView,
+    MEICall,
+    MEIContext,
+    Outcome,
+    PageView,
+    ReverseImageEvidence,
+    WebVisitEvidence,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Produced(Generic[E]):
+    evidence: E
+    outcome: Outcome
+    attempts: list[str]
+
+
+class Producer(Protocol):
+    version: str
+
+    async def web_visit(self, *, goal: str, page: PageView) -> Produced[WebVisitEvidence] | WebVisitEvidence: ...
+
+    async def image_search(
+        self, *, goal: str, query: str, candidates: list[ImageView]
+    ) -> Produced[ImageSearchEvidence] | ImageSearchEvidence: ...
+
+    async def reverse_image_search(
+        self, *, goal: str, query_image: ImageView, candidates: list[ImageView]
+    ) -> Produced[ReverseImageEvidence] | ReverseImageEvidence: ...
+
+    def counters(self) -> dict[str, int]: ...
+
+    async def close(self) -> None: ...
+
+
+class LoggedInterface:
+    """``counters()``: ``calls``, one count per final outcome, ``error``, plus the producer's own counters."""
+
+    def __init__(self, producer: Producer, log: MEILog) -> None:
+        self._producer = producer
+        self._log = log
+        self.version = producer.version
+        self._outcomes: Counter[str] = Counter()
+
+    async def _run(self, method: str, ctx: MEIContext, summary: dict, call) -> MEICall:
+        start = time.perf_counter()
+        try:
+            produced = await call
+        except Exception as e:
+            self._outcomes["error"] += 1
+            self._log.append(ctx=ctx, method=method, mei_version=self.version, outcome="error",
+                             latency_s=time.perf_counter() - start, input=summary,
+                             output={"error": f"{type(e).__name__}: {e}"})
+            raise
+        if not isinstance(produced, Produced):  # the extractive producer returns bare evidence
+            produced = Produced(produced, "extractive", [])
+        self._outcomes[produced.outcome] += 1
+        call_id = self._log.append(
+            ctx=ctx, method=method, mei_version=self.version, outcome=produced.outcome,
+            latency_s=time.perf_counter() - start, input=summary,
+            output=produced.evidence.model_dump(mode="json"), attempts=produced.attempts,
+        )
+        return MEICall(produced.evidence, call_id, self.version, produced.outcome)
+
+    async def web_visit(self, *, goal: str, page: PageView, ctx: MEIContext) -> MEICall[WebVisitEvidence]:
+        summary = {"goal": goal, "page": page_summary(page)}
+        return await self._run("web_visit", ctx, summary, self._producer.web_visit(goal=goal, page=page))
+
+    async def image_search(
+        self, *, goal: str, query: str, candidates: list[ImageView], ctx: MEIContext
+    ) -> MEICall[ImageSearchEvidence]:
+        summary = {"goal": goal, "query": query, "candidates": [image_summary(c) for c in candidates]}
+        call = self._producer.image_search(goal=goal, query=query, candidates=candidates)
+        return await self._run("image_search", ctx, summary, call)
+
+    async def reverse_image_search(
+        self, *, goal: str, query_image: ImageView, candidates: list[ImageView], ctx: MEIContext
+    ) -> MEICall[ReverseImageEvidence]:
+        summary = {"goal": goal, "query_image": image_summary(query_image),
+                   "candidates": [image_summary(c) for c in candidates]}
+        call = self._producer.reverse_image_search(goal=goal, query_image=query_image, candidates=candidates)
+        return await self._run("reverse_image_search", ctx, summary, call)
+
+    def counters(self) -> dict[str, int]:
+        outcomes = {k: self._outcomes[k] for k in (*get_args(Outcome), "error")}
+        return {"calls": sum(outcomes.values()), **outcomes, **self._producer.counters()}
+
+    async def close(self) -> None:
+        await self._producer.close()
+        self._log.close()
