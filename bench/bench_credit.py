@@ -1,0 +1,109 @@
+"""Turn-credit batch path vs verl's own GRPO estimator on the same batch (4,096 x 8,192 tokens x 30 turns).
+
+Run from the repository root, pinned to two cores:
+    PYTHONPATH=. taskset -c 0,1 python bench/bench_credit.py [--dtype int16]
+Prints one line: median wall-clock (and CPU) milliseconds of both, and the ratio of the wall-clock medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+
+from verl_ext.credit import CreditParams, JudgeEvent, batch_token_advantages, turn_weights
+
+
+def make_token_turns(rng: np.random.Generator, bs: int, length: int, turns: int) -> np.ndarray:
+    """Each turn: a policy segment then a tool-observation segment (-1); padding (-1) after the last turn."""
+    token_turn = np.full((bs, length), -1, dtype=np.int64)
+    for i in range(bs):
+        used = int(rng.integers(length // 2, length + 1))
+        cuts = np.sort(rng.choice(np.arange(1, used), size=2 * turns - 1, replace=False))
+        edges = np.concatenate([[0], cuts, [used]])
+        for t in range(turns):
+            token_turn[i, edges[2 * t] : edges[2 * t + 1]] = t
+    return token_turn
+
+
+def random_assessment(rng: np.random.Generator, turns: int) -> tuple[list[JudgeEvent], dict[int, float]]:
+    """A causal error, a recovery, a re-derailment and a few productive turns, at random positions."""
+    cause, fix, again = sorted(rng.choice(turns, size=3, replace=False).tolist())
+    events = [
+        JudgeEvent(cause, "causal_error", float(rng.uniform()), float(rng.uniform())),
+        JudgeEvent(fix, "recovery", 0.0, float(rng.uniform())),
+        JudgeEvent(again, "re_derailment", float(rng.uniform()), float(rng.uniform())),
+    ]
+    free = sorted(set(range(turns)) - {cause, fix, again})
+    productive = {int(t): float(rng.uniform()) for t in rng.choice(free, size=4, replace=False)}
+    return events, productive
+
+
+def timed(fn: Callable[[], object], repeat: int) -> tuple[float, float]:
+    """Median wall-clock ms and median CPU ms (all threads of this process), after one warm-up call.
+
+    CPU time is printed too because on a shared machine wall-clock time also counts other processes' turns.
+    """
+    fn()
+    wall, cpu = [], []
+    for _ in range(repeat):
+        start, start_cpu = time.perf_counter(), time.process_time()
+        fn()
+        wall.append((time.perf_counter() - start) * 1e3)
+        cpu.append((time.process_time() - start_cpu) * 1e3)
+    return statistics.median(wall), statistics.median(cpu)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--batch", type=int, default=4096)
+    parser.add_argument("--length", type=int, default=8192)
+    parser.add_argument("--turns", type=int, default=30)
+    parser.add_argument("--group", type=int, default=8)
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--dtype", choices=["int16", "int32", "int64"], default="int64", help="dtype of token_turn")
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    rng = np.random.default_rng(0)
+
+    token_turn = make_token_turns(rng, args.batch, args.length, args.turns).astype(args.dtype)
+    response_mask = torch.from_numpy(token_turn >= 0).long()
+    last_token = args.length - 1 - np.argmax(token_turn[:, ::-1] >= 0, axis=1)
+    rewards = rng.integers(0, 2, size=args.batch).astype(np.float32)
+    rewards[:: args.group], rewards[1 :: args.group] = 1.0, 0.0  # every group has a success and a failure
+    token_rewards = torch.zeros(args.batch, args.length)
+    token_rewards[torch.arange(args.batch), torch.from_numpy(last_token)] = torch.from_numpy(rewards)
+    uid = np.repeat(np.arange(args.batch // args.group + 1), args.group)[: args.batch]
+
+    grpo, _ = compute_grpo_outcome_advantage(token_rewards, response_mask, uid)
+    base = grpo.gather(1, torch.from_numpy(last_token)[:, None])[:, 0].double().numpy()
+    failed = rewards == 0
+    params = CreditParams()
+    assessments = [random_assessment(rng, args.turns) if f else ([], {}) for f in failed]
+
+    def all_turn_weights() -> list[list[float]]:
+        return [turn_weights(args.turns, e, p, params) if f else [] for f, (e, p) in zip(failed, assessments)]
+
+    weights = all_turn_weights()
+    credit_ms, credit_cpu = timed(
+        lambda: batch_token_advantages(token_turn, weights, base, failed, params), args.repeat
+    )
+    grpo_ms, grpo_cpu = timed(lambda: compute_grpo_outcome_advantage(token_rewards, response_mask, uid), args.repeat)
+    floor_ms, _ = timed(lambda: np.ones((args.batch, args.length), dtype=np.float32), args.repeat)
+    weights_ms, _ = timed(all_turn_weights, 3)
+    print(
+        f"turn credit {args.batch}x{args.length}x{args.turns} ({args.dtype} turns): "
+        f"batch_token_advantages {credit_ms:.0f} ms "
+        f"(cpu {credit_cpu:.0f}) | verl compute_grpo_outcome_advantage {grpo_ms:.0f} ms (cpu {grpo_cpu:.0f}) | "
+        f"ratio {credit_ms / grpo_ms:.2f}x | writing a fresh float32 output alone {floor_ms:.0f} ms | "
+        f"turn_weights for {int(failed.sum())} failures {weights_ms:.0f} ms"
+    )
+
+
+if __name__ == "__main__":
+    main()

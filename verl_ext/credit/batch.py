@@ -1,0 +1,160 @@
+"""Whole-batch token advantages for the trainer: Eq. 3 weights spread over tokens, then Eq. 7, in numpy.
+
+Per token the result depends only on (sample, turn), so the work is: count each sample's tokens per turn
+(one ``bincount``), solve Eq. 7 on the small (sample, turn) table, and gather the table back to tokens (one
+``take``). Rows go in chunks whose temporaries stay in cache; the only large write is the output itself.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from verl_ext.credit.params import CreditParams
+from verl_ext.credit.rescale import bounded_scales
+
+_CHUNK_ROWS = 64  # 64 rows x 8k tokens of int64 keys = 4 MiB per thread: stays in L3 next to the output slice
+_MAX_THREADS = 4
+_MAX_TURNS = 1 << 16  # a larger "turn index" is a caller bug, not a trajectory: fail before sizing tables by it
+
+
+def _raw_credit_table(
+    turn_weights: Sequence[Sequence[float]],
+    base: NDArray[np.float64],
+    assessed: NDArray[np.bool_],
+    params: CreditParams,
+) -> NDArray[np.float64]:
+    """(bs, max_turns) table of Ã = b·w for assessed rows, NaN where a sample has no such turn (and elsewhere)."""
+    rows = np.flatnonzero(assessed)
+    selected = [turn_weights[i] for i in rows]
+    lengths = np.array([len(w) for w in selected], dtype=np.int64)
+    try:
+        flat = np.fromiter(itertools.chain.from_iterable(selected), dtype=np.float64, count=int(lengths.sum()))
+    except (TypeError, ValueError):
+        raise ValueError("turn weights of assessed samples must be flat sequences of numbers") from None
+    bad = ~(np.isfinite(flat) & (flat >= -1.0) & (flat <= params.lambda_c))
+    if bad.any():
+        sample = rows[np.searchsorted(np.cumsum(lengths), np.flatnonzero(bad)[0], side="right")]
+        raise ValueError(
+            f"turn weights of sample {sample} must be finite and lie in Eq. 3's range [-1, lambda_c = "
+            f"{params.lambda_c}], got {list(turn_weights[sample])}"
+        )
+    failures = base[rows]
+    if not (failures <= 0).all():
+        raise ValueError(f"base advantage of an assessed failure must be <= 0, got {failures.max()}")
+    width = int(lengths.max(initial=0))
+    present = np.arange(width) < lengths[:, None]
+    weights = np.full((rows.size, width), np.nan)
+    weights[present] = flat
+    table = np.full((base.size, width), np.nan)
+    table[rows] = -failures[:, None] * weights
+    return table
+
+
+def batch_token_advantages(
+    token_turn: NDArray[np.integer],
+    turn_weights: Sequence[Sequence[float]],
+    base_advantage: ArrayLike,
+    assessed: ArrayLike,
+    params: CreditParams = CreditParams(),
+) -> NDArray[np.float32]:
+    """``(bs, response_len)`` float32 advantages for a batch.
+
+    ``token_turn[i, k]`` is the 0-based policy turn of response token k of sample i, or −1 for tokens that are not
+    the policy's (tool observations, padding). ``base_advantage[i]`` is the GRPO advantage A_i. For samples with
+    ``assessed[i]`` (failures whose judge assessment is valid), ``turn_weights[i]`` are their ``turn_weights(...)``
+    and every turn index must be below ``len(turn_weights[i])``; other samples' weights are not read and their
+    policy tokens get A_i. Off-policy tokens get 0, as verl's estimators give to tokens outside the response mask.
+    Equals ``rescale_advantages`` applied row by row (up to the float32 cast).
+    """
+    integer = isinstance(token_turn, np.ndarray) and np.issubdtype(token_turn.dtype, np.integer)
+    if not integer or token_turn.ndim != 2:
+        raise ValueError("token_turn must be a 2-D integer numpy array (bs, response_len)")
+    bs, length = token_turn.shape
+    base = np.asarray(base_advantage, dtype=np.float64)
+    mask = np.asarray(assessed)
+    if base.shape != (bs,) or not np.isfinite(base).all():
+        raise ValueError(f"base_advantage must be {bs} finite numbers, got shape {base.shape}")
+    if mask.shape != (bs,) or mask.dtype != np.bool_:
+        raise ValueError(f"assessed must be a bool array of shape ({bs},), got {mask.dtype} {mask.shape}")
+    if len(turn_weights) != bs:
+        raise ValueError(f"turn_weights must have one entry per sample ({bs}), got {len(turn_weights)}")
+
+    raw_table = _raw_credit_table(turn_weights, base, mask, params)
+    out = np.empty((bs, length), dtype=np.float32)
+    if bs == 0 or length == 0:
+        return out
+    buffers = threading.local()
+
+    def fill(first: int) -> None:
+        last = min(bs, first + _CHUNK_ROWS)
+        if not hasattr(buffers, "keys"):
+            buffers.keys = np.empty((_CHUNK_ROWS, length), dtype=np.int64)
+        keys = buffers.keys[: last - first]
+        table = _chunk_table(token_turn[first:last], keys, raw_table, base, mask, first, params)
+        np.take(table, keys, out=out[first:last], mode="clip")  # every key indexes the table by construction
+
+    # numpy releases the GIL in bincount's counting loop and in take, so chunks overlap on two cores.
+    with ThreadPoolExecutor(max_workers=_workers()) as pool:
+        list(pool.map(fill, range(0, bs, _CHUNK_ROWS)))  # list() re-raises a chunk's error here
+    return out
+
+
+def _workers() -> int:
+    return max(1, min(_MAX_THREADS, len(os.sched_getaffinity(0))))
+
+
+def _chunk_table(
+    turns: NDArray[np.integer],
+    keys: NDArray[np.int64],
+    raw_table: NDArray[np.float64],
+    base: NDArray[np.float64],
+    assessed: NDArray[np.bool_],
+    first: int,
+    params: CreditParams,
+) -> NDArray[np.float32]:
+    """Flat float32 table of final advantages for the rows of one chunk; fills ``keys`` with each token's index.
+
+    Row-major, ``key = row * width + turn + 1``: slot 0 of each row is the off-policy slot (advantage 0), and the
+    width covers both the weights and the largest turn in the chunk, so every key stays inside its own row.
+    """
+    rows = turns.shape[0]
+    lowest, highest = int(turns.min()), int(turns.max())
+    if lowest < -1 or highest >= _MAX_TURNS:
+        raise ValueError(
+            f"token_turn values must lie in [-1, {_MAX_TURNS}), found [{lowest}, {highest}] "
+            f"in samples {first}..{first + rows - 1}"
+        )
+    width = max(raw_table.shape[1], highest + 1) + 1
+    np.add(turns, np.arange(1, rows * width, width, dtype=np.int64)[:, None], out=keys)  # int64 even for int8 input
+    counts = np.bincount(keys.ravel(), minlength=rows * width).reshape(rows, width)[:, 1:]
+
+    table = np.zeros((rows, width))
+    table[:, 1:] = base[first : first + rows, None]  # plain A_i, unless credit applies below
+    local = np.flatnonzero(assessed[first : first + rows])
+    if local.size:
+        raw = np.full((local.size, width - 1), np.nan)
+        raw[:, : raw_table.shape[1]] = raw_table[first + local]
+        used = counts[local]
+        missing = (used > 0) & np.isnan(raw)
+        if missing.any():
+            row, turn = (int(x[0]) for x in np.nonzero(missing))
+            raise ValueError(
+                f"sample {first + local[row]} has tokens of turn {turn} but turn weights for "
+                f"{int(np.isfinite(raw[row]).sum())} turns"
+            )
+        raw = np.nan_to_num(raw, nan=0.0)
+        pos, neg = np.maximum(raw, 0.0), np.maximum(-raw, 0.0)
+        negative = (used * neg).sum(axis=1)
+        credited = negative > 0  # N = 0: keep A_i
+        scale = -base[first + local[credited]]
+        margin = params.eta * scale * used[credited].sum(axis=1)
+        alpha, beta = bounded_scales((used[credited] * pos[credited]).sum(axis=1), negative[credited], margin, params.M)
+        table[local[credited], 1:] = beta[:, None] * pos[credited] - alpha[:, None] * neg[credited]
+    return table.astype(np.float32).ravel()
