@@ -1,0 +1,74 @@
+"""``python -m data_gen.world build --size small|full --out DIR [--cache DIR] [--adapters a,b]`` and
+``python -m data_gen.world summary DIR``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from data_gen.world.adapters import ADAPTERS, AdapterError
+from data_gen.world.builder import SIZES, BuildError, build
+from data_gen.world.sources import SourceError
+from data_gen.world.store import World, WorldError
+
+SAMPLE_FACTS = (("country:FRA", "P36"), ("country:JPN", "P36"), ("country:FRA", "P47"), ("country:DEU", "P38"))
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m data_gen.world", description="Build or inspect the offline world.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="fetch the source packages (cached) and build a world")
+    b.add_argument("--size", required=True, choices=SIZES)
+    b.add_argument("--out", required=True, type=Path, help="world directory (replaced if it holds a world)")
+    b.add_argument("--cache", type=Path, default=None, help="source cache (default: $NEOS_WORLD_CACHE or ~/.cache/neos-world)")
+    b.add_argument("--adapters", default=None, help=f"comma-separated subset of: {','.join(ADAPTERS)}")
+    s = sub.add_parser("summary", help="counts, sources, licenses and sample facts of a built world")
+    s.add_argument("world", type=Path)
+    return parser
+
+
+def summary(world: World) -> str:
+    m = world.manifest
+    lines = [f"world {world.root}  size={m['size']}  format={m['format_version']}", f"content hash {m['content_hash']}"]
+    counts = m["counts"]
+    lines.append(", ".join(f"{counts[k]} {k}" for k in ("entities", "pages", "images", "triples", "relations")))
+    lines.append("entities by kind: " + ", ".join(f"{k} {n}" for k, n in counts["entities_by_kind"].items()))
+    lines.append("sources:")
+    lines += [f"  {s['name']} {s['version']} ({s['registry']}): {s['license']}" for s in m["sources"]]
+    lines.append("sample facts:")
+    for subject, prop in SAMPLE_FACTS:
+        if subject not in world.entities:
+            continue
+        objects = [t for t in world.triples if t.s == subject and t.p == prop]
+        names = [t.o if t.literal else world.entities[t.o].label for t in objects]
+        if names:
+            label = world.relations[prop].label
+            lines.append(f"  {world.entities[subject].label} — {label} — {', '.join(names)}")
+    lines.append(f"built in {m['build_seconds']} s with {', '.join(f'{k} {v}' for k, v in m['tools'].items())}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "build":
+            adapters = None
+            if args.adapters is not None:
+                adapters = [a.strip() for a in args.adapters.split(",") if a.strip()]
+                unknown = [a for a in adapters if a not in ADAPTERS]
+                if unknown or not adapters:
+                    _parser().error(f"--adapters: unknown {unknown}; choose from {','.join(ADAPTERS)}")
+            manifest = build(args.size, args.out, cache=args.cache, adapters=adapters)
+            print(f"built {args.size} world in {args.out}: {manifest['counts']['entities']} entities, "
+                  f"{manifest['counts']['images']} images, hash {manifest['content_hash'][:16]}, {manifest['build_seconds']} s")
+        else:
+            print(summary(World.load(args.world)))
+    except (BuildError, SourceError, WorldError, AdapterError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

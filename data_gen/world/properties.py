@@ -1,0 +1,55 @@
+"""The KG's relation vocabulary: Wikidata property ids with their Wikidata English labels, plus the few own ``x:``
+relations for facts Wikidata has no property for. One table, so that two adapters using P31 or P361 declare the
+identical Relation (the builder rejects two different labels for one relation id)."""
+
+from __future__ import annotations
+
+from data_gen.world.model import Relation
+
+_LABELS: dict[str, str] = {
+    "P17": "country",
+    "P30": "continent",
+    "P31": "instance of",
+    "P36": "capital",
+    "P37": "official language",
+    "P38": "currency",
+    "P47": "shares border with",
+    "P78": "top-level Internet domain",
+    "P131": "located in the administrative territorial entity",
+    "P154": "logo image",
+    "P220": "ISO 639-3 code",
+    "P279": "subclass of",
+    "P297": "ISO 3166-1 alpha-2 code",
+    "P298": "ISO 3166-1 alpha-3 code",
+    "P299": "ISO 3166-1 numeric code",
+    "P300": "ISO 3166-2 code",
+    "P361": "part of",
+    "P421": "located in time zone",
+    "P465": "sRGB color hex triplet",
+    "P474": "country calling code",
+    "P498": "ISO 4217 code",
+    "P527": "has part(s)",
+    "P625": "coordinate location",
+    "P856": "official website",
+    "P1082": "population",
+    "P1376": "capital of",
+    "P1448": "official name",
+    "P1549": "demonym",
+    "P2046": "area",
+    "P5061": "unit symbol",
+    "x:landlocked": "landlocked",
+    "x:vital_topic": "Wikipedia vital article topic",
+}
+
+
+def relation(pid: str) -> Relation:
+    """The Relation record of a property id from the table above."""
+    try:
+        label = _LABELS[pid]
+    except KeyError:
+        raise KeyError(f"relation {pid!r} is not in data_gen.world.properties; add it with its Wikidata label") from None
+    return Relation(id=pid, label=label, wikidata=not pid.startswith("x:"))
+
+
+def relations(pids: set[str] | list[str]) -> list[Relation]:
+    return [relation(pid) for pid in sorted(set(pids))]

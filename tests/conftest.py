@@ -1,0 +1,46 @@
+"""Session fixtures shared across test areas."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _code_digest() -> str:
+    digest = hashlib.sha256()
+    for path in sorted((REPO / "data_gen" / "world").rglob("*.py")):
+        digest.update(path.relative_to(REPO).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+@pytest.fixture(scope="session")
+def small_world() -> Path:
+    """Path to a built ``small`` world. Built once and kept in the source cache, keyed by the source archives'
+    hashes, the world code and the adapters, so later sessions reuse it until one changes. All adapters unless
+    ``NEOS_WORLD_ADAPTERS`` (comma-separated) names a subset, for working on one adapter."""
+    from data_gen.world import wiki
+    from data_gen.world.adapters import ADAPTERS, load_adapter
+    from data_gen.world.builder import build
+    from data_gen.world.sources import SourceCache
+
+    cache = SourceCache()
+    subset = os.environ.get("NEOS_WORLD_ADAPTERS")
+    names = [n.strip() for n in subset.split(",") if n.strip()] if subset else list(ADAPTERS)
+    needed = {wiki.SOURCE}.union(*(set(load_adapter(name).SOURCES) for name in names))
+    resolved = cache.resolve_all(needed)
+    key = hashlib.sha256(
+        ("\n".join(f"{n}={r.archive_sha256}" for n, r in sorted(resolved.items())) + _code_digest() + ",".join(names)).encode()
+    ).hexdigest()[:20]
+    path = cache.root / "worlds" / f"small-{key}"
+    if not (path / "manifest.json").is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for stale in path.parent.glob("small-*"):  # worlds of older code or sources
+            shutil.rmtree(stale, ignore_errors=True)
+        build("small", path, cache=cache.root, adapters=names, progress=bool(os.environ.get("NEOS_WORLD_PROGRESS")))
+    return path
