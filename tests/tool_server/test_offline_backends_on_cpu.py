@@ -1,0 +1,74 @@
+"""Offline backends on the small world: BM25 text/image search, resource ids, reverse image search."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+
+import pytest
+from PIL import Image
+
+from tool_server.offline.reverse import FeatureTable
+from tool_server.offline.world import OfflineWorld, resource_id
+
+ORIGIN = "https://neos-world.invalid"
+
+
+def feature_cache(small_world):
+    """Beside the world cache, keyed (in the file name) by the world's content hash: ORB over every image is the
+    slow part of startup, so test sessions share it as they share the built world."""
+    return small_world.parent.parent / "tool-server"
+
+
+@pytest.fixture(scope="module")
+def world(small_world):
+    w = OfflineWorld.load(small_world, cache_dir=feature_cache(small_world))
+    yield w
+    w.close()
+
+
+def test_text_search_ranks_the_right_pages(world):
+    top = [h.page.url for h in world.text_search("capital of France", 10)]
+    assert len(top) == 10
+    assert {f"{ORIGIN}/wiki/France", f"{ORIGIN}/wiki/Paris"} & set(top[:3])
+    hit = world.text_search("Mexico", 10)[0]
+    assert hit.page.url == f"{ORIGIN}/wiki/Mexico" and "Mexico" in hit.snippet
+    assert world.text_search("zzqxv unmatched", 10) == []
+
+
+def test_image_search_uses_caption_alt_and_source_page(world):
+    found = world.image_search("flag of France", "the French national flag", 5)
+    assert len(found) == 5 and "flag_fra" in [i.id for i in found[:2]]
+    assert world.image_search("", "", 5) == []
+
+
+def test_resource_ids_are_sha256_prefixes_and_resolve(world):
+    url = f"{ORIGIN}/wiki/France"
+    assert resource_id("page", url) == "page_" + hashlib.sha256(url.encode()).hexdigest()[:8]
+    assert world.resolve(resource_id("page", url), "f") == url
+    assert world.resolve(url, "f") == url
+    flag = f"{ORIGIN}/media/flag_fra.png"
+    assert world.resolve(resource_id("image", flag), "f") == flag
+
+
+def _reverse(world, image):
+    return asyncio.run(world.reverse_search(image, 5))
+
+
+def test_reverse_search_survives_crops_and_rescaling(world):
+    mex = Image.open(world.world.image_path("flag_mex")).convert("RGB")
+    w, h = mex.size
+    crop = mex.crop((int(0.1 * w), int(0.15 * h), int(0.7 * w), int(0.8 * h)))
+    best = _reverse(world, crop)[0]
+    assert (best.image_id, best.method) == ("flag_mex", "orb") and best.score >= 0.85
+    small = Image.open(world.world.image_path("flag_esp")).convert("RGB").resize((w // 2, h // 2))
+    assert _reverse(world, small)[0].image_id == "flag_esp"
+    pages = [p.url for p in world.carriers("flag_mex")]
+    assert pages[0] == f"{ORIGIN}/wiki/Mexico"
+
+
+def test_features_are_cached_on_disk(world, small_world):
+    _reverse(world, Image.new("RGB", (64, 64), (255, 255, 255)))  # waits for the features
+    files = list((feature_cache(small_world) / "features").glob(f"{world.content_hash[:16]}-*.npz"))
+    assert len(files) == 1
+    assert FeatureTable.load(files[0]).ids == list(world.world.images)

@@ -1,0 +1,81 @@
+"""Prometheus text exposition (format 0.0.4) of the server's counters, written by hand: a handful of series."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.requests: Counter[tuple[str, int]] = Counter()  # (tool, status)
+        self.errors: Counter[str] = Counter()  # error type
+        self.cached: Counter[str] = Counter()  # tool -> answers served from the cache
+        self._latency_sum: defaultdict[str, float] = defaultdict(float)
+        self._latency_buckets: defaultdict[str, list[int]] = defaultdict(lambda: [0] * (len(BUCKETS) + 1))
+
+    def observe(self, tool: str, status: int, seconds: float, *, cached: bool = False) -> None:
+        self.requests[(tool, status)] += 1
+        if cached:
+            self.cached[tool] += 1
+        self._latency_sum[tool] += seconds
+        buckets = self._latency_buckets[tool]
+        for i, bound in enumerate(BUCKETS):
+            if seconds <= bound:
+                buckets[i] += 1
+        buckets[-1] += 1
+
+    def error(self, type_: str) -> None:
+        self.errors[type_] += 1
+
+    def render(self, *, cache: dict[str, dict[str, float]], mei: dict[str, int], sessions: int, evicted: int) -> str:
+        out = ["# HELP tool_requests_total Tool calls by tool and HTTP status.", "# TYPE tool_requests_total counter"]
+        out += [
+            f'tool_requests_total{{tool="{_label(t)}",status="{s}"}} {n}' for (t, s), n in sorted(self.requests.items())
+        ]
+        out += [
+            "# HELP tool_cached_total Tool calls answered from the result cache.",
+            "# TYPE tool_cached_total counter",
+        ]
+        out += [f'tool_cached_total{{tool="{_label(t)}"}} {n}' for t, n in sorted(self.cached.items())]
+        out += ["# HELP tool_latency_seconds Tool call latency.", "# TYPE tool_latency_seconds histogram"]
+        for tool in sorted(self._latency_buckets):
+            buckets = self._latency_buckets[tool]
+            t = _label(tool)
+            out += [f'tool_latency_seconds_bucket{{tool="{t}",le="{b}"}} {buckets[i]}' for i, b in enumerate(BUCKETS)]
+            out.append(f'tool_latency_seconds_bucket{{tool="{t}",le="+Inf"}} {buckets[-1]}')
+            out.append(f'tool_latency_seconds_sum{{tool="{t}"}} {self._latency_sum[tool]:.6f}')
+            out.append(f'tool_latency_seconds_count{{tool="{t}"}} {buckets[-1]}')
+        out += ["# HELP tool_errors_total Structured errors returned, by type.", "# TYPE tool_errors_total counter"]
+        out += [f'tool_errors_total{{type="{_label(t)}"}} {n}' for t, n in sorted(self.errors.items())]
+        out += ["# HELP cache_events_total Result-cache events per level.", "# TYPE cache_events_total counter"]
+        for level, stats in sorted(cache.items()):
+            out += [
+                f'cache_events_total{{level="{_label(level)}",event="{k}"}} {v:g}'
+                for k, v in sorted(stats.items())
+                if not k.endswith("_latency_s")
+            ]
+        out += [
+            "# HELP cache_latency_seconds_total Summed cache latency per level and operation.",
+            "# TYPE cache_latency_seconds_total counter",
+        ]
+        for level, stats in sorted(cache.items()):
+            out += [
+                f'cache_latency_seconds_total{{level="{_label(level)}",op="{k.removesuffix("_latency_s")}"}} {v:.6f}'
+                for k, v in sorted(stats.items())
+                if k.endswith("_latency_s")
+            ]
+        out += ["# HELP mei_events_total MEI calls and outcomes.", "# TYPE mei_events_total counter"]
+        out += [f'mei_events_total{{event="{_label(k)}"}} {v}' for k, v in sorted(mei.items())]
+        out += ["# HELP sessions_active Open sessions.", "# TYPE sessions_active gauge", f"sessions_active {sessions}"]
+        out += [
+            "# HELP sessions_evicted_total Sessions evicted after the idle TTL.",
+            "# TYPE sessions_evicted_total counter",
+            f"sessions_evicted_total {evicted}",
+        ]
+        return "\n".join(out) + "\n"

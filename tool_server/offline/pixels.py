@@ -1,0 +1,77 @@
+"""Decoding, limits, crops and encoding of register images.
+
+Every image that enters the server (question images, world files, later fetched bytes) goes through
+:func:`decode_image`, so one place enforces the pixel limit and the decompression-bomb guard. PIL's own limit is set
+to the same bound (it raises ``DecompressionBombError`` above twice its limit and warns in between; the warning is
+turned into the same structured error).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import warnings
+
+from PIL import Image
+
+from tool_server.errors import ToolError
+
+DEFAULT_MAX_PIXELS = 25_000_000  # ~ 5000 x 5000; world images are far smaller
+
+
+def set_pil_pixel_limit(max_pixels: int) -> None:
+    Image.MAX_IMAGE_PIXELS = max_pixels
+
+
+def decode_image(data: bytes, *, max_pixels: int, field: str | None = None) -> Image.Image:
+    """PNG/JPEG/... bytes -> RGB image, or ``ToolError`` (``bad_image`` / ``image_too_large``)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            image = Image.open(io.BytesIO(data))
+            if image.width * image.height > max_pixels:
+                raise ToolError(
+                    "image_too_large", f"image is {image.width}x{image.height} pixels; the limit is {max_pixels}", field
+                )
+            image.load()
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+        raise ToolError("image_too_large", f"image rejected by the decompression-bomb guard: {e}", field) from None
+    except (OSError, SyntaxError, ValueError) as e:  # PIL's UnidentifiedImageError is an OSError
+        raise ToolError("bad_image", f"bytes are not a decodable image: {e}", field) from None
+    return image.convert("RGB")
+
+
+def decode_base64_image(text: str, *, max_pixels: int, field: str) -> Image.Image:
+    """Base64 (optionally a ``data:image/...;base64,`` URL) -> RGB image."""
+    payload = text.split(",", 1)[1] if text.startswith("data:") and "," in text else text
+    try:
+        raw = base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError):
+        raise ToolError("bad_image", "not valid base64 image data (nor a world image URL)", field) from None
+    return decode_image(raw, max_pixels=max_pixels, field=field)
+
+
+def encode_png(image: Image.Image) -> bytes:
+    buf = io.BytesIO()
+    image.save(buf, format="PNG", optimize=False, compress_level=3)
+    return buf.getvalue()
+
+
+def box_to_pixels(box: list[float], width: int, height: int) -> tuple[int, int, int, int]:
+    """A ``[left, top, right, bottom]`` box in 0..1000 normalized coordinates -> pixel box (PIL's crop order).
+
+    Raises ``ValueError`` when the box is inverted or covers no whole pixel.
+    """
+    left, top, right, bottom = box
+    if left >= right or top >= bottom:
+        raise ValueError(f"box {box} must have left < right and top < bottom")
+    px = (
+        round(left * width / 1000),
+        round(top * height / 1000),
+        round(right * width / 1000),
+        round(bottom * height / 1000),
+    )
+    if px[2] - px[0] < 1 or px[3] - px[1] < 1:
+        raise ValueError(f"box {box} covers less than one pixel of a {width}x{height} image")
+    return px

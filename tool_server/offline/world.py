@@ -1,0 +1,123 @@
+"""The offline web: the world's pages and images behind the tools, with indexes built at startup.
+
+Text and image BM25 indexes are built synchronously (seconds on the full world). ORB features for reverse search
+take longer on first start, so they are computed in a worker thread while the server already answers; a reverse
+search waits for them. With a cache directory they are stored under ``features/`` keyed by the world's content hash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections import defaultdict
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+from PIL import Image as PILImage
+
+from data_gen.world.model import WORLD_ORIGIN, Image, Page
+from data_gen.world.store import World
+from tool_server.errors import ToolError
+from tool_server.offline.lexical import ImageIndex, PageIndex, TextHit
+from tool_server.offline.pixels import decode_image
+from tool_server.offline.reverse import FEATURE_VERSION, Match, ReverseIndex, load_or_compute
+
+log = logging.getLogger(__name__)
+
+
+def resource_id(kind: str, url: str) -> str:
+    """ModalSearcher's resource id: ``page_`` / ``image_`` + the first 8 hex chars of sha256(url)."""
+    return f"{kind}_{hashlib.sha256(url.encode()).hexdigest()[:8]}"
+
+
+class OfflineWorld:
+    def __init__(self, world: World, *, cache_dir: Path | None = None) -> None:
+        self.world = world
+        self.content_hash: str = world.manifest.get("content_hash", "")
+        self._pages = list(world.pages.values())
+        self.pages = PageIndex(self._pages)
+        self.images = ImageIndex(list(world.images.values()), world.pages)
+        carriers: dict[str, list[Page]] = defaultdict(list)
+        for page in self._pages:
+            for image_id in page.image_ids:
+                carriers[image_id].append(page)
+        for image in world.images.values():  # the source page carries its image even if not listed
+            if image.page_id in world.pages and world.pages[image.page_id] not in carriers[image.id]:
+                carriers[image.id].insert(0, world.pages[image.page_id])
+        self._carriers = dict(carriers)
+        self._resources: dict[str, list[str]] = defaultdict(list)
+        for page in self._pages:
+            self._resources[resource_id("page", page.url)].append(page.url)
+        for image in world.images.values():
+            self._resources[resource_id("image", image.url)].append(image.url)
+        if clashes := sum(1 for urls in self._resources.values() if len(urls) > 1):
+            log.warning("%d resource ids are shared by several URLs; those ids answer ambiguous_resource", clashes)
+        self._paths = {i: world.image_path(i) for i in world.images}
+        cache = cache_dir / "features" / f"{self.content_hash[:16]}-{FEATURE_VERSION}.npz" if cache_dir else None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="features")
+        self._features: Future[ReverseIndex] = self._executor.submit(
+            lambda: ReverseIndex(load_or_compute(self._paths, cache), self._paths)
+        )
+
+    @classmethod
+    def load(cls, path: str | Path, *, cache_dir: Path | None = None) -> OfflineWorld:
+        return cls(World.load(path), cache_dir=cache_dir)
+
+    # ---- lookups ----------------------------------------------------------------------------------------------
+    @staticmethod
+    def is_world_url(url: str) -> bool:
+        return url.startswith(WORLD_ORIGIN + "/")
+
+    def page(self, url: str) -> Page | None:
+        return self.world.page_by_url.get(url)
+
+    def image(self, url: str) -> Image | None:
+        return self.world.image_by_url.get(url)
+
+    def image_record(self, image_id: str) -> Image:
+        return self.world.images[image_id]
+
+    def page_of(self, image: Image) -> Page | None:
+        return self.world.pages.get(image.page_id) if image.page_id else None
+
+    def carriers(self, image_id: str) -> list[Page]:
+        """Pages that show the image (its source page first)."""
+        return self._carriers.get(image_id, [])
+
+    def page_images(self, page: Page) -> list[Image]:
+        return [self.world.images[i] for i in page.image_ids if i in self.world.images]
+
+    def resolve(self, ref: str, field: str) -> str:
+        """A URL, or a ``page_``/``image_`` resource id -> URL."""
+        if "://" in ref:
+            return ref
+        urls = self._resources.get(ref)
+        if not urls:
+            raise ToolError("not_found", f"{ref!r} is neither a URL nor a known resource id", field)
+        if len(urls) > 1:
+            raise ToolError("ambiguous_resource", f"{ref!r} names {len(urls)} resources; use the URL instead", field)
+        return urls[0]
+
+    def image_bytes(self, image_id: str) -> bytes:
+        return self._paths[image_id].read_bytes()
+
+    def load_pixels(self, image_id: str, *, max_pixels: int, field: str | None = None) -> PILImage.Image:
+        return decode_image(self.image_bytes(image_id), max_pixels=max_pixels, field=field)
+
+    # ---- search -----------------------------------------------------------------------------------------------
+    def text_search(self, query: str, k: int = 10) -> list[TextHit]:
+        return self.pages.search(query, k)
+
+    def image_search(self, query: str, goal: str, k: int = 5) -> list[Image]:
+        return self.images.search(query, goal, k)
+
+    async def reverse_search(self, image: PILImage.Image, limit: int = 5) -> list[Match]:
+        index = await asyncio.wrap_future(self._features)
+        return await asyncio.to_thread(index.search, image, limit=limit)
+
+    def features_ready(self) -> bool:
+        return self._features.done()
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,51 @@
+"""Tool dispatch: validate, consult the result cache, run the handler of either protocol."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tool_server.cache import TieredCache, cache_key
+from tool_server.protocol import validate
+from tool_server.sessions import Session
+from tool_server.tools import modal, neos
+from tool_server.tools.base import Call, Observation, ToolContext, pixels_digest
+
+HANDLERS = {**neos.HANDLERS, **modal.HANDLERS}
+CACHED = neos.CACHED | modal.CACHED
+
+__all__ = ["Observation", "ToolContext", "ToolRunner"]
+
+
+class ToolRunner:
+    def __init__(self, ctx: ToolContext, cache: TieredCache | None) -> None:
+        self.ctx = ctx
+        self.cache = cache
+
+    @staticmethod
+    def _cache_arguments(session: Session, name: str, args: dict[str, Any]) -> dict[str, Any]:
+        """Register ids are session-local: key image inputs by their pixels so equal queries share entries."""
+        register = session.register
+        if name == "ReverseImageSearch" and "image_token" in args:
+            tokens = args["image_token"]
+            return {
+                **args,
+                "image_token": [
+                    pixels_digest(register.get(t, f"arguments/image_token/{i}")) for i, t in enumerate(tokens)
+                ],
+            }
+        if name == "i2i_search" and args["image"].startswith("img_"):
+            return {**args, "image": pixels_digest(register.get(args["image"], "arguments/image"))}
+        return args
+
+    async def call(self, session: Session, name: Any, arguments: Any, turn: int | None = None) -> Observation:
+        args = validate(name, arguments)
+        key = None
+        if self.cache is not None and name in CACHED:
+            key = cache_key(name, self._cache_arguments(session, name, args), scope=session.group_id)
+            blob = await self.cache.get(key)
+            if blob is not None:
+                return Observation.from_cache(blob)
+        observation = await HANDLERS[name](self.ctx, Call(session, args, turn))
+        if key is not None and not observation.images:
+            await self.cache.set(key, observation.to_cache())
+        return observation
