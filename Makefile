@@ -39,6 +39,7 @@ test: install system-deps
 demo: install
 	$(PY) -m data_gen.world build --size small --out $(WORLD)
 	$(PY) -m data_gen.world summary $(WORLD)
+	$(PY) -m tool_server.tour --world $(WORLD)
 
 clean-venv:
 	rm -rf $(VENV)
