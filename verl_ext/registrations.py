@@ -24,6 +24,8 @@ class Registration:
 # Names are part of the public contract (users put them in their configs); later issues append their entries.
 REGISTRATIONS: tuple[Registration, ...] = (
     Registration("omegaconf_resolver", "neos_path", "verl_ext.config"),
+    Registration("reward_manager", "neos_answer_judge", "verl_ext.reward.managers"),
+    Registration("reward_manager", "modalsearch_reward", "verl_ext.reward.managers"),
 )
 
 

@@ -1,0 +1,150 @@
+"""Answer correctness by an LLM judge (SPEC §8) behind an OpenAI-compatible endpoint, with a rule fallback.
+
+The judge decides whether the response contains, anywhere and in any wording, an answer consistent with the
+reference. A judge that is not configured, or that keeps failing (transport errors, timeouts, replies without
+exactly one ``correct: yes|no`` line), never stalls or zeroes training: the normalised-answer matcher of
+``answers`` decides instead, and the verdict records which path decided. No verl import.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, Literal
+
+import aiohttp
+
+from verl_ext.reward.answers import answer_matches, primary_target
+
+JudgeSource = Literal["llm", "rule", "rule_fallback"]
+
+_SYSTEM = (
+    "You grade answers to research questions. You are given a question, the reference answer and an agent's "
+    "response. Decide whether the response states an answer that agrees with the reference. The answer may "
+    "appear anywhere in the response and in any wording, format, language or unit, as long as it denotes the "
+    "same thing. It does not agree if it names a different or less specific entity, gives a different value, "
+    "or hedges between several candidates. Ignore style, length and how the answer was reached.\n"
+    "Reply in exactly two lines:\n"
+    "reasoning: <one or two sentences>\n"
+    "correct: yes   (or: correct: no)"
+)
+_VERDICT = re.compile(r"^\s*\**correct\**\s*:\s*\**\s*([a-z]+)\s*\**\s*\.?\s*$", re.IGNORECASE | re.MULTILINE)
+_REASONING = re.compile(r"^\s*\**reasoning\**\s*:\s*(.*)$", re.IGNORECASE | re.MULTILINE)
+
+
+class JudgeReplyError(ValueError):
+    """The judge answered, but not in the required format (counts as a failed attempt)."""
+
+
+@dataclass(frozen=True)
+class JudgeConfig:
+    """Settings under ``reward.reward_kwargs.judge``; with no ``url`` the rule matcher decides alone."""
+
+    url: str | None = None  # base URL of an OpenAI-compatible server, e.g. http://host:8000/v1
+    model: str = "judge"
+    api_key_env: str = "NEOS_JUDGE_API_KEY"  # name of the environment variable holding the key, if any
+    timeout_s: float = 60.0
+    max_concurrency: int = 64
+    max_retries: int = 2  # attempts = 1 + max_retries
+    retry_backoff_s: float = 1.0  # doubled after each failed attempt
+    max_tokens: int = 256
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any] | None) -> JudgeConfig:
+        """Build from a (possibly OmegaConf) mapping, rejecting unknown keys so a typo cannot disable the judge."""
+        values = dict(values or {})
+        known = {f.name for f in fields(cls)}
+        unknown = set(values) - known
+        if unknown:
+            raise ValueError(f"unknown judge settings {sorted(unknown)}; known: {sorted(known)}")
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    correct: bool
+    source: JudgeSource
+    reasoning: str = ""
+    attempts: int = 0  # requests sent to the LLM judge
+    error: str = ""  # last failure when the rule had to fall back
+
+
+def judge_messages(question: str, reference: str, response: str) -> list[dict[str, str]]:
+    user = f"[Question]\n{question}\n\n[Reference answer]\n{reference}\n\n[Response]\n{response}"
+    return [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": user}]
+
+
+def parse_judge_reply(text: str) -> tuple[bool, str]:
+    """Strictly parse ``correct: yes|no`` (exactly one verdict line) and the reasoning line, if any."""
+    verdicts = [v.lower() for v in _VERDICT.findall(text)]
+    if len(verdicts) != 1 or verdicts[0] not in ("yes", "no"):
+        raise JudgeReplyError(f"expected one 'correct: yes|no' line, got {text[:200]!r}")
+    reasoning = _REASONING.search(text)
+    return verdicts[0] == "yes", (reasoning.group(1).strip() if reasoning else "")
+
+
+class AnswerJudge:
+    """One per reward manager; bounds in-flight judge requests per process with a semaphore."""
+
+    def __init__(self, config: JudgeConfig) -> None:
+        self.config = config
+        self._semaphore = asyncio.Semaphore(config.max_concurrency)
+
+    async def _ask(self, session: aiohttp.ClientSession, messages: list[dict[str, str]]) -> tuple[bool, str]:
+        payload = {
+            "model": self.config.model,
+            "messages": messages,
+            "temperature": 0.0,
+            "max_tokens": self.config.max_tokens,
+        }
+        key = os.environ.get(self.config.api_key_env)
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        url = f"{self.config.url.rstrip('/')}/chat/completions"
+        async with session.post(url, json=payload, headers=headers) as resp:
+            resp.raise_for_status()
+            body = await resp.json(content_type=None)
+        try:
+            content = body["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError) as exc:
+            raise JudgeReplyError(f"not a chat completion: {str(body)[:200]!r}") from exc
+        return parse_judge_reply(str(content))
+
+    async def judge(self, question: str, ground_truth: Any, response: str) -> Verdict:
+        """Verdict for ``response``; an empty response is wrong without asking anyone."""
+        rule = answer_matches(response, ground_truth) if response.strip() else False
+        if not self.config.url or not response.strip():
+            return Verdict(correct=rule, source="rule")
+        messages = judge_messages(question, primary_target(ground_truth), response)
+        timeout = aiohttp.ClientTimeout(total=self.config.timeout_s)
+        error = ""
+        attempts = 0
+        async with self._semaphore, aiohttp.ClientSession(timeout=timeout) as session:
+            for attempt in range(self.config.max_retries + 1):
+                if attempt:
+                    await asyncio.sleep(self.config.retry_backoff_s * 2 ** (attempt - 1))
+                attempts += 1
+                try:
+                    correct, reasoning = await self._ask(session, messages)
+                    return Verdict(correct=correct, source="llm", reasoning=reasoning, attempts=attempts)
+                except (
+                    aiohttp.ClientError,
+                    asyncio.TimeoutError,
+                    ValueError,
+                ) as exc:  # JudgeReplyError is a ValueError
+                    error = f"{type(exc).__name__}: {exc}"[:300]
+        return Verdict(correct=rule, source="rule_fallback", attempts=attempts, error=error)
+
+    @staticmethod
+    def extra_info(verdict: Verdict) -> dict[str, Any]:
+        """Flat per-sample fields; every sample gets the same keys because verl stacks them into arrays."""
+        return {
+            "acc": float(verdict.correct),
+            "judge": verdict.source,
+            "judge_fallback": float(verdict.source == "rule_fallback"),
+            "judge_attempts": verdict.attempts,
+            "judge_reasoning": verdict.reasoning,
+            "judge_error": verdict.error,
+        }

@@ -1,0 +1,100 @@
+"""Final-answer extraction for the Neos and ModalSearcher protocols, from a decoded multi-turn response (no verl).
+
+A multi-turn response is the assistant's generations interleaved with the tool-response turns the agent loop
+appended (ChatML: ``<|im_start|>user\\n<tool_response>...<|im_end|>\\n<|im_start|>assistant\\n``). It must be
+decoded with special tokens kept, or the turn boundaries are lost; ``split_assistant_turns`` then recovers the
+assistant turns and strips the special tokens it is given.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+
+_CHATML_START = "<|im_start|>"
+_TOOL_RESPONSE = re.compile(r"<tool_response>.*?</tool_response>", re.DOTALL)
+_THINK = re.compile(r"<(think|thinking)>.*?</\1>", re.DOTALL)
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+# One ModalSearcher turn: a non-empty reasoning block, then exactly one tool call or answer, nothing after it.
+# Qwen3-style templates make the model write <think>; the paper's prompt asks for <thinking>: accept both.
+_MODALSEARCHER_TURN = re.compile(
+    r"\A\s*<(think|thinking)>(?P<reason>.*?)</\1>\s*"
+    r"(?:<tool_call>(?P<call>.*?)</tool_call>|<answer>(?P<answer>.*?)</answer>)\s*\Z",
+    re.DOTALL,
+)
+_TAGS = ("<think>", "<thinking>", "<tool_call>", "<answer>")
+
+
+def _strip_special(text: str, special_tokens: Iterable[str]) -> str:
+    for token in sorted(special_tokens, key=len, reverse=True):
+        if token:
+            text = text.replace(token, "")
+    return text.strip()
+
+
+def split_assistant_turns(response: str, special_tokens: Iterable[str] = ()) -> list[str]:
+    """Assistant turns of a decoded response, in order; tool/user turns dropped, special tokens removed.
+
+    With ChatML markers the text before the first marker is the first assistant turn (the prompt ended with the
+    assistant header) and every ``<|im_start|>assistant`` segment is another. Without them, ``<tool_response>``
+    blocks are the separators.
+    """
+    specials = tuple(special_tokens)
+    if _CHATML_START in response:
+        segments = response.split(_CHATML_START)
+        turns = [segments[0]]
+        turns += [seg[len("assistant") :] for seg in segments[1:] if seg.startswith("assistant")]
+    else:
+        turns = _TOOL_RESPONSE.split(response)
+    cleaned = (_strip_special(turn, specials) for turn in turns)
+    return [turn for turn in cleaned if turn]
+
+
+def neos_final_text(turns: list[str]) -> str:
+    """Neos: the answer is the final assistant turn's plain text, reasoning removed.
+
+    A final turn that still calls a tool means the rollout stopped mid-search (e.g. max turns): no answer. An
+    unclosed reasoning block means generation was cut inside it: no answer either.
+    """
+    if not turns or "<tool_call>" in turns[-1]:
+        return ""
+    text = _THINK.sub("", turns[-1])
+    if "<think>" in text or "<thinking>" in text:
+        return ""
+    return text.replace("</think>", "").replace("</thinking>", "").strip()
+
+
+def modalsearcher_answer(turns: list[str]) -> str:
+    """ModalSearcher: the content of the last ``<answer>`` block of the final assistant turn ('' if none)."""
+    if not turns:
+        return ""
+    answers = _ANSWER.findall(turns[-1])
+    return answers[-1].strip() if answers else ""
+
+
+def _valid_tool_call(body: str) -> bool:
+    try:
+        call = json.loads(body)
+    except json.JSONDecodeError:
+        return False
+    return isinstance(call, dict) and isinstance(call.get("name"), str) and isinstance(call.get("arguments"), dict)
+
+
+def modalsearcher_turn_ok(turn: str, *, final: bool) -> bool:
+    """One turn follows the inference prompt: reasoning block, then exactly one tool call (JSON with ``name`` and
+    ``arguments`` object) or one non-empty answer; the answer is allowed, and required, only in the final turn."""
+    match = _MODALSEARCHER_TURN.match(turn)
+    if match is None or not match.group("reason").strip():
+        return False
+    # The lazy groups would let a second tag hide inside reasoning or call bodies: count the tags explicitly.
+    if sum(turn.count(tag) for tag in _TAGS) != 2:
+        return False
+    if match.group("answer") is not None:
+        return final and bool(match.group("answer").strip())
+    return not final and _valid_tool_call(match.group("call"))
+
+
+def modalsearcher_format_ok(turns: list[str]) -> bool:
+    """Format reward: every turn well formed and the trajectory ends with an answer turn."""
+    return bool(turns) and all(modalsearcher_turn_ok(turn, final=i == len(turns) - 1) for i, turn in enumerate(turns))
