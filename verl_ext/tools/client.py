@@ -1,0 +1,148 @@
+"""Async HTTP client for the tool server's contract (``tool_server/app.py``), independent of verl.
+
+Both verl's ``BaseTool`` wrappers and our own agent loop talk to the server through this one client, so the
+contract (paths, bodies, the ``{"error": {type, message, field}}`` shape) is spelled out in one place. Errors are
+split by whose fault they are: :class:`ToolCallError` (a 4xx: the caller's arguments or session were wrong; show it
+to the policy) and :class:`ToolServerUnavailable` (timeouts, refused connections, 5xx: infrastructure).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Self
+
+import aiohttp
+
+
+class ToolServerError(Exception):
+    """Any failure talking to the tool server; ``type``/``field`` mirror the server's error body."""
+
+    def __init__(self, type: str, message: str, field: str | None = None, status: int | None = None) -> None:
+        super().__init__(f"{type}: {message}" + (f" (field {field})" if field else ""))
+        self.type = type
+        self.message = message
+        self.field = field
+        self.status = status
+
+
+class ToolCallError(ToolServerError):
+    """The server refused the request (4xx): bad arguments, unknown image token or tool, expired session."""
+
+
+class ToolServerUnavailable(ToolServerError):
+    """No usable answer: connection failure, timeout, 5xx or a body that is not the contract's JSON."""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    session_id: str
+    images: list[str]  # register refs of the question images, in request order
+
+
+@dataclass(frozen=True, slots=True)
+class ImageResult:
+    ref: str
+    width: int
+    height: int
+    png: bytes | None  # only when the call asked for pixels
+
+
+@dataclass(frozen=True, slots=True)
+class CallResult:
+    text: str
+    images: list[ImageResult]
+    records: list[dict[str, Any]]
+    mei: list[dict[str, Any]]
+    cached: bool
+
+
+def _png(b64: str | None) -> bytes | None:
+    return base64.b64decode(b64) if b64 is not None else None
+
+
+class ToolServerClient:
+    """One connection pool to one server; use as ``async with ToolServerClient(url) as c`` or call :meth:`close`.
+
+    The aiohttp session is created on first use, inside the running event loop it will be bound to.
+    """
+
+    def __init__(self, base_url: str, *, timeout_s: float = 120.0, connect_timeout_s: float = 10.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s, connect=connect_timeout_s)
+        self._http: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.close()
+            self._http = self._loop = None
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop the pool is bound to (None before first use)."""
+        return self._loop
+
+    async def list_tools(self, protocol: str | None = None) -> list[dict[str, Any]]:
+        params = {"protocol": protocol} if protocol else None
+        return (await self._request("GET", "/v1/tools", params=params))["tools"]
+
+    async def open_session(self, images: Sequence[str] = (), group_id: str | None = None) -> SessionInfo:
+        """``images``: world image URLs or base64-encoded images; they become img_1.. in order."""
+        body: dict[str, Any] = {"images": list(images)}
+        if group_id is not None:
+            body["group_id"] = group_id
+        data = await self._request("POST", "/v1/sessions", json=body)
+        return SessionInfo(data["session_id"], list(data["images"]))
+
+    async def close_session(self, session_id: str) -> None:
+        await self._request("DELETE", f"/v1/sessions/{session_id}")
+
+    async def call(
+        self,
+        session_id: str,
+        name: str,
+        arguments: Any,
+        *,
+        turn: int | None = None,
+        include_pixels: bool = False,
+    ) -> CallResult:
+        body: dict[str, Any] = {"name": name, "arguments": arguments, "include_pixels": include_pixels}
+        if turn is not None:
+            body["turn"] = turn
+        data = await self._request("POST", f"/v1/sessions/{session_id}/call", json=body)
+        images = [ImageResult(i["ref"], i["width"], i["height"], _png(i.get("png_base64"))) for i in data["images"]]
+        return CallResult(data["text"], images, data["records"], data["mei"], data["cached"])
+
+    async def _request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        if self._http is None:
+            self._http = aiohttp.ClientSession(timeout=self._timeout)
+            self._loop = asyncio.get_running_loop()
+        try:
+            async with self._http.request(method, self.base_url + path, **kwargs) as r:
+                status = r.status
+                try:
+                    data = await r.json(content_type=None)
+                except ValueError:
+                    data = None
+        except asyncio.TimeoutError:
+            raise ToolServerUnavailable("timeout", f"{method} {path} timed out after {self._timeout.total}s") from None
+        except aiohttp.ClientError as e:
+            raise ToolServerUnavailable("connection_error", f"{method} {self.base_url}{path}: {e}") from None
+        if not isinstance(data, dict):
+            raise ToolServerUnavailable(
+                "bad_response", f"{method} {path}: HTTP {status} without a JSON object", status=status
+            )
+        if status >= 400:
+            err = data.get("error") if isinstance(data.get("error"), dict) else {}
+            cls = ToolCallError if status < 500 else ToolServerUnavailable
+            raise cls(err.get("type", "http_error"), err.get("message", f"HTTP {status}"), err.get("field"), status)
+        return data
