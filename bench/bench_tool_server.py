@@ -1,0 +1,591 @@
+"""Tool-server benchmark: throughput/latency per tool, a FastAPI baseline, RSS and cache hit rates of a replay.
+
+    PYTHONPATH=. .venv/bin/python bench/bench_tool_server.py --part all [--quick] [--world worlds/small]
+        [--full-world worlds/full]
+
+Servers run as subprocesses pinned to CPU 0; this process (the aiohttp load generator) pins itself to CPU 1, so the
+two cores are split server/client. All traffic goes to 127.0.0.1 only; every phase is bounded by a request count and
+a duration. ``--serve-baseline`` / ``--serve-trivial`` are the internal entry points of the comparison servers:
+
+* baseline: FastAPI + uvicorn (Search-R1 ``retrieval_server.py`` style: a sync ``def`` endpoint on the threadpool,
+  pydantic request model) doing the same BM25 search with our :class:`PageIndex` over the same world;
+* trivial: an aiohttp handler returning a constant JSON body (the serving-stack ceiling).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+
+# ---------------------------------------------------------------------------------------------- comparison servers
+def serve_baseline(world_dir: Path, port: int) -> None:
+    import uvicorn
+    from fastapi import FastAPI
+    from pydantic import BaseModel
+
+    from data_gen.world.store import World
+    from tool_server.offline.lexical import PageIndex
+
+    world = World.load(world_dir)
+    index = PageIndex(list(world.pages.values()))
+    app = FastAPI()
+
+    class Query(BaseModel):
+        query: list[str]
+        topk: int = 10
+
+    globals()["Query"] = Query  # FastAPI resolves the (postponed) annotation below in the module namespace
+
+    @app.post("/retrieve")
+    def retrieve(req: Query):  # sync def -> starlette threadpool, as in Search-R1's retrieval server
+        out = []
+        for q in req.query:
+            hits = index.search(q, req.topk)
+            out.append(
+                {
+                    "query": q,
+                    "results": [
+                        {"title": h.page.title, "url": h.page.url, "snippet": h.snippet, "score": h.score} for h in hits
+                    ],
+                }
+            )
+        return {"result": out}
+
+    print(f"baseline listening on http://127.0.0.1:{port}", flush=True)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+
+
+def serve_trivial(port: int) -> None:
+    from aiohttp import web
+
+    body = json.dumps({"text": "ok", "images": [], "records": [], "mei": [], "cached": False}).encode()
+
+    async def handler(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(body=body, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/call", handler)
+    print(f"trivial listening on http://127.0.0.1:{port}", flush=True)
+    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
+
+
+# ---------------------------------------------------------------------------------------------- process control
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, argv: list[str], cpu: int | None, *, name: str, timeout: float = 600) -> None:
+        pre = ["taskset", "-c", str(cpu)] if cpu is not None else []
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        self.name = name
+        self.proc = subprocess.Popen(pre + argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=ROOT)
+        deadline = time.time() + timeout
+        line = ""
+        while time.time() < deadline:
+            line = self.proc.stdout.readline().decode()
+            if "listening on " in line or not line:
+                break
+        if "listening on " not in line:
+            self.proc.kill()
+            raise SystemExit(f"{name} did not start")
+        self.base = line.split("listening on ", 1)[1].split()[0]
+        global SERVER_PID
+        SERVER_PID = self.proc.pid  # taskset execs the server, so this is the server's pid
+        host, port = self.base.rsplit("/", 1)[1].rsplit(":", 1)
+        import socket
+
+        while time.time() < deadline:  # uvicorn/aiohttp bind after the line is printed: wait for the port
+            try:
+                socket.create_connection((host, int(port)), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+
+    def rss(self) -> dict[str, int]:
+        out = {}
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith(("VmRSS", "VmHWM")):
+                out[line.split(":")[0]] = int(line.split()[1]) * 1024
+        return out
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def start_ours(world: Path, cpu: int | None, *extra: str) -> Server:
+    return Server(
+        [
+            sys.executable,
+            "-m",
+            "tool_server",
+            "--world",
+            str(world),
+            "--port",
+            "0",
+            "--no-ocr",
+            "--log-level",
+            "WARNING",
+            "--mei-log",  # keep the MEI call log out of the working tree
+            str(Path(tempfile.gettempdir()) / f"bench_tool_server_mei_{os.getpid()}.jsonl"),
+            *extra,
+        ],
+        cpu,
+        name="tool_server",
+    )
+
+
+def start_baseline(world: Path, cpu: int | None) -> Server:
+    port = _free_port()
+    return Server(
+        [sys.executable, str(Path(__file__).resolve()), "--serve-baseline", "--world", str(world), "--port", str(port)],
+        cpu,
+        name="baseline",
+    )
+
+
+def start_trivial(cpu: int | None) -> Server:
+    port = _free_port()
+    return Server(
+        [sys.executable, str(Path(__file__).resolve()), "--serve-trivial", "--port", str(port)], cpu, name="trivial"
+    )
+
+
+# ---------------------------------------------------------------------------------------------- load generation
+def _pct(xs: list[float], p: float) -> float:
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))]
+
+
+def cpu_s(pid: int | None) -> float:
+    """utime + stime of a process and its threads, in seconds (0 when unknown)."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+SERVER_PID: int | None = None  # the server under test, for CPU time per request
+
+
+async def drive(http, concurrency: int, total: int, max_s: float, make, setup=None) -> dict:
+    """``concurrency`` workers issue ``total`` requests in all (or stop after ``max_s``). ``make(worker, i, state)``
+    returns (path, json body); ``setup(worker)`` returns per-worker state (e.g. a session id), awaited first."""
+    states = await asyncio.gather(*(setup(w) for w in range(concurrency))) if setup else [None] * concurrency
+    lat: list[float] = []
+    errors = 0
+    counter = iter(range(total))
+    deadline = time.perf_counter() + max_s
+
+    async def worker(w: int) -> None:
+        nonlocal errors
+        state = states[w]
+        for i in counter:
+            if time.perf_counter() > deadline:
+                return
+            path, body = await make(w, i, state) if asyncio.iscoroutinefunction(make) else make(w, i, state)
+            t0 = time.perf_counter()
+            async with http.post(path, json=body) as r:
+                await r.read()
+                ok = r.status == 200
+            lat.append(time.perf_counter() - t0)
+            errors += not ok
+
+    t0, c0 = time.perf_counter(), cpu_s(SERVER_PID)
+    await asyncio.gather(*(worker(w) for w in range(concurrency)))
+    wall, cpu = time.perf_counter() - t0, cpu_s(SERVER_PID) - c0
+    return {
+        "n": len(lat),
+        "errors": errors,
+        "rps": len(lat) / wall if wall else 0.0,
+        "p50_ms": _pct(lat, 50) * 1e3,
+        "p99_ms": _pct(lat, 99) * 1e3,
+        "wall_s": wall,
+        "cpu_ms_per_req": cpu / len(lat) * 1e3 if lat else float("nan"),
+    }
+
+
+class Workload:
+    """Arguments per tool; ``uncached`` draws never-repeated arguments, ``cached`` cycles over a small set."""
+
+    def __init__(self, world_dir: Path) -> None:
+        pages = [json.loads(line) for line in (world_dir / "pages.jsonl").open()]
+        images = [json.loads(line) for line in (world_dir / "images.jsonl").open()]
+        self.titles = [p["title"] for p in pages]
+        self.page_urls = [p["url"] for p in pages]
+        self.image_urls = [im["url"] for im in images]
+        self.image_captions = [im["caption"] or im["alt"] or im["id"] for im in images]
+        self._n = 0  # global counter: uncached arguments never repeat across phases
+
+    def fresh(self) -> int:
+        self._n += 1
+        return self._n
+
+    def title_query(self, k: int) -> str:
+        n = len(self.titles)
+        # distinct for every k: the pair (k mod n, k div n) is unique, spelled with a counter suffix word
+        return f"{self.titles[k % n]} {self.titles[(k * 7 + k // n) % n]} v{k}"
+
+    def args(self, tool: str, cached: bool, i: int) -> dict:
+        k = i % 8 if cached else self.fresh()
+        if tool == "TextSearch":
+            return {"query": [self.titles[k] if cached else self.title_query(k)]}
+        if tool == "WebVisit":
+            url = self.page_urls[k % len(self.page_urls)]
+            return {"url": [url], "goal": f"what is {self.titles[k % len(self.titles)]}" + ("" if cached else f" #{k}")}
+        if tool == "ImageSearch":
+            cap = self.image_captions[k % len(self.image_captions)]
+            return {"query": [cap if cached else f"{cap} {self.title_query(k)}"], "goal": f"image of {cap}"}
+        if tool == "ReverseImageSearch":
+            return {
+                "image_url": [self.image_urls[k % len(self.image_urls)]],
+                "goal": "identify" + ("" if cached else f" #{k}"),
+            }
+        if tool == "FetchImage":
+            return {"urls": [self.image_urls[k % len(self.image_urls)]]}
+        if tool == "CropImage":
+            a = (k * 37) % 400
+            return {"crop_config": {"img_1": [a, a // 2, a + 500, a // 2 + 500]}}
+        raise KeyError(tool)
+
+
+TOOLS = ("TextSearch", "WebVisit", "ImageSearch", "FetchImage", "CropImage", "ReverseImageSearch")
+NOT_CACHED = {"FetchImage", "CropImage"}  # not result-cached by design (they change the visual register)
+
+
+async def _session(http, images: list[str] | None = None, group_id: str | None = None) -> str:
+    body: dict = {"images": images or []}
+    if group_id is not None:
+        body["group_id"] = group_id
+    async with http.post("/v1/sessions", json=body) as r:
+        return (await r.json())["session_id"]
+
+
+async def _wait_features(http, max_s: float = 900) -> None:
+    t0 = time.time()
+    while time.time() - t0 < max_s:
+        async with http.get("/healthz") as r:
+            if (await r.json())["features_ready"]:
+                return
+        await asyncio.sleep(0.5)
+
+
+async def ours_tool(http, wl: Workload, tool: str, cached: bool, conc: int, total: int, max_s: float) -> dict:
+    sessions: dict[int, list] = {}
+    register_tools = tool in ("FetchImage", "CropImage")
+
+    async def setup(w: int):
+        img = [wl.image_urls[w % len(wl.image_urls)]] if tool == "CropImage" else None
+        sessions[w] = [await _session(http, img), 0, img]
+        return sessions[w]
+
+    async def make(w: int, i: int, st):
+        st[1] += 1
+        if register_tools and st[1] % 200 == 0:  # the register holds 512 images: start a fresh session now and then
+            async with http.delete(f"/v1/sessions/{st[0]}"):
+                pass
+            st[0] = await _session(http, st[2])
+        return f"/v1/sessions/{st[0]}/call", {"name": tool, "arguments": wl.args(tool, cached, i)}
+
+    if cached and tool not in NOT_CACHED:  # warm the small repeated set first
+        sid = await _session(http)
+        for i in range(8):
+            async with http.post(f"/v1/sessions/{sid}/call", json={"name": tool, "arguments": wl.args(tool, True, i)}):
+                pass
+    return await drive(http, conc, total, max_s, make, setup)
+
+
+def _counts(quick: bool, conc: int, tool: str, cached: bool) -> tuple[int, float]:
+    heavy = tool in ("ReverseImageSearch", "WebVisit", "ImageSearch")
+    if conc == 1:
+        n = 100 if quick else 400
+    elif conc == 64:
+        n = 400 if quick else 3000
+    else:
+        n = 1536 if quick else 4608
+    if heavy and conc > 1:
+        n //= 2
+    if tool == "ReverseImageSearch" and not cached and conc > 1:
+        n = min(n, 128 if quick else 256)
+    return n, (8.0 if quick else 30.0)
+
+
+def _fmt(r: dict) -> str:
+    return (
+        f"{r['rps']:8.0f} req/s  p50 {r['p50_ms']:7.1f} ms  p99 {r['p99_ms']:7.1f} ms  server CPU "
+        f"{r['cpu_ms_per_req']:6.2f} ms/req  (n={r['n']}, err={r['errors']})"
+    )
+
+
+async def part_throughput(args, wl: Workload) -> list[dict]:
+    import aiohttp
+
+    rows = []
+    srv = start_ours(args.world, 0)
+    try:
+        async with aiohttp.ClientSession(base_url=srv.base, connector=aiohttp.TCPConnector(limit=0)) as http:
+            await _wait_features(http)
+            for tool in TOOLS:
+                for cached in (False, True):
+                    if cached and tool in NOT_CACHED:
+                        continue
+                    for conc in args.concurrency:
+                        if tool == "ReverseImageSearch" and not cached and conc > 64:
+                            # ~0.1-0.5 s of ORB matching per uncached call: 768 in flight would run for minutes
+                            print(f"{tool:19s} uncached c={conc:<4d} skipped (CPU-bound, see c=64)", flush=True)
+                            continue
+                        n, max_s = _counts(args.quick, conc, tool, cached)
+                        r = await ours_tool(http, wl, tool, cached, conc, n, max_s)
+                        r.update(tool=tool, cached=cached, conc=conc)
+                        rows.append(r)
+                        print(f"{tool:19s} {'cached' if cached else 'uncached':8s} c={conc:<4d} {_fmt(r)}", flush=True)
+    finally:
+        srv.stop()
+    return rows
+
+
+async def part_baseline(args, wl: Workload) -> dict:
+    import aiohttp
+
+    conc = 64
+    n, max_s = (600, 10.0) if args.quick else (3000, 40.0)
+    out = {}
+
+    async def run(base: str, kind: str) -> dict:
+        async with aiohttp.ClientSession(base_url=base, connector=aiohttp.TCPConnector(limit=0)) as http:
+            if kind == "ours":
+                await _wait_features(http)
+                sid = await _session(http)
+                for i in range(8):
+                    async with http.post(
+                        f"/v1/sessions/{sid}/call",
+                        json={"name": "TextSearch", "arguments": wl.args("TextSearch", True, i)},
+                    ):
+                        pass
+                res = {}
+                for cached in (False, True):
+                    res["cached" if cached else "uncached"] = await drive(
+                        http,
+                        conc,
+                        n if not cached else 4 * n,
+                        max_s,
+                        lambda w, i, st, c=cached: (
+                            f"/v1/sessions/{sid}/call",
+                            {"name": "TextSearch", "arguments": wl.args("TextSearch", c, i)},
+                        ),
+                    )
+                return res
+            if kind == "baseline":
+                return {
+                    "uncached": await drive(
+                        http, conc, n, max_s, lambda w, i, st: ("/retrieve", wl.args("TextSearch", False, i))
+                    )
+                }
+            return {
+                "trivial": await drive(
+                    http, conc, 4 * n, max_s, lambda w, i, st: ("/call", {"name": "TextSearch", "arguments": {}})
+                )
+            }
+
+    for kind, start in (
+        ("ours", lambda: start_ours(args.world, 0)),
+        ("baseline", lambda: start_baseline(args.world, 0)),
+        ("trivial", lambda: start_trivial(0)),
+    ):
+        srv = start()
+        try:
+            out[kind] = await run(srv.base, kind)
+        finally:
+            srv.stop()
+        for k, r in out[kind].items():
+            print(f"{kind:9s} {k:8s} c={conc} {_fmt(r)}", flush=True)
+    ours, base = out["ours"]["uncached"], out["baseline"]["uncached"]
+    rps_ratio, p99_ratio = ours["rps"] / base["rps"], ours["p99_ms"] / base["p99_ms"]
+    cached_rps, trivial_rps = out["ours"]["cached"]["rps"], out["trivial"]["trivial"]["rps"]
+    cpu = {
+        k: out[a][b]["cpu_ms_per_req"]
+        for k, a, b in (
+            ("ours_uncached", "ours", "uncached"),
+            ("ours_cached", "ours", "cached"),
+            ("baseline", "baseline", "uncached"),
+            ("trivial", "trivial", "trivial"),
+        )
+    }
+    print(
+        "server CPU ms/req (load-independent; 1000/x = req/s on one dedicated core): "
+        + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items()),
+        flush=True,
+    )
+    print(
+        f"RATIOS c=64: uncached TextSearch {rps_ratio:.2f}x baseline req/s (goal >=2), p99 {p99_ratio:.2f}x baseline "
+        f"(goal <=0.5); cached TextSearch {cached_rps:.0f} req/s (goal >=5000); trivial ceiling {trivial_rps:.0f} "
+        f"req/s",
+        flush=True,
+    )
+    out["ratios"] = {
+        "rps_ratio": rps_ratio,
+        "p99_ratio": p99_ratio,
+        "cached_rps": cached_rps,
+        "trivial_rps": trivial_rps,
+        "cpu_ms_per_req": cpu,
+    }
+    return out
+
+
+async def part_rss(args, wl_unused) -> dict:
+    import aiohttp
+
+    world = args.full_world if args.full_world and (args.full_world / "manifest.json").is_file() else args.world
+    wl = Workload(world)
+    t0 = time.time()
+    srv = start_ours(world, 0)
+    try:
+        async with aiohttp.ClientSession(base_url=srv.base, connector=aiohttp.TCPConnector(limit=0)) as http:
+            start_rss = srv.rss()
+            await _wait_features(http)
+            ready_s = time.time() - t0
+            for tool in TOOLS:  # warm-up: every tool, uncached, 64 at a time
+                await ours_tool(http, wl, tool, False, 16, 64 if args.quick else 256, 30)
+            rss = srv.rss()
+    finally:
+        srv.stop()
+    out = {
+        "world": str(world.name),
+        "pages": len(wl.titles),
+        "images": len(wl.image_urls),
+        "ready_s": ready_s,
+        "rss_at_listen": start_rss.get("VmRSS", 0),
+        **rss,
+    }
+    print(
+        f"RSS world={out['world']} ({out['pages']} pages, {out['images']} images): at listen "
+        f"{out['rss_at_listen'] / 2**20:.0f} MiB, after warm-up VmRSS {rss['VmRSS'] / 2**20:.0f} MiB, VmHWM "
+        f"{rss['VmHWM'] / 2**20:.0f} MiB (goal < 2048 MiB); features ready after {ready_s:.0f} s",
+        flush=True,
+    )
+    return out
+
+
+def _cache_events(text: str) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for m in re.finditer(r'cache_events_total\{level="(\w+)",event="(\w+)"\} ([\d.e+]+)', text):
+        out.setdefault(m.group(1), {})[m.group(2)] = float(m.group(3))
+    return out
+
+
+async def part_replay(args, wl: Workload) -> dict:
+    """Rollout-like replay: G groups x 8 sessions (one question per group); each session issues T turns of
+    TextSearch / WebVisit drawn from its group's pool of plausible queries/pages, so group members overlap."""
+    import random
+    import tempfile
+
+    import aiohttp
+
+    groups, per_group, turns = (4, 8, 6) if args.quick else (16, 8, 8)
+    rng = random.Random(0)
+    plan = []
+    for g in range(groups):
+        topic = rng.randrange(len(wl.titles))
+        q_pool = [wl.titles[(topic + j) % len(wl.titles)] + suffix for j in range(3) for suffix in ("", " history")]
+        u_pool = [wl.page_urls[(topic + j) % len(wl.page_urls)] for j in range(4)]
+        for s in range(per_group):
+            calls = []
+            for _t in range(turns):
+                if rng.random() < 0.6:
+                    calls.append(("TextSearch", {"query": [rng.choice(q_pool)]}))
+                else:
+                    calls.append(("WebVisit", {"url": [rng.choice(u_pool)], "goal": f"facts about {wl.titles[topic]}"}))
+            plan.append((f"g{g}", calls))
+    results = {}
+    with tempfile.TemporaryDirectory() as cache_dir:
+        for phase in ("cold", "restart"):  # restart: same disk cache, empty memory level
+            srv = start_ours(args.world, 0, "--cache-dir", cache_dir)
+            try:
+                async with aiohttp.ClientSession(base_url=srv.base) as http:
+                    sids = [await _session(http, group_id=g) for g, _ in plan]
+
+                    async def one(sid: str, calls) -> None:
+                        for name, a in calls:
+                            async with http.post(f"/v1/sessions/{sid}/call", json={"name": name, "arguments": a}) as r:
+                                await r.read()
+
+                    await asyncio.gather(*(one(sid, calls) for sid, (_, calls) in zip(sids, plan)))
+                    async with http.get("/metrics") as r:
+                        ev = _cache_events(await r.text())
+            finally:
+                srv.stop()
+            rates = {lv: s.get("hits", 0) / max(1, s.get("hits", 0) + s.get("misses", 0)) for lv, s in ev.items()}
+            total = groups * per_group * turns
+            served = ev.get("memory", {}).get("hits", 0) + ev.get("disk", {}).get("hits", 0)
+            results[phase] = {"events": ev, "rates": rates, "calls": total, "overall": served / total}
+            print(
+                f"replay {phase:7s} {groups} groups x {per_group} sessions x {turns} calls = {total}: "
+                + ", ".join(
+                    f"{lv} {ev[lv].get('hits', 0):.0f}/{ev[lv].get('hits', 0) + ev[lv].get('misses', 0):.0f}"
+                    f" = {rates[lv]:.1%}"
+                    for lv in ev
+                )
+                + f"; served from cache {served / total:.1%}",
+                flush=True,
+            )
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--part", choices=["throughput", "baseline", "rss", "replay", "all"], default="all")
+    p.add_argument("--quick", action="store_true", help="small request counts, short phases")
+    p.add_argument("--world", type=Path, default=ROOT / "worlds" / "small")
+    p.add_argument("--full-world", type=Path, default=ROOT / "worlds" / "full", help="for --part rss")
+    p.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[1, 64, 768])
+    p.add_argument("--json", type=Path, default=None, help="write all results here")
+    p.add_argument("--serve-baseline", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--serve-trivial", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.serve_baseline:
+        serve_baseline(args.world, args.port)
+        return 0
+    if args.serve_trivial:
+        serve_trivial(args.port)
+        return 0
+    if hasattr(os, "sched_setaffinity") and os.cpu_count() and os.cpu_count() >= 2:
+        os.sched_setaffinity(0, {1})  # the load generator on CPU 1, servers on CPU 0
+    wl = Workload(args.world)
+    parts = ["throughput", "baseline", "rss", "replay"] if args.part == "all" else [args.part]
+    fns = {"throughput": part_throughput, "baseline": part_baseline, "rss": part_rss, "replay": part_replay}
+    results = {}
+    for part in parts:
+        print(f"== {part}", flush=True)
+        results[part] = asyncio.run(fns[part](args, wl))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
