@@ -55,6 +55,20 @@ def test_command_line_overrides_still_win_over_the_recipe():
     assert job.actor_rollout_ref.actor.clip_ratio_c == 3.0
 
 
+def test_neos_recipe_wires_our_reward_manager_and_packaged_tool_config():
+    import verl  # noqa: F401  (registers the neos_path resolver through the plugin)
+    from verl_ext.registrations import REGISTRATIONS
+
+    job = compose_in_process("+recipe=neos")
+    manager = job.reward.reward_manager
+    assert (manager.source, manager.name) == ("register", "neos_answer_judge")
+    assert ("reward_manager", "neos_answer_judge") in {(r.kind, r.name) for r in REGISTRATIONS}
+    tool_config = Path(job.actor_rollout_ref.rollout.multi_turn.tool_config_path)  # resolved on access
+    assert tool_config.is_file() and "site-packages" in str(tool_config)
+    names = [t["tool_schema"]["function"]["name"] for t in yaml.safe_load(tool_config.read_text())["tools"]]
+    assert names == ["TextSearch", "WebVisit", "ImageSearch", "ReverseImageSearch", "FetchImage", "CropImage"]
+
+
 def test_unknown_recipe_fails_with_hydras_message():
     from hydra.errors import MissingConfigException
 
