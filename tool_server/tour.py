@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 from pathlib import Path
 
 import aiohttp
 
 from data_gen.world.model import image_url, page_url
+from tool_server.launch import served
 
 SCRIPT: tuple[tuple[str, dict], ...] = (
     ("TextSearch", {"query": ["capital of France"]}),
@@ -27,43 +27,25 @@ SCRIPT: tuple[tuple[str, dict], ...] = (
 )
 
 
-async def _start_server(world: Path) -> tuple[asyncio.subprocess.Process, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tool_server", "--world", str(world), "--port", "0", "--no-ocr", "--log-level", "WARNING",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,  # its log; run `python -m tool_server` directly to read it
-    )
-    assert proc.stdout is not None
-    line = (await asyncio.wait_for(proc.stdout.readline(), timeout=300)).decode()
-    if "listening on " not in line:
-        proc.kill()
-        raise SystemExit(f"error: tool server did not start (exit {await proc.wait()})")
-    return proc, line.split("listening on ", 1)[1].split()[0]
-
-
-async def tour(world: Path, width: int = 300) -> None:
-    proc, base = await _start_server(world)
+async def tour(base: str, width: int = 300) -> None:
+    """Walk ``SCRIPT`` through the server at ``base`` and print what each tool returned."""
     print(f"tool server at {base}")
-    try:
-        async with aiohttp.ClientSession(base_url=base) as http:
-            async with http.post("/v1/sessions", json={"images": [image_url("map_fra")]}) as r:
-                session = await r.json()
-            print(f"session {session['session_id'][:8]}: question image registered as {session['images']}")
-            for name, arguments in SCRIPT:
-                async with http.post(f"/v1/sessions/{session['session_id']}/call",
-                                     json={"name": name, "arguments": arguments}) as r:
-                    body = await r.json()
-                if r.status != 200:
-                    print(f"\n== {name} -> HTTP {r.status}: {body['error']}")
-                    continue
-                refs = ", ".join(f"{i['ref']} {i['width']}x{i['height']}" for i in body["images"]) or "none"
-                text = " ".join(body["text"].split())
-                print(f"\n== {name}({arguments})\n   new images: {refs}; MEI calls: {len(body['mei'])}")
-                print(f"   {text[:width]}{'...' if len(text) > width else ''}")
-            await http.delete(f"/v1/sessions/{session['session_id']}")
-    finally:
-        proc.terminate()
-        await proc.wait()
+    async with aiohttp.ClientSession(base_url=base) as http:
+        async with http.post("/v1/sessions", json={"images": [image_url("map_fra")]}) as r:
+            session = await r.json()
+        print(f"session {session['session_id'][:8]}: question image registered as {session['images']}")
+        for name, arguments in SCRIPT:
+            async with http.post(f"/v1/sessions/{session['session_id']}/call",
+                                 json={"name": name, "arguments": arguments}) as r:
+                body = await r.json()
+            if r.status != 200:
+                print(f"\n== {name} -> HTTP {r.status}: {body['error']}")
+                continue
+            refs = ", ".join(f"{i['ref']} {i['width']}x{i['height']}" for i in body["images"]) or "none"
+            text = " ".join(body["text"].split())
+            print(f"\n== {name}({arguments})\n   new images: {refs}; MEI calls: {len(body['mei'])}")
+            print(f"   {text[:width]}{'...' if len(text) > width else ''}")
+        await http.delete(f"/v1/sessions/{session['session_id']}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not (args.world / "manifest.json").is_file():
         p.error(f"{args.world} is not a built world (python -m data_gen.world build --size small --out DIR)")
-    asyncio.run(tour(args.world))
+    with served(args.world, "--no-ocr", "--log-level", "WARNING") as base:
+        asyncio.run(tour(base))
     return 0
 
 

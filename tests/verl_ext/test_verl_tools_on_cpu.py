@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +12,7 @@ from omegaconf import OmegaConf
 from PIL import Image
 from verl.tools.tool_registry import initialize_tools_from_config
 
+from tool_server.launch import served
 from verl_ext.tools import verl_tools
 from verl_ext.tools.client import ToolCallError, ToolServerClient, ToolServerUnavailable
 
@@ -33,31 +32,8 @@ class Episode:
 @pytest.fixture(scope="module")
 def server_url(small_world, tmp_path_factory):
     log = tmp_path_factory.mktemp("tool_server") / "mei.jsonl"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tool_server",
-            "--world",
-            str(small_world),
-            "--port",
-            "0",
-            "--no-ocr",
-            "--log-level",
-            "WARNING",
-            "--mei-log",
-            str(log),
-        ],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    line = proc.stdout.readline()
-    assert "listening on " in line, f"tool server did not start (exit {proc.poll()})"
-    yield line.split("listening on ", 1)[1].split()[0]
-    proc.terminate()
-    proc.wait(timeout=30)
+    with served(small_world, "--no-ocr", "--log-level", "WARNING", "--mei-log", str(log)) as url:
+        yield url
 
 
 @pytest.fixture
