@@ -63,7 +63,7 @@ _COMMON_KINDS = {"synset", "stamp", "class"}
 
 
 class BuildError(RuntimeError):
-    pass
+    """A build cannot go on: bad size, an adapter breaking its contract, or contributions that conflict."""
 
 
 @dataclass(slots=True)

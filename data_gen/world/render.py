@@ -28,7 +28,7 @@ SUPERSAMPLE = 2
 
 
 class RenderError(ValueError):
-    pass
+    """A flag or map could not be rasterized (bad SVG, empty geometry)."""
 
 
 class PolarFeatureError(RenderError):

@@ -17,7 +17,7 @@ import numpy as np
 
 
 class TopoJSONError(ValueError):
-    pass
+    """The TopoJSON topology is malformed (bad arcs, transform or geometry)."""
 
 
 Ring = np.ndarray  # float64 array of shape (n, 2): lon, lat (or projected x, y)

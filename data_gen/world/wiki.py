@@ -36,7 +36,7 @@ _WORD = re.compile(r"[a-z]{4,}")
 
 
 class WikiSourceError(ValueError):
-    pass
+    """The vital-article summaries are missing or not in the shape this step reads."""
 
 
 @dataclass(frozen=True, slots=True)

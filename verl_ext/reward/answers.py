@@ -105,7 +105,7 @@ def reference_answers(ground_truth: Any) -> list[str]:
         try:
             ground_truth = json.loads(ground_truth)
         except json.JSONDecodeError:
-            pass
+            pass  # a plain answer that happens to start with "{": match it as text
     if isinstance(ground_truth, Mapping):
         forms = _as_strings(ground_truth.get("target")) + _as_strings(ground_truth.get("aliases"))
     else:

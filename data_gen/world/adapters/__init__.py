@@ -23,7 +23,7 @@ ADAPTERS: tuple[str, ...] = (
 
 
 class AdapterError(ImportError):
-    pass
+    """An adapter named in a build is unknown or lacks SOURCES/contribute."""
 
 
 def load_adapter(name: str) -> ModuleType:

