@@ -14,7 +14,7 @@ from verl.tools.tool_registry import initialize_tools_from_config
 
 from tool_server.launch import served
 from verl_ext.tools import verl_tools
-from verl_ext.tools.client import ToolCallError, ToolServerClient, ToolServerUnavailable
+from verl_ext.tools.client import ToolCallError, ToolServerClient, ToolServerUnavailable, close_shared_clients
 
 REPO = Path(__file__).resolve().parents[2]
 YAML = {p: REPO / "recipes" / "tools" / f"{p}_tools.yaml" for p in ("neos", "modalsearch")}
@@ -40,7 +40,7 @@ def server_url(small_world, tmp_path_factory):
 async def tools(server_url, monkeypatch):
     monkeypatch.setenv("NEOS_TOOL_SERVER_URL", server_url)
     yield {t.name: t for t in initialize_tools_from_config(str(YAML["neos"]))}
-    await verl_tools.close_clients()
+    await close_shared_clients()
 
 
 async def call(tool, arguments: dict, episode: Episode, create_kwargs: dict | None = None):
@@ -137,7 +137,7 @@ async def test_an_unreachable_server_raises_for_verl_to_report(monkeypatch):
             await call(tool, {"query": ["x"]}, Episode())
         assert e.value.type == "connection_error"
     finally:
-        await verl_tools.close_clients()
+        await close_shared_clients()
 
 
 async def test_execute_without_the_episode_is_refused(tools):

@@ -8,22 +8,15 @@ assistant turns and strips the special tokens it is given.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
+
+from verl_ext.rollout.protocols import parse_modalsearch_turn
 
 _CHATML_START = "<|im_start|>"
 _TOOL_RESPONSE = re.compile(r"<tool_response>.*?</tool_response>", re.DOTALL)
 _THINK = re.compile(r"<(think|thinking)>.*?</\1>", re.DOTALL)
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-# One ModalSearcher turn: a non-empty reasoning block, then exactly one tool call or answer, nothing after it.
-# Qwen3-style templates make the model write <think>; the paper's prompt asks for <thinking>: accept both.
-_MODALSEARCHER_TURN = re.compile(
-    r"\A\s*<(think|thinking)>(?P<reason>.*?)</\1>\s*"
-    r"(?:<tool_call>(?P<call>.*?)</tool_call>|<answer>(?P<answer>.*?)</answer>)\s*\Z",
-    re.DOTALL,
-)
-_TAGS = ("<think>", "<thinking>", "<tool_call>", "<answer>")
 
 
 def _strip_special(text: str, special_tokens: Iterable[str]) -> str:
@@ -73,26 +66,14 @@ def modalsearcher_answer(turns: list[str]) -> str:
     return answers[-1].strip() if answers else ""
 
 
-def _valid_tool_call(body: str) -> bool:
-    try:
-        call = json.loads(body)
-    except json.JSONDecodeError:
-        return False
-    return isinstance(call, dict) and isinstance(call.get("name"), str) and isinstance(call.get("arguments"), dict)
-
-
 def modalsearcher_turn_ok(turn: str, *, final: bool) -> bool:
-    """One turn follows the inference prompt: reasoning block, then exactly one tool call (JSON with ``name`` and
-    ``arguments`` object) or one non-empty answer; the answer is allowed, and required, only in the final turn."""
-    match = _MODALSEARCHER_TURN.match(turn)
-    if match is None or not match.group("reason").strip():
+    """One turn follows the inference prompt (the rollout's own parser decides: reasoning block, then exactly one
+    tool call with a ``name`` and an ``arguments`` object, or one non-empty answer); the answer is allowed, and
+    required, only in the final turn."""
+    parsed = parse_modalsearch_turn(turn)
+    if parsed.error is not None:
         return False
-    # The lazy groups would let a second tag hide inside reasoning or call bodies: count the tags explicitly.
-    if sum(turn.count(tag) for tag in _TAGS) != 2:
-        return False
-    if match.group("answer") is not None:
-        return final and bool(match.group("answer").strip())
-    return not final and _valid_tool_call(match.group("call"))
+    return final if parsed.answer is not None else not final
 
 
 def modalsearcher_format_ok(turns: list[str]) -> bool:

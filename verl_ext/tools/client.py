@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Self
 
 import aiohttp
+from PIL import Image
 
 
 class ToolServerError(Exception):
@@ -146,3 +148,33 @@ class ToolServerClient:
             cls = ToolCallError if status < 500 else ToolServerUnavailable
             raise cls(err.get("type", "http_error"), err.get("message", f"HTTP {status}"), err.get("field"), status)
         return data
+
+
+_SHARED: dict[tuple[str, float], ToolServerClient] = {}
+
+
+def shared_client(base_url: str, timeout_s: float) -> ToolServerClient:
+    """One pool per server, timeout and event loop, shared by every episode of a worker process.
+
+    verl builds a new agent loop (and calls a new tool instance) per sample, so per-episode objects must not own
+    connection pools; an aiohttp session is bound to the loop that made it, hence the loop check.
+    """
+    client = _SHARED.get((base_url, timeout_s))
+    if client is None or client.loop not in (None, asyncio.get_running_loop()):
+        client = _SHARED[(base_url, timeout_s)] = ToolServerClient(base_url, timeout_s=timeout_s)
+    return client
+
+
+async def close_shared_clients() -> None:
+    """Close the pooled connections (worker shutdown); call from the event loop the episodes ran on."""
+    clients = list(_SHARED.values())
+    _SHARED.clear()
+    for client in clients:
+        await client.close()
+
+
+def png_base64(image: Image.Image) -> str:
+    """A PIL image as the base64 PNG the server's ``POST /v1/sessions`` accepts."""
+    buf = io.BytesIO()
+    image.save(buf, format="PNG")
+    return base64.b64encode(buf.getvalue()).decode("ascii")

@@ -34,7 +34,6 @@ policy with an error text.
 from __future__ import annotations
 
 import asyncio
-import base64
 import io
 import logging
 import weakref
@@ -45,35 +44,19 @@ from PIL import Image
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
-from verl_ext.tools.client import SessionInfo, ToolCallError, ToolServerClient, ToolServerError
+from verl_ext.tools.client import (
+    SessionInfo,
+    ToolCallError,
+    ToolServerClient,
+    ToolServerError,
+    png_base64,
+    shared_client,
+)
 
 log = logging.getLogger(__name__)
 
 _EPISODES: weakref.WeakKeyDictionary[Any, asyncio.Future[SessionInfo]] = weakref.WeakKeyDictionary()
-_CLIENTS: dict[tuple[str, float], ToolServerClient] = {}
 _CLOSING: set[asyncio.Task[None]] = set()
-
-
-def _client(base_url: str, timeout_s: float) -> ToolServerClient:
-    """One pool per server and event loop: an aiohttp session is bound to the loop that made it."""
-    client = _CLIENTS.get((base_url, timeout_s))
-    if client is None or client.loop not in (None, asyncio.get_running_loop()):
-        client = _CLIENTS[(base_url, timeout_s)] = ToolServerClient(base_url, timeout_s=timeout_s)
-    return client
-
-
-async def close_clients() -> None:
-    """Close the pooled connections (worker shutdown); call from the event loop the tools ran on."""
-    clients = list(_CLIENTS.values())
-    _CLIENTS.clear()
-    for client in clients:
-        await client.close()
-
-
-def _png_base64(image: Image.Image) -> str:
-    buf = io.BytesIO()
-    image.save(buf, format="PNG")
-    return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
 async def _close_quietly(client: ToolServerClient, session_id: str) -> None:
@@ -101,7 +84,7 @@ def _close_later(loop: asyncio.AbstractEventLoop, client: ToolServerClient, sess
 async def _open(agent_data: Any, client: ToolServerClient, create_kwargs: dict[str, Any]) -> SessionInfo:
     images = create_kwargs.get("images")
     if images is None:
-        images = await asyncio.to_thread(lambda: [_png_base64(i) for i in agent_data.image_data or []])
+        images = await asyncio.to_thread(lambda: [png_base64(i) for i in agent_data.image_data or []])
     session = await client.open_session(images, create_kwargs.get("group_id"))
     weakref.finalize(agent_data, _close_later, asyncio.get_running_loop(), client, session.session_id)
     return session
@@ -143,7 +126,7 @@ class ToolServerTool(BaseTool):
         agent_data = kwargs.get("agent_data")
         if agent_data is None:
             raise TypeError(f"{self.name}: execute() needs agent_data (the episode), as ToolAgentLoop passes it")
-        client = _client(self.base_url, self.timeout_s)
+        client = shared_client(self.base_url, self.timeout_s)
         try:
             session = await _episode_session(agent_data, client, self._create_kwargs.get(instance_id, {}))
             result = await client.call(

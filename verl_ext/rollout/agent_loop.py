@@ -1,0 +1,341 @@
+"""verl agent loops ``neos_search_agent`` and ``modalsearch_react_agent``: one episode engine, two protocols.
+
+Per episode: open a tool-server session with the question image(s) as img_1.., then per assistant turn generate
+(``server_manager.generate`` with every image the policy has seen so far), parse one action under the protocol,
+run the call, and append the observation; the pixels a tool loads (FetchImage, CropImage, read_url of an image)
+enter the context through the VL processor and stay in ``image_data`` for every later turn and in the exported
+``multi_modal_data``. Tokens go through verl's Continuous Token builder (``ct_*`` of ``AgentLoopBase``), so the
+training inputs are token-identical to what the model generated from.
+
+Nothing the model writes raises: malformed calls, unknown tools and schema violations come back as error
+observations (agent-caused); timeouts, 5xx and refused connections too (tool-caused). The episode ends on an
+answer, on the turn budget (the last turn has tools disabled and an instruction to answer), on an error streak
+when the protocol has one, or when the next observation would not fit the response budget (then it is withheld
+and recorded as ``observation_delivered_to_policy=false``). See ``record.py`` for what is exported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+from uuid import uuid4
+
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
+from verl.utils.profiler import simple_timer
+
+from verl_ext.rollout.prompts import system_prompt
+from verl_ext.rollout.protocols import Protocol, ToolCall, parse_turn
+from verl_ext.rollout.record import (
+    RECORD_KEY,
+    CallRecord,
+    ImageEntry,
+    TerminationReason,
+    TrajectoryRecord,
+    TurnRecord,
+)
+from verl_ext.rollout.settings import EpisodeSettings, resolve_settings
+from verl_ext.rollout.tool_backend import CallOutcome, ToolSession, tool_catalog
+
+
+def truncate(text: str, limit: int, side: str) -> str:
+    """verl's ``tool_response_truncate_side`` semantics, so a user's setting means the same in both loops."""
+    if len(text) <= limit:
+        return text
+    if side == "left":
+        return "(truncated)..." + text[-limit:]
+    if side == "right":
+        return text[:limit] + "...(truncated)"
+    half = limit // 2
+    return text[:half] + "...(truncated)..." + text[-half:]
+
+
+@dataclass
+class _Episode:
+    """Mutable state of one trajectory; ``prompt_ids`` is the whole runtime token stream (prompt + response)."""
+
+    messages: list[dict[str, Any]]
+    images: list[Any]
+    prompt_ids: list[int] = field(default_factory=list)
+    prompt_len: int = 0
+    mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    turns: list[TurnRecord] = field(default_factory=list)
+    register: list[ImageEntry] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    context_turns: int = 0  # observation and instruction messages appended (verl's user_turns)
+    answer: str | None = None
+    termination: TerminationReason = "max_turns"
+    ended_by: str | None = None
+    error_streak: int = 0
+    mei_version: str | None = None
+
+
+class SearchAgentLoop(AgentLoopBase):
+    """The shared engine; subclasses fix the protocol. Settings: see ``settings.py``."""
+
+    protocol: ClassVar[Protocol]
+
+    def __init__(self, *args: Any, tools: Any = None, **kwargs: Any) -> None:
+        # ``tools``: verl hands every loop the tools of multi_turn.tool_config_path; ours come from the tool server.
+        overrides = {k: kwargs.pop(k) for k in list(kwargs) if k in EpisodeSettings.model_fields}
+        super().__init__(*args, **kwargs)
+        self.settings = resolve_settings(self.protocol, self.rollout_config, overrides)
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        s = self.settings
+        catalog = await tool_catalog(s.tool_server_url, self.protocol, s.call_timeout_s)
+        native_tools = catalog.schemas if self.protocol == "neos" else None
+        messages = list(kwargs["raw_prompt"])
+        if not any(m.get("role") == "system" for m in messages):
+            messages.insert(
+                0, {"role": "system", "content": s.system_prompt or system_prompt(self.protocol, catalog.schemas)}
+            )
+        mm = await self.process_multi_modal_info(messages)
+        ep = _Episode(messages=messages, images=list(mm.get("images") or []))
+        self._assert_mm_supported(bool(ep.images))
+        group_id = str(kwargs["uid"]) if s.group_cache and kwargs.get("uid") is not None else None
+        session = ToolSession(
+            s.tool_server_url, catalog, timeout_s=s.call_timeout_s, max_in_flight=s.max_concurrent_calls
+        )
+        refs = await session.open(ep.images, group_id)
+        session_id = session.session_id or ""
+        ep.register = [ImageEntry(ref=r, source="question", turn=None, in_context=True) for r in refs]
+        try:
+            ep.prompt_ids = await self.ct_build_initial_tokens(
+                ep.messages, tools=native_tools, images=ep.images or None
+            )
+            ep.prompt_len = len(ep.prompt_ids)
+            await self._loop(ep, session, sampling_params, native_tools)
+        finally:
+            await session.close()
+        return self._output(ep, kwargs, session_id, group_id)
+
+    async def _loop(
+        self, ep: _Episode, session: ToolSession, sampling_params: dict[str, Any], native_tools: Any
+    ) -> None:
+        s = self.settings
+        request_id = uuid4().hex
+        for turn in range(s.max_turns):
+            final = turn == s.max_turns - 1
+            if final and not await self._append_context(
+                ep, [{"role": "user", "content": s.final_turn_text()}], native_tools
+            ):
+                ep.termination = "context"
+                return
+            start = len(ep.mask)
+            with simple_timer("generate_sequences", ep.metrics):
+                out = await self.server_manager.generate(
+                    request_id=request_id,
+                    prompt_ids=ep.prompt_ids,
+                    sampling_params=sampling_params,
+                    image_data=ep.images or None,
+                )
+            self._merge_server_fields(ep, out.extra_fields or {})
+            merged, ep.mask, logprobs = await self.ct_merge_assistant_token(
+                ep.prompt_ids,
+                out.token_ids,
+                ep.mask,
+                ep.logprobs if (ep.logprobs or out.log_probs) else None,
+                assistant_logprobs=out.log_probs or None,
+            )
+            ep.prompt_ids = merged.token_ids
+            ep.logprobs = logprobs or []
+            span = _generated_span(ep.mask, start)
+            text = self.tokenizer.decode(out.token_ids, skip_special_tokens=True)
+            parsed = parse_turn(self.protocol, text, max_calls=s.max_parallel_calls)
+            base = {"index": turn, "span": span, "text": text, "tools_enabled": not final}
+
+            if parsed.answer is not None:
+                ep.answer, ep.termination = parsed.answer, "answer"
+                ep.turns.append(TurnRecord(**base, outcome="answer"))
+                return
+            if len(ep.mask) >= s.response_budget:
+                ep.termination = "response_length"
+                ep.turns.append(TurnRecord(**base, outcome="no_action", error_type="response_length"))
+                return
+            if final:  # tools are disabled: a call here is not run, and there is no answer
+                error = parsed.error.type if parsed.error else "tools_disabled"
+                ep.turns.append(TurnRecord(**base, outcome="no_action", error_class="agent", error_type=error))
+                return
+
+            ep.messages.append(self._assistant_message(text, parsed.calls))
+            if parsed.error is not None:
+                outcomes = [
+                    CallOutcome(
+                        False,
+                        f"Error ({parsed.error.type}): {parsed.error.message}",
+                        error_class="agent",
+                        error_type=parsed.error.type,
+                    )
+                ]
+                calls: list[ToolCall] = []
+            else:
+                calls = parsed.calls
+                with simple_timer("tool_calls", ep.metrics):
+                    outcomes = await asyncio.gather(*(session.call(c, turn) for c in calls))
+            record = self._turn_record(ep, base, calls, outcomes, parsed.error)
+            ep.error_streak = ep.error_streak + 1 if record.error_class else 0
+            streak_over = s.max_consecutive_errors is not None and ep.error_streak >= s.max_consecutive_errors
+            delivered = not streak_over and await self._append_context(
+                ep,
+                [self._tool_message(o, s) for o in outcomes],
+                native_tools,
+                new_images=[im for o in outcomes for _, im in o.images],
+            )
+            if not delivered:
+                record = record.model_copy(update={"observation_delivered_to_policy": False})
+            ep.turns.append(record)
+            if delivered:
+                for call, o in zip(calls, outcomes):
+                    ep.register += [
+                        ImageEntry(ref=ref, source=call.name, turn=turn, in_context=True) for ref, _ in o.images
+                    ]
+            if streak_over:
+                ep.termination = "agent_errors" if record.error_class == "agent" else "tool_errors"
+                ep.ended_by = record.error_class
+                return
+            if not delivered:
+                ep.termination = "context"
+                return
+
+    async def _append_context(
+        self, ep: _Episode, new_messages: list[dict[str, Any]], native_tools: Any, new_images: list[Any] = ()
+    ) -> bool:
+        """Render ``new_messages`` after the stream; False (state untouched) when they do not fit the budget."""
+        if new_images:
+            self._assert_mm_supported(True)
+        previous = list(ep.messages)
+        updated = previous + new_messages
+        merged, mask, logprobs = await self.ct_merge_context_msg(
+            previous, updated, ep.prompt_ids, ep.mask, ep.logprobs or None, tools=native_tools
+        )
+        if len(mask) >= self.settings.response_budget:
+            return False
+        ep.messages, ep.prompt_ids, ep.mask = updated, merged.token_ids, mask
+        if ep.logprobs:
+            ep.logprobs = logprobs or []
+        ep.images.extend(new_images)
+        ep.context_turns += 1
+        return True
+
+    def _assistant_message(self, text: str, calls: list[ToolCall]) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if calls and self.protocol == "neos":
+            message["content"] = text.split("<tool_call>")[0].strip()
+            message["tool_calls"] = [
+                {"type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls
+            ]
+        return message
+
+    @staticmethod
+    def _tool_message(outcome: CallOutcome, s: EpisodeSettings) -> dict[str, Any]:
+        text = truncate(outcome.text, s.max_observation_chars, s.truncate_side)
+        if not outcome.images:
+            return {"role": "tool", "content": text}
+        content: list[dict[str, Any]] = []
+        for ref, image in outcome.images:
+            content += [{"type": "text", "text": f"{ref}:"}, {"type": "image", "image": image}]
+        content.append({"type": "text", "text": text})
+        return {"role": "tool", "content": content}
+
+    def _turn_record(
+        self, ep: _Episode, base: dict[str, Any], calls: list[ToolCall], outcomes: list[CallOutcome], format_error: Any
+    ) -> TurnRecord:
+        s = self.settings
+        records = []
+        for call, o in zip(calls, outcomes):
+            versions = [m["version"] for m in o.mei]
+            if versions and ep.mei_version is None:
+                ep.mei_version = versions[0]
+            records.append(
+                CallRecord(
+                    tool_name=call.name,
+                    arguments=call.arguments,
+                    ok=o.ok,
+                    error_class=o.error_class,
+                    error_type=o.error_type,
+                    observation=truncate(o.text, s.max_observation_chars, s.truncate_side),
+                    images_added=[ref for ref, _ in o.images],
+                    latency_s=o.latency_s,
+                    mei_call_ids=[m["call_id"] for m in o.mei],
+                    mei_versions=versions,
+                    cached=o.cached,
+                )
+            )
+        if format_error is not None:
+            return TurnRecord(**base, outcome="no_action", error_class="agent", error_type=format_error.type)
+        failed = next((r for r in records if not r.ok), None)
+        if failed is None:
+            return TurnRecord(**base, outcome="call_ok", calls=records)
+        return TurnRecord(
+            **base, outcome="call_error", calls=records, error_class=failed.error_class, error_type=failed.error_type
+        )
+
+    @staticmethod
+    def _merge_server_fields(ep: _Episode, fields: dict[str, Any]) -> None:
+        """The server's per-generation fields (global_steps, min/max_global_steps) as verl's ToolAgentLoop keeps them:
+        the first call's, with ``max_global_steps`` updated by later calls (the v1 trainer's staleness tags)."""
+        if not ep.extra:
+            ep.extra.update(fields)
+        elif fields.get("max_global_steps") is not None:
+            ep.extra["max_global_steps"] = fields["max_global_steps"]
+
+    def _output(self, ep: _Episode, kwargs: dict[str, Any], session_id: str, group_id: str | None) -> AgentLoopOutput:
+        budget = self.settings.response_budget
+        response_ids = ep.prompt_ids[ep.prompt_len :][:budget]
+        turns = [t.model_copy(update={"span": (min(t.span[0], budget), min(t.span[1], budget))}) for t in ep.turns]
+        record = TrajectoryRecord(
+            protocol=self.protocol,
+            question=_question_text(kwargs["raw_prompt"]),
+            session_id=session_id or None,
+            group_id=str(kwargs["uid"]) if kwargs.get("uid") is not None else group_id,
+            mei_version=ep.mei_version,
+            termination_reason=ep.termination,
+            error_class_ended=ep.ended_by,
+            final_answer=ep.answer,
+            images=ep.register,
+            turns=turns,
+        )
+        extra = {**ep.extra, "termination_reason": ep.termination, RECORD_KEY: record.model_dump(mode="json")}
+        return AgentLoopOutput(
+            prompt_ids=ep.prompt_ids[: ep.prompt_len],
+            response_ids=response_ids,
+            response_mask=ep.mask[:budget],
+            response_logprobs=ep.logprobs[:budget] if ep.logprobs else None,
+            multi_modal_data={"images": ep.images} if ep.images else {},
+            num_turns=len(ep.turns) + ep.context_turns + 1,  # as verl's ToolAgentLoop counts: + the prompt
+            metrics=ep.metrics,
+            extra_fields=extra,
+        )
+
+
+def _generated_span(mask: list[int], start: int) -> tuple[int, int]:
+    """[first, last+1) of the 1s the assistant merge appended at or after ``start`` (empty span if none)."""
+    ones = [i for i in range(start, len(mask)) if mask[i]]
+    return (ones[0], ones[-1] + 1) if ones else (len(mask), len(mask))
+
+
+def _question_text(raw_prompt: Any) -> str:
+    for message in reversed(list(raw_prompt)):
+        if message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, str):
+                return content
+            return " ".join(c.get("text", "") for c in content or [] if isinstance(c, dict) and c.get("type") == "text")
+    return ""
+
+
+@register("neos_search_agent")
+class NeosSearchAgentLoop(SearchAgentLoop):
+    """Neos: native function calls, one call or a plain-text answer per turn, 50 turns."""
+
+    protocol = "neos"
+
+
+@register("modalsearch_react_agent")
+class ModalSearchReActAgentLoop(SearchAgentLoop):
+    """ModalSearcher: ReAct ``<think>`` + ``<tool_call>``/``<answer>``, 46 turns, 3 consecutive errors end it."""
+
+    protocol = "modalsearch"

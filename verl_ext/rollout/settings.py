@@ -1,0 +1,75 @@
+"""Episode settings of the search agent loops, resolved from verl's own keys and ours (no verl import).
+
+Where verl already has a key, the loop reads it (``rollout.multi_turn.max_assistant_turns``, ``max_parallel_calls``,
+``max_tool_response_length``, ``tool_response_truncate_side``, ``rollout.response_length``). Ours live under verl's
+extension point ``actor_rollout_ref.rollout.custom.neos_rollout`` (a plain dict), and an ``agent_loop_config_path``
+entry may override any of them as constructor keywords. Per-protocol defaults are the papers': Neos 50 turns, no
+error streak rule; ModalSearcher 46 turns, 3 consecutive errors end the episode, tool results cached per group.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from verl_ext.rollout.prompts import final_turn_instruction
+from verl_ext.rollout.protocols import Protocol
+
+CUSTOM_KEY = "neos_rollout"
+URL_ENV = "NEOS_TOOL_SERVER_URL"
+
+_PROTOCOL_DEFAULTS: dict[str, dict[str, Any]] = {
+    "neos": {"max_turns": 50, "max_consecutive_errors": None, "group_cache": False},
+    "modalsearch": {"max_turns": 46, "max_consecutive_errors": 3, "group_cache": True},
+}
+
+
+class EpisodeSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    protocol: Protocol
+    tool_server_url: str = Field(min_length=1)
+    max_turns: int = Field(ge=1)  # assistant turns; the last one has tools disabled
+    max_parallel_calls: int = Field(1, ge=1)  # calls allowed in one turn (both papers: 1)
+    max_observation_chars: int = Field(8192, ge=16)  # verl's multi_turn.max_tool_response_length
+    truncate_side: Literal["left", "right", "middle"] = "middle"
+    call_timeout_s: float = Field(120.0, gt=0)
+    max_concurrent_calls: int = Field(256, ge=1)  # tool calls in flight per worker process, all episodes together
+    max_consecutive_errors: int | None = Field(None, ge=1)
+    group_cache: bool = False  # open sessions with the group uid: rollouts of one question share tool results
+    response_budget: int = Field(ge=1)  # response tokens (verl pads to rollout.response_length)
+    final_instruction: str = ""  # appended before the last turn; "" means the protocol's default
+    system_prompt: str | None = None  # None: the protocol's default when the dataset prompt has no system message
+
+    def final_turn_text(self) -> str:
+        return self.final_instruction or final_turn_instruction(self.protocol)
+
+
+def resolve_settings(
+    protocol: Protocol, rollout_config: Mapping[str, Any], overrides: Mapping[str, Any]
+) -> EpisodeSettings:
+    """verl's keys, then ``rollout.custom.neos_rollout``, then constructor ``overrides``; unknown keys fail."""
+    multi_turn = rollout_config.get("multi_turn") or {}
+    values: dict[str, Any] = {"protocol": protocol, **_PROTOCOL_DEFAULTS[protocol]}
+    if multi_turn.get("max_assistant_turns"):
+        values["max_turns"] = multi_turn["max_assistant_turns"]
+    for ours, theirs in (
+        ("max_parallel_calls", "max_parallel_calls"),
+        ("max_observation_chars", "max_tool_response_length"),
+        ("truncate_side", "tool_response_truncate_side"),
+    ):
+        if multi_turn.get(theirs) is not None:
+            values[ours] = multi_turn[theirs]
+    values["response_budget"] = rollout_config.get("response_length")
+    if os.environ.get(URL_ENV):
+        values["tool_server_url"] = os.environ[URL_ENV]
+    values.update(dict((rollout_config.get("custom") or {}).get(CUSTOM_KEY) or {}))
+    values.update(overrides)
+    if "tool_server_url" not in values:
+        raise ValueError(
+            f"no tool server URL: set actor_rollout_ref.rollout.custom.{CUSTOM_KEY}.tool_server_url or ${URL_ENV}"
+        )
+    return EpisodeSettings.model_validate(values)

@@ -1,0 +1,139 @@
+"""The episode's view of the tool server: one session, schema-checked calls, errors classified by whose fault.
+
+Shared per worker process (verl builds a new agent loop per sample): the HTTP pool, the tool schemas with their
+compiled validators, and the semaphore that bounds tool calls in flight across all episodes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+from PIL import Image
+
+from verl_ext.rollout.protocols import Protocol, ToolCall
+from verl_ext.tools.client import ToolCallError, ToolServerError, png_base64, shared_client
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCatalog:
+    schemas: list[dict[str, Any]]  # OpenAI function schemas, as the server lists them
+    validators: dict[str, jsonschema.protocols.Validator]
+
+    def check(self, call: ToolCall) -> tuple[str, str] | None:
+        """``(error_type, message)`` when the call cannot be valid, else None."""
+        validator = self.validators.get(call.name)
+        if validator is None:
+            return "unknown_tool", f"unknown tool {call.name!r}; available: {', '.join(self.validators)}"
+        error = next(iter(validator.iter_errors(call.arguments)), None)
+        if error is None:
+            return None
+        where = "/".join(str(p) for p in error.absolute_path) or "arguments"
+        return "invalid_arguments", f"{call.name}: {where}: {error.message}"
+
+
+@dataclass(slots=True)
+class CallOutcome:
+    ok: bool
+    text: str
+    images: list[tuple[str, Image.Image]] = field(default_factory=list)  # (register ref, pixels) new this call
+    error_class: str | None = None  # "agent" | "tool"
+    error_type: str | None = None
+    latency_s: float = 0.0
+    mei: list[dict[str, str]] = field(default_factory=list)
+    cached: bool = False
+
+
+_CATALOGS: dict[tuple[str, str], ToolCatalog] = {}
+_CATALOG_LOCKS: dict[tuple[str, str, int], asyncio.Lock] = {}
+_SEMAPHORES: dict[tuple[int, int], asyncio.Semaphore] = {}
+
+
+async def tool_catalog(base_url: str, protocol: Protocol, timeout_s: float) -> ToolCatalog:
+    """The protocol's tools from ``GET /v1/tools``, fetched once per process."""
+    key = (base_url, protocol)
+    if key in _CATALOGS:
+        return _CATALOGS[key]
+    lock = _CATALOG_LOCKS.setdefault((*key, id(asyncio.get_running_loop())), asyncio.Lock())
+    async with lock:
+        if key not in _CATALOGS:
+            schemas = await shared_client(base_url, timeout_s).list_tools(protocol)
+            validators = {}
+            for schema in schemas:
+                params = schema["function"]["parameters"]
+                validators[schema["function"]["name"]] = jsonschema.validators.validator_for(params)(params)
+            _CATALOGS[key] = ToolCatalog(schemas, validators)
+    return _CATALOGS[key]
+
+
+def _semaphore(limit: int) -> asyncio.Semaphore:
+    key = (id(asyncio.get_running_loop()), limit)
+    if key not in _SEMAPHORES:
+        _SEMAPHORES[key] = asyncio.Semaphore(limit)
+    return _SEMAPHORES[key]
+
+
+def _decode_png(data: bytes) -> Image.Image:
+    with Image.open(io.BytesIO(data)) as im:
+        return im.convert("RGB")
+
+
+class ToolSession:
+    """One episode's session on the tool server (its visual register lives there)."""
+
+    def __init__(self, base_url: str, catalog: ToolCatalog, *, timeout_s: float, max_in_flight: int) -> None:
+        self.client = shared_client(base_url, timeout_s)
+        self.catalog = catalog
+        self.max_in_flight = max_in_flight
+        self.session_id: str | None = None
+
+    async def open(self, question_images: Sequence[Image.Image], group_id: str | None) -> list[str]:
+        """Registers the question images (as PNG, the pixels the policy sees) as img_1..; returns their refs."""
+        pngs = await asyncio.to_thread(lambda: [png_base64(im) for im in question_images])
+        info = await self.client.open_session(pngs, group_id=group_id)
+        self.session_id = info.session_id
+        return info.images
+
+    async def close(self) -> None:
+        if self.session_id is not None:
+            session_id, self.session_id = self.session_id, None
+            try:
+                await self.client.close_session(session_id)
+            except ToolServerError:
+                pass  # the server's session TTL reaps what a failed delete leaves
+
+    async def call(self, call: ToolCall, turn: int) -> CallOutcome:
+        problem = self.catalog.check(call)
+        if problem is not None:
+            return CallOutcome(False, f"Error ({problem[0]}): {problem[1]}", error_class="agent", error_type=problem[0])
+        start = time.perf_counter()
+        try:
+            async with _semaphore(self.max_in_flight):
+                result = await self.client.call(
+                    self.session_id, call.name, call.arguments, turn=turn, include_pixels=True
+                )
+        except ToolCallError as e:  # 4xx: the arguments or references were wrong
+            return CallOutcome(
+                False,
+                f"Error ({e.type}): {e.message}",
+                error_class="agent",
+                error_type=e.type,
+                latency_s=time.perf_counter() - start,
+            )
+        except ToolServerError as e:  # timeouts, refused connections, 5xx
+            return CallOutcome(
+                False,
+                f"Error: the tool is unavailable ({e.type}); try again or continue differently.",
+                error_class="tool",
+                error_type=e.type,
+                latency_s=time.perf_counter() - start,
+            )
+        images = await asyncio.to_thread(lambda: [(i.ref, _decode_png(i.png)) for i in result.images if i.png])
+        return CallOutcome(
+            True, result.text, images, latency_s=time.perf_counter() - start, mei=result.mei, cached=result.cached
+        )
