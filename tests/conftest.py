@@ -44,3 +44,29 @@ def small_world() -> Path:
             shutil.rmtree(stale, ignore_errors=True)
         build("small", path, cache=cache.root, adapters=names, progress=bool(os.environ.get("NEOS_WORLD_PROGRESS")))
     return path
+
+
+@pytest.fixture(scope="session")
+def tiny_vl_model_dir() -> Path:
+    """HF directory of the tiny Qwen2.5-VL (hf_model_type ``qwen2_5_vl``), built once into the source cache
+    (``~/.cache/neos-world/models/``) and reused until ``verl_ext/models`` or the tokenizer package changes."""
+    from verl_ext.models.tiny_vl import cached_tiny_qwen_vl
+
+    return cached_tiny_qwen_vl()
+
+
+@pytest.fixture(scope="session")
+def tiny_vl_processor(tiny_vl_model_dir: Path):
+    """The model's ``Qwen2_5_VLProcessor`` (tokenizer at ``.tokenizer``, VL chat template set)."""
+    from transformers import AutoProcessor
+
+    return AutoProcessor.from_pretrained(tiny_vl_model_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_vl_model(tiny_vl_model_dir: Path):
+    """The model loaded once (float32, CPU, eval): share it across ``TransformersGenerateClient`` instances."""
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    return AutoModelForImageTextToText.from_pretrained(tiny_vl_model_dir, dtype=torch.float32).eval()

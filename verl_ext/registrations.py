@@ -26,6 +26,8 @@ REGISTRATIONS: tuple[Registration, ...] = (
     Registration("omegaconf_resolver", "neos_path", "verl_ext.config"),
     Registration("reward_manager", "neos_answer_judge", "verl_ext.reward.managers"),
     Registration("reward_manager", "modalsearch_reward", "verl_ext.reward.managers"),
+    Registration("agent_loop", "neos_search_agent", "verl_ext.rollout.agent_loop"),
+    Registration("agent_loop", "modalsearch_react_agent", "verl_ext.rollout.agent_loop"),
 )
 
 

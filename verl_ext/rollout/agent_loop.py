@@ -83,6 +83,17 @@ class SearchAgentLoop(AgentLoopBase):
         super().__init__(*args, **kwargs)
         self.settings = resolve_settings(self.protocol, self.rollout_config, overrides)
 
+    def _cap_text_prompt_length(self, prompt_ids: list[int]) -> list[int]:
+        """verl left-truncates an over-long text prompt with a warning; here that would cut the system prompt and
+        the tool schemas, so it is a configuration error."""
+        limit = self.rollout_config.prompt_length
+        if len(prompt_ids) > limit:
+            raise ValueError(
+                f"the {self.protocol} prompt (system prompt, tool schemas, question) is {len(prompt_ids)} tokens but "
+                f"actor_rollout_ref.rollout.prompt_length={limit}: raise prompt_length"
+            )
+        return prompt_ids
+
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         s = self.settings
         catalog = await tool_catalog(s.tool_server_url, self.protocol, s.call_timeout_s)

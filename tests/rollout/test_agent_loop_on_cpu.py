@@ -1,0 +1,322 @@
+"""The search agent loops end to end on CPU: verl's registry and Continuous Token builder, the tiny Qwen2.5-VL with
+the real Qwen tokenizer and processor (``TransformersGenerateClient``), and a real tool server on the small world.
+
+Most tests script the words the model writes (``forced``: a test device of the generate client; the scripted
+tokens still go through a real forward pass with the images), because a random model never writes a valid call;
+``test_a_random_model_*`` lets the model write freely.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import hydra
+import numpy as np
+import pytest
+import torch
+from aiohttp.test_utils import TestServer
+from omegaconf import OmegaConf
+from verl.experimental.agent_loop.agent_loop import (
+    AgentLoopOutput,
+    AgentLoopWorker,
+    DictConfigWrap,
+    ToolListWrap,
+    _agent_loop_registry,
+)
+from verl.utils.dataset.rl_dataset import RLHFDataset
+
+from tool_server.app import ServerSettings, create_app
+from tool_server.cache import TieredCache
+from tool_server.mei import MEIConfig, build_interface
+from tool_server.offline.world import OfflineWorld
+from verl_ext.models.tiny_vl import HF_MODEL_TYPE
+from verl_ext.rollout.hf_generate import GenerateCall, TransformersGenerateClient
+from verl_ext.rollout.prompts import final_turn_instruction
+from verl_ext.rollout.record import RECORD_KEY, TrajectoryRecord
+from verl_ext.tools.client import close_shared_clients
+
+ORIGIN = "https://neos-world.invalid"
+
+
+def call(name: str, **arguments) -> str:
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+
+
+def react(name: str, **arguments) -> str:
+    return "<think>next step</think>" + call(name, **arguments)
+
+
+@pytest.fixture(scope="module")
+def world(small_world):
+    w = OfflineWorld.load(small_world, cache_dir=small_world.parent.parent / "tool-server")
+    yield w
+    w.close()
+
+
+@pytest.fixture(scope="module")
+def processor(tiny_vl_processor):
+    return tiny_vl_processor
+
+
+@pytest.fixture
+async def server(world, tmp_path):
+    app = create_app(
+        world=world,
+        mei=build_interface(MEIConfig(log_path=tmp_path / "mei.jsonl", ocr=False)),
+        cache=TieredCache.from_config(memory_items=1000),
+        settings=ServerSettings(max_register_images=64),
+    )
+    server = TestServer(app)
+    await server.start_server()
+    yield server
+    await close_shared_clients()
+    await server.close()
+
+
+def url_of(server: TestServer) -> str:
+    return str(server.make_url("")).rstrip("/")
+
+
+def scripted(*turns: str) -> Callable[[GenerateCall], str | None]:
+    """Every episode writes ``turns`` in order (keyed by the episode's request id); None after: the model writes."""
+    seen: dict[str, int] = {}
+
+    def forced(c: GenerateCall) -> str | None:
+        i = seen[c.request_id] = seen.get(c.request_id, -1) + 1
+        return turns[i] if i < len(turns) else None
+
+    return forced
+
+
+def make_loop(agent: str, model_dir: Path, client, url: str, *, response_length=4096, **custom):
+    config = OmegaConf.create(
+        {
+            "actor_rollout_ref": {
+                "rollout": {
+                    "prompt_length": 2048,
+                    "response_length": response_length,
+                    "multi_turn": {"max_tool_response_length": 4000},
+                    "custom": {"neos_rollout": {"tool_server_url": url, **custom}},
+                }
+            },
+            "data": {},
+        }
+    )
+    processor = client.processor
+    return hydra.utils.instantiate(
+        _agent_loop_registry[agent],
+        trainer_config=DictConfigWrap(config),
+        server_manager=client,
+        tokenizer=processor.tokenizer,
+        processor=processor,
+        dataset_cls=RLHFDataset,
+        data_config=DictConfigWrap(config.data),
+        hf_model_type=HF_MODEL_TYPE,
+        tools=ToolListWrap([]),
+    )
+
+
+def question(world: OfflineWorld, text: str, image_id: str | None = "flag_fra") -> list[dict]:
+    content: list[dict] = []
+    if image_id:
+        content.append({"type": "image", "image": world.load_pixels(image_id, max_pixels=4_000_000)})
+    content.append({"type": "text", "text": text})
+    return [{"role": "user", "content": content}]
+
+
+async def run(loop, raw_prompt, uid="q1") -> tuple[AgentLoopOutput, TrajectoryRecord]:
+    out = await loop.run(
+        {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True}, raw_prompt=raw_prompt, uid=uid
+    )
+    return out, TrajectoryRecord.model_validate(out.extra_fields[RECORD_KEY])
+
+
+def mask_runs(mask: Sequence[int]) -> list[tuple[int, int]]:
+    runs, start = [], None
+    for i, m in enumerate([*mask, 0]):
+        if m and start is None:
+            start = i
+        elif not m and start is not None:
+            runs.append((start, i))
+            start = None
+    return runs
+
+
+def assert_well_formed(out: AgentLoopOutput, record: TrajectoryRecord, tokenizer) -> None:
+    """Lengths agree, the mask is 1 exactly on each turn's generated tokens, and each span decodes to its turn."""
+    assert len(out.response_ids) == len(out.response_mask) == len(out.response_logprobs)
+    assert set(out.response_mask) <= {0, 1}
+    assert np.isfinite(out.response_logprobs).all()
+    assert mask_runs(out.response_mask) == [t.span for t in record.turns]
+    for turn in record.turns:
+        assert tokenizer.decode(out.response_ids[slice(*turn.span)], skip_special_tokens=True) == turn.text
+    assert out.extra_fields["termination_reason"] == record.termination_reason
+
+
+async def test_images_loaded_at_turn_k_are_in_every_later_generate_call_and_in_the_training_inputs(
+    tiny_vl_model_dir, tiny_vl_model, processor, server, world
+):
+    script = scripted(
+        call("FetchImage", urls=[f"{ORIGIN}/media/flag_mex.png"]),
+        call("CropImage", crop_config={"img_2": [0, 0, 500, 500]}),
+        call("TextSearch", query=["flag of Mexico"]),
+        "Mexico",
+    )
+    client = TransformersGenerateClient(tiny_vl_model, processor, max_new_tokens=64, forced=script)
+    loop = make_loop("neos_search_agent", tiny_vl_model_dir, client, url_of(server))
+    out, record = await run(loop, question(world, "Which country's flag has the emblem in the fetched image?"))
+
+    # What the model saw: the question image, then + the fetched image, then + its crop, at every later call.
+    assert [c.num_images for c in client.calls] == [1, 2, 3, 3]
+    merge = processor.image_processor.merge_size**2
+    for c in client.calls:
+        assert c.num_image_pad_tokens == sum(t * h * w for t, h, w in c.image_grid_thw) // merge
+    assert client.calls[1].image_grid_thw[:1] == client.calls[3].image_grid_thw[:1]  # img_1 is the same image
+
+    assert record.termination_reason == "answer" and record.final_answer == "Mexico"
+    assert [t.outcome for t in record.turns] == ["call_ok", "call_ok", "call_ok", "answer"]
+    assert [(i.ref, i.source, i.turn) for i in record.images] == [
+        ("img_1", "question", None),
+        ("img_2", "FetchImage", 0),
+        ("img_3", "CropImage", 1),
+    ]
+    assert record.turns[0].calls[0].images_added == ["img_2"]
+    assert_well_formed(out, record, processor.tokenizer)
+
+    # The exported training inputs (verl's own postprocessing) carry all three images.
+    assert len(out.multi_modal_data["images"]) == 3
+    worker = object.__new__(AgentLoopWorker)  # only the processor-facing attributes of the real class
+    worker.processor, worker.tokenizer, worker.mm_processor_kwargs = processor, processor.tokenizer, {}
+    input_ids = torch.tensor([out.prompt_ids + out.response_ids])
+    inputs = worker._compute_multi_modal_inputs(out, input_ids)
+    assert inputs["image_grid_thw"].shape[0] == 3
+    assert tuple(map(tuple, inputs["image_grid_thw"].tolist())) == client.calls[-1].image_grid_thw
+
+
+@pytest.mark.parametrize("agent", ["neos_search_agent", "modalsearch_react_agent"])
+async def test_a_random_model_still_yields_a_well_formed_output(
+    tiny_vl_model_dir, tiny_vl_model, processor, server, world, agent
+):
+    client = TransformersGenerateClient(tiny_vl_model, processor, max_new_tokens=24, seed=3)
+    loop = make_loop(agent, tiny_vl_model_dir, client, url_of(server), max_turns=4)
+    out, record = await run(loop, question(world, "What is shown?"))
+    assert_well_formed(out, record, processor.tokenizer)
+    assert 1 <= len(record.turns) <= 4
+    if agent == "modalsearch_react_agent":  # noise is never a well-formed ReAct turn: 3 format errors end it
+        assert record.termination_reason == "agent_errors" and record.error_class_ended == "agent"
+        assert [t.error_type for t in record.turns] == ["bad_format"] * 3
+
+
+async def test_bad_calls_become_observations_the_policy_sees_and_are_classified_agent_caused(
+    tiny_vl_model_dir, tiny_vl_model, processor, server, world
+):
+    script = scripted(
+        "<tool_call>{not json}</tool_call>",
+        call("WebSearch", query=["x"]),
+        call("TextSearch", query="not a list"),
+        call("CropImage", crop_config={"img_9": [0, 0, 10, 10]}),
+        "France",
+    )
+    client = TransformersGenerateClient(tiny_vl_model, processor, max_new_tokens=64, forced=script)
+    loop = make_loop("neos_search_agent", tiny_vl_model_dir, client, url_of(server))
+    out, record = await run(loop, question(world, "Which country?"))
+    assert [(t.outcome, t.error_class, t.error_type) for t in record.turns[:4]] == [
+        ("no_action", "agent", "malformed_call"),
+        ("call_error", "agent", "unknown_tool"),
+        ("call_error", "agent", "invalid_arguments"),
+        ("call_error", "agent", record.turns[3].calls[0].error_type),  # the server's 4xx type for an unknown ref
+    ]
+    assert record.turns[3].calls[0].error_type and record.turns[3].calls[0].latency_s > 0
+    assert record.termination_reason == "answer"  # Neos has no error-streak rule
+    tokenizer = processor.tokenizer
+    for before, after in zip(record.turns[:4], client.calls[1:5]):
+        seen = tokenizer.decode(after.prompt_ids[-200:])
+        assert "Error (" in seen, f"turn {before.index}'s error never reached the policy"
+    assert_well_formed(out, record, tokenizer)
+
+
+async def test_three_consecutive_tool_failures_end_a_modalsearch_episode_as_tool_errors(
+    tiny_vl_model_dir, tiny_vl_model, processor, server, world
+):
+    event_loop = asyncio.get_running_loop()
+
+    def forced(c: GenerateCall) -> str:
+        if len(client.calls) == 1:  # after the session is open: the tool server goes away
+            asyncio.run_coroutine_threadsafe(server.close(), event_loop).result(timeout=30)
+        return react("t2t_search", query="flag of France")
+
+    client = TransformersGenerateClient(tiny_vl_model, processor, max_new_tokens=64, forced=forced)
+    loop = make_loop("modalsearch_react_agent", tiny_vl_model_dir, client, url_of(server))
+    out, record = await run(loop, question(world, "Which country?"))
+    assert record.termination_reason == "tool_errors" and record.error_class_ended == "tool"
+    assert [(t.outcome, t.error_class) for t in record.turns] == [("call_error", "tool")] * 3
+    assert record.turns[-1].observation_delivered_to_policy is False  # the episode ended on it
+    assert_well_formed(out, record, processor.tokenizer)
+
+
+async def test_the_last_turn_disables_tools_and_asks_for_an_answer(
+    tiny_vl_model_dir, tiny_vl_model, processor, server, world
+):
+    script = scripted(call("TextSearch", query=["France"]), call("TextSearch", query=["again"]))
+    client = TransformersGenerateClient(tiny_vl_model, processor, max_new_tokens=64, forced=script)
+    loop = make_loop("neos_search_agent", tiny_vl_model_dir, client, url_of(server), max_turns=2)
+    out, record = await run(loop, question(world, "Which country?"))
+    assert final_turn_instruction("neos") in processor.tokenizer.decode(client.calls[1].prompt_ids)
+    assert final_turn_instruction("neos") not in processor.tokenizer.decode(client.calls[0].prompt_ids)
+    assert record.termination_reason == "max_turns"
+    assert [(t.outcome, t.tools_enabled, t.error_type) for t in record.turns] == [
+        ("call_ok", True, None),
+        ("no_action", False, "tools_disabled"),
+    ]
+    assert len(client.calls) == 2  # the disabled call was not run: no third turn
+    assert_well_formed(out, record, processor.tokenizer)
+
+
+async def test_an_observation_that_does_not_fit_is_withheld_and_ends_the_episode(
+    tiny_vl_model_dir, tiny_vl_model, processor, server, world
+):
+    script = scripted(call("TextSearch", query=["France", "Paris", "Mexico"]), "never reached")
+    client = TransformersGenerateClient(tiny_vl_model, processor, max_new_tokens=64, forced=script)
+    loop = make_loop("neos_search_agent", tiny_vl_model_dir, client, url_of(server), response_length=200)
+    out, record = await run(loop, question(world, "Which country?"))
+    assert record.termination_reason == "context"
+    assert record.turns[0].observation_delivered_to_policy is False
+    assert record.turns[0].calls[0].ok  # the tool ran; only its result did not fit
+    assert len(client.calls) == 1 and len(out.response_ids) <= 200
+    assert sum(out.response_mask) == len(out.response_ids)  # nothing but the generated call is in the response
+    assert_well_formed(out, record, processor.tokenizer)
+
+
+async def test_modalsearch_rollouts_of_one_group_share_tool_results(
+    tiny_vl_model_dir, tiny_vl_model, processor, server, world
+):
+    script = scripted(react("t2t_search", query="capital of France"), "<think>done</think><answer>Paris</answer>")
+    client = TransformersGenerateClient(tiny_vl_model, processor, max_new_tokens=64, forced=script)
+    cached = []
+    for uid in ("g1", "g1", "g2"):
+        loop = make_loop("modalsearch_react_agent", tiny_vl_model_dir, client, url_of(server))
+        _, record = await run(loop, question(world, "Capital?", image_id=None), uid=uid)
+        assert record.group_id == uid and record.final_answer == "Paris"
+        cached.append(record.turns[0].calls[0].cached)
+    assert cached == [False, True, False]
+
+
+async def test_episodes_overlap_while_tools_run(tiny_vl_model_dir, tiny_vl_model, processor, server, world):
+    """Turn-level asynchrony: 6 concurrent episodes finish, each with its own session and register."""
+    script = scripted(call("FetchImage", urls=[f"{ORIGIN}/media/flag_mex.png"]), "Mexico")
+    client = TransformersGenerateClient(tiny_vl_model, processor, max_new_tokens=64, forced=script)
+    loops = [make_loop("neos_search_agent", tiny_vl_model_dir, client, url_of(server)) for _ in range(6)]
+    results = await asyncio.gather(
+        *(run(loop, question(world, "Which country?"), uid=f"u{i}") for i, loop in enumerate(loops))
+    )
+    sessions = {record.session_id for _, record in results}
+    assert len(sessions) == 6
+    for out, record in results:
+        assert [i.ref for i in record.images] == ["img_1", "img_2"]  # no leakage between registers
+        assert_well_formed(out, record, processor.tokenizer)
+    # Generations of different episodes interleave: not all turns of one episode before the next starts.
+    order = [c.request_id for c in client.calls]
+    assert order[:6] != [order[0]] * 6 and len(set(order[:6])) > 1

@@ -1,0 +1,27 @@
+"""CLI: ``python -m verl_ext.models build --out DIR [--seed N] [--cache DIR]`` writes the tiny Qwen2.5-VL model."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from data_gen.world.sources import SourceCache
+from verl_ext.models.tiny_vl import HF_MODEL_TYPE, build_tiny_qwen_vl
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m verl_ext.models", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    build = sub.add_parser("build", help="write a tiny randomly initialised Qwen2.5-VL model directory")
+    build.add_argument("--out", type=Path, required=True, help="model directory to write (replaced if present)")
+    build.add_argument("--seed", type=int, default=0, help="weight initialisation seed")
+    build.add_argument(
+        "--cache", type=Path, default=None, help="source cache (default NEOS_WORLD_CACHE or ~/.cache/neos-world)"
+    )
+    args = parser.parse_args(argv)
+    path = build_tiny_qwen_vl(args.out, seed=args.seed, cache=SourceCache(args.cache) if args.cache else None)
+    print(f"{path} (hf_model_type={HF_MODEL_TYPE})")
+
+
+if __name__ == "__main__":
+    main()

