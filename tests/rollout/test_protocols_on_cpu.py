@@ -50,7 +50,9 @@ def test_neos_parallel_calls_when_allowed():
 
 
 def test_modalsearch_call_and_answer():
-    call = parse_modalsearch_turn('<think>look it up</think><tool_call>{"name": "t2t_search", "arguments": {"query": "x"}}</tool_call>')
+    call = parse_modalsearch_turn(
+        '<think>look it up</think><tool_call>{"name": "t2t_search", "arguments": {"query": "x"}}</tool_call>'
+    )
     assert call.calls == [ToolCall("t2t_search", {"query": "x"})]
     answer = parse_modalsearch_turn("<thinking>done</thinking>\n<answer> Paris </answer>\n")
     assert answer.answer == "Paris"

@@ -35,6 +35,7 @@ from verl_ext.rollout.record import (
     TurnRecord,
 )
 from verl_ext.rollout.settings import EpisodeSettings, resolve_settings
+from verl_ext.rollout.tokens import fast_text_renders, has_media
 from verl_ext.rollout.tool_backend import CallOutcome, ToolSession, tool_catalog
 
 
@@ -81,6 +82,7 @@ class SearchAgentLoop(AgentLoopBase):
         # ``tools``: verl hands every loop the tools of multi_turn.tool_config_path; ours come from the tool server.
         overrides = {k: kwargs.pop(k) for k in list(kwargs) if k in EpisodeSettings.model_fields}
         super().__init__(*args, **kwargs)
+        self.continuous_token_builder = fast_text_renders(self.continuous_token_builder)
         self.settings = resolve_settings(self.protocol, self.rollout_config, overrides)
 
     def _cap_text_prompt_length(self, prompt_ids: list[int]) -> list[int]:
@@ -93,6 +95,20 @@ class SearchAgentLoop(AgentLoopBase):
                 f"actor_rollout_ref.rollout.prompt_length={limit}: raise prompt_length"
             )
         return prompt_ids
+
+    async def ct_merge_context_msg(
+        self, previous_messages, updated_messages, runtime_token_ids, response_mask, response_logprobs=None, tools=None
+    ):
+        """verl's merge, run inline when the new messages carry no media: that render is a memo lookup or a
+        sub-millisecond tokenization (``tokens.py``), cheaper than the hop to a busy executor thread."""
+        if has_media(updated_messages[len(previous_messages) :]):
+            return await super().ct_merge_context_msg(
+                previous_messages, updated_messages, runtime_token_ids, response_mask, response_logprobs, tools=tools
+            )
+        builder = self.continuous_token_builder
+        merged = builder.merge_context_tokens(previous_messages, updated_messages, runtime_token_ids, tools=tools)
+        mask, logprobs = builder.align_response_metadata(merged, response_mask, response_logprobs)
+        return merged, mask, logprobs
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         s = self.settings

@@ -94,7 +94,7 @@ class ToolSession:
 
     async def open(self, question_images: Sequence[Image.Image], group_id: str | None) -> list[str]:
         """Registers the question images (as PNG, the pixels the policy sees) as img_1..; returns their refs."""
-        pngs = await asyncio.to_thread(lambda: [png_base64(im) for im in question_images])
+        pngs = await asyncio.to_thread(lambda: [png_base64(im) for im in question_images]) if question_images else []
         info = await self.client.open_session(pngs, group_id=group_id)
         self.session_id = info.session_id
         return info.images
@@ -133,7 +133,10 @@ class ToolSession:
                 error_type=e.type,
                 latency_s=time.perf_counter() - start,
             )
-        images = await asyncio.to_thread(lambda: [(i.ref, _decode_png(i.png)) for i in result.images if i.png])
+        pixels = [i for i in result.images if i.png]
+        # Decoding off the event loop, but only when there is something to decode: the default executor is busy
+        # with every episode's token renders, and a call without images should not queue behind them.
+        images = await asyncio.to_thread(lambda: [(i.ref, _decode_png(i.png)) for i in pixels]) if pixels else []
         return CallOutcome(
             True, result.text, images, latency_s=time.perf_counter() - start, mei=result.mei, cached=result.cached
         )

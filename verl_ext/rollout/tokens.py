@@ -1,0 +1,118 @@
+"""A faster text path for verl's VL Continuous Token builders: same tokens, a fraction of the cost per turn.
+
+verl's VL builders render every incremental observation twice through the processor (a synthetic
+system+user+assistant prefix, then prefix + the new messages) and diff the ids. For a message list without media
+the processor does nothing but tokenize, yet it pays for tensor conversion and a placeholder check that walks the
+ids one tensor at a time, and the constant synthetic prefix (with the tool schemas in its system block) is rendered
+and tokenized again on every turn. ``fast_text_renders`` keeps the builder and its boundary logic and changes only
+how a media-free render is done: the processor's own chat template to text, the processor's own tokenizer to ids,
+memoised per process. Renders with images still go through the processor unchanged.
+
+Identical by construction (the processor tokenizes media-free text with that same tokenizer), and checked: the first
+media-free render of each builder class is done both ways and the fast path is dropped for good if they differ.
+
+Second, the incremental renders (``render_delta_token_id``: synthetic prefix vs prefix + new messages) are done
+without the tool schemas. Chat templates put the tool list in the system block, which both renders share and the
+diff drops, so the delta is the same while the text to render and tokenize shrinks from thousands of tokens to the
+observation. Checked the same way, once per builder class and per kind (with or without media).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from verl.utils.tokenizer.chat_template import apply_chat_template
+
+log = logging.getLogger(__name__)
+
+_MEMO_ITEMS = 4096
+_memo: OrderedDict[str, list[int]] = OrderedDict()
+_lock = threading.Lock()  # renders run in the default executor's threads
+_verified: dict[type, bool] = {}
+_tools_free: dict[tuple[type, bool], bool] = {}
+_fast_classes: dict[type, type] = {}
+
+
+def has_media(messages: list[dict[str, Any]]) -> bool:
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list) and any(isinstance(c, dict) and c.get("type") != "text" for c in content):
+            return True
+    return False
+
+
+class _TextRenderMemo:
+    """Mixed in front of a VL builder class: overrides only the media-free case of ``render_tokens_with_mm``."""
+
+    def render_tokens_with_mm(
+        self, messages, images, *, videos=None, audios=None, add_generation_prompt=True, tools=None, mm_inputs_out=None
+    ) -> list[int]:
+        slow = super().render_tokens_with_mm  # type: ignore[misc]
+        kwargs = {"videos": videos, "audios": audios, "add_generation_prompt": add_generation_prompt, "tools": tools}
+        if images or videos or audios or mm_inputs_out is not None or has_media(messages):
+            return slow(messages, images, mm_inputs_out=mm_inputs_out, **kwargs)
+        if _verified.get(type(self)) is False:
+            return slow(messages, images, **kwargs)
+        key = json.dumps(
+            [id(self.processor), messages, tools, add_generation_prompt, self.chat_template_kwargs],
+            sort_keys=True,
+            default=str,
+        )
+        with _lock:
+            hit = _memo.get(key)
+            if hit is not None:
+                _memo.move_to_end(key)
+                return list(hit)
+        template_kwargs = dict(self.chat_template_kwargs)
+        if tools:
+            template_kwargs["tools"] = tools
+        text = apply_chat_template(
+            self.processor, messages, tokenize=False, add_generation_prompt=add_generation_prompt, **template_kwargs
+        )
+        ids = list(self.tokenizer(text)["input_ids"])
+        if type(self) not in _verified:
+            same = ids == slow(messages, images, **kwargs)
+            _verified[type(self)] = same
+            if not same:
+                log.warning("fast text renders differ from %s's processor renders; using the processor", type(self))
+                return slow(messages, images, **kwargs)
+        with _lock:
+            _memo[key] = ids
+            if len(_memo) > _MEMO_ITEMS:
+                _memo.popitem(last=False)
+        return list(ids)
+
+    def render_delta_token_id(self, prefix_messages, appended_messages, *, add_generation_prompt=False, tools=None):
+        slow = super().render_delta_token_id  # type: ignore[misc]
+        if not tools:
+            return slow(prefix_messages, appended_messages, add_generation_prompt=add_generation_prompt)
+        kind = (type(self), has_media(appended_messages))
+        if _tools_free.get(kind) is False:
+            return slow(prefix_messages, appended_messages, add_generation_prompt=add_generation_prompt, tools=tools)
+        delta = slow(prefix_messages, appended_messages, add_generation_prompt=add_generation_prompt)
+        if kind not in _tools_free:
+            full = slow(prefix_messages, appended_messages, add_generation_prompt=add_generation_prompt, tools=tools)
+            _tools_free[kind] = delta == full
+            if delta != full:
+                log.warning("%s renders observations differently with tool schemas; keeping them", type(self))
+                return full
+        return delta
+
+
+def fast_text_renders(builder: Any) -> Any:
+    """``builder`` with the fast media-free path, when it is a processor-backed VL builder; else unchanged.
+
+    The instance is kept (its tokenizer, processor and settings) and given a subclass of its own class that adds the
+    override, so verl's per-family boundary logic is untouched.
+    """
+    if getattr(builder, "processor", None) is None or not hasattr(builder, "render_tokens_with_mm"):
+        return builder
+    base = type(builder)
+    if base not in _fast_classes:
+        _fast_classes[base] = type(f"FastText{base.__name__}", (_TextRenderMemo, base), {})
+    builder.__class__ = _fast_classes[base]
+    return builder
