@@ -1,8 +1,11 @@
-"""Turn-credit batch path vs verl's own GRPO estimator on the same batch (4,096 x 8,192 tokens x 30 turns).
+"""Turn credit on a large batch (4,096 x 8,192 tokens x 30 turns) vs verl's own GRPO estimator on the same batch.
 
+Times the general token path (``batch_token_advantages`` on a token-turn array), the run path the estimator uses
+(``mask_runs`` + ``run_token_advantages`` on the bool mask), and the registered ``neos_turn_credit`` estimator end to
+end (int64 torch mask in, GRPO base via verl, labels -> Eq. 3 weights, torch advantages out).
 Run from the repository root, pinned to two cores:
     PYTHONPATH=. taskset -c 0,1 python bench/bench_credit.py [--dtype int16]
-Prints one line: median wall-clock (and CPU) milliseconds of both, and the ratio of the wall-clock medians.
+Prints one line: median wall-clock (and CPU) milliseconds of each.
 """
 
 from __future__ import annotations
@@ -14,9 +17,21 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
+from omegaconf import OmegaConf
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
-from verl_ext.credit import CreditParams, JudgeEvent, batch_token_advantages, turn_weights
+from verl_ext.advantage.estimator import compute_turn_credit_advantage
+from verl_ext.advantage.inputs import CreditRow, credit_inputs
+from verl_ext.credit import (
+    CreditLabels,
+    CreditParams,
+    JudgeEvent,
+    batch_token_advantages,
+    mask_runs,
+    run_token_advantages,
+    turn_weights,
+)
+from verl_ext.credit.labels import LabelEvent
 
 
 def make_token_turns(rng: np.random.Generator, bs: int, length: int, turns: int) -> np.ndarray:
@@ -72,13 +87,13 @@ def main() -> None:
     rng = np.random.default_rng(0)
 
     token_turn = make_token_turns(rng, args.batch, args.length, args.turns).astype(args.dtype)
-    response_mask = torch.from_numpy(token_turn >= 0).long()
+    response_mask = torch.from_numpy(token_turn >= 0).long()  # int64, as verl's response_mask
     last_token = args.length - 1 - np.argmax(token_turn[:, ::-1] >= 0, axis=1)
     rewards = rng.integers(0, 2, size=args.batch).astype(np.float32)
     rewards[:: args.group], rewards[1 :: args.group] = 1.0, 0.0  # every group has a success and a failure
     token_rewards = torch.zeros(args.batch, args.length)
     token_rewards[torch.arange(args.batch), torch.from_numpy(last_token)] = torch.from_numpy(rewards)
-    uid = np.repeat(np.arange(args.batch // args.group + 1), args.group)[: args.batch]
+    uid = np.array([f"g{i // args.group}" for i in range(args.batch)], dtype=object)
 
     grpo, _ = compute_grpo_outcome_advantage(token_rewards, response_mask, uid)
     base = grpo.gather(1, torch.from_numpy(last_token)[:, None])[:, 0].double().numpy()
@@ -90,18 +105,41 @@ def main() -> None:
         return [turn_weights(args.turns, e, p, params) if f else [] for f, (e, p) in zip(failed, assessments)]
 
     weights = all_turn_weights()
-    credit_ms, credit_cpu = timed(
-        lambda: batch_token_advantages(token_turn, weights, base, failed, params), args.repeat
-    )
+    mask = response_mask.numpy() != 0
+    token_ms, token_cpu = timed(lambda: batch_token_advantages(token_turn, weights, base, failed, params), args.repeat)
+    runs_ms, runs_cpu = timed(lambda: run_token_advantages(mask_runs(mask), weights, base, failed, params), args.repeat)
+
+    labels = [
+        CreditLabels(
+            assessed=True,
+            judge="bench",
+            num_turns=args.turns,
+            events=[LabelEvent(turn=e.turn, type=e.type, severity=e.severity, confidence=e.confidence) for e in ev],
+            productive=prod,
+        )
+        if f
+        else None
+        for f, (ev, prod) in zip(failed, assessments)
+    ]
+    rows = [CreditRow(str(u), label) for u, label in zip(uid, labels)]
+    config = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "neos_credit": {"ablation": "full"}})
+
+    def estimator() -> None:
+        with credit_inputs(rows):
+            compute_turn_credit_advantage(token_rewards, response_mask, index=uid, config=config)
+
+    est_ms, est_cpu = timed(estimator, max(1, args.repeat // 2))
     grpo_ms, grpo_cpu = timed(lambda: compute_grpo_outcome_advantage(token_rewards, response_mask, uid), args.repeat)
     floor_ms, _ = timed(lambda: np.ones((args.batch, args.length), dtype=np.float32), args.repeat)
     weights_ms, _ = timed(all_turn_weights, 3)
     print(
-        f"turn credit {args.batch}x{args.length}x{args.turns} ({args.dtype} turns): "
-        f"batch_token_advantages {credit_ms:.0f} ms "
-        f"(cpu {credit_cpu:.0f}) | verl compute_grpo_outcome_advantage {grpo_ms:.0f} ms (cpu {grpo_cpu:.0f}) | "
-        f"ratio {credit_ms / grpo_ms:.2f}x | writing a fresh float32 output alone {floor_ms:.0f} ms | "
-        f"turn_weights for {int(failed.sum())} failures {weights_ms:.0f} ms"
+        f"turn credit {args.batch}x{args.length}x{args.turns} ({int(failed.sum())} assessed failures), "
+        f"median ms (cpu ms): "
+        f"batch_token_advantages({args.dtype} token_turn) {token_ms:.0f} ({token_cpu:.0f}) | "
+        f"mask_runs+run_token_advantages {runs_ms:.0f} ({runs_cpu:.0f}) | "
+        f"neos_turn_credit estimator end to end {est_ms:.0f} ({est_cpu:.0f}) | "
+        f"verl compute_grpo_outcome_advantage {grpo_ms:.0f} ({grpo_cpu:.0f}) | "
+        f"fresh float32 output alone {floor_ms:.0f} | turn_weights for all failures {weights_ms:.0f}"
     )
 
 

@@ -35,7 +35,9 @@ def small_world() -> Path:
     needed = {wiki.SOURCE}.union(*(set(load_adapter(name).SOURCES) for name in names))
     resolved = cache.resolve_all(needed)
     key = hashlib.sha256(
-        ("\n".join(f"{n}={r.archive_sha256}" for n, r in sorted(resolved.items())) + _code_digest() + ",".join(names)).encode()
+        (
+            "\n".join(f"{n}={r.archive_sha256}" for n, r in sorted(resolved.items())) + _code_digest() + ",".join(names)
+        ).encode()
     ).hexdigest()[:20]
     path = cache.root / "worlds" / f"small-{key}"
     if not (path / "manifest.json").is_file():
@@ -70,3 +72,25 @@ def tiny_vl_model(tiny_vl_model_dir: Path):
     from transformers import AutoModelForImageTextToText
 
     return AutoModelForImageTextToText.from_pretrained(tiny_vl_model_dir, dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray for the whole session (starting one costs ~10 s on 2 cores). Logical CPUs above the machine's:
+    TransferQueue's controller and storage unit are Ray actors of one CPU each and would wait forever on 2."""
+    import ray
+
+    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def transfer_queue(ray_cluster):
+    """A real TransferQueue (verl's v1 trainer data plane) on the session's Ray: one in-memory storage unit."""
+    import transfer_queue as tq
+    from omegaconf import OmegaConf
+
+    tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
+    yield tq
+    tq.close()

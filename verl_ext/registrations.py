@@ -28,6 +28,7 @@ REGISTRATIONS: tuple[Registration, ...] = (
     Registration("reward_manager", "modalsearch_reward", "verl_ext.reward.managers"),
     Registration("agent_loop", "neos_search_agent", "verl_ext.rollout.agent_loop"),
     Registration("agent_loop", "modalsearch_react_agent", "verl_ext.rollout.agent_loop"),
+    Registration("adv_estimator", "neos_turn_credit", "verl_ext.advantage.estimator"),
 )
 
 

@@ -12,9 +12,7 @@ import pytest
 from verl_ext.registrations import REGISTRATIONS, Registration, is_registered
 
 CHECK = (
-    "import json, verl\n"
-    "from verl_ext.registrations import missing\n"
-    "print(json.dumps([r.name for r in missing()]))\n"
+    "import json, verl\nfrom verl_ext.registrations import missing\nprint(json.dumps([r.name for r in missing()]))\n"
 )
 
 
@@ -32,21 +30,16 @@ def test_plugin_is_loaded_through_verls_entry_point_not_by_us():
     assert int(out.stdout.strip().splitlines()[-1]) == len(REGISTRATIONS)
 
 
-def test_every_registration_present_inside_a_ray_worker():
-    ray = pytest.importorskip("ray", reason="ray comes with verl[verl-core]; absent only in a broken environment")
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
-    try:
+def test_every_registration_present_inside_a_ray_worker(ray_cluster):
+    @ray_cluster.remote
+    def missing_in_worker() -> list[str]:
+        import verl  # noqa: F401  (the worker's own plugin load)
 
-        @ray.remote
-        def missing_in_worker() -> list[str]:
-            import verl  # noqa: F401  (the worker's own plugin load)
-            from verl_ext.registrations import missing
+        from verl_ext.registrations import missing
 
-            return [r.name for r in missing()]
+        return [r.name for r in missing()]
 
-        assert ray.get(missing_in_worker.remote(), timeout=300) == []
-    finally:
-        ray.shutdown()
+    assert ray_cluster.get(missing_in_worker.remote(), timeout=300) == []
 
 
 def test_unknown_kind_is_an_error_not_a_false():

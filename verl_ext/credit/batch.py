@@ -3,6 +3,10 @@
 Per token the result depends only on (sample, turn), so the work is: count each sample's tokens per turn
 (one ``bincount``), solve Eq. 7 on the small (sample, turn) table, and gather the table back to tokens (one
 ``take``). Rows go in chunks whose temporaries stay in cache; the only large write is the output itself.
+
+When each turn is one contiguous run of policy tokens (the trainer's case: turn i is the i-th run of 1s of the
+response mask), ``run_token_advantages`` skips the per-token keys altogether: counts are run lengths and the output
+is one ``np.repeat`` of per-run values, ~3x less CPU than the general path on the benchmark batch.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from verl_ext.credit.params import CreditParams
 from verl_ext.credit.rescale import bounded_scales
+from verl_ext.credit.runs import MaskRuns
 
 _CHUNK_ROWS = 64  # 64 rows x 8k tokens of int64 keys = 4 MiB per thread: stays in L3 next to the output slice
 _MAX_THREADS = 4
@@ -57,6 +62,20 @@ def _raw_credit_table(
     return table
 
 
+def _checked(
+    bs: int, turn_weights: Sequence[Sequence[float]], base_advantage: ArrayLike, assessed: ArrayLike
+) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
+    base = np.asarray(base_advantage, dtype=np.float64)
+    mask = np.asarray(assessed)
+    if base.shape != (bs,) or not np.isfinite(base).all():
+        raise ValueError(f"base_advantage must be {bs} finite numbers, got shape {base.shape}")
+    if mask.shape != (bs,) or mask.dtype != np.bool_:
+        raise ValueError(f"assessed must be a bool array of shape ({bs},), got {mask.dtype} {mask.shape}")
+    if len(turn_weights) != bs:
+        raise ValueError(f"turn_weights must have one entry per sample ({bs}), got {len(turn_weights)}")
+    return base, mask
+
+
 def batch_token_advantages(
     token_turn: NDArray[np.integer],
     turn_weights: Sequence[Sequence[float]],
@@ -77,15 +96,7 @@ def batch_token_advantages(
     if not integer or token_turn.ndim != 2:
         raise ValueError("token_turn must be a 2-D integer numpy array (bs, response_len)")
     bs, length = token_turn.shape
-    base = np.asarray(base_advantage, dtype=np.float64)
-    mask = np.asarray(assessed)
-    if base.shape != (bs,) or not np.isfinite(base).all():
-        raise ValueError(f"base_advantage must be {bs} finite numbers, got shape {base.shape}")
-    if mask.shape != (bs,) or mask.dtype != np.bool_:
-        raise ValueError(f"assessed must be a bool array of shape ({bs},), got {mask.dtype} {mask.shape}")
-    if len(turn_weights) != bs:
-        raise ValueError(f"turn_weights must have one entry per sample ({bs}), got {len(turn_weights)}")
-
+    base, mask = _checked(bs, turn_weights, base_advantage, assessed)
     raw_table = _raw_credit_table(turn_weights, base, mask, params)
     out = np.empty((bs, length), dtype=np.float32)
     if bs == 0 or length == 0:
@@ -132,7 +143,7 @@ def _chunk_table(
             f"in samples {first}..{first + rows - 1}"
         )
     width = max(raw_table.shape[1], highest + 1) + 1
-    np.add(turns, np.arange(1, rows * width, width, dtype=np.int64)[:, None], out=keys)  # int64 even for int8 input
+    np.add(turns, np.arange(rows, dtype=np.int64)[:, None] * width + 1, out=keys)  # int64 even for int8 input
     counts = np.bincount(keys.ravel(), minlength=rows * width).reshape(rows, width)[:, 1:]
 
     table = np.zeros((rows, width))
@@ -158,3 +169,59 @@ def _chunk_table(
         alpha, beta = bounded_scales((used[credited] * pos[credited]).sum(axis=1), negative[credited], margin, params.M)
         table[local[credited], 1:] = beta[:, None] * pos[credited] - alpha[:, None] * neg[credited]
     return table.astype(np.float32).ravel()
+
+
+def run_credit_values(
+    runs: MaskRuns,
+    turn_weights: Sequence[Sequence[float]],
+    base_advantage: ArrayLike,
+    assessed: ArrayLike,
+    params: CreditParams = CreditParams(),
+) -> NDArray[np.float64]:
+    """Final advantage of every run of ``runs`` (turn i of a sample = the i-th run of its mask); see below."""
+    bs = runs.shape[0]
+    base, mask = _checked(bs, turn_weights, base_advantage, assessed)
+    raw_table = _raw_credit_table(turn_weights, base, mask, params)
+    values = base[runs.row]
+    credited_run = mask[runs.row]
+    if credited_run.any():
+        row, turn, length = runs.row[credited_run], runs.turn[credited_run], runs.length[credited_run]
+        inside = turn < raw_table.shape[1]
+        raw = np.full(row.size, np.nan)
+        raw[inside] = raw_table[row[inside], turn[inside]]
+        missing = np.isnan(raw)
+        if missing.any():
+            first = np.flatnonzero(missing)[0]
+            sample = int(row[first])
+            raise ValueError(
+                f"sample {sample} has tokens of turn {int(turn[first])} but turn weights for "
+                f"{len(turn_weights[sample])} turns"
+            )
+        pos, neg = np.maximum(raw, 0.0), np.maximum(-raw, 0.0)
+        negative = np.bincount(row, weights=length * neg, minlength=bs)
+        rows = np.flatnonzero(mask & (negative > 0))  # N = 0: keep A_i
+        alpha, beta = np.zeros(bs), np.zeros(bs)
+        if rows.size:
+            positive = np.bincount(row, weights=length * pos, minlength=bs)[rows]
+            margin = params.eta * -base[rows] * np.bincount(row, weights=length, minlength=bs)[rows]
+            alpha[rows], beta[rows] = bounded_scales(positive, negative[rows], margin, params.M)
+        rescaled = negative[row] > 0
+        values[credited_run] = np.where(rescaled, beta[row] * pos - alpha[row] * neg, values[credited_run])
+    return values
+
+
+def run_token_advantages(
+    runs: MaskRuns,
+    turn_weights: Sequence[Sequence[float]],
+    base_advantage: ArrayLike,
+    assessed: ArrayLike,
+    params: CreditParams = CreditParams(),
+) -> NDArray[np.float32]:
+    """``batch_token_advantages`` for the case the trainer has: turn i of a sample is the i-th run of its mask.
+
+    Every turn is then one contiguous run, so its token count is the run length and the output is one
+    ``np.repeat`` of per-run values: no per-token keys, counting or gather. Same arguments and result as
+    ``batch_token_advantages(token_turns, ...)`` with ``token_turns`` the run index of each policy token.
+    """
+    values = run_credit_values(runs, turn_weights, base_advantage, assessed, params)
+    return runs.expand(values.astype(np.float32), 0.0, np.float32)

@@ -1,0 +1,132 @@
+"""The ``neos_turn_credit`` advantage estimator: verl's GRPO outcome advantage, then Neos turn credit (Eqs. 3, 6-7).
+
+Select it with ``algorithm.adv_estimator=neos_turn_credit``; its constants live under ``algorithm.neos_credit``
+(``CreditParams`` field names plus ``ablation``, a Table 5 row). verl hands the estimator no per-row data beyond
+rewards, mask and uid, so the judge labels arrive through ``verl_ext.advantage.inputs.credit_inputs``, which
+``TurnCreditAdvantageMixin`` enters around verl's ``_compute_advantage``. Without it only the ``outcome_only`` row can
+run (it is plain GRPO); every other row fails loudly instead of silently training on GRPO.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import fields
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, register_adv_est
+
+from verl_ext.advantage.inputs import CreditRow, current_credit_inputs, policy_mask
+from verl_ext.credit import CreditAblation, CreditParams, mask_runs
+from verl_ext.credit.batch import run_credit_values
+
+ESTIMATOR = "neos_turn_credit"
+CONFIG_KEY = "neos_credit"  # algorithm.neos_credit: verl passes config.algorithm (a DictConfig) to estimators
+_PARAM_NAMES = frozenset(f.name for f in fields(CreditParams))
+
+
+def credit_params_from_config(config: Any) -> CreditParams:
+    """``CreditParams`` from ``config[CONFIG_KEY]`` (DictConfig, dict or verl's AlgoConfig; absent: Table 12)."""
+    section = None if config is None else config.get(CONFIG_KEY)
+    if section is None:
+        return CreditParams()
+    values = OmegaConf.to_container(section, resolve=True) if isinstance(section, DictConfig) else dict(section)
+    if not isinstance(values, Mapping):
+        raise TypeError(f"algorithm.{CONFIG_KEY} must be a mapping, got {section!r}")
+    unknown = sorted(set(values) - _PARAM_NAMES)
+    if unknown:
+        raise ValueError(f"unknown algorithm.{CONFIG_KEY} keys {unknown}; known: {sorted(_PARAM_NAMES)}")
+    return CreditParams(**values)
+
+
+def outcome_advantage(
+    token_level_rewards: torch.Tensor, index: np.ndarray, epsilon: float, norm_adv_by_std_in_grpo: bool
+) -> torch.Tensor:
+    """(bs,) GRPO advantage A_i per row, computed by verl's own ``compute_grpo_outcome_advantage``.
+
+    verl's function returns A_i times the mask; asking it for one always-on token per row yields A_i itself, even
+    for rows without policy tokens.
+    """
+    scores = token_level_rewards.sum(dim=-1, keepdim=True)
+    advantage, _ = compute_grpo_outcome_advantage(
+        scores, torch.ones_like(scores), index, epsilon=epsilon, norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo
+    )
+    return advantage[:, 0]
+
+
+def turn_credit_advantages(
+    base: torch.Tensor, response_mask: torch.Tensor, rows: Sequence[CreditRow], index: np.ndarray, params: CreditParams
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """(bs, len) advantages (Eq. 7 over Eq. 3 weights for assessed rows, A_i elsewhere, 0 outside the mask) and
+    their ``credit_metrics``."""
+    bs = response_mask.shape[0]
+    if len(rows) != bs:
+        raise ValueError(f"credit inputs hold {len(rows)} rows for a batch of {bs}")
+    for i, row in enumerate(rows):
+        if row.uid != str(index[i]):
+            raise ValueError(f"credit row {i} has uid {row.uid!r} but verl's batch row {i} has {index[i]!r}")
+    runs = mask_runs(policy_mask(response_mask))
+    mask_turns = runs.turns_per_row()
+    base_np = base.detach().cpu().double().numpy()
+    assessed = np.array([row.labels is not None and row.labels.assessed for row in rows], dtype=bool)
+    weights: list[Sequence[float]] = []
+    for i, row in enumerate(rows):
+        if not assessed[i]:
+            weights.append(())
+            continue
+        if row.labels.num_turns != mask_turns[i]:
+            raise ValueError(
+                f"credit row {i} (uid {row.uid}) is labelled for {row.labels.num_turns} turns but its response_mask "
+                f"has {mask_turns[i]} runs of policy tokens"
+            )
+        if base_np[i] > 0:
+            raise ValueError(f"credit row {i} (uid {row.uid}) has labels but outcome advantage {base_np[i]} > 0")
+        weights.append(row.labels.weights(params))
+    values = run_credit_values(runs, weights, base_np, assessed, params)
+    advantages = torch.from_numpy(runs.expand(values.astype(np.float32), 0.0, np.float32))
+    return advantages.to(device=response_mask.device, dtype=base.dtype), credit_metrics(values, runs.length, rows)
+
+
+def credit_metrics(run_values: np.ndarray, run_lengths: np.ndarray, rows: Sequence[CreditRow]) -> dict[str, float]:
+    """Per-batch diagnostics from per-run advantages: shares of assessed / fallback rows, and the mean positive and
+    negative advantage mass (token sums) per row."""
+    n = max(1, len(rows))
+    mass = run_values * run_lengths
+    return {
+        "neos_credit/assessed_share": sum(r.labels is not None and r.labels.assessed for r in rows) / n,
+        "neos_credit/fallback_share": sum(r.labels is not None and not r.labels.assessed for r in rows) / n,
+        "neos_credit/pos_adv_mass": float(np.maximum(mass, 0.0).sum()) / n,
+        "neos_credit/neg_adv_mass": float(np.maximum(-mass, 0.0).sum()) / n,
+    }
+
+
+@register_adv_est(ESTIMATOR)
+def compute_turn_credit_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray | None = None,
+    epsilon: float = 1e-6,
+    config: Any = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """verl estimator entry point; ``norm_adv_by_std_in_grpo`` is read from ``config`` as verl's GRPO does."""
+    if index is None:
+        raise ValueError(f"{ESTIMATOR} needs the uid of each row (verl passes it as index)")
+    params = credit_params_from_config(config)
+    norm = True if config is None else bool(config.get("norm_adv_by_std_in_grpo", True))
+    base = outcome_advantage(token_level_rewards, index, epsilon, norm)
+    inputs = current_credit_inputs()
+    if inputs is None:
+        if params.ablation is not CreditAblation.OUTCOME_ONLY:
+            raise RuntimeError(
+                f"{ESTIMATOR} with algorithm.{CONFIG_KEY}.ablation={params.ablation.value} needs per-row judge labels "
+                "and got none: run it under a trainer with verl_ext.advantage.trainer_mixin.TurnCreditAdvantageMixin "
+                "(which enters verl_ext.advantage.inputs.credit_inputs), or set the ablation to outcome_only"
+            )
+        advantages = base[:, None] * response_mask
+    else:
+        advantages, metrics = turn_credit_advantages(base, response_mask, inputs.rows, index, params)
+        inputs.metrics.update(metrics)
+    return advantages, advantages

@@ -1,0 +1,59 @@
+"""Maximal runs of policy tokens in a response mask: the i-th run of 1s in a row is that trajectory's turn i.
+
+Working on runs instead of tokens keeps per-token work to two streaming passes (find the boundaries, write the
+output with one ``np.repeat``); everything else happens on the ~(bs x turns) runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+
+@dataclass(frozen=True)
+class MaskRuns:
+    """Row-major segments of a ``(bs, len)`` mask: each segment is a run of 1s or of 0s and never crosses a row."""
+
+    shape: tuple[int, int]
+    bounds: NDArray[np.int64]  # flat offsets: segment s covers [bounds[s], bounds[s + 1])
+    is_run: NDArray[np.bool_]  # per segment: a run of policy tokens
+    row: NDArray[np.int64]  # per run
+    turn: NDArray[np.int64]  # per run: its 0-based index among its row's runs
+    length: NDArray[np.int64]  # per run: tokens
+
+    def turns_per_row(self) -> NDArray[np.int64]:
+        return np.bincount(self.row, minlength=self.shape[0])
+
+    def expand(self, run_values: NDArray, fill: float, dtype: type) -> NDArray:
+        """``(bs, len)`` array with ``run_values[r]`` on the tokens of run r and ``fill`` elsewhere."""
+        values = np.full(self.is_run.size, fill, dtype=dtype)
+        values[self.is_run] = run_values
+        return np.repeat(values, np.diff(self.bounds)).reshape(self.shape)
+
+
+def mask_runs(mask: NDArray) -> MaskRuns:
+    """Runs of a 2-D mask (nonzero = policy token)."""
+    if mask.ndim != 2:
+        raise ValueError(f"response_mask must be 2-D (bs, response_len), got shape {mask.shape}")
+    policy = mask if mask.dtype == np.bool_ else mask != 0
+    bs, length = policy.shape
+    boundary = np.empty((bs, length), dtype=np.bool_)
+    boundary[:, :1] = True  # every row starts a segment
+    np.not_equal(policy[:, 1:], policy[:, :-1], out=boundary[:, 1:])
+    starts = np.flatnonzero(boundary)
+    bounds = np.append(starts, bs * length)
+    is_run = policy.ravel()[starts]
+    run_starts = starts[is_run]
+    row = run_starts // max(length, 1)
+    first_of_row = np.searchsorted(row, np.arange(bs))
+    turn = np.arange(row.size) - first_of_row[row]
+    return MaskRuns(
+        shape=(bs, length),
+        bounds=bounds,
+        is_run=is_run,
+        row=row,
+        turn=turn,
+        length=bounds[1:][is_run] - run_starts,
+    )
