@@ -3,8 +3,8 @@
     PYTHONPATH=. .venv/bin/python bench/bench_tool_server.py --part all [--quick] [--world worlds/small]
         [--full-world worlds/full]
 
-Servers run as subprocesses pinned to CPU 0; this process (the aiohttp load generator) pins itself to CPU 1, so the
-two cores are split server/client. All traffic goes to 127.0.0.1 only; every phase is bounded by a request count and
+Servers run as subprocesses pinned to CPU 0; this process (the load generator: keep-alive HTTP/1.1 connections, one
+request in flight each, see :class:`Connection`) pins itself to CPU 1, so the two cores are split server/client. All traffic goes to 127.0.0.1 only; every phase is bounded by a request count and
 a duration. ``--serve-baseline`` / ``--serve-trivial`` are the internal entry points of the comparison servers:
 
 * baseline: FastAPI + uvicorn (Search-R1 ``retrieval_server.py`` style: a sync ``def`` endpoint on the threadpool,
@@ -19,6 +19,7 @@ import asyncio
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -192,10 +193,46 @@ def cpu_s(pid: int | None) -> float:
 SERVER_PID: int | None = None  # the server under test, for CPU time per request
 
 
-async def drive(http, concurrency: int, total: int, max_s: float, make, setup=None) -> dict:
-    """``concurrency`` workers issue ``total`` requests in all (or stop after ``max_s``). ``make(worker, i, state)``
-    returns (path, json body); ``setup(worker)`` returns per-worker state (e.g. a session id), awaited first."""
+class Connection:
+    """One keep-alive HTTP/1.1 connection issuing one request at a time (like a ``wrk`` connection).
+
+    The measured phases use this instead of an aiohttp ``ClientSession``, whose per-request cost made the client
+    core the bottleneck (cached TextSearch capped near 570 req/s with the server core mostly idle). Answers must
+    carry ``Content-Length`` (all three servers send it).
+    """
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str) -> None:
+        self._reader, self._writer, self._host = reader, writer, host
+
+    @classmethod
+    async def open(cls, base: str) -> Connection:
+        host, port = base.rsplit("/", 1)[1].rsplit(":", 1)
+        reader, writer = await asyncio.open_connection(host, int(port))
+        return cls(reader, writer, f"{host}:{port}")
+
+    async def post(self, path: str, body: dict) -> tuple[int, bytes]:
+        payload = json.dumps(body).encode()
+        self._writer.write(
+            f"POST {path} HTTP/1.1\r\nHost: {self._host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(payload)}\r\n\r\n".encode() + payload
+        )
+        head = await self._reader.readuntil(b"\r\n\r\n")
+        status = int(head[9:12])
+        length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+        if length is None:
+            raise RuntimeError(f"answer without Content-Length: {head[:200]!r}")
+        return status, await self._reader.readexactly(int(length.group(1)))
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+async def drive(base: str, concurrency: int, total: int, max_s: float, make, setup=None) -> dict:
+    """``concurrency`` workers, one :class:`Connection` to ``base`` each, issue ``total`` requests in all (or stop
+    after ``max_s``). ``make(worker, i, state)`` returns (path, json body); ``setup(worker)`` returns per-worker state
+    (e.g. a session id), awaited first."""
     states = await asyncio.gather(*(setup(w) for w in range(concurrency))) if setup else [None] * concurrency
+    conns = await asyncio.gather(*(Connection.open(base) for _ in range(concurrency)))
     lat: list[float] = []
     errors = 0
     counter = iter(range(total))
@@ -203,20 +240,22 @@ async def drive(http, concurrency: int, total: int, max_s: float, make, setup=No
 
     async def worker(w: int) -> None:
         nonlocal errors
-        state = states[w]
+        state, conn = states[w], conns[w]
         for i in counter:
             if time.perf_counter() > deadline:
                 return
             path, body = await make(w, i, state) if asyncio.iscoroutinefunction(make) else make(w, i, state)
             t0 = time.perf_counter()
-            async with http.post(path, json=body) as r:
-                await r.read()
-                ok = r.status == 200
+            status, _ = await conn.post(path, body)
             lat.append(time.perf_counter() - t0)
-            errors += not ok
+            errors += status != 200
 
     t0, c0 = time.perf_counter(), cpu_s(SERVER_PID)
-    await asyncio.gather(*(worker(w) for w in range(concurrency)))
+    try:
+        await asyncio.gather(*(worker(w) for w in range(concurrency)))
+    finally:
+        for conn in conns:
+            conn.close()
     wall, cpu = time.perf_counter() - t0, cpu_s(SERVER_PID) - c0
     return {
         "n": len(lat),
@@ -294,7 +333,9 @@ async def _wait_features(http, max_s: float = 900) -> None:
         await asyncio.sleep(0.5)
 
 
-async def ours_tool(http, wl: Workload, tool: str, cached: bool, conc: int, total: int, max_s: float) -> dict:
+async def ours_tool(
+    http, base: str, wl: Workload, tool: str, cached: bool, conc: int, total: int, max_s: float
+) -> dict:
     sessions: dict[int, list] = {}
     register_tools = tool in ("FetchImage", "CropImage")
 
@@ -316,7 +357,7 @@ async def ours_tool(http, wl: Workload, tool: str, cached: bool, conc: int, tota
         for i in range(8):
             async with http.post(f"/v1/sessions/{sid}/call", json={"name": tool, "arguments": wl.args(tool, True, i)}):
                 pass
-    return await drive(http, conc, total, max_s, make, setup)
+    return await drive(base, conc, total, max_s, make, setup)
 
 
 def _counts(quick: bool, conc: int, tool: str, cached: bool) -> tuple[int, float]:
@@ -359,7 +400,7 @@ async def part_throughput(args, wl: Workload) -> list[dict]:
                             print(f"{tool:19s} uncached c={conc:<4d} skipped (CPU-bound, see c=64)", flush=True)
                             continue
                         n, max_s = _counts(args.quick, conc, tool, cached)
-                        r = await ours_tool(http, wl, tool, cached, conc, n, max_s)
+                        r = await ours_tool(http, srv.base, wl, tool, cached, conc, n, max_s)
                         r.update(tool=tool, cached=cached, conc=conc)
                         rows.append(r)
                         print(f"{tool:19s} {'cached' if cached else 'uncached':8s} c={conc:<4d} {_fmt(r)}", flush=True)
@@ -373,7 +414,6 @@ async def part_baseline(args, wl: Workload) -> dict:
 
     conc = 64
     n, max_s = (600, 10.0) if args.quick else (3000, 40.0)
-    out = {}
 
     async def run(base: str, kind: str) -> dict:
         async with aiohttp.ClientSession(base_url=base, connector=aiohttp.TCPConnector(limit=0)) as http:
@@ -389,7 +429,7 @@ async def part_baseline(args, wl: Workload) -> dict:
                 res = {}
                 for cached in (False, True):
                     res["cached" if cached else "uncached"] = await drive(
-                        http,
+                        base,
                         conc,
                         n if not cached else 4 * n,
                         max_s,
@@ -402,27 +442,36 @@ async def part_baseline(args, wl: Workload) -> dict:
             if kind == "baseline":
                 return {
                     "uncached": await drive(
-                        http, conc, n, max_s, lambda w, i, st: ("/retrieve", wl.args("TextSearch", False, i))
+                        base, conc, n, max_s, lambda w, i, st: ("/retrieve", wl.args("TextSearch", False, i))
                     )
                 }
             return {
                 "trivial": await drive(
-                    http, conc, 4 * n, max_s, lambda w, i, st: ("/call", {"name": "TextSearch", "arguments": {}})
+                    base, conc, 4 * n, max_s, lambda w, i, st: ("/call", {"name": "TextSearch", "arguments": {}})
                 )
             }
 
-    for kind, start in (
-        ("ours", lambda: start_ours(args.world, 0)),
-        ("baseline", lambda: start_baseline(args.world, 0)),
-        ("trivial", lambda: start_trivial(0)),
-    ):
-        srv = start()
-        try:
-            out[kind] = await run(srv.base, kind)
-        finally:
-            srv.stop()
-        for k, r in out[kind].items():
-            print(f"{kind:9s} {k:8s} c={conc} {_fmt(r)}", flush=True)
+    rounds: list[dict] = []
+    for r in range(args.repeat):  # rounds interleave the servers, so a burst of foreign load hits all of them alike
+        out = {}
+        for kind, start in (
+            ("ours", lambda: start_ours(args.world, 0)),
+            ("baseline", lambda: start_baseline(args.world, 0)),
+            ("trivial", lambda: start_trivial(0)),
+        ):
+            srv = start()
+            try:
+                out[kind] = await run(srv.base, kind)
+            finally:
+                srv.stop()
+            for k, res in out[kind].items():
+                print(f"round {r + 1}/{args.repeat} {kind:9s} {k:8s} c={conc} {_fmt(res)}", flush=True)
+        rounds.append(out)
+    # per figure, the median over rounds
+    out = {
+        kind: {k: {m: statistics.median(rd[kind][k][m] for rd in rounds) for m in res} for k, res in phases.items()}
+        for kind, phases in rounds[0].items()
+    }
     ours, base = out["ours"]["uncached"], out["baseline"]["uncached"]
     rps_ratio, p99_ratio = ours["rps"] / base["rps"], ours["p99_ms"] / base["p99_ms"]
     cached_rps, trivial_rps = out["ours"]["cached"]["rps"], out["trivial"]["trivial"]["rps"]
@@ -441,7 +490,7 @@ async def part_baseline(args, wl: Workload) -> dict:
         flush=True,
     )
     print(
-        f"RATIOS c=64: uncached TextSearch {rps_ratio:.2f}x baseline req/s (goal >=2), p99 {p99_ratio:.2f}x baseline "
+        f"RATIOS c=64 (medians of {args.repeat} rounds): uncached TextSearch {rps_ratio:.2f}x baseline req/s (goal >=2), p99 {p99_ratio:.2f}x baseline "
         f"(goal <=0.5); cached TextSearch {cached_rps:.0f} req/s (goal >=5000); trivial ceiling {trivial_rps:.0f} "
         f"req/s",
         flush=True,
@@ -453,6 +502,7 @@ async def part_baseline(args, wl: Workload) -> dict:
         "trivial_rps": trivial_rps,
         "cpu_ms_per_req": cpu,
     }
+    out["rounds"] = rounds
     return out
 
 
@@ -469,7 +519,7 @@ async def part_rss(args, wl_unused) -> dict:
             await _wait_features(http)
             ready_s = time.time() - t0
             for tool in TOOLS:  # warm-up: every tool, uncached, 64 at a time
-                await ours_tool(http, wl, tool, False, 16, 64 if args.quick else 256, 30)
+                await ours_tool(http, srv.base, wl, tool, False, 16, 64 if args.quick else 256, 30)
             rss = srv.rss()
     finally:
         srv.stop()
@@ -535,13 +585,23 @@ async def part_replay(args, wl: Workload) -> dict:
 
                     await asyncio.gather(*(one(sid, calls) for sid, (_, calls) in zip(sids, plan)))
                     async with http.get("/metrics") as r:
-                        ev = _cache_events(await r.text())
+                        text = await r.text()
+                    ev = _cache_events(text)
+                    coalesced = int(re.search(r"^cache_coalesced_total (\d+)", text, re.MULTILINE).group(1))
             finally:
                 srv.stop()
             rates = {lv: s.get("hits", 0) / max(1, s.get("hits", 0) + s.get("misses", 0)) for lv, s in ev.items()}
             total = groups * per_group * turns
             served = ev.get("memory", {}).get("hits", 0) + ev.get("disk", {}).get("hits", 0)
-            results[phase] = {"events": ev, "rates": rates, "calls": total, "overall": served / total}
+            computed = int(total - served - coalesced)  # calls whose tool actually ran
+            results[phase] = {
+                "events": ev,
+                "rates": rates,
+                "calls": total,
+                "overall": served / total,
+                "coalesced": coalesced,
+                "computed": computed,
+            }
             print(
                 f"replay {phase:7s} {groups} groups x {per_group} sessions x {turns} calls = {total}: "
                 + ", ".join(
@@ -549,7 +609,8 @@ async def part_replay(args, wl: Workload) -> dict:
                     f" = {rates[lv]:.1%}"
                     for lv in ev
                 )
-                + f"; served from cache {served / total:.1%}",
+                + f"; served from cache {served / total:.1%}; coalesced with a concurrent identical call "
+                f"{coalesced}; computed {computed}",
                 flush=True,
             )
     return results
@@ -562,6 +623,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--world", type=Path, default=ROOT / "worlds" / "small")
     p.add_argument("--full-world", type=Path, default=ROOT / "worlds" / "full", help="for --part rss")
     p.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[1, 64, 768])
+    p.add_argument("--repeat", type=int, default=1, help="--part baseline: rounds over the three servers (medians)")
     p.add_argument("--json", type=Path, default=None, help="write all results here")
     p.add_argument("--serve-baseline", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--serve-trivial", action="store_true", help=argparse.SUPPRESS)

@@ -1,10 +1,12 @@
 """``python -m tool_server --world DIR [--host H] [--port P] [--session-ttl S] [--mei-endpoint URL]
-[--mei-log PATH] [--cache-dir DIR] [--redis-url URL]``: serve both protocols' tools over the offline world."""
+[--mei-log PATH] [--cache-dir DIR] [--redis-url URL] [--online [--allow-private-network]]``: serve both protocols'
+tools over the offline world, or (``--online``) Neos' tools over the web as well."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import sys
 from pathlib import Path
@@ -15,7 +17,10 @@ from data_gen.world.store import WorldError
 from tool_server.app import ServerSettings, create_app
 from tool_server.cache import TieredCache
 from tool_server.mei import MEIConfig, build_interface
+from tool_server.net import SafeFetcher
 from tool_server.offline.world import OfflineWorld
+from tool_server.online import BackendError, SerpClient
+from tool_server.online.web import OnlineBackends
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -37,11 +42,31 @@ def _parser() -> argparse.ArgumentParser:
         "--shared-cache-dir", type=Path, default=None, help="shared (network) directory tier of the result cache"
     )
     p.add_argument("--redis-url", default=None, help="Redis shared tier of the result cache")
+    p.add_argument(
+        "--online",
+        action="store_true",
+        help="web search through the SERP API (NEOS_SERP_BASE_URL, NEOS_SERP_API_KEY) and pages/images outside the "
+        "world fetched from the web, refusing private, loopback and link-local addresses",
+    )
+    p.add_argument(
+        "--allow-private-network",
+        action="store_true",
+        help="with --online: also fetch from private/loopback addresses (for replay servers in tests; never in "
+        "production, it lets the policy reach the server's own network)",
+    )
     p.add_argument("--log-level", default="INFO")
     return p
 
 
+def _online(args: argparse.Namespace) -> OnlineBackends | None:
+    if not args.online:
+        return None
+    search = SerpClient.from_env()  # BackendError("config") names a missing variable
+    return OnlineBackends(SafeFetcher(allow_private=args.allow_private_network), search)
+
+
 async def _serve(args: argparse.Namespace) -> None:
+    online = _online(args)
     world = OfflineWorld.load(args.world, cache_dir=args.cache_dir)
     mei_log = args.mei_log or ((args.cache_dir or Path(".")) / "mei.jsonl")
     mei = build_interface(
@@ -52,15 +77,21 @@ async def _serve(args: argparse.Namespace) -> None:
         shared_dir=args.shared_cache_dir,
         redis_url=args.redis_url,
     )
-    app = create_app(world=world, mei=mei, cache=cache, settings=ServerSettings(session_ttl_s=args.session_ttl))
+    app = create_app(
+        world=world, mei=mei, cache=cache, settings=ServerSettings(session_ttl_s=args.session_ttl), online=online
+    )
+    # the world and its indexes are millions of objects that live as long as the process: out of the collector's
+    # sight, a full collection no longer walks them (it took ~9% of the CPU of an uncached search under load)
+    gc.freeze()
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, args.host, args.port)
     await site.start()
     host, port = runner.addresses[0][:2]
+    mode = "" if online is None else " online, private network allowed" if args.allow_private_network else " online"
     print(
         f"tool_server listening on http://{host}:{port} world {world.content_hash[:16]} "
-        f"({len(world.world.pages)} pages, {len(world.world.images)} images)",
+        f"({len(world.world.pages)} pages, {len(world.world.images)} images){mode}",
         flush=True,
     )
     try:
@@ -80,9 +111,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--port must be 0..65535")
     if args.shared_cache_dir and args.redis_url:
         parser.error("give --shared-cache-dir or --redis-url, not both")
+    if args.allow_private_network and not args.online:
+        parser.error("--allow-private-network only applies with --online")
     try:
         asyncio.run(_serve(args))
-    except WorldError as e:
+    except (WorldError, BackendError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except OSError as e:  # address in use, unwritable cache/log directory

@@ -22,6 +22,7 @@ from tool_server.mei.schema import EvidenceInterface
 from tool_server.metrics import Metrics
 from tool_server.offline.pixels import DEFAULT_MAX_PIXELS, decode_base64_image, set_pil_pixel_limit
 from tool_server.offline.world import OfflineWorld
+from tool_server.online.web import OnlineBackends
 from tool_server.protocol import PROTOCOL_OF, tool_schemas
 from tool_server.sessions import SessionStore
 from tool_server.tools import ToolContext, ToolRunner
@@ -104,6 +105,7 @@ async def metrics(request: web.Request) -> web.Response:
     sessions: SessionStore = request.app[SESSIONS]
     text = request.app[METRICS].render(
         cache=cache.stats() if cache is not None else {},
+        coalesced=cache.coalesced if cache is not None else 0,
         mei=mei.counters() if hasattr(mei, "counters") else {},
         sessions=len(sessions),
         evicted=sessions.evicted,
@@ -164,7 +166,7 @@ async def call_tool(request: web.Request) -> web.Response:
             raise ToolError("invalid_request", "include_pixels must be true or false", "include_pixels")
         observation = await request.app[RUNNER].call(session, name, body.get("arguments", {}), turn)
         cached = observation.cached
-        return web.json_response(observation.to_json(include_pixels=include_pixels))
+        return web.Response(body=observation.body(include_pixels=include_pixels), content_type="application/json")
     except ToolError as e:
         status = e.status
         raise
@@ -189,14 +191,18 @@ def create_app(
     mei: EvidenceInterface,
     cache: TieredCache | None = None,
     settings: ServerSettings = ServerSettings(),
+    online: OnlineBackends | None = None,
 ) -> web.Application:
+    """The server; ``online`` backends (closed with the app) answer web search and non-world URLs."""
     set_pil_pixel_limit(settings.max_pixels)
     app = web.Application(middlewares=[_errors], client_max_size=MAX_BODY_BYTES)
     app[WORLD] = world
     app[SESSIONS] = SessionStore(
         ttl_s=settings.session_ttl_s, max_sessions=settings.max_sessions, max_images=settings.max_register_images
     )
-    app[RUNNER] = ToolRunner(ToolContext(world=world, mei=mei, max_pixels=settings.max_pixels), cache)
+    app[RUNNER] = ToolRunner(
+        ToolContext(world=world, mei=mei, max_pixels=settings.max_pixels, online=online), cache
+    )
     app[CACHE] = cache
     app[METRICS] = Metrics()
     app[SETTINGS] = settings
@@ -217,6 +223,8 @@ def create_app(
             await mei.close()
         if cache is not None:
             await cache.close()
+        if online is not None:
+            await online.close()
 
     app.cleanup_ctx.append(lifecycle)
     return app

@@ -5,6 +5,9 @@ directory (e.g. a network file system every node mounts) or a Redis server when 
 fails (disk full, Redis down) counts an error and behaves as a miss: the cache only saves work, so a broken level
 must not fail a tool call, and the failure stays visible in :meth:`TieredCache.stats`.
 
+:meth:`TieredCache.get_or_compute` is single-flight: concurrent misses of one key wait for the first caller's
+computation instead of repeating it (a rollout group's members often issue the same call at the same moment).
+
 Keys come from :func:`cache_key`: SHA-256 of the canonical JSON of ``(tool, arguments, scope)``; ``scope`` is the
 rollout group id for ModalSearcher's within-group cache, ``None`` for a global entry.
 """
@@ -19,6 +22,7 @@ import os
 import tempfile
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -169,6 +173,8 @@ class TieredCache:
             lv.name: {"hits": 0, "misses": 0, "errors": 0, "sets": 0, "get_latency_s": 0.0, "set_latency_s": 0.0}
             for lv in levels
         }
+        self._pending: dict[str, asyncio.Future[bytes | None]] = {}
+        self.coalesced = 0  # misses answered by another caller's concurrent computation
 
     @classmethod
     def from_config(
@@ -228,6 +234,36 @@ class TieredCache:
             raise TypeError(f"TieredCache stores bytes, got {type(value).__name__}")
         for level in self._levels:
             await self._set_level(level, key, value)
+
+    async def get_or_compute(self, key: str, compute: Callable[[], Awaitable[bytes | None]]) -> bytes | None:
+        """The value of ``key``: from a level, else from ``compute()``, stored in every level.
+
+        While one caller computes a key, others that miss it await that computation. ``compute`` returns None for a
+        result that must not be shared (it changed the caller's own state): then, as after a failed computation
+        (whose exception goes to its caller only), each waiting caller runs its own ``compute``.
+        """
+        value = await self.get(key)
+        if value is not None:
+            return value
+        pending = self._pending.get(key)
+        if pending is None:
+            pending = self._pending[key] = asyncio.get_running_loop().create_future()
+            try:
+                value = await compute()
+                if value is not None:
+                    await self.set(key, value)
+            finally:
+                del self._pending[key]
+                pending.set_result(value)
+            return value
+        value = await asyncio.shield(pending)  # shielded: a waiter's cancellation must not cancel the others' wait
+        if value is not None:
+            self.coalesced += 1
+            return value
+        value = await compute()
+        if value is not None:
+            await self.set(key, value)
+        return value
 
     def stats(self) -> dict[str, dict[str, float]]:
         """Per level: ``hits``, ``misses``, ``errors``, ``sets`` and summed ``get_latency_s`` / ``set_latency_s``."""

@@ -15,6 +15,12 @@ STATUS = {
     "offline": 404,
     "ambiguous_resource": 400,
     "too_many_sessions": 429,
+    # online mode (tool_server.online.web)
+    "blocked_url": 403,
+    "too_large": 413,
+    "unsupported_content": 415,
+    "fetch_failed": 502,
+    "search_unavailable": 503,
 }
 
 

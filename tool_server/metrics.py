@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import Counter, defaultdict
+from itertools import accumulate
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -24,16 +26,20 @@ class Metrics:
         if cached:
             self.cached[tool] += 1
         self._latency_sum[tool] += seconds
-        buckets = self._latency_buckets[tool]
-        for i, bound in enumerate(BUCKETS):
-            if seconds <= bound:
-                buckets[i] += 1
-        buckets[-1] += 1
+        self._latency_buckets[tool][bisect_left(BUCKETS, seconds)] += 1  # per-bucket counts, summed when rendered
 
     def error(self, type_: str) -> None:
         self.errors[type_] += 1
 
-    def render(self, *, cache: dict[str, dict[str, float]], mei: dict[str, int], sessions: int, evicted: int) -> str:
+    def render(
+        self,
+        *,
+        cache: dict[str, dict[str, float]],
+        coalesced: int,
+        mei: dict[str, int],
+        sessions: int,
+        evicted: int,
+    ) -> str:
         out = ["# HELP tool_requests_total Tool calls by tool and HTTP status.", "# TYPE tool_requests_total counter"]
         out += [
             f'tool_requests_total{{tool="{_label(t)}",status="{s}"}} {n}' for (t, s), n in sorted(self.requests.items())
@@ -45,7 +51,7 @@ class Metrics:
         out += [f'tool_cached_total{{tool="{_label(t)}"}} {n}' for t, n in sorted(self.cached.items())]
         out += ["# HELP tool_latency_seconds Tool call latency.", "# TYPE tool_latency_seconds histogram"]
         for tool in sorted(self._latency_buckets):
-            buckets = self._latency_buckets[tool]
+            buckets = list(accumulate(self._latency_buckets[tool]))
             t = _label(tool)
             out += [f'tool_latency_seconds_bucket{{tool="{t}",le="{b}"}} {buckets[i]}' for i, b in enumerate(BUCKETS)]
             out.append(f'tool_latency_seconds_bucket{{tool="{t}",le="+Inf"}} {buckets[-1]}')
@@ -70,6 +76,11 @@ class Metrics:
                 for k, v in sorted(stats.items())
                 if k.endswith("_latency_s")
             ]
+        out += [
+            "# HELP cache_coalesced_total Cache misses answered by a concurrent identical call's computation.",
+            "# TYPE cache_coalesced_total counter",
+            f"cache_coalesced_total {coalesced}",
+        ]
         out += ["# HELP mei_events_total MEI calls and outcomes.", "# TYPE mei_events_total counter"]
         out += [f'mei_events_total{{event="{_label(k)}"}} {v}' for k, v in sorted(mei.items())]
         out += ["# HELP sessions_active Open sessions.", "# TYPE sessions_active gauge", f"sessions_active {sessions}"]

@@ -4,12 +4,15 @@ Neos' six tools carry the paper's exact fields and limits (its Figs 11-13); desc
 ModalSearcher's four tools follow its Appendix E: ``t2t_search(query)``, ``t2i_search(query)``,
 ``i2i_search(image, region)`` and ``read_url(url, goal)``; regions use the same 0..1000 box as CropImage.
 Validation is JSON Schema (draft 2020-12); the first error becomes a :class:`ToolError` whose ``field`` is the
-path of the offending value inside the request body (``arguments/query/0``).
+path of the offending value inside the request body (``arguments/query/0``). Valid arguments, the common case, are
+recognised by a check compiled from the same schema (:func:`_compile`), ~20x cheaper than a jsonschema walk; only
+arguments it does not accept go through jsonschema, which decides and words the error.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any, Literal
 
 from jsonschema import Draft202012Validator
@@ -157,6 +160,70 @@ _VALIDATORS = {
     t["function"]["name"]: Draft202012Validator(t["function"]["parameters"]) for t in (*NEOS_TOOLS, *MODALSEARCH_TOOLS)
 }
 
+Check = Callable[[Any], bool]
+_TYPES: dict[str, Callable[[Any], bool]] = {
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+    "string": lambda v: isinstance(v, str),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+}
+
+
+def _compile(schema: dict[str, Any]) -> Check:
+    """``check(v)`` is True exactly when ``schema`` accepts ``v`` (for JSON values; a NaN is left to jsonschema).
+
+    Covers the keywords our tool schemas use and refuses to compile any other, so a schema edit cannot silently
+    widen what the fast path accepts. Each keyword applies only to its JSON type, as in JSON Schema.
+    """
+    unknown = set(schema) - {
+        "type", "description", "properties", "required", "additionalProperties", "anyOf", "minProperties",
+        "minItems", "maxItems", "items", "minLength", "minimum", "maximum",
+    }
+    if unknown:
+        raise ValueError(f"no fast check for schema keywords {sorted(unknown)}")
+    checks: list[Check] = []
+    if "type" in schema:
+        checks.append(_TYPES[schema["type"]])
+    number = _TYPES["number"]
+    for key, applies, holds in (
+        ("minLength", lambda v: isinstance(v, str), lambda v, n: len(v) >= n),
+        ("minimum", number, lambda v, n: v >= n),
+        ("maximum", number, lambda v, n: v <= n),
+        ("minItems", lambda v: isinstance(v, list), lambda v, n: len(v) >= n),
+        ("maxItems", lambda v: isinstance(v, list), lambda v, n: len(v) <= n),
+        ("minProperties", lambda v: isinstance(v, dict), lambda v, n: len(v) >= n),
+    ):
+        if key in schema:
+            checks.append(lambda v, a=applies, h=holds, n=schema[key]: not a(v) or h(v, n))
+    if "items" in schema:
+        item = _compile(schema["items"])
+        checks.append(lambda v: not isinstance(v, list) or all(map(item, v)))
+    if "required" in schema:
+        required = tuple(schema["required"])
+        checks.append(lambda v: not isinstance(v, dict) or all(k in v for k in required))
+    properties = {k: _compile(s) for k, s in schema.get("properties", {}).items()}
+    extra = schema.get("additionalProperties", True)
+    other: Check | None = None if extra is True else _compile(extra) if isinstance(extra, dict) else (lambda v: False)
+    if properties or other is not None:
+
+        def members(v: Any) -> bool:
+            if not isinstance(v, dict):
+                return True
+            for k, value in v.items():
+                check = properties.get(k, other)
+                if check is not None and not check(value):
+                    return False
+            return True
+
+        checks.append(members)
+    if "anyOf" in schema:
+        branches = [_compile(s) for s in schema["anyOf"]]
+        checks.append(lambda v: any(b(v) for b in branches))
+    return lambda v: all(c(v) for c in checks)
+
+
+_FAST = {t["function"]["name"]: _compile(t["function"]["parameters"]) for t in (*NEOS_TOOLS, *MODALSEARCH_TOOLS)}
+
 
 def tool_schemas(protocol: Protocol | None = None) -> list[dict[str, Any]]:
     if protocol == "neos":
@@ -184,6 +251,8 @@ def validate(name: Any, arguments: Any) -> dict[str, Any]:
         raise ToolError("unknown_tool", f"unknown tool {name!r}; GET /v1/tools lists the tools", "name")
     if not isinstance(arguments, dict):
         raise ToolError("invalid_arguments", f"arguments of {name} must be a JSON object", "arguments")
+    if _FAST[name](arguments):
+        return arguments
     # the most relevant top-level error, not jsonschema's best_match, which descends into one anyOf branch and
     # would blame a box's first number for what is a wrong shape of the whole value
     error = max(_VALIDATORS[name].iter_errors(arguments), key=relevance, default=None)

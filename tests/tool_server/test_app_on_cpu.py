@@ -19,11 +19,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from tool_server.app import ServerSettings, create_app
+from tool_server.app import CACHE, ServerSettings, create_app
 from tool_server.cache import TieredCache
 from tool_server.mei import MEIConfig, build_interface
 from tool_server.offline.world import OfflineWorld
 from tool_server.protocol import tool_schemas
+from tool_server.tools import ops
 
 ORIGIN = "https://neos-world.invalid"
 FLAG_FRA, FLAG_MEX = f"{ORIGIN}/media/flag_fra.png", f"{ORIGIN}/media/flag_mex.png"
@@ -215,6 +216,42 @@ async def test_metrics_exposition(client):
     assert 'tool_errors_total{type="invalid_arguments"} 1' in text
     assert 'cache_events_total{level="memory",event="misses"} 1' in text
     assert re.search(r'tool_latency_seconds_count\{tool="TextSearch"\} 2', text) and "sessions_active 1" in text
+
+
+async def test_identical_concurrent_calls_run_the_backend_once(client, monkeypatch):
+    n, release, runs = 12, asyncio.Event(), []
+    search = ops.lexical_search
+
+    async def counted(ctx, query: str, *, batch: int):
+        runs.append(query)
+        await release.wait()  # held until every request has missed the cache
+        return await search(ctx, query, batch=batch)
+
+    monkeypatch.setattr(ops, "lexical_search", counted)
+    sids = [await _session(client, group_id="g") for _ in range(n)]
+    calls = [asyncio.create_task(_call(client, s, "TextSearch", {"query": ["Mexico City"]})) for s in sids]
+    cache = client.app[CACHE]
+    while cache.stats()["memory"]["misses"] < n and not any(c.done() for c in calls):
+        await asyncio.sleep(0.01)
+    release.set()
+    bodies = await asyncio.gather(*calls)
+    assert runs == ["Mexico City"] and cache.coalesced == n - 1
+    assert len({json.dumps(b["records"]) for b in bodies}) == 1 and bodies[0]["records"][0]["results"]
+    assert sorted(b["cached"] for b in bodies) == [False] + [True] * (n - 1)
+    metrics = await (await client.get("/metrics")).text()
+    assert f"cache_coalesced_total {n - 1}" in metrics
+
+
+async def test_concurrent_image_reads_register_in_every_session(client):
+    # read_url of an image adds to the caller's register: never served from another call's result
+    sids = [await _session(client) for _ in range(3)]
+    first = await _session(client)
+    await _call(client, first, "read_url", {"url": FLAG_MEX})
+    bodies = await asyncio.gather(*(_call(client, s, "read_url", {"url": FLAG_MEX}) for s in [*sids, sids[0]]))
+    assert sorted(b["images"][0]["ref"] for b in bodies) == ["img_1", "img_1", "img_1", "img_2"]
+    assert not any(b["cached"] for b in bodies)
+    crop = await _call(client, sids[1], "CropImage", {"crop_config": {"img_1": [0, 0, 500, 500]}})
+    assert crop["images"][0]["ref"] == "img_2"
 
 
 async def test_two_sessions_never_see_each_others_images(client):

@@ -1,5 +1,6 @@
 """TieredCache: read-through with promotion, per-level stats, shared tier as a directory and as a real Redis server."""
 
+import asyncio
 import shutil
 import socket
 import subprocess
@@ -120,3 +121,71 @@ async def test_unreachable_redis_counts_errors_and_misses():
     s = cache.stats()
     assert s["shared"]["errors"] == 2 and s["shared"]["misses"] == 1 and s["memory"]["hits"] == 1
     await cache.close()
+
+
+async def test_concurrent_misses_of_one_key_compute_once():
+    cache = TieredCache.from_config(memory_items=8)
+    release, calls = asyncio.Event(), []
+
+    async def compute() -> bytes:
+        calls.append(1)
+        await release.wait()  # every caller has missed before the first computation ends
+        return b"result"
+
+    waiters = [asyncio.create_task(cache.get_or_compute("k", compute)) for _ in range(16)]
+    await asyncio.sleep(0)
+    release.set()
+    assert await asyncio.gather(*waiters) == [b"result"] * 16
+    assert len(calls) == 1 and cache.coalesced == 15
+    assert await cache.get("k") == b"result" and cache.stats()["memory"]["sets"] == 1
+    assert await cache.get_or_compute("k", compute) == b"result" and len(calls) == 1  # now a plain hit
+
+
+async def test_unshareable_or_failed_computations_are_not_handed_to_waiters():
+    cache = TieredCache.from_config(memory_items=8)
+    release, calls = asyncio.Event(), []
+
+    async def private() -> None:  # e.g. a result that added to the caller's visual register
+        calls.append(1)
+        await release.wait()
+
+    waiters = [asyncio.create_task(cache.get_or_compute("p", private)) for _ in range(4)]
+    await asyncio.sleep(0)
+    release.set()
+    assert await asyncio.gather(*waiters) == [None] * 4
+    assert len(calls) == 4 and cache.coalesced == 0 and await cache.get("p") is None
+
+    fail, attempts = asyncio.Event(), []
+
+    async def fails_first() -> bytes:
+        attempts.append(1)
+        if len(attempts) == 1:
+            await fail.wait()
+            raise RuntimeError("backend down")
+        return b"second try"
+
+    leader = asyncio.create_task(cache.get_or_compute("f", fails_first))
+    follower = asyncio.create_task(cache.get_or_compute("f", fails_first))
+    await asyncio.sleep(0)
+    assert len(attempts) == 1  # the follower waits on the leader
+    fail.set()
+    with pytest.raises(RuntimeError):
+        await leader  # the exception goes to the caller that computed, not to the one waiting on it
+    assert await follower == b"second try" and len(attempts) == 2 and await cache.get("f") == b"second try"
+
+
+async def test_cancelled_waiter_does_not_cancel_the_computation():
+    cache = TieredCache.from_config(memory_items=8)
+    release = asyncio.Event()
+
+    async def compute() -> bytes:
+        await release.wait()
+        return b"v"
+
+    leader = asyncio.create_task(cache.get_or_compute("k", compute))
+    await asyncio.sleep(0)
+    impatient, patient = (asyncio.create_task(cache.get_or_compute("k", compute)) for _ in range(2))
+    await asyncio.sleep(0)
+    impatient.cancel()
+    release.set()
+    assert await leader == b"v" and await patient == b"v" and impatient.cancelled()

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import hashlib
 
+import numpy as np
 import pytest
 from PIL import Image
 
+from tool_server.offline.lexical import _BM25, snippet, tokens
 from tool_server.offline.reverse import FeatureTable
 from tool_server.offline.world import OfflineWorld, resource_id
 
@@ -34,6 +36,23 @@ def test_text_search_ranks_the_right_pages(world):
     hit = world.text_search("Mexico", 10)[0]
     assert hit.page.url == f"{ORIGIN}/wiki/Mexico" and "Mexico" in hit.snippet
     assert world.text_search("zzqxv unmatched", 10) == []
+
+
+def test_bm25_scores_equal_bm25s_own_scoring():
+    docs = [tokens(t) for t in ("Paris is the capital of France", "Mexico City", "the capital city of Mexico", "")]
+    index = _BM25(docs)
+    for query in (["capital"], ["mexico", "city", "mexico"], ["paris", "unknown"], ["unknown"], []):
+        expected = index._bm25.get_scores(query)[: len(docs)] if index._bm25.get_tokens_ids(query) else 0
+        np.testing.assert_allclose(index.scores(query), expected, rtol=1e-6)
+    assert index.scores(["mexico", "city", "mexico"])[2] > index.scores(["mexico", "city"])[2] > 0  # repeats count
+
+
+def test_snippet_is_the_sentence_sharing_most_query_terms():
+    text = "Mexico is a country. Its capital is Mexico City, the largest city. It borders Guatemala."
+    assert snippet(text, {"capital", "city"}) == "Its capital is Mexico City, the largest city."
+    assert snippet(text, {"guatemala"}) == "It borders Guatemala."
+    assert snippet(text, {"nothing"}) == "Mexico is a country."  # no overlap: the first sentence
+    assert snippet(text, {"capital"}, max_chars=10) == "Its capit…"
 
 
 def test_image_search_uses_caption_alt_and_source_page(world):

@@ -8,8 +8,16 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from tool_server.online import (BackendError, ImageResult, LensClient, ReaderClient, RetryPolicy, SerpClient,
-                                TextResult, TokenBucket)
+from tool_server.online import (
+    BackendError,
+    ImageResult,
+    LensClient,
+    ReaderClient,
+    RetryPolicy,
+    SerpClient,
+    TextResult,
+    TokenBucket,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FAST = RetryPolicy(max_retries=2, base_delay_s=0.001, max_delay_s=0.01)

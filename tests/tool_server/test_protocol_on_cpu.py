@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tool_server.errors import ToolError
-from tool_server.protocol import tool_schemas, validate
+from tool_server.protocol import _FAST, _VALIDATORS, _compile, tool_schemas, validate
 
 
 def _params(name: str) -> dict:
@@ -86,3 +88,57 @@ def test_valid_arguments_pass_and_unknown_tools_are_404():
     with pytest.raises(ToolError) as err:
         validate("TextSearch", ["not", "an", "object"])
     assert err.value.field == "arguments"
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 1005) | st.floats(-5, 1005, allow_nan=False) | st.text(max_size=3),
+    lambda inner: st.lists(inner, max_size=6) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=12,
+)
+_VALID = {
+    "TextSearch": {"query": ["a", "b"]},
+    "WebVisit": {"url": ["https://x/a"], "goal": "g"},
+    "ImageSearch": {"query": ["a"], "goal": ""},
+    "ReverseImageSearch": {"image_token": ["img_1"], "image_url": ["https://x/i.png"], "goal": "g"},
+    "FetchImage": {"urls": ["https://x/i.png", "https://x/j.png"]},
+    "CropImage": {"crop_config": {"img_1": [0, 0, 10.5, 1000], "img_2": [[0, 0, 5, 5], [1, 1, 2, 2]]}},
+    "t2t_search": {"query": "a"},
+    "t2i_search": {"query": "a"},
+    "i2i_search": {"image": "img_1", "region": [0, 0, 500, 500]},
+    "read_url": {"url": "page_0123abcd", "goal": "g"},
+}
+
+
+def _mutate(value, data):
+    """``value`` with one random edit somewhere inside it: drop/add a member, replace a value, or change a leaf."""
+    if isinstance(value, dict) and value and data.draw(st.booleans()):
+        key = data.draw(st.sampled_from(sorted(value)))
+        return {**value, key: _mutate(value[key], data)}
+    if isinstance(value, list) and value and data.draw(st.booleans()):
+        i = data.draw(st.integers(0, len(value) - 1))
+        return [*value[:i], _mutate(value[i], data), *value[i + 1 :]]
+    edits = ["replace"] + (["drop", "add"] if isinstance(value, (dict, list)) and value else [])
+    edit = data.draw(st.sampled_from(edits))
+    if edit == "replace":
+        return data.draw(_JSON | st.just("") | st.just(1001) | st.just(-1))
+    if isinstance(value, dict):
+        if edit == "drop":
+            return {k: v for k, v in value.items() if k != data.draw(st.sampled_from(sorted(value)))}
+        return {**value, data.draw(st.sampled_from(["k", "goal", "image_url", "img_3"])): data.draw(_JSON)}
+    return value[1:] if edit == "drop" else [*value, *[value[0]] * data.draw(st.integers(1, 5))]
+
+
+@settings(max_examples=500, deadline=None)
+@given(name=st.sampled_from(sorted(_VALID)), data=st.data())
+def test_compiled_check_accepts_exactly_what_jsonschema_accepts(name, data):
+    assert set(_VALID) == set(_FAST)
+    arguments = _VALID[name]
+    for _ in range(data.draw(st.integers(0, 2))):
+        arguments = _mutate(arguments, data)
+    # the fast path decides acceptance on its own: a disagreement would let bad input through or reject good input
+    assert _FAST[name](arguments) == _VALIDATORS[name].is_valid(arguments)
+
+
+def test_compiled_check_refuses_keywords_it_does_not_know():
+    with pytest.raises(ValueError, match="pattern"):
+        _compile({"type": "string", "pattern": "^img_"})

@@ -8,12 +8,12 @@ from tool_server.cache import TieredCache, cache_key
 from tool_server.protocol import validate
 from tool_server.sessions import Session
 from tool_server.tools import modal, neos
-from tool_server.tools.base import Call, Observation, ToolContext, pixels_digest
+from tool_server.tools.base import CachedObservation, Call, Observation, ToolContext, pixels_digest
 
 HANDLERS = {**neos.HANDLERS, **modal.HANDLERS}
 CACHED = neos.CACHED | modal.CACHED
 
-__all__ = ["Observation", "ToolContext", "ToolRunner"]
+__all__ = ["CachedObservation", "Observation", "ToolContext", "ToolRunner"]
 
 
 class ToolRunner:
@@ -37,15 +37,23 @@ class ToolRunner:
             return {**args, "image": pixels_digest(register.get(args["image"], "arguments/image"))}
         return args
 
-    async def call(self, session: Session, name: Any, arguments: Any, turn: int | None = None) -> Observation:
+    async def call(
+        self, session: Session, name: Any, arguments: Any, turn: int | None = None
+    ) -> Observation | CachedObservation:
         args = validate(name, arguments)
-        key = None
-        if self.cache is not None and name in CACHED:
-            key = cache_key(name, self._cache_arguments(session, name, args), scope=session.group_id)
-            blob = await self.cache.get(key)
-            if blob is not None:
-                return Observation.from_cache(blob)
-        observation = await HANDLERS[name](self.ctx, Call(session, args, turn))
-        if key is not None and not observation.images:
-            await self.cache.set(key, observation.to_cache())
-        return observation
+        if self.cache is None or name not in CACHED:
+            return await HANDLERS[name](self.ctx, Call(session, args, turn))
+        tool = name if self.ctx.online is None else f"{name}@online"  # web results never answer world queries
+        key = cache_key(tool, self._cache_arguments(session, name, args), scope=session.group_id)
+        computed: Observation | None = None
+
+        async def compute() -> bytes | None:
+            nonlocal computed
+            computed = await HANDLERS[name](self.ctx, Call(session, args, turn))
+            return None if computed.images else computed.to_cache()  # register entries are this session's own
+
+        blob = await self.cache.get_or_compute(key, compute)
+        if computed is not None:
+            return computed
+        assert blob is not None  # get_or_compute returns None only from a compute() of this caller
+        return CachedObservation(blob)

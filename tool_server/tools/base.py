@@ -10,9 +10,17 @@ from typing import Any
 
 from tool_server.mei.schema import EvidenceInterface, ImageView, MEICall, MEIContext
 from tool_server.offline.world import OfflineWorld
+from tool_server.online.web import OnlineBackends
 from tool_server.sessions import RegisteredImage, Session
 
 MAX_PAGE_IMAGES = 15
+
+
+def _image_free_body(blob: bytes, cached: bool) -> bytes:
+    """The response body of a result that added no images, spliced from its cache encoding instead of re-encoded."""
+    if not blob.startswith(b'{"text": '):
+        raise ValueError("not an Observation.to_cache() encoding")
+    return (b'{"cached": true, "images": [], ' if cached else b'{"cached": false, "images": [], ') + blob[1:]
 
 
 @dataclass(slots=True)
@@ -22,6 +30,7 @@ class Observation:
     images: list[RegisteredImage] = field(default_factory=list)  # register entries this call created
     mei: list[dict[str, str]] = field(default_factory=list)
     cached: bool = False
+    _encoded: bytes | None = field(default=None, repr=False, compare=False)  # to_cache(), encoded once
 
     def to_json(self, *, include_pixels: bool) -> dict[str, Any]:
         images = []
@@ -32,15 +41,33 @@ class Observation:
             images.append(item)
         return {"text": self.text, "images": images, "records": self.records, "mei": self.mei, "cached": self.cached}
 
+    def body(self, *, include_pixels: bool) -> bytes:
+        """The HTTP response body: :meth:`to_json`, encoded."""
+        if not self.images:
+            return _image_free_body(self.to_cache(), self.cached)
+        return json.dumps(self.to_json(include_pixels=include_pixels)).encode()
+
     def to_cache(self) -> bytes:
         if self.images:
             raise ValueError("observations that change the visual register are not cacheable")
-        return json.dumps({"text": self.text, "records": self.records, "mei": self.mei}).encode()
+        if self._encoded is None:
+            self._encoded = json.dumps({"text": self.text, "records": self.records, "mei": self.mei}).encode()
+        return self._encoded
 
-    @classmethod
-    def from_cache(cls, blob: bytes) -> Observation:
-        data = json.loads(blob)
-        return cls(data["text"], data["records"], mei=data["mei"], cached=True)
+
+@dataclass(frozen=True, slots=True)
+class CachedObservation:
+    """A result served from the cache, answered without decoding or re-encoding it.
+
+    A cached result never adds to the visual register (:meth:`Observation.to_cache` refuses those), so its body is
+    the stored JSON object plus ``"cached": true`` and no images, whatever the session or ``include_pixels``.
+    """
+
+    blob: bytes  # Observation.to_cache()
+    cached = True
+
+    def body(self, *, include_pixels: bool) -> bytes:
+        return _image_free_body(self.blob, cached=True)
 
 
 @dataclass(slots=True)
@@ -60,6 +87,7 @@ class ToolContext:
     world: OfflineWorld
     mei: EvidenceInterface
     max_pixels: int
+    online: OnlineBackends | None = None  # None: offline, only the world's pages and images are reachable
 
 
 def mei_entry(call: MEICall) -> dict[str, str]:

@@ -14,7 +14,15 @@ from tool_server.errors import ToolError
 from tool_server.offline.pixels import box_to_pixels, encode_png
 from tool_server.offline.world import resource_id
 from tool_server.tools.base import Call, Observation, ToolContext, clip
-from tool_server.tools.ops import load_world_image, reverse_search, search_images, visit_page, world_page
+from tool_server.tools.ops import (
+    lexical_search,
+    load_world_image,
+    reverse_search,
+    search_images,
+    visit_page,
+    world_page,
+    world_page_view,
+)
 
 MARKDOWN_CHARS = 20_000
 
@@ -25,7 +33,7 @@ def _page_ref(url: str | None) -> str | None:
 
 async def t2t_search(ctx: ToolContext, call: Call) -> Observation:
     query = call.arguments["query"]
-    hits = await asyncio.to_thread(ctx.world.text_search, query, 10)
+    hits = await lexical_search(ctx, query, batch=1)
     records = [
         {"resource_id": resource_id("page", h.page.url), "title": h.page.title, "url": h.page.url, "snippet": h.snippet}
         for h in hits
@@ -133,7 +141,7 @@ async def read_url(ctx: ToolContext, call: Call) -> Observation:
     ]
     image_lines = [f"- [{im['resource_id']}] {im['caption'] or im['alt']} ({im['url']})" for im in images]
     if goal:
-        record, mei = await visit_page(ctx, call, page, goal, "read_url")
+        record, mei = await visit_page(ctx, call, world_page_view(ctx, page), goal, "read_url")
         record = {**record, "resource_id": resource_id("page", url), "images": images}
         text = [f"# {page.title}", f"Evidence: {record['evidence'] or '(none for this goal)'}"]
         if record["summary"]:

@@ -11,10 +11,10 @@ import asyncio
 from typing import Any
 
 from tool_server.errors import ToolError
-from tool_server.offline.pixels import box_to_pixels
+from tool_server.offline.pixels import box_to_pixels, encode_png
 from tool_server.protocol import MAX_BOXES_TOTAL
 from tool_server.tools.base import Call, Observation, ToolContext, item_error
-from tool_server.tools.ops import load_world_image, reverse_search, search_images, visit_page, world_page
+from tool_server.tools.ops import load_image, read_page, reverse_search, search_images, visit_page, web_search
 
 
 def _err_line(err: dict[str, str]) -> str:
@@ -23,9 +23,9 @@ def _err_line(err: dict[str, str]) -> str:
 
 async def text_search(ctx: ToolContext, call: Call) -> Observation:
     records, lines = [], []
-    for n, query in enumerate(call.arguments["query"], 1):
-        hits = await asyncio.to_thread(ctx.world.text_search, query, 10)
-        results = [{"title": h.page.title, "url": h.page.url, "snippet": h.snippet} for h in hits]
+    queries = call.arguments["query"]
+    for n, query in enumerate(queries, 1):
+        results = await web_search(ctx, query, f"arguments/query/{n - 1}", batch=len(queries))
         records.append({"query": query, "results": results})
         lines.append(f"## Query {n}: {query}")
         lines += [f"{i}. {r['title']} — {r['url']}\n   {r['snippet']}" for i, r in enumerate(results, 1)] or [
@@ -39,7 +39,7 @@ async def web_visit(ctx: ToolContext, call: Call) -> Observation:
 
     async def one(i: int, url: str) -> tuple[dict[str, Any], dict | None]:
         try:
-            page = world_page(ctx, url, f"arguments/url/{i}")
+            page = await read_page(ctx, url, f"arguments/url/{i}")
         except ToolError as e:
             return {"url": url, "error": item_error(e.type, e.message)}, None
         return await visit_page(ctx, call, page, goal, "WebVisit")
@@ -90,10 +90,10 @@ async def reverse_image_search(ctx: ToolContext, call: Call) -> Observation:
             pixels, png = entry.image, entry.png()
         else:
             try:
-                image_id, pixels = await load_world_image(ctx, label, f"arguments/image_url/{i - len(tokens)}")
+                image_id, pixels = await load_image(ctx, label, f"arguments/image_url/{i - len(tokens)}")
             except ToolError as e:
                 return {"query": label, "error": item_error(e.type, e.message)}, None
-            png = ctx.world.image_bytes(image_id)
+            png = ctx.world.image_bytes(image_id) if image_id else await asyncio.to_thread(encode_png, pixels)
         candidates, mei = await reverse_search(ctx, call, label, pixels, png, args["goal"], "ReverseImageSearch")
         return {"query": label, "candidates": candidates}, mei
 
@@ -119,7 +119,7 @@ async def fetch_image(ctx: ToolContext, call: Call) -> Observation:
 
     async def load(i: int, url: str):
         try:
-            return (await load_world_image(ctx, url, f"arguments/urls/{i}"))[1]
+            return (await load_image(ctx, url, f"arguments/urls/{i}"))[1]
         except ToolError as e:
             return e
 

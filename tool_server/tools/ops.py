@@ -1,6 +1,9 @@
 """Backend operations both protocols share: page reading, image search and reverse search, each through MEI.
 
-They return plain records (world ids included) that the protocol modules format for their policies.
+They return plain records (world ids included) that the protocol modules format for their policies. With online
+backends (:mod:`tool_server.online.web`), web search and the pages and images outside the embedded world come from
+the web, every fetch through the SSRF-safe fetcher; ModalSearcher's tools, whose resource ids name world
+resources, stay on the world.
 """
 
 from __future__ import annotations
@@ -13,43 +16,54 @@ from PIL import Image as PILImage
 from data_gen.world.model import Page
 from tool_server.errors import ToolError
 from tool_server.mei.schema import ImageView, PageView
+from tool_server.offline.lexical import TextHit
 from tool_server.tools.base import MAX_PAGE_IMAGES, Call, ToolContext, mei_entry, world_image_view
+
+INLINE_SEARCH_BATCH = 4
+
+
+async def lexical_search(ctx: ToolContext, query: str, *, batch: int) -> list[TextHit]:
+    """Top-10 BM25 hits in the world for ``query``, one of ``batch`` queries of a call.
+
+    One search is ~0.5 ms of GIL-holding Python and numpy, about what a worker-thread hand-off costs, so small
+    batches run on the event loop; larger ones go to a thread so the loop keeps serving other requests meanwhile.
+    """
+    if batch <= INLINE_SEARCH_BATCH:
+        return ctx.world.text_search(query, 10)
+    return await asyncio.to_thread(ctx.world.text_search, query, 10)
+
+
+async def web_search(ctx: ToolContext, query: str, field: str, *, batch: int) -> list[dict[str, str]]:
+    """Top-10 title/url/snippet records: from the web search API when online, else from the world."""
+    if ctx.online is not None:
+        return await ctx.online.web_search(query, field)
+    hits = await lexical_search(ctx, query, batch=batch)
+    return [{"title": h.page.title, "url": h.page.url, "snippet": h.snippet} for h in hits]
+
+
+def _unreachable(ctx: ToolContext, url: str, what: str, field: str) -> ToolError:
+    if ctx.world.is_world_url(url):
+        return ToolError("not_found", f"no {what} at {url}", field)
+    return ToolError(
+        "offline", "the server runs offline: only pages and images of the embedded world are reachable", field
+    )
+
+
+def _check_url(url: str, field: str) -> None:
+    if not url.startswith(("http://", "https://")):
+        raise ToolError("invalid_arguments", f"{url!r} is not a complete http(s) URL", field)
 
 
 def world_page(ctx: ToolContext, url: str, field: str) -> Page:
-    if not url.startswith(("http://", "https://")):
-        raise ToolError("invalid_arguments", f"{url!r} is not a complete http(s) URL", field)
+    _check_url(url, field)
     page = ctx.world.page(url)
     if page is None:
-        if ctx.world.is_world_url(url):
-            raise ToolError("not_found", f"no page at {url}", field)
-        raise ToolError(
-            "offline", "the server runs offline: only pages and images of the embedded world are reachable", field
-        )
+        raise _unreachable(ctx, url, "page", field)
     return page
 
 
-async def load_world_image(ctx: ToolContext, url: str, field: str) -> tuple[str, PILImage.Image]:
-    """(world image id, RGB pixels) for a world image URL."""
-    if not url.startswith(("http://", "https://")):
-        raise ToolError("invalid_arguments", f"{url!r} is not a complete http(s) URL", field)
-    image = ctx.world.image(url)
-    if image is None:
-        if ctx.world.is_world_url(url):
-            raise ToolError("not_found", f"no image at {url}", field)
-        raise ToolError(
-            "offline", "the server runs offline: only pages and images of the embedded world are reachable", field
-        )
-    pixels = await asyncio.to_thread(ctx.world.load_pixels, image.id, max_pixels=ctx.max_pixels, field=field)
-    return image.id, pixels
-
-
-def _image_ref(ctx: ToolContext, image_id: str) -> dict[str, str]:
-    image = ctx.world.image_record(image_id)
-    return {"image_id": image_id, "url": image.url, "alt": image.alt, "caption": image.caption}
-
-
-async def visit_page(ctx: ToolContext, call: Call, page: Page, goal: str, tool: str) -> tuple[dict[str, Any], dict]:
+def world_page_view(ctx: ToolContext, page: Page) -> tuple[PageView, list[dict[str, str | None]]]:
+    """A world page as MEI sees it, and the references of its (first 15) images."""
     images = ctx.world.page_images(page)[:MAX_PAGE_IMAGES]
     view = PageView(
         url=page.url,
@@ -57,16 +71,60 @@ async def visit_page(ctx: ToolContext, call: Call, page: Page, goal: str, tool: 
         text=page.text,
         images=[world_image_view(ctx, im.id, pixels=False) for im in images],
     )
+    return view, [_image_ref(ctx, im.id) for im in images]
+
+
+async def read_page(ctx: ToolContext, url: str, field: str) -> tuple[PageView, list[dict[str, str | None]]]:
+    """A world page, or (online) a fetched web page, with its image references (``image_id`` None off-world)."""
+    _check_url(url, field)
+    page = ctx.world.page(url)
+    if page is not None:
+        return world_page_view(ctx, page)
+    if ctx.online is None or ctx.world.is_world_url(url):
+        raise _unreachable(ctx, url, "page", field)
+    view = await ctx.online.read_page(url, field)
+    view = view.model_copy(update={"images": view.images[:MAX_PAGE_IMAGES]})
+    return view, [{"image_id": None, "url": im.url, "alt": im.alt, "caption": im.caption} for im in view.images]
+
+
+async def load_world_image(ctx: ToolContext, url: str, field: str) -> tuple[str, PILImage.Image]:
+    """(world image id, RGB pixels) for a world image URL."""
+    _check_url(url, field)
+    image = ctx.world.image(url)
+    if image is None:
+        raise _unreachable(ctx, url, "image", field)
+    pixels = await asyncio.to_thread(ctx.world.load_pixels, image.id, max_pixels=ctx.max_pixels, field=field)
+    return image.id, pixels
+
+
+async def load_image(ctx: ToolContext, url: str, field: str) -> tuple[str | None, PILImage.Image]:
+    """(world image id or None, RGB pixels): a world image, or (online) a fetched web image."""
+    _check_url(url, field)
+    if ctx.online is None or ctx.world.is_world_url(url) or ctx.world.image(url) is not None:
+        return await load_world_image(ctx, url, field)
+    return None, await ctx.online.load_image(url, field, max_pixels=ctx.max_pixels)
+
+
+def _image_ref(ctx: ToolContext, image_id: str) -> dict[str, str | None]:
+    image = ctx.world.image_record(image_id)
+    return {"image_id": image_id, "url": image.url, "alt": image.alt, "caption": image.caption}
+
+
+async def visit_page(
+    ctx: ToolContext, call: Call, page: tuple[PageView, list[dict[str, str | None]]], goal: str, tool: str
+) -> tuple[dict[str, Any], dict]:
+    """MEI's goal-conditioned evidence from ``page`` (a :func:`read_page` / :func:`world_page_view` result)."""
+    view, image_refs = page
     result = await ctx.mei.web_visit(goal=goal, page=view, ctx=call.ctx(tool))
     ev = result.evidence
     record = {
-        "url": page.url,
-        "title": page.title,
+        "url": view.url,
+        "title": view.title,
         "rational": ev.rational,
         "evidence": ev.evidence,
         "summary": ev.summary,
         "relevant_images": [img.model_dump() for img in ev.relevant_images[:MAX_PAGE_IMAGES]],
-        "page_images": [_image_ref(ctx, im.id) for im in images],
+        "page_images": image_refs,
     }
     return record, mei_entry(result)
 
