@@ -213,6 +213,7 @@ def _instrument() -> None:
     driver work we want to see apart: the Continuous Token calls and our loop's session open/close."""
     from verl.experimental.agent_loop.agent_loop import AgentLoopBase
 
+    from verl_ext.rollout.agent_loop import SearchAgentLoop
     from verl_ext.rollout.tool_backend import ToolSession
     from verl_ext.tools.client import ToolServerClient
 
@@ -220,18 +221,22 @@ def _instrument() -> None:
         original = getattr(owner, name)
 
         async def timed(*args, **kwargs):
+            stats = _EP.get(None)
+            if stats is None or stats.get(f"_in_{key}"):  # an override calling super(): count it once
+                return await original(*args, **kwargs)
+            stats[f"_in_{key}"] = True
             start = time.perf_counter()
             try:
                 return await original(*args, **kwargs)
             finally:
-                stats = _EP.get(None)
-                if stats is not None:
-                    stats[key] = stats.get(key, 0.0) + time.perf_counter() - start
+                stats[f"_in_{key}"] = False
+                stats[key] = stats.get(key, 0.0) + time.perf_counter() - start
 
         setattr(owner, name, timed)
 
     wrap(AgentLoopBase, "ct_build_initial_tokens", "ct_initial")
     wrap(AgentLoopBase, "ct_merge_context_msg", "ct_context")
+    wrap(SearchAgentLoop, "ct_merge_context_msg", "ct_context")  # ours overrides it (inline text merges)
     wrap(AgentLoopBase, "ct_merge_assistant_token", "ct_assistant")
     wrap(AgentLoopBase, "process_multi_modal_info", "mm_info")
     wrap(ToolSession, "open", "session")
