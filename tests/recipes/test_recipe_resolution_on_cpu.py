@@ -9,6 +9,9 @@ import yaml
 from omegaconf import OmegaConf
 
 
+URL_FROM_ENV = "${oc.env:NEOS_TOOL_SERVER_URL,http://127.0.0.1:8080}"  # --cfg job prints interpolations unresolved
+
+
 def compose_job(*overrides: str) -> dict:
     out = subprocess.run(
         [sys.executable, "-m", "verl.trainer.main_ppo", *overrides, "--cfg", "job"],
@@ -55,18 +58,51 @@ def test_command_line_overrides_still_win_over_the_recipe():
     assert job.actor_rollout_ref.actor.clip_ratio_c == 3.0
 
 
-def test_neos_recipe_wires_our_reward_manager_and_packaged_tool_config():
-    import verl  # noqa: F401  (registers the neos_path resolver through the plugin)
-    from verl_ext.registrations import REGISTRATIONS
+def test_neos_recipe_wires_our_loop_estimator_and_reward(neos_job):
+    assert neos_job["algorithm"]["adv_estimator"] == "neos_turn_credit"
+    assert neos_job["algorithm"]["neos_credit"] == {"ablation": "outcome_only"}  # until the neos trainer lands
+    assert neos_job["reward"]["reward_manager"]["name"] == "neos_answer_judge"
+    rollout = neos_job["actor_rollout_ref"]["rollout"]
+    assert rollout["agent"]["default_agent_loop"] == "neos_search_agent"
+    assert rollout["custom"]["neos_rollout"]["tool_server_url"] == URL_FROM_ENV
 
-    job = compose_in_process("+recipe=neos")
-    manager = job.reward.reward_manager
-    assert (manager.source, manager.name) == ("register", "neos_answer_judge")
-    assert ("reward_manager", "neos_answer_judge") in {(r.kind, r.name) for r in REGISTRATIONS}
-    tool_config = Path(job.actor_rollout_ref.rollout.multi_turn.tool_config_path)  # resolved on access
-    assert tool_config.is_file() and "site-packages" in str(tool_config)
-    names = [t["tool_schema"]["function"]["name"] for t in yaml.safe_load(tool_config.read_text())["tools"]]
-    assert names == ["TextSearch", "WebVisit", "ImageSearch", "ReverseImageSearch", "FetchImage", "CropImage"]
+
+def test_the_tool_server_url_comes_from_the_environment_with_a_loopback_default(monkeypatch):
+    monkeypatch.delenv("NEOS_TOOL_SERVER_URL", raising=False)
+    for recipe in ("neos", "modalsearcher"):
+        job = compose_in_process(f"+recipe={recipe}")
+        assert job.actor_rollout_ref.rollout.custom.neos_rollout.tool_server_url == "http://127.0.0.1:8080"
+    monkeypatch.setenv("NEOS_TOOL_SERVER_URL", "http://tools.internal:9000")
+    assert compose_in_process("+recipe=neos").actor_rollout_ref.rollout.custom.neos_rollout.tool_server_url == (
+        "http://tools.internal:9000"
+    )
+
+
+def test_modalsearcher_recipe_is_rloo_over_six_rollouts_with_the_react_loop():
+    job = compose_job("+recipe=modalsearcher")
+    assert job["algorithm"]["adv_estimator"] == "rloo_vectorized"
+    assert job["data"]["train_batch_size"] == 96
+    assert job["actor_rollout_ref"]["actor"]["loss_agg_mode"] == "token-mean"
+    rollout = job["actor_rollout_ref"]["rollout"]
+    assert (rollout["n"], rollout["name"], rollout["multi_turn"]["max_assistant_turns"]) == (6, "vllm", 46)
+    assert rollout["agent"]["default_agent_loop"] == "modalsearch_react_agent"
+    assert rollout["custom"]["neos_rollout"] == {
+        "tool_server_url": URL_FROM_ENV, "max_consecutive_errors": 3, "group_cache": True
+    }
+    assert job["reward"]["reward_manager"]["name"] == "modalsearch_reward"
+
+
+def test_every_name_a_recipe_uses_is_registered_by_us_or_verl():
+    import verl  # noqa: F401  (loads our plugin)
+    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+    from verl.experimental.reward_loop.reward_manager.registry import REWARD_MANAGER
+    from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
+
+    for recipe in ("neos", "modalsearcher"):
+        job = compose_in_process(f"+recipe={recipe}")
+        assert job.algorithm.adv_estimator in ADV_ESTIMATOR_REGISTRY
+        assert job.actor_rollout_ref.rollout.agent.default_agent_loop in _agent_loop_registry
+        assert job.reward.reward_manager.name in REWARD_MANAGER
 
 
 def test_unknown_recipe_fails_with_hydras_message():
