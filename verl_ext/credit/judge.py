@@ -9,7 +9,6 @@ reason. Settings are the answer judge's ``JudgeConfig`` (same endpoint conventio
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -20,26 +19,12 @@ import aiohttp
 from verl_ext.credit.labels import CreditLabels, labels_from_assessment, unassessed
 from verl_ext.credit.prompt import REPAIR_PROMPT, credit_messages
 from verl_ext.credit.schema import CreditAssessment
-from verl_ext.reward.judge import JudgeConfig, JudgeReplyError
+from verl_ext.reward.judge import JudgeConfig, JudgeReplyError, chat_completion
 from verl_ext.rollout.record import TrajectoryRecord
 
 Outcome = Literal["ok", "repaired", "fallback_invalid", "fallback_timeout", "fallback_http"]
 OUTCOMES: tuple[Outcome, ...] = ("ok", "repaired", "fallback_invalid", "fallback_timeout", "fallback_http")
 _FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL)
-
-
-async def chat_completion(session: aiohttp.ClientSession, config: JudgeConfig, messages: list[dict]) -> str:
-    """The assistant text of one chat-completions call; raises ``JudgeReplyError`` for a non-completion body."""
-    payload = {"model": config.model, "messages": messages, "temperature": 0.0, "max_tokens": config.max_tokens}
-    key = os.environ.get(config.api_key_env)
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
-    async with session.post(f"{config.url.rstrip('/')}/chat/completions", json=payload, headers=headers) as resp:
-        resp.raise_for_status()
-        body = await resp.json(content_type=None)
-    try:
-        return str(body["choices"][0]["message"]["content"])
-    except (KeyError, IndexError, TypeError) as exc:
-        raise JudgeReplyError(f"not a chat completion: {str(body)[:200]!r}") from exc
 
 
 def parse_credit_reply(text: str, candidate: TrajectoryRecord, judge: str) -> CreditLabels:

@@ -86,6 +86,20 @@ def parse_judge_reply(text: str) -> tuple[bool, str]:
     return verdicts[0] == "yes", (reasoning.group(1).strip() if reasoning else "")
 
 
+async def chat_completion(session: aiohttp.ClientSession, config: JudgeConfig, messages: list[dict[str, str]]) -> str:
+    """The assistant text of one chat-completions call; raises ``JudgeReplyError`` for a non-completion body."""
+    payload = {"model": config.model, "messages": messages, "temperature": 0.0, "max_tokens": config.max_tokens}
+    key = os.environ.get(config.api_key_env)
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    async with session.post(f"{config.url.rstrip('/')}/chat/completions", json=payload, headers=headers) as resp:
+        resp.raise_for_status()
+        body = await resp.json(content_type=None)
+    try:
+        return str(body["choices"][0]["message"]["content"])
+    except (KeyError, IndexError, TypeError) as exc:
+        raise JudgeReplyError(f"not a chat completion: {str(body)[:200]!r}") from exc
+
+
 class AnswerJudge:
     """One per reward manager; bounds in-flight judge requests per process with a semaphore."""
 
@@ -94,23 +108,7 @@ class AnswerJudge:
         self._semaphore = asyncio.Semaphore(config.max_concurrency)
 
     async def _ask(self, session: aiohttp.ClientSession, messages: list[dict[str, str]]) -> tuple[bool, str]:
-        payload = {
-            "model": self.config.model,
-            "messages": messages,
-            "temperature": 0.0,
-            "max_tokens": self.config.max_tokens,
-        }
-        key = os.environ.get(self.config.api_key_env)
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        url = f"{self.config.url.rstrip('/')}/chat/completions"
-        async with session.post(url, json=payload, headers=headers) as resp:
-            resp.raise_for_status()
-            body = await resp.json(content_type=None)
-        try:
-            content = body["choices"][0]["message"]["content"]
-        except (KeyError, IndexError, TypeError) as exc:
-            raise JudgeReplyError(f"not a chat completion: {str(body)[:200]!r}") from exc
-        return parse_judge_reply(str(content))
+        return parse_judge_reply(await chat_completion(session, self.config, messages))
 
     async def judge(self, question: str, ground_truth: Any, response: str) -> Verdict:
         """Verdict for ``response``; an empty response is wrong without asking anyone."""
