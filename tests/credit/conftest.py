@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 from verl_ext.credit import SCHEMA_VERSION
 from verl_ext.credit.offline_judge import TaskPath
@@ -169,12 +170,5 @@ async def credit_server(latency_s: float = 0.0) -> AsyncIterator[tuple[str, Coun
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}/v1", calls, bodies
-    finally:
-        await runner.cleanup()
+    async with TestServer(app, host="127.0.0.1") as server:
+        yield str(server.make_url("/v1")), calls, bodies

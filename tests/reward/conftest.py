@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 PLAIN_ADDED = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
@@ -42,15 +43,8 @@ async def judge_server(slow_s: float = 1.0) -> AsyncIterator[tuple[str, Counter]
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}/v1", calls
-    finally:
-        await runner.cleanup()
+    async with TestServer(app, host="127.0.0.1") as server:
+        yield str(server.make_url("/v1")), calls
 
 
 def _trained_tokenizer():

@@ -37,6 +37,8 @@ from verl_ext.rollout.hf_generate import GenerateCall, TransformersGenerateClien
 from verl_ext.rollout.record import RECORD_KEY, TrajectoryRecord
 from verl_ext.tools.client import close_shared_clients
 
+from .test_agent_loop_on_cpu import mask_runs
+
 SEARCH = '<tool_call>\n{"name": "TextSearch", "arguments": {"query": ["capital of France"]}}\n</tool_call>'
 SCRIPTS = ([SEARCH, "Paris"], [SEARCH, SEARCH, "Lyon"])  # one success (2 turns), one failure (3 turns)
 UID = "datapath"  # the session's TransferQueue is shared: rows of this test are the ones under this uid
@@ -156,7 +158,7 @@ async def test_spans_and_labels_reach_neos_turn_credit_inside_the_v1_trainer(
     a = 1 / np.sqrt(2)
     params = CreditParams()
     for row, (record, mask, adv) in enumerate(zip(records, masks, advantages)):
-        assert [tuple(t.span) for t in record.turns] == _runs(mask)  # the spans are the mask's runs of 1s
+        assert [tuple(t.span) for t in record.turns] == mask_runs(mask)  # the spans are the mask's runs of 1s
         policy = [k for k, m in enumerate(mask) if m]
         off = [adv[k] for k, m in enumerate(mask) if not m]
         assert off == [0.0] * len(off)
@@ -170,14 +172,3 @@ async def test_spans_and_labels_reach_neos_turn_credit_inside_the_v1_trainer(
         first = [adv[k] for k in range(*record.turns[0].span)]
         assert all(x > 0 for x in first) and all(adv[k] < 0 for k in range(*record.turns[1].span))
     assert metrics["neos_credit/assessed_share"] == 0.5
-
-
-def _runs(mask: list[int]) -> list[tuple[int, int]]:
-    runs, start = [], None
-    for i, m in enumerate([*mask, 0]):
-        if m and start is None:
-            start = i
-        elif not m and start is not None:
-            runs.append((start, i))
-            start = None
-    return runs

@@ -117,21 +117,17 @@ class ToolSession:
                 result = await self.client.call(
                     self.session_id, call.name, call.arguments, turn=turn, include_pixels=True
                 )
-        except ToolCallError as e:  # 4xx: the arguments or references were wrong
+        except ToolServerError as e:
+            # 4xx: the arguments or references were wrong; otherwise (timeouts, refused connections, 5xx) the tool
+            if isinstance(e, ToolCallError):
+                text, error_class = f"Error ({e.type}): {e.message}", "agent"
+            else:
+                text, error_class = (
+                    f"Error: the tool is unavailable ({e.type}); try again or continue differently.",
+                    "tool",
+                )
             return CallOutcome(
-                False,
-                f"Error ({e.type}): {e.message}",
-                error_class="agent",
-                error_type=e.type,
-                latency_s=time.perf_counter() - start,
-            )
-        except ToolServerError as e:  # timeouts, refused connections, 5xx
-            return CallOutcome(
-                False,
-                f"Error: the tool is unavailable ({e.type}); try again or continue differently.",
-                error_class="tool",
-                error_type=e.type,
-                latency_s=time.perf_counter() - start,
+                False, text, error_class=error_class, error_type=e.type, latency_s=time.perf_counter() - start
             )
         pixels = [i for i in result.images if i.png]
         # Decoding off the event loop, but only when there is something to decode: the default executor is busy

@@ -71,8 +71,11 @@ class ToolServerClient:
     The aiohttp session is created on first use, inside the running event loop it will be bound to.
     """
 
-    def __init__(self, base_url: str, *, timeout_s: float = 120.0, connect_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, base_url: str, *, timeout_s: float = 120.0, connect_timeout_s: float = 10.0, max_connections: int = 256
+    ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.max_connections = max_connections  # aiohttp's default of 100 would queue a worker's calls beyond it
         self._timeout = aiohttp.ClientTimeout(total=timeout_s, connect=connect_timeout_s)
         self._http: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -126,7 +129,9 @@ class ToolServerClient:
 
     async def _request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         if self._http is None:
-            self._http = aiohttp.ClientSession(timeout=self._timeout)
+            self._http = aiohttp.ClientSession(
+                timeout=self._timeout, connector=aiohttp.TCPConnector(limit=self.max_connections)
+            )
             self._loop = asyncio.get_running_loop()
         try:
             async with self._http.request(method, self.base_url + path, **kwargs) as r:
