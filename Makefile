@@ -27,6 +27,8 @@ install: $(STAMP)
 	$(PY) -m pip install -q --no-deps --force-reinstall --no-build-isolation .
 
 # verl's own CPU tests for the extension points we plug into, run with our plugins installed: they must stay green.
+# A separate pytest run: our session fixtures (one Ray for the suite) must not leak into verl's tests, which start
+# and stop Ray themselves.
 VERL_CPU_TESTS := trainer/ppo/test_core_algos_on_cpu.py trainer/ppo/test_dynamic_policy_losses_on_cpu.py \
 	trainer/ppo/test_loss_aggregation_on_cpu.py trainer/test_multi_trajectories_advantage_on_cpu.py \
 	experimental/agent_loop/test_agent_loop_extra_fields_schema_on_cpu.py \
@@ -34,7 +36,8 @@ VERL_CPU_TESTS := trainer/ppo/test_core_algos_on_cpu.py trainer/ppo/test_dynamic
 
 test: install system-deps
 	site=$$($(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") && \
-	$(VENV)/bin/pytest -q tests $(addprefix $$site/tests/,$(VERL_CPU_TESTS))
+	$(VENV)/bin/pytest -q tests && \
+	$(VENV)/bin/pytest -q $(addprefix $$site/tests/,$(VERL_CPU_TESTS))
 
 demo: install
 	$(PY) -m data_gen.world build --size small --out $(WORLD)
