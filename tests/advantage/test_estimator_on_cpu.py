@@ -170,3 +170,22 @@ def test_params_come_from_algorithm_neos_credit() -> None:
     assert credit_params_from_config(OmegaConf.create({})) == CreditParams()
     with pytest.raises(ValueError, match=r"unknown algorithm.neos_credit keys \['gama'\]"):
         credit_params_from_config({"neos_credit": {"gama": 0.5}})
+
+
+@pytest.mark.parametrize("norm", [True, False])
+def test_outcome_advantage_equals_verls_grpo_on_random_groups(norm):
+    """Groups of 1 to 8 rows, shuffled, with ties and all-equal groups: the same A_i as verl's own estimator."""
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+
+    from verl_ext.advantage.estimator import outcome_advantage
+
+    rng = np.random.default_rng(0)
+    index = np.array([f"q{g}" for g in range(40) for _ in range(rng.integers(1, 9))], dtype=object)
+    rng.shuffle(index)
+    rewards = torch.zeros(len(index), 5)
+    rewards[:, -1] = torch.from_numpy(rng.choice([0.0, 0.1, 0.9, 1.0], size=len(index))).float()
+    expected, _ = compute_grpo_outcome_advantage(
+        rewards, torch.ones_like(rewards), index, epsilon=1e-6, norm_adv_by_std_in_grpo=norm
+    )
+    got = outcome_advantage(rewards, index, 1e-6, norm)
+    np.testing.assert_allclose(got.numpy(), expected[:, 0].numpy(), rtol=1e-5, atol=1e-6)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
-from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, register_adv_est
+from verl.trainer.ppo.core_algos import register_adv_est
 
 from verl_ext.advantage.inputs import CreditRow, current_credit_inputs, policy_mask
 from verl_ext.credit import CreditAblation, CreditParams, mask_runs
@@ -44,16 +44,24 @@ def credit_params_from_config(config: Any) -> CreditParams:
 def outcome_advantage(
     token_level_rewards: torch.Tensor, index: np.ndarray, epsilon: float, norm_adv_by_std_in_grpo: bool
 ) -> torch.Tensor:
-    """(bs,) GRPO advantage A_i per row, computed by verl's own ``compute_grpo_outcome_advantage``.
+    """(bs,) GRPO advantage A_i per row, with the semantics of verl's ``compute_grpo_outcome_advantage``.
 
-    verl's function returns A_i times the mask; asking it for one always-on token per row yields A_i itself, even
-    for rows without policy tokens.
+    Same statistics (group mean, unbiased std, ``epsilon`` added to the std; a group of one has mean 0 and std 1),
+    computed with one ``np.unique`` and ``bincount`` instead of verl's Python loop over rows, which alone cost more than
+    the whole credit computation on a 4,096-row batch. ``test_estimator_on_cpu`` pins equality with verl's function.
     """
-    scores = token_level_rewards.sum(dim=-1, keepdim=True)
-    advantage, _ = compute_grpo_outcome_advantage(
-        scores, torch.ones_like(scores), index, epsilon=epsilon, norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo
-    )
-    return advantage[:, 0]
+    scores = token_level_rewards.sum(dim=-1).detach().cpu().double().numpy()
+    _, group = np.unique(np.asarray(index, dtype=object).astype(str), return_inverse=True)
+    count = np.bincount(group)
+    mean = np.bincount(group, weights=scores) / count
+    deviation = scores - mean[group]
+    std = np.sqrt(np.bincount(group, weights=deviation**2) / np.maximum(count - 1, 1))
+    single = count == 1
+    mean[single], std[single] = 0.0, 1.0
+    advantage = scores - mean[group]
+    if norm_adv_by_std_in_grpo:
+        advantage = advantage / (std[group] + epsilon)
+    return torch.from_numpy(advantage).to(dtype=token_level_rewards.dtype, device=token_level_rewards.device)
 
 
 def turn_credit_advantages(
