@@ -91,7 +91,7 @@ def scripted(*turns: str) -> Callable[[GenerateCall], str | None]:
     return forced
 
 
-def make_loop(agent: str, model_dir: Path, client, url: str, *, response_length=4096, **custom):
+def make_loop(agent: str, model_dir: Path, client, url: str | None, *, response_length=4096, tools=(), **custom):
     config = OmegaConf.create(
         {
             "actor_rollout_ref": {
@@ -99,7 +99,7 @@ def make_loop(agent: str, model_dir: Path, client, url: str, *, response_length=
                     "prompt_length": 2048,
                     "response_length": response_length,
                     "multi_turn": {"max_tool_response_length": 4000},
-                    "custom": {"neos_rollout": {"tool_server_url": url, **custom}},
+                    "custom": {"neos_rollout": {**({"tool_server_url": url} if url else {}), **custom}},
                 }
             },
             "data": {},
@@ -115,7 +115,7 @@ def make_loop(agent: str, model_dir: Path, client, url: str, *, response_length=
         dataset_cls=RLHFDataset,
         data_config=DictConfigWrap(config.data),
         hf_model_type=HF_MODEL_TYPE,
-        tools=ToolListWrap([]),
+        tools=ToolListWrap(list(tools)),
     )
 
 
@@ -320,3 +320,83 @@ async def test_episodes_overlap_while_tools_run(tiny_vl_model_dir, tiny_vl_model
     # Generations of different episodes interleave: not all turns of one episode before the next starts.
     order = [c.request_id for c in client.calls]
     assert order[:6] != [order[0]] * 6 and len(set(order[:6])) > 1
+
+
+FUNCTION_TOOLS = '''
+from PIL import Image
+from verl.tools.function_tool import function_tool
+from verl.tools.schemas import ToolResponse
+
+
+@function_tool
+def swatch(colour: str) -> ToolResponse:
+    """Paint a small swatch of one colour.
+
+    Args:
+        colour: one of red, green, blue
+    """
+    rgb = {"red": (255, 0, 0), "green": (0, 255, 0), "blue": (0, 0, 255)}[colour]  # KeyError for anything else
+    return ToolResponse(text=f"a {colour} swatch", image=[Image.new("RGB", (56, 56), rgb)])
+'''
+
+
+async def test_the_loop_runs_a_projects_own_verl_tools(
+    tiny_vl_model_dir, tiny_vl_model, processor, server, world, tmp_path, monkeypatch
+):
+    """tool_backend: verl: a verl FunctionTool (from function_tool_path) and our BaseTool YAML tools, as verl loads
+    them for a worker; their images join the register and every later generate call; a raising tool is tool-caused."""
+    from verl.tools.tool_registry import load_all_tools
+
+    (tmp_path / "tools.py").write_text(FUNCTION_TOOLS)
+    monkeypatch.setenv("NEOS_TOOL_SERVER_URL", url_of(server))  # our BaseTools read it
+    yaml_path = Path(__file__).resolve().parents[2] / "recipes" / "tools" / "neos_tools.yaml"
+    tools = load_all_tools(tool_config_path=str(yaml_path), function_tool_path=str(tmp_path / "tools.py"))
+    script = scripted(
+        call("swatch", colour="blue"),
+        call("swatch", colour="purple"),
+        call("FetchImage", urls=[f"{ORIGIN}/media/flag_mex.png"]),
+        "Mexico",
+    )
+    client = TransformersGenerateClient(tiny_vl_model, processor, max_new_tokens=64, forced=script)
+    loop = make_loop("neos_search_agent", tiny_vl_model_dir, client, None, tools=tools, tool_backend="verl")
+    out, record = await run(loop, question(world, "Which country?"))
+    assert [c.num_images for c in client.calls] == [1, 2, 2, 3]
+    assert [(t.outcome, t.error_class) for t in record.turns] == [
+        ("call_ok", None),
+        ("call_error", "tool"),
+        ("call_ok", None),
+        ("answer", None),
+    ]
+    assert record.turns[1].calls[0].error_type == "KeyError"
+    assert [(i.ref, i.source) for i in record.images] == [
+        ("img_1", "question"),
+        ("img_2", "swatch"),
+        ("img_3", "FetchImage"),
+    ]
+    assert {t.name for t in loop.verl_tools} >= {"swatch", "FetchImage"}
+    assert_well_formed(out, record, processor.tokenizer)
+
+
+def test_the_shipped_agent_loop_config_instantiates_each_loop_with_its_settings(tiny_vl_model, processor):
+    """``recipes/agent_loops/search_agents.yaml`` as verl's AgentLoopWorker reads ``agent_loop_config_path``."""
+    path = Path(__file__).resolve().parents[2] / "recipes" / "agent_loops" / "search_agents.yaml"
+    entries = OmegaConf.load(path)
+    client = TransformersGenerateClient(tiny_vl_model, processor)
+    config = OmegaConf.create(
+        {"actor_rollout_ref": {"rollout": {"prompt_length": 2048, "response_length": 4096}}, "data": {}}
+    )
+    for entry in entries:
+        loop = hydra.utils.instantiate(
+            entry,
+            trainer_config=DictConfigWrap(config),
+            server_manager=client,
+            tokenizer=processor.tokenizer,
+            processor=processor,
+            dataset_cls=RLHFDataset,
+            data_config=DictConfigWrap(config.data),
+            hf_model_type=HF_MODEL_TYPE,
+            tools=ToolListWrap([]),
+        )
+        expected = {k: v for k, v in OmegaConf.to_container(entry).items() if k not in ("name", "_target_")}
+        assert {k: getattr(loop.settings, k) for k in expected} == expected
+        assert loop.protocol == ("modalsearch" if "modalsearch" in entry.name else "neos")

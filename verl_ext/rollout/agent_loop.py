@@ -37,6 +37,7 @@ from verl_ext.rollout.record import (
 from verl_ext.rollout.settings import EpisodeSettings, resolve_settings
 from verl_ext.rollout.tokens import fast_text_renders, has_media
 from verl_ext.rollout.tool_backend import CallOutcome, ToolSession, tool_catalog
+from verl_ext.rollout.verl_tools_session import VerlToolsSession, verl_tool_catalog
 
 
 def truncate(text: str, limit: int, side: str) -> str:
@@ -79,9 +80,11 @@ class SearchAgentLoop(AgentLoopBase):
     protocol: ClassVar[Protocol]
 
     def __init__(self, *args: Any, tools: Any = None, **kwargs: Any) -> None:
-        # ``tools``: verl hands every loop the tools of multi_turn.tool_config_path; ours come from the tool server.
+        # ``tools``: the worker's verl tools (multi_turn.tool_config_path / function_tool_path), used with
+        # tool_backend: verl; the default backend is our tool server.
         overrides = {k: kwargs.pop(k) for k in list(kwargs) if k in EpisodeSettings.model_fields}
         super().__init__(*args, **kwargs)
+        self.verl_tools = list(tools.tools) if tools is not None else []
         self.continuous_token_builder = fast_text_renders(self.continuous_token_builder)
         self.settings = resolve_settings(self.protocol, self.rollout_config, overrides)
 
@@ -112,7 +115,17 @@ class SearchAgentLoop(AgentLoopBase):
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         s = self.settings
-        catalog = await tool_catalog(s.tool_server_url, self.protocol, s.call_timeout_s)
+        request_id = uuid4().hex
+        if s.tool_backend == "verl":
+            catalog = verl_tool_catalog(self.verl_tools)
+            session: ToolSession | VerlToolsSession = VerlToolsSession(
+                self.verl_tools, catalog, kwargs.get("tools_kwargs") or {}, request_id
+            )
+        else:
+            catalog = await tool_catalog(s.tool_server_url, self.protocol, s.call_timeout_s)
+            session = ToolSession(
+                s.tool_server_url, catalog, timeout_s=s.call_timeout_s, max_in_flight=s.max_concurrent_calls
+            )
         native_tools = catalog.schemas if self.protocol == "neos" else None
         messages = list(kwargs["raw_prompt"])
         if not any(m.get("role") == "system" for m in messages):
@@ -123,9 +136,6 @@ class SearchAgentLoop(AgentLoopBase):
         ep = _Episode(messages=messages, images=list(mm.get("images") or []))
         self._assert_mm_supported(bool(ep.images))
         group_id = str(kwargs["uid"]) if s.group_cache and kwargs.get("uid") is not None else None
-        session = ToolSession(
-            s.tool_server_url, catalog, timeout_s=s.call_timeout_s, max_in_flight=s.max_concurrent_calls
-        )
         refs = await session.open(ep.images, group_id)
         session_id = session.session_id or ""
         ep.register = [ImageEntry(ref=r, source="question", turn=None, in_context=True) for r in refs]
@@ -134,16 +144,15 @@ class SearchAgentLoop(AgentLoopBase):
                 ep.messages, tools=native_tools, images=ep.images or None
             )
             ep.prompt_len = len(ep.prompt_ids)
-            await self._loop(ep, session, sampling_params, native_tools)
+            await self._loop(ep, session, sampling_params, native_tools, request_id)
         finally:
             await session.close()
         return self._output(ep, kwargs, session_id, group_id)
 
     async def _loop(
-        self, ep: _Episode, session: ToolSession, sampling_params: dict[str, Any], native_tools: Any
+        self, ep: _Episode, session: Any, sampling_params: dict[str, Any], native_tools: Any, request_id: str
     ) -> None:
         s = self.settings
-        request_id = uuid4().hex
         for turn in range(s.max_turns):
             final = turn == s.max_turns - 1
             if final and not await self._append_context(

@@ -31,7 +31,10 @@ class EpisodeSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     protocol: Protocol
-    tool_server_url: str = Field(min_length=1)
+    tool_backend: Literal["server", "verl"] = (
+        "server"  # verl: the worker's own verl tools (multi_turn.tool_config_path)
+    )
+    tool_server_url: str | None = Field(None, min_length=1)  # required by the server backend
     max_turns: int = Field(ge=1)  # assistant turns; the last one has tools disabled
     max_parallel_calls: int = Field(1, ge=1)  # calls allowed in one turn (both papers: 1)
     max_observation_chars: int = Field(8192, ge=16)  # verl's multi_turn.max_tool_response_length
@@ -68,8 +71,10 @@ def resolve_settings(
         values["tool_server_url"] = os.environ[URL_ENV]
     values.update(dict((rollout_config.get("custom") or {}).get(CUSTOM_KEY) or {}))
     values.update(overrides)
-    if "tool_server_url" not in values:
+    settings = EpisodeSettings.model_validate(values)
+    if settings.tool_backend == "server" and not settings.tool_server_url:
         raise ValueError(
-            f"no tool server URL: set actor_rollout_ref.rollout.custom.{CUSTOM_KEY}.tool_server_url or ${URL_ENV}"
+            f"no tool server URL: set actor_rollout_ref.rollout.custom.{CUSTOM_KEY}.tool_server_url or ${URL_ENV} "
+            f"(or tool_backend: verl to use the tools of multi_turn.tool_config_path)"
         )
-    return EpisodeSettings.model_validate(values)
+    return settings

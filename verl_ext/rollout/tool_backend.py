@@ -22,8 +22,16 @@ from verl_ext.tools.client import ToolCallError, ToolServerError, png_base64, sh
 
 @dataclass(frozen=True, slots=True)
 class ToolCatalog:
-    schemas: list[dict[str, Any]]  # OpenAI function schemas, as the server lists them
+    schemas: list[dict[str, Any]]  # OpenAI function schemas, as the server (or the verl tools) list them
     validators: dict[str, jsonschema.protocols.Validator]
+
+    @classmethod
+    def from_schemas(cls, schemas: list[dict[str, Any]]) -> ToolCatalog:
+        validators = {}
+        for schema in schemas:
+            params = schema["function"].get("parameters") or {"type": "object"}
+            validators[schema["function"]["name"]] = jsonschema.validators.validator_for(params)(params)
+        return cls(schemas, validators)
 
     def check(self, call: ToolCall) -> tuple[str, str] | None:
         """``(error_type, message)`` when the call cannot be valid, else None."""
@@ -62,12 +70,7 @@ async def tool_catalog(base_url: str, protocol: Protocol, timeout_s: float) -> T
     lock = _CATALOG_LOCKS.setdefault((*key, id(asyncio.get_running_loop())), asyncio.Lock())
     async with lock:
         if key not in _CATALOGS:
-            schemas = await shared_client(base_url, timeout_s).list_tools(protocol)
-            validators = {}
-            for schema in schemas:
-                params = schema["function"]["parameters"]
-                validators[schema["function"]["name"]] = jsonschema.validators.validator_for(params)(params)
-            _CATALOGS[key] = ToolCatalog(schemas, validators)
+            _CATALOGS[key] = ToolCatalog.from_schemas(await shared_client(base_url, timeout_s).list_tools(protocol))
     return _CATALOGS[key]
 
 
