@@ -85,8 +85,10 @@ class TransformersGenerateClient:
     """Drop-in for ``LLMServerClient.generate`` running one transformers VL model in process (CPU tests, development).
 
     Calls run in a worker thread (``run_in_executor``) one at a time behind an asyncio lock, so many agent loops can
-    await ``generate`` concurrently on one event loop. ``self.calls`` records every call in execution order.
+    await ``generate`` concurrently on one event loop. ``self.calls`` records every call in execution order (unless
+    ``record_calls`` is false, as in a long-running server).
     ``global_steps`` is the weight version reported in ``extra_fields`` (set it when weights change).
+    Inputs follow ``model.device``, so the model may sit on a GPU (as in the ``hf`` rollout server) or on the CPU.
     ``forced`` (a test device, never for training) is called in the worker thread with each call's record; a string
     it returns (without the closing ``<|im_end|>``, which is appended) becomes the response, scored by teacher forcing.
     """
@@ -100,6 +102,7 @@ class TransformersGenerateClient:
         seed: int = 0,
         global_steps: int = 0,
         forced: Callable[[GenerateCall], str | None] | None = None,
+        record_calls: bool = True,
     ) -> None:
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -110,6 +113,7 @@ class TransformersGenerateClient:
         self.global_steps = global_steps
         self.forced = forced
         self.calls: list[GenerateCall] = []
+        self._record_calls = record_calls
         self._rng = torch.Generator().manual_seed(seed)
         self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
         config = model.config
@@ -188,7 +192,8 @@ class TransformersGenerateClient:
             image_grid_thw=tuple(tuple(int(v) for v in row) for row in grid.tolist()) if grid is not None else (),
             sampling_params=dict(sampling),
         )
-        self.calls.append(call)
+        if self._record_calls:
+            self.calls.append(call)
         limit = self.max_new_tokens
         for key in ("max_tokens", "max_new_tokens"):
             if sampling.get(key) is not None:
@@ -237,7 +242,7 @@ class TransformersGenerateClient:
             return {}
         # The processor itself, as verl's builders call it, so mm_processor_kwargs route to the image processor alike.
         processed = self.processor(images=images, return_tensors="pt", **(mm_processor_kwargs or {}))
-        vision = {key: processed[key] for key in ("pixel_values", "image_grid_thw")}
+        vision = {key: processed[key].to(self.model.device) for key in ("pixel_values", "image_grid_thw")}
         expected = (vision["image_grid_thw"].prod(-1) // self._merge**2).tolist()
         if runs != expected:
             raise ValueError(
@@ -252,7 +257,7 @@ class TransformersGenerateClient:
         Computed explicitly from ``mm_token_type_ids`` and the grids: without them Qwen2.5-VL silently falls back to
         1-D positions."""
         if "image_grid_thw" not in vision:
-            return torch.arange(input_ids.shape[1]).view(1, 1, -1).expand(3, 1, -1), 0
+            return torch.arange(input_ids.shape[1], device=input_ids.device).view(1, 1, -1).expand(3, 1, -1), 0
         mm_token_type_ids = (input_ids == self._image_token_id).int()
         positions, delta = self.model.model.get_rope_index(
             input_ids, mm_token_type_ids=mm_token_type_ids, image_grid_thw=vision["image_grid_thw"]
@@ -296,7 +301,8 @@ class TransformersGenerateClient:
             if top_p < 1.0:
                 warpers.append(TopPLogitsWarper(top_p))
         rng = torch.Generator().manual_seed(int(sampling["seed"])) if sampling.get("seed") is not None else self._rng
-        context = torch.tensor([prompt_ids])
+        device = self.model.device
+        context = torch.tensor([prompt_ids], device=device)
         logits, cache, delta = self._forward(context, vision, keep=1)
         logits = logits[-1]
         tokens: list[int] = []
@@ -309,7 +315,7 @@ class TransformersGenerateClient:
             if greedy:
                 token = int(scores.argmax())
             else:
-                token = int(torch.multinomial(torch.softmax(scores, -1), 1, generator=rng))
+                token = int(torch.multinomial(torch.softmax(scores, -1).cpu(), 1, generator=rng))  # rng is on CPU
             scale = temperature if not greedy else 1.0
             log_probs.append(float(torch.log_softmax(logits / scale, -1)[token]))
             tokens.append(token)
@@ -317,8 +323,8 @@ class TransformersGenerateClient:
                 return tokens, log_probs, "stop"
             if len(tokens) >= limit:
                 return tokens, log_probs, "length"
-            context = torch.cat([context, torch.tensor([[token]])], dim=1)
-            position = torch.full((3, 1, 1), context.shape[1] - 1 + delta)
+            context = torch.cat([context, torch.tensor([[token]], device=device)], dim=1)
+            position = torch.full((3, 1, 1), context.shape[1] - 1 + delta, device=device)
             out = self.model(input_ids=context[:, -1:], position_ids=position, past_key_values=cache, use_cache=True)
             logits, cache = out.logits[0, -1].float(), out.past_key_values
 
@@ -331,7 +337,10 @@ class TransformersGenerateClient:
             raise ValueError("a forced response may not contain vision placeholder tokens")
         stop_reason = "stop" if len(tokens) <= limit else "length"
         tokens = tokens[:limit]
-        logits, _, _ = self._forward(torch.tensor([prompt_ids + tokens[:-1]]), vision, keep=len(tokens))
+        logits, _, _ = self._forward(
+            torch.tensor([prompt_ids + tokens[:-1]], device=self.model.device), vision, keep=len(tokens)
+        )
         scale = temperature if temperature > 0.0 else 1.0
-        log_probs = torch.log_softmax(logits / scale, -1).gather(-1, torch.tensor(tokens)[:, None])[:, 0]
+        index = torch.tensor(tokens, device=logits.device)[:, None]
+        log_probs = torch.log_softmax(logits / scale, -1).gather(-1, index)[:, 0]
         return tokens, log_probs.tolist(), stop_reason
