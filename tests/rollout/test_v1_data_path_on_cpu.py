@@ -35,6 +35,7 @@ from verl_ext.credit import CreditParams, rescale_advantages
 from verl_ext.credit.labels import CREDIT_KEY, CreditLabels, LabelEvent
 from verl_ext.rollout.hf_generate import GenerateCall, TransformersGenerateClient
 from verl_ext.rollout.record import RECORD_KEY, TrajectoryRecord
+from verl_ext.rollout.tq_worker import NeosAgentLoopWorker
 from verl_ext.tools.client import close_shared_clients
 
 from .test_agent_loop_on_cpu import mask_runs
@@ -171,4 +172,69 @@ async def test_spans_and_labels_reach_neos_turn_credit_inside_the_v1_trainer(
         np.testing.assert_allclose([adv[k] for k in policy], rescale_advantages(raw, -a, params), rtol=1e-5)
         first = [adv[k] for k in range(*record.turns[0].span)]
         assert all(x > 0 for x in first) and all(adv[k] < 0 for k in range(*record.turns[1].span))
+    assert metrics["neos_credit/assessed_share"] == 0.5
+
+
+class _ExactMatchScored(NeosAgentLoopWorker):
+    """Our v1 worker with verl's reward step replaced by exact match on the final answer (a test device: verl's reward
+    loop workers are Ray actors built from the whole reward config); everything else is the real worker."""
+
+    async def _compute_score(self, outputs, kwargs):
+        final = outputs[-1]
+        if final.reward_score is None:
+            final.reward_score = float(
+                TrajectoryRecord.model_validate(final.extra_fields[RECORD_KEY]).final_answer == "Paris"
+            )
+
+
+async def test_the_neos_worker_labels_failures_as_soon_as_their_group_is_complete(
+    transfer_queue, tiny_vl_model, tiny_vl_processor, tiny_vl_model_dir, server_url
+):
+    """Group assessment inside verl's ``_run_prompt``: the failure's labels are in TransferQueue when the group is
+    marked finished, and the estimator uses them."""
+    uid = "grouplabels"
+    config = trainer_config(tiny_vl_model_dir, server_url)
+    lyon = '<tool_call>\n{"name": "TextSearch", "arguments": {"query": ["Lyon"]}}\n</tool_call>'
+    scripts: dict[str, list[str]] = {}
+    plans = ([SEARCH, "Paris"], [SEARCH, lyon, "Lyon"])
+
+    def forced(c: GenerateCall) -> str:
+        if c.request_id not in scripts:
+            scripts[c.request_id] = list(plans[len(scripts)])
+        return scripts[c.request_id].pop(0)
+
+    client = TransformersGenerateClient(tiny_vl_model, tiny_vl_processor, max_new_tokens=64, forced=forced)
+    worker = _ExactMatchScored(config, client)
+    prompt = {
+        "uid": uid,
+        "raw_prompt": [{"role": "user", "content": "What is the capital of France?"}],
+        "index": 0,
+        "global_steps": 1,
+        "agent_name": "neos_search_agent",
+        "extra_info": {"reasoning_path": ["capital of France"]},
+        "reward_model": {"ground_truth": "Paris"},
+    }
+    trajectory = {"step": 1, "sample_index": 0, "rollout_n": 0, "validate": False}
+    sampling = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
+    await worker._run_prompt(prompt, sampling, trajectory=trajectory)
+
+    listing = tq.kv_list("train")["train"]
+    assert listing[uid]["status"] == "finished"
+    keys = sorted(k for k in listing if k.startswith(f"{uid}_"))
+    extra = list(tq.kv_batch_get(keys=keys, partition_id="train", select_fields=["extra_fields"])["extra_fields"])
+    answers = [e[RECORD_KEY]["final_answer"] for e in extra]
+    failure = extra[answers.index("Lyon")]
+    assert CREDIT_KEY not in extra[answers.index("Paris")]
+    labels = CreditLabels.model_validate(failure[CREDIT_KEY])
+    # The offline path judge: turn 0 searched the path item, turn 1 left the path (Lyon), turn 2 answered off it.
+    assert labels.assessed and labels.judge == "offline_path" and labels.num_turns == 3
+    assert labels.productive == {0: 1.0}
+    assert [(e.turn, e.type) for e in labels.events] == [(1, "causal_error")]
+
+    trainer = object.__new__(_Trainer)
+    trainer.config = config
+    metrics: dict = {}
+    batch = KVBatchMeta(keys=keys, tags=[listing[k] for k in keys], partition_id="train")
+    trainer._compute_old_log_prob(batch, metrics)
+    trainer._compute_advantage(batch, metrics)
     assert metrics["neos_credit/assessed_share"] == 0.5

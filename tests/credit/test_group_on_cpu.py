@@ -1,0 +1,66 @@
+"""A group's failures are judged once, when its last trajectory arrives, against one of its successes."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from verl_ext.credit.group import GroupAssessor
+from verl_ext.credit.labels import unassessed
+
+from .conftest import candidate as make_candidate
+from .conftest import reference as make_reference
+
+
+class Judge:
+    """Records what it was asked; answers one fallback label per failure (its turn count = the candidate's)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[str]]] = []
+
+    async def __call__(self, reference, failures):
+        self.calls.append((reference.question, [f.question for f in failures]))
+        await asyncio.sleep(0)
+        return [unassessed("test", len(f.turns), f"label for {f.question}") for f in failures]
+
+
+async def test_the_last_arrival_runs_one_assessment_and_every_member_gets_its_labels():
+    candidate, reference = make_candidate(), make_reference()
+    judge, assessor = Judge(), GroupAssessor(size=3)
+    a = reference.model_copy(update={"question": "a"})
+    b = candidate.model_copy(update={"question": "b"})
+    c = candidate.model_copy(update={"question": "c"})
+    first = asyncio.create_task(assessor.submit("g", "0", b, 0.0, judge))
+    second = asyncio.create_task(assessor.submit("g", "1", a, 1.0, judge))
+    await asyncio.sleep(0.01)
+    assert judge.calls == [] and not first.done()  # waits for the whole group
+    third = await assessor.submit("g", "2", c, 0.0, judge)
+    assert judge.calls == [("a", ["b", "c"])]
+    assert (await first).fallback_reason == "label for b" and third.fallback_reason == "label for c"
+    assert await second is None  # a success keeps its outcome advantage
+
+
+@pytest.mark.parametrize("rewards", [(1.0, 1.0), (0.0, 0.0)])
+async def test_groups_without_both_outcomes_are_not_judged(rewards):
+    candidate = make_candidate()
+    judge, assessor = Judge(), GroupAssessor(size=2)
+    results = await asyncio.gather(*(assessor.submit("g", str(i), candidate, r, judge) for i, r in enumerate(rewards)))
+    assert results == [None, None] and judge.calls == []
+
+
+async def test_a_failing_judge_fails_every_member_and_a_duplicate_is_refused():
+    candidate, reference = make_candidate(), make_reference()
+
+    async def broken(ref, failures):
+        raise RuntimeError("judge down")
+
+    assessor = GroupAssessor(size=2)
+    waiting = asyncio.create_task(assessor.submit("g", "0", candidate, 0.0, broken))
+    await asyncio.sleep(0)
+    with pytest.raises(ValueError, match="submitted twice"):
+        await assessor.submit("g", "0", candidate, 0.0, broken)
+    with pytest.raises(RuntimeError, match="judge down"):
+        await assessor.submit("g", "1", reference, 1.0, broken)
+    with pytest.raises(RuntimeError, match="judge down"):
+        await waiting
