@@ -94,3 +94,36 @@ def transfer_queue(ray_cluster):
     tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
     yield tq
     tq.close()
+
+
+@pytest.fixture(scope="session")
+def world(small_world):
+    """The small world as the tool server loads it (feature cache beside the world cache), shared by the session."""
+    from tool_server.offline.world import OfflineWorld
+
+    w = OfflineWorld.load(small_world, cache_dir=small_world.parent.parent / "tool-server")
+    yield w
+    w.close()
+
+
+@pytest.fixture
+async def tool_server(world, tmp_path):
+    """A real tool server (our aiohttp app, extractive MEI without OCR) on loopback, in this event loop."""
+    from aiohttp.test_utils import TestServer
+
+    from tool_server.app import ServerSettings, create_app
+    from tool_server.cache import TieredCache
+    from tool_server.mei import MEIConfig, build_interface
+    from verl_ext.tools.client import close_shared_clients
+
+    app = create_app(
+        world=world,
+        mei=build_interface(MEIConfig(log_path=tmp_path / "mei.jsonl", ocr=False)),
+        cache=TieredCache.from_config(memory_items=1000),
+        settings=ServerSettings(max_register_images=64),
+    )
+    server = TestServer(app)
+    await server.start_server()
+    yield server
+    await close_shared_clients()
+    await server.close()

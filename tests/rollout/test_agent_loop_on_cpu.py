@@ -28,15 +28,11 @@ from verl.experimental.agent_loop.agent_loop import (
 )
 from verl.utils.dataset.rl_dataset import RLHFDataset
 
-from tool_server.app import ServerSettings, create_app
-from tool_server.cache import TieredCache
-from tool_server.mei import MEIConfig, build_interface
 from tool_server.offline.world import OfflineWorld
 from verl_ext.models.tiny_vl import HF_MODEL_TYPE
 from verl_ext.rollout.hf_generate import GenerateCall, TransformersGenerateClient
 from verl_ext.rollout.prompts import final_turn_instruction
 from verl_ext.rollout.record import RECORD_KEY, TrajectoryRecord
-from verl_ext.tools.client import close_shared_clients
 
 ORIGIN = "https://neos-world.invalid"
 
@@ -50,30 +46,13 @@ def react(name: str, **arguments) -> str:
 
 
 @pytest.fixture(scope="module")
-def world(small_world):
-    w = OfflineWorld.load(small_world, cache_dir=small_world.parent.parent / "tool-server")
-    yield w
-    w.close()
-
-
-@pytest.fixture(scope="module")
 def processor(tiny_vl_processor):
     return tiny_vl_processor
 
 
 @pytest.fixture
-async def server(world, tmp_path):
-    app = create_app(
-        world=world,
-        mei=build_interface(MEIConfig(log_path=tmp_path / "mei.jsonl", ocr=False)),
-        cache=TieredCache.from_config(memory_items=1000),
-        settings=ServerSettings(max_register_images=64),
-    )
-    server = TestServer(app)
-    await server.start_server()
-    yield server
-    await close_shared_clients()
-    await server.close()
+def server(tool_server):
+    return tool_server
 
 
 def url_of(server: TestServer) -> str:

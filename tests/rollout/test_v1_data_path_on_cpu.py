@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 import torch
 import transfer_queue as tq
-from aiohttp.test_utils import TestServer
 from hydra import compose, initialize_config_module
 from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
@@ -26,17 +25,12 @@ from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils import tensordict_utils as tu
 
-from tool_server.app import ServerSettings, create_app
-from tool_server.cache import TieredCache
-from tool_server.mei import MEIConfig, build_interface
-from tool_server.offline.world import OfflineWorld
 from verl_ext.advantage.trainer_mixin import TurnCreditAdvantageMixin
 from verl_ext.credit import CreditParams, rescale_advantages
 from verl_ext.credit.labels import CREDIT_KEY, CreditLabels, LabelEvent
 from verl_ext.rollout.hf_generate import GenerateCall, TransformersGenerateClient
 from verl_ext.rollout.record import RECORD_KEY, TrajectoryRecord
 from verl_ext.rollout.tq_worker import NeosAgentLoopWorker
-from verl_ext.tools.client import close_shared_clients
 
 from .test_agent_loop_on_cpu import mask_runs
 
@@ -50,20 +44,8 @@ class _Trainer(TurnCreditAdvantageMixin, PPOTrainerSync):
 
 
 @pytest.fixture
-async def server_url(small_world, tmp_path):
-    world = OfflineWorld.load(small_world, cache_dir=small_world.parent.parent / "tool-server")
-    app = create_app(
-        world=world,
-        mei=build_interface(MEIConfig(log_path=tmp_path / "mei.jsonl", ocr=False)),
-        cache=TieredCache.from_config(memory_items=100),
-        settings=ServerSettings(max_register_images=16),
-    )
-    server = TestServer(app)
-    await server.start_server()
-    yield str(server.make_url("")).rstrip("/")
-    await close_shared_clients()
-    await server.close()
-    world.close()
+def server_url(tool_server):
+    return str(tool_server.make_url("")).rstrip("/")
 
 
 def trainer_config(model_dir, url):

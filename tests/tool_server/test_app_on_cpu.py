@@ -22,7 +22,6 @@ from PIL import Image
 from tool_server.app import CACHE, ServerSettings, create_app
 from tool_server.cache import TieredCache
 from tool_server.mei import MEIConfig, build_interface
-from tool_server.offline.world import OfflineWorld
 from tool_server.protocol import tool_schemas
 from tool_server.tools import ops
 
@@ -38,13 +37,6 @@ def _png_b64(colour: tuple[int, int, int], size: tuple[int, int] = (8, 6)) -> st
 
 def _pixels(item: dict) -> Image.Image:
     return Image.open(io.BytesIO(base64.b64decode(item["png_base64"]))).convert("RGB")
-
-
-@pytest.fixture(scope="module")
-def world(small_world):
-    w = OfflineWorld.load(small_world, cache_dir=small_world.parent.parent / "tool-server")
-    yield w
-    w.close()
 
 
 @pytest.fixture

@@ -21,7 +21,6 @@ from tool_server.cache import TieredCache
 from tool_server.errors import STATUS
 from tool_server.mei import MEIConfig, build_interface
 from tool_server.net import SafeFetcher
-from tool_server.offline.world import OfflineWorld
 from tool_server.online import RetryPolicy, SerpClient
 from tool_server.online.web import OnlineBackends
 
@@ -35,13 +34,6 @@ def _png() -> bytes:
     buf = io.BytesIO()
     Image.new("RGB", (6, 4), (10, 200, 30)).save(buf, format="PNG")
     return buf.getvalue()
-
-
-@pytest.fixture(scope="module")
-def world(small_world):
-    w = OfflineWorld.load(small_world, cache_dir=small_world.parent.parent / "tool-server")
-    yield w
-    w.close()
 
 
 @pytest.fixture
