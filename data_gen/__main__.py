@@ -1,0 +1,28 @@
+"""``python -m data_gen <command>``: ``neos`` (Neos task synthesis, see ``data_gen.neos.cli``) or ``world``
+(build/inspect the offline world, forwarded to ``python -m data_gen.world``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["world"]:
+        from data_gen.world.__main__ import main as world_main
+
+        return world_main(argv[1:])
+    parser = argparse.ArgumentParser(prog="python -m data_gen", description="Data generation commands.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    from data_gen.neos.cli import main as neos_main
+    from data_gen.neos.cli import parser as neos_parser
+
+    neos_parser(sub.add_parser("neos", help="Neos evidence-dependent task synthesis (SPEC §6)"))
+    sub.add_parser("world", help="build or inspect the offline world (python -m data_gen.world --help)")
+    args = parser.parse_args(argv)
+    return neos_main(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

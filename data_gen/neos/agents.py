@@ -1,0 +1,242 @@
+"""Real tool-server episodes: the shortcut probes (SPEC §6 step 7, probes 1-2) and the offline expert (step 8).
+
+Both are **programmatic, offline agents with no model**, and say so in their names:
+
+- :func:`probe_text_only_answer` (probe 1): the question text alone gives the answer away (its name or an alias
+  occurs in it).
+- :func:`probe_text_only_search` (probe 2): a searcher that sees only the question runs at most 4 TextSearch turns
+  (the question's content words, then each sentence's) and is forced to answer (:class:`_Ballot`); solved when
+  that answer matches.
+- :func:`probe_entry_image_vqa` (probe 3): the entry images' own texts (captions, alt, OCR) name the answer.
+- :func:`probe_short_multimodal_search` (probe 4): 4 tool turns starting from reverse search of the entry images,
+  then a forced answer.
+- :class:`ProgrammaticExpert`: follows the task's verified path with real calls (ReverseImageSearch on each entry
+  image, WebVisit of each step's source page and, failing that, its target page, TextSearch to reach the next page,
+  FetchImage of each checkpoint image whose pixels must show the stated palette) and answers only with a name it
+  read in an observation. Its episode is a ``verl_ext.rollout.record.TrajectoryRecord``.
+
+Infrastructure failures (:class:`ToolServerUnavailable`) propagate: the caller records them as errors, excluded
+from every rate and retried on restart.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from PIL import Image
+
+from data_gen.neos.observer import palette
+from data_gen.neos.schema import Task
+from verl_ext.reward.answers import answer_matches
+from verl_ext.rollout.record import CallRecord, TrajectoryRecord, TurnRecord
+from verl_ext.tools.client import ToolCallError, ToolServerClient
+
+SEARCH_TURNS = 4
+_STOP = frozenset({
+    "let", "be", "the", "a", "an", "of", "that", "is", "its", "in", "on", "which", "whose", "as", "with", "by", "and",
+    "shown", "image", "mostly", "area", "decreasing", "one",
+})
+
+
+def _found(name: str, text: str) -> bool:
+    return re.search(rf"(?<!\w){re.escape(name)}(?!\w)", text, re.IGNORECASE) is not None
+
+
+def _call_text(name: str, arguments: dict[str, Any]) -> str:
+    return json.dumps({"name": name, "arguments": arguments})
+
+
+class _Episode:
+    """Runs calls in one session and keeps them as turns of a TrajectoryRecord (one call per turn; ``span`` is
+    (0, 0) because a programmatic agent generates no tokens)."""
+
+    def __init__(self, client: ToolServerClient, session_id: str) -> None:
+        self.client = client
+        self.session_id = session_id
+        self.turns: list[TurnRecord] = []
+
+    async def call(self, name: str, arguments: dict[str, Any], *, pixels: bool = False):
+        start = time.perf_counter()
+        index = len(self.turns)
+        try:
+            result = await self.client.call(self.session_id, name, arguments, turn=index, include_pixels=pixels)
+        except ToolCallError as err:
+            call = CallRecord(tool_name=name, arguments=arguments, ok=False, error_class="agent", error_type=err.type,
+                              observation=err.message, latency_s=time.perf_counter() - start)
+            self.turns.append(TurnRecord(index=index, span=(0, 0), text=_call_text(name, arguments),
+                                         outcome="call_error", calls=[call], error_class="agent", error_type=err.type))
+            return None
+        call = CallRecord(tool_name=name, arguments=arguments, ok=True, observation=result.text,
+                          images_added=[i.ref for i in result.images], latency_s=time.perf_counter() - start,
+                          mei_call_ids=[m["call_id"] for m in result.mei],
+                          mei_versions=[m["version"] for m in result.mei], cached=result.cached)
+        self.turns.append(TurnRecord(index=index, span=(0, 0), text=_call_text(name, arguments), outcome="call_ok",
+                                     calls=[call]))
+        return result
+
+    def answer(self, text: str) -> None:
+        self.turns.append(TurnRecord(index=len(self.turns), span=(0, 0), text=text, outcome="answer",
+                                     tools_enabled=False))
+
+
+def probe_text_only_answer(task: Task) -> bool:
+    """Probe 1 (offline, no model): the answer or an alias is written in the question."""
+    return any(len(name) >= 2 and _found(name, task.question) for name in (task.answer, *task.aliases))
+
+
+class _Ballot:
+    """A forced answer from search results: the best title by reciprocal rank summed over results (then the
+    earliest seen) among hits whose title adds a word the question lacks and whose snippet names the asked kind
+    ("Which city is C?")."""
+
+    def __init__(self, question: str, exclude: Sequence[str] = ()) -> None:
+        asked = re.search(r"Which ([\w. ]+?) is\b", question)
+        self.kind = asked.group(1).split()[-1] if asked else ""
+        self.asked_words = {w.lower() for w in re.findall(r"\w+", question)}
+        self.exclude = set(exclude)
+        self.votes: dict[str, float] = {}
+        self.first_seen: dict[str, tuple[int, int]] = {}
+        self.urls: dict[str, str] = {}
+
+    def add(self, turn: int, result: Any) -> None:
+        for record in result.records if result else []:
+            for rank, hit in enumerate(record["results"]):
+                title = hit["title"]
+                if title in self.exclude or _says_nothing_new(title, self.asked_words):
+                    continue
+                if self.kind and not _found(self.kind, hit["snippet"]):
+                    continue
+                self.votes[title] = self.votes.get(title, 0.0) + 1 / (1 + rank)
+                self.first_seen.setdefault(title, (turn, rank))
+                self.urls.setdefault(title, hit["url"])
+
+    def ranked(self) -> list[str]:
+        return sorted(self.votes, key=lambda t: (-self.votes[t], self.first_seen[t]))
+
+
+async def probe_text_only_search(client: ToolServerClient, task: Task) -> bool:
+    """Probe 2 (offline, no model): <= 4 TextSearch turns from the question's words, then a forced answer."""
+    sentences = [s for s in re.split(r"(?<=[.?])\s+", task.question) if s]
+    queries = [_content(task.question)] + [_content(s) for s in sentences]
+    queries = [q for q in dict.fromkeys(queries) if q][:SEARCH_TURNS]
+    ballot = _Ballot(task.question)
+    session = await client.open_session([])
+    try:
+        episode = _Episode(client, session.session_id)
+        for turn, query in enumerate(queries):
+            ballot.add(turn, await episode.call("TextSearch", {"query": [query]}))
+    finally:
+        await client.close_session(session.session_id)
+    ranked = ballot.ranked()
+    return bool(ranked) and answer_matches(ranked[0], task.ground_truth())
+
+
+def probe_entry_image_vqa(task: Task, image_texts: Sequence[str]) -> bool:
+    """Probe 3 (offline, no model): what an image reader gets from the entry images alone (their captions, alt
+    texts and any text in them, ``image_texts``) already names the answer. No tools, no world knowledge."""
+    return any(_found(name, text) for name in (task.answer, *task.aliases) if len(name) >= 2 for text in image_texts)
+
+
+async def probe_short_multimodal_search(client: ToolServerClient, task: Task) -> bool:
+    """Probe 4 (offline, no model): 4 tool turns with the entry images, then a forced answer. Turn 1 reverse-
+    searches every entry image, turn 2 reads the top page of each, turn 3 searches those page titles with each
+    sentence's words, turn 4 reads the pages of the two leading answers; it answers with the first whose page
+    mentions an entry image's page title, else with the leader."""
+    session = await client.open_session([e.url for e in task.entry_images])
+    sentences = [s for s in re.split(r"(?<=[.?])\s+", task.question) if s.startswith("Let ")]
+    try:
+        episode = _Episode(client, session.session_id)
+        found = await episode.call("ReverseImageSearch", {"image_token": session.images,
+                                                          "goal": "What does this image show?"})
+        pages = [r["candidates"][0]["pages"][0] for r in (found.records if found else [])
+                 if r.get("candidates") and r["candidates"][0]["pages"]]
+        if not pages:
+            return False
+        titles = " ".join(p["title"] for p in pages)
+        await episode.call("WebVisit", {"url": [p["url"] for p in pages][:5], "goal": _content(task.question)})
+        ballot = _Ballot(task.question, exclude=[p["title"] for p in pages])
+        queries = [f"{titles} {_content(s)}" for s in sentences[len(pages):]][:5] or [titles]
+        ballot.add(2, await episode.call("TextSearch", {"query": queries}))
+        leading = ballot.ranked()[:2]
+        if not leading:
+            return False
+        read = await episode.call("WebVisit", {"url": [ballot.urls[t] for t in leading],
+                                               "goal": f"{titles} {_content(sentences[-1]) if sentences else ''}"})
+        records = read.records if read else []
+        visits = {r.get("title"): f"{r.get('evidence', '')} {r.get('summary', '')}" for r in records}
+        corroborated = [t for t in leading if any(_found(p["title"], visits.get(t, "")) for p in pages)]
+    finally:
+        await client.close_session(session.session_id)
+    return answer_matches((corroborated or leading)[0], task.ground_truth())
+
+
+def _says_nothing_new(title: str, asked_words: set[str]) -> bool:
+    """A title made only of the question's own words ("Capital city") cannot be the answer a searcher learned."""
+    return {w.lower() for w in re.findall(r"\w+", title)} <= asked_words
+
+
+def _content(text: str) -> str:
+    words = [w for w in re.findall(r"[A-Za-z][\w.'-]*", text) if len(w) > 1 and w.lower() not in _STOP]
+    return " ".join(words)
+
+
+class ProgrammaticExpert:
+    """The offline expert (no model): walks the verified path with real tool calls; see the module docstring."""
+
+    name = "programmatic_path_expert"
+
+    def __init__(self, client: ToolServerClient) -> None:
+        self.client = client
+
+    async def solve(self, task: Task) -> tuple[bool, TrajectoryRecord, str]:
+        """(solved, trajectory, why it failed or '')."""
+        session = await self.client.open_session([e.url for e in task.entry_images])
+        episode = _Episode(self.client, session.session_id)
+        try:
+            why = await self._walk(task, episode, session.images)
+        finally:
+            await self.client.close_session(session.session_id)
+        final = None if why else task.answer
+        episode.answer(final if final else "I could not verify an answer.")
+        record = TrajectoryRecord(protocol="neos", question=task.question, session_id=session.session_id,
+                                  group_id=task.id, mei_version=None, termination_reason="answer", final_answer=final,
+                                  turns=episode.turns)
+        return why == "", record, why
+
+    async def _walk(self, task: Task, episode: _Episode, refs: list[str]) -> str:
+        for ref, entry in zip(refs, task.entry_images):
+            anchor_page = next(s.source_page_url for s in task.steps if s.source == entry.entity_id)
+            result = await episode.call("ReverseImageSearch", {"image_token": [ref], "goal": "Which page carries "
+                                                               "this image and what does it show?"})
+            if result is None or anchor_page is None or anchor_page not in result.text:
+                return f"reverse search did not reach the anchor page of {entry.image_id}"
+        for step in task.steps:
+            goal = f"{step.relation_label} {step.source_name}"
+            seen = await self._visit(episode, step.source_page_url, goal)
+            if not _found(step.target_name, seen):
+                back = await self._visit(episode, step.target_page_url, f"{step.relation_label} {step.source_name}")
+                if not _found(step.source_name, back):
+                    return f"step {step.index}: no page states {step.fact}"
+            elif step.target != task.answer_entity and step.target_page_url:
+                result = await episode.call("TextSearch", {"query": [step.target_name]})
+                if result is None or step.target_page_url not in result.text:
+                    return f"step {step.index}: search did not find the page of {step.target_name}"
+            if step.checkpoint:
+                result = await episode.call("FetchImage", {"urls": [step.checkpoint_image_url]}, pixels=True)
+                if result is None or not result.images or result.images[0].png is None:
+                    return f"step {step.index}: checkpoint image not fetched"
+                with Image.open(io.BytesIO(result.images[0].png)) as im:
+                    if list(palette(im)) != step.checkpoint_colours:
+                        return f"step {step.index}: fetched pixels do not show the stated colours"
+        return ""
+
+    async def _visit(self, episode: _Episode, url: str | None, goal: str) -> str:
+        if url is None:
+            return ""
+        result = await episode.call("WebVisit", {"url": [url], "goal": goal})
+        return result.text if result else ""

@@ -1,0 +1,176 @@
+"""``python -m data_gen neos --world DIR --out DIR [--limit N] [--seed S] [--ocr]``: the whole Neos pipeline,
+resumable (``OUT/results.jsonl`` is the append-only log), then the export and a statistics report."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+from tqdm import tqdm
+
+from data_gen.neos.agents import (
+    ProgrammaticExpert,
+    probe_entry_image_vqa,
+    probe_short_multimodal_search,
+    probe_text_only_answer,
+    probe_text_only_search,
+)
+from data_gen.neos.export import export
+from data_gen.neos.observer import PaletteObserver
+from data_gen.neos.schema import Outcome
+from data_gen.neos.store import ResultLog
+from data_gen.neos.synth import Candidate, Synthesizer
+from data_gen.world.store import World
+from tool_server.launch import served
+from verl_ext.tools.client import ToolServerClient, ToolServerUnavailable
+
+# The filters in pipeline order; a candidate reaching one has passed all before it.
+FILTERS = ("grounding", "coverage", "text_only_answer", "text_only_search", "entry_image_vqa",
+           "short_multimodal_search", "expert")
+STAGES = ("synthesis", "text_only_search", "short_multimodal_search", "expert")
+
+
+def parser(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p.add_argument("--world", required=True, type=Path)
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--limit", type=int, default=None, help="stop once this many tasks are verified")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--ocr", action="store_true", help="let the blind observer also read image text (RapidOCR)")
+    return p
+
+
+async def _judge(client: ToolServerClient, expert: ProgrammaticExpert, cand: Candidate, image_texts: list[str],
+                 seconds: dict[str, float]) -> Outcome:
+    """Steps 7-8 for a synthesized task: the four probes in order, then the expert; the first that decides ends it."""
+    task = cand.task
+    assert task is not None
+    probes: dict[str, bool] = {}
+
+    def rejected(name: str) -> Outcome:
+        return Outcome(key=cand.key, status="rejected", filter=name, task=task, probes=probes, seconds=seconds)
+
+    probes["text_only_answer"] = probe_text_only_answer(task)
+    if probes["text_only_answer"]:
+        return rejected("text_only_answer")
+    t = time.perf_counter()
+    probes["text_only_search"] = await probe_text_only_search(client, task)
+    seconds["text_only_search"] = time.perf_counter() - t
+    if probes["text_only_search"]:
+        return rejected("text_only_search")
+    probes["entry_image_vqa"] = probe_entry_image_vqa(task, image_texts)
+    if probes["entry_image_vqa"]:
+        return rejected("entry_image_vqa")
+    t = time.perf_counter()
+    probes["short_multimodal_search"] = await probe_short_multimodal_search(client, task)
+    seconds["short_multimodal_search"] = time.perf_counter() - t
+    if probes["short_multimodal_search"]:
+        return rejected("short_multimodal_search")
+    t = time.perf_counter()
+    solved, record, why = await expert.solve(task)
+    seconds["expert"] = time.perf_counter() - t
+    return Outcome(key=cand.key, status="verified" if solved else "rejected", filter=None if solved else "expert",
+                   detail=why, task=task, trajectory=record.model_dump(mode="json"), probes=probes, seconds=seconds)
+
+
+async def run(world_dir: Path, out: Path, url: str, *, seed: int, limit: int | None, ocr: bool) -> None:
+    world = World.load(world_dir)
+    observer = PaletteObserver(_ocr() if ocr else None)
+    synth = Synthesizer(world, seed=seed, observer=observer)
+    log = ResultLog(out / "results.jsonl")
+    verified = sum(1 for o in log.outcomes() if o.status == "verified")
+    seeds = synth.seeds()
+    async with ToolServerClient(url) as client:
+        expert = ProgrammaticExpert(client)
+        bar = tqdm(seeds, desc="neos seeds", unit="seed")
+        for seed_entity in bar:
+            if limit is not None and verified >= limit:
+                break
+            if f"seed:{seed_entity}" in log.done:
+                continue
+            t = time.perf_counter()
+            result = synth.synthesize(seed_entity)
+            share = (time.perf_counter() - t) / max(1, len(result.candidates))
+            errors = 0
+            for cand in result.candidates:
+                if cand.key in log.done:
+                    continue
+                seconds = {"synthesis": share}
+                if cand.task is None:
+                    log.append(Outcome(key=cand.key, status="rejected", filter=cand.filter, detail=cand.detail,
+                                       seconds=seconds))
+                    continue
+                texts = [t for e in cand.task.entry_images for t in _image_texts(world, e.image_id, observer)]
+                try:
+                    outcome = await _judge(client, expert, cand, texts, seconds)
+                except ToolServerUnavailable as err:
+                    errors += 1
+                    outcome = Outcome(key=cand.key, status="error", detail=str(err), task=cand.task, seconds=seconds)
+                log.append(outcome)
+                verified += outcome.status == "verified"
+                if limit is not None and verified >= limit:
+                    break
+            else:
+                if not errors:
+                    log.append(Outcome(key=f"seed:{seed_entity}", status="seed_done", counts=result.counts,
+                                       seconds={"synthesis": share if not result.candidates else 0.0}))
+            bar.set_postfix(verified=verified)
+    log.close()
+
+
+def _image_texts(world: World, image_id: str, observer: PaletteObserver) -> list[str]:
+    """What an image reader could take from an entry image by itself: its caption, alt text and OCR words."""
+    image = world.images[image_id]
+    return [image.caption, image.alt, " ".join(observer.read_text(world.image_path(image_id)))]
+
+
+def _ocr():
+    from tool_server.mei.ocr import OCR
+
+    return OCR().text_sync
+
+
+def statistics(outcomes: Sequence[Outcome]) -> dict:
+    """Rejections per filter (rate = rejected / entering that filter), stage throughput, identifiability counts."""
+    cands = [o for o in outcomes if o.status != "seed_done"]
+    errors = sum(1 for o in cands if o.status == "error")
+    judged = [o for o in cands if o.status != "error"]
+    rejected = Counter(o.filter for o in judged if o.status == "rejected")
+    entering, filters = len(judged), {}
+    for name in FILTERS:
+        filters[name] = {"entering": entering, "rejected": rejected[name],
+                         "rate": round(rejected[name] / entering, 4) if entering else 0.0}
+        entering -= rejected[name]
+    seeds = [o for o in outcomes if o.status == "seed_done"]
+    seed_counts: Counter[str] = Counter()
+    for o in seeds:
+        seed_counts.update(o.counts)
+    stages = {}
+    for stage in STAGES:
+        spent = sum(o.seconds.get(stage, 0.0) for o in outcomes)
+        n = sum(1 for o in outcomes if stage in o.seconds and o.status != "seed_done")
+        stages[stage] = {"questions": n, "seconds": round(spent, 2),
+                         "per_minute": round(60 * n / spent, 1) if spent else None}
+    return {"seeds_done": len(seeds), "candidates": len(judged), "infrastructure_errors_excluded": errors,
+            "verified": sum(1 for o in judged if o.status == "verified"), "filters": filters, "stages": stages,
+            "seed_level": dict(sorted(seed_counts.items()))}
+
+
+def main(args: argparse.Namespace) -> int:
+    args.out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with served(args.world, "--cache-dir", str(args.out / "tool_server_cache")) as url:
+        asyncio.run(run(args.world, args.out, url, seed=args.seed, limit=args.limit, ocr=args.ocr))
+    log = ResultLog(args.out / "results.jsonl")
+    outcomes = log.outcomes()
+    log.close()
+    stats = statistics(outcomes)
+    stats["splits"] = export(outcomes, args.world, args.out)
+    stats["wall_seconds_this_run"] = round(time.perf_counter() - start, 1)
+    (args.out / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
+    print(json.dumps(stats, indent=2))
+    return 0

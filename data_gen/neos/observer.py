@@ -1,0 +1,149 @@
+"""Step 5, blind visual grounding: describe an image without being told what it shows, then accept a visual
+checkpoint only if that description singles it out among the entities the question leaves open at that step.
+
+:class:`PaletteObserver` is the **offline default and uses no model**: its description is the image kind from the
+world's image metadata (the image source, e.g. "national flag", never the caption, which names the entity), the
+dominant named colours of the pixels in decreasing order of area, and (optionally) words read by OCR, minus any
+withheld name. A VLM observer plugs in through the :class:`Observer` protocol.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+from PIL import Image
+
+# What each world image source depicts: the only metadata the observer reads (captions and alts carry names).
+IMAGE_KINDS: dict[str, str] = {
+    "flag-icons": "national flag",
+    "kgeography-data": "flag",
+    "world-atlas": "locator map",
+    "us-atlas": "locator map",
+    "simple-icons": "logo",
+    "tuxpaint-stamps-default": "picture",
+}
+# A small named palette; each opaque pixel goes to the nearest name.
+COLOURS: dict[str, tuple[int, int, int]] = {
+    "black": (0, 0, 0), "white": (255, 255, 255), "grey": (150, 150, 150), "red": (210, 20, 40),
+    "dark red": (120, 20, 30), "orange": (250, 130, 10), "yellow": (250, 210, 0), "green": (0, 140, 70),
+    "dark green": (0, 80, 40), "light blue": (100, 170, 230), "blue": (0, 60, 170), "dark blue": (0, 30, 90),
+    "brown": (130, 80, 40), "purple": (120, 40, 140), "pink": (240, 140, 180),
+}
+MIN_SHARE = 0.06  # colours covering less of the image are not mentioned
+MAX_COLOURS = 4
+SIDE = 96  # pixels are read at this long side
+
+
+@dataclass(frozen=True, slots=True)
+class Description:
+    """What the observer says about one image; equal descriptions are indistinguishable to a solver."""
+
+    kind: str
+    colours: tuple[str, ...]
+    text: tuple[str, ...] = ()
+
+    def render(self) -> str:
+        *rest, last = self.colours
+        colours = f"{', '.join(rest)} and {last}" if rest else last
+        out = f"its {self.kind} is mostly {colours}" + (" (by decreasing area)" if len(self.colours) > 1 else "")
+        if self.text:
+            out += f" and shows the words \"{' '.join(self.text)}\""
+        return out
+
+
+class Observer(Protocol):
+    """Describes an image from its pixels and kind alone; ``withheld`` names must not appear in the description."""
+
+    def describe(self, path: Path, source: str, withheld: Collection[str]) -> Description | None: ...
+
+
+def palette(pixels: Image.Image) -> tuple[str, ...]:
+    """Named colours covering at least ``MIN_SHARE`` of the opaque pixels, largest first (ties by name)."""
+    im = pixels.convert("RGBA")
+    im.thumbnail((SIDE, SIDE))
+    arr = np.asarray(im).reshape(-1, 4)
+    rgb = arr[arr[:, 3] >= 128, :3].astype(np.float32)
+    if not len(rgb):
+        return ()
+    names = list(COLOURS)
+    ref = np.asarray([COLOURS[n] for n in names], dtype=np.float32)
+    nearest = np.argmin(((rgb[:, None, :] - ref[None, :, :]) ** 2).sum(-1), axis=1)
+    share = np.bincount(nearest, minlength=len(names)) / len(rgb)
+    ranked = sorted((i for i in range(len(names)) if share[i] >= MIN_SHARE), key=lambda i: (-share[i], names[i]))
+    return tuple(names[i] for i in ranked[:MAX_COLOURS])
+
+
+class PaletteObserver:
+    """Offline observer, no model: image kind from metadata + pixel palette (+ OCR words when ``ocr`` is given).
+
+    ``ocr`` maps PNG bytes to recognised text (``tool_server.mei.ocr.OCR().text_sync`` is the one we use).
+    """
+
+    def __init__(self, ocr: Callable[[bytes], str] | None = None) -> None:
+        self._ocr = ocr
+
+    def describe(self, path: Path, source: str, withheld: Collection[str]) -> Description | None:
+        kind = IMAGE_KINDS.get(source)
+        if kind is None:
+            return None
+        colours = _palette_of(path)
+        words = self.read_text(path)
+        blocked = {w.lower() for name in withheld for w in re.findall(r"\w+", name)}
+        words = tuple(w for w in words if w.lower() not in blocked)
+        return Description(kind, colours, words) if colours else None
+
+    def read_text(self, path: Path) -> tuple[str, ...]:
+        """OCR words of the image (none without OCR)."""
+        return _ocr_words(self._ocr, path) if self._ocr is not None else ()
+
+
+@lru_cache(maxsize=8192)
+def _palette_of(path: Path) -> tuple[str, ...]:
+    """Memoised: the same flag is a distractor for every neighbour of every seed."""
+    with Image.open(path) as im:
+        return palette(im)
+
+
+def _ocr_words(ocr: Callable[[bytes], str], path: Path) -> tuple[str, ...]:
+    return tuple(w for w in re.findall(r"[A-Za-z]{3,}", ocr(path.read_bytes())))
+
+
+@dataclass(frozen=True, slots=True)
+class Grounding:
+    """The accepted binding of a checkpoint: which image, the words the question uses, and the distractors it beat."""
+
+    image_id: str
+    description: Description
+    distractors: int
+
+
+def ground(
+    checkpoint: str,
+    candidates: Iterable[str],
+    images_of: Callable[[str], list[tuple[str, Path, str]]],
+    observer: Observer,
+    withheld: Collection[str],
+) -> Grounding | None:
+    """Accept the first image of ``checkpoint`` whose blind description no other candidate's image also gets.
+
+    ``images_of(entity)`` lists ``(image_id, path, source)``. A candidate without an image of the same kind cannot
+    match (the question says which kind of image to look at). None: no image of the checkpoint is distinctive.
+    """
+    others = sorted(set(candidates) - {checkpoint})
+    for image_id, path, source in images_of(checkpoint):
+        mine = observer.describe(path, source, withheld)
+        if mine is None:
+            continue
+        clash = any(
+            observer.describe(p, s, withheld) == mine for other in others for _, p, s in images_of(other)
+            if IMAGE_KINDS.get(s) == mine.kind
+        )
+        if not clash:
+            return Grounding(image_id, mine, len(others))
+    return None

@@ -1,0 +1,216 @@
+"""Steps 1-6 of Neos task synthesis over a world: seeds, DAGs, identifiable structures with visual checkpoints,
+blind grounding, verbalization and coverage. Deterministic given the world and the seed."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from data_gen.kg import (
+    KG,
+    ExpansionConfig,
+    NotDistinguishable,
+    Structure,
+    StructureConfig,
+    enumerate_structures,
+    expand,
+)
+from data_gen.kg.distinguish import TAXONOMIC_RELATIONS
+from data_gen.neos.observer import IMAGE_KINDS, Description, Observer, PaletteObserver, ground
+from data_gen.neos.schema import EntryImage, Step, Task
+from data_gen.neos.verbalize import TemplateVerbalizer, Verbalizer, check_coverage
+from data_gen.world.model import page_url
+from data_gen.world.store import World
+
+SEED_KINDS = frozenset({"country", "city", "subdivision", "us_state", "currency", "language", "continent", "synset"})
+
+
+# Relation families withheld from distinguishing sets, one DAG per entry: greedy selection always takes the same
+# most selective fact (a capital, a border), so each variant forces the seed's DAG through other relations.
+RELATION_VARIANTS: tuple[frozenset[str], ...] = (
+    frozenset(), frozenset({"P36", "P1376"}), frozenset({"P47"}), frozenset({"P37", "P38"}),
+)
+
+
+@dataclass(frozen=True)
+class SynthConfig:
+    expansion: ExpansionConfig = field(default_factory=lambda: ExpansionConfig(max_depth=4, max_branching=3,
+                                                                              max_nodes=60))
+    structures: StructureConfig = field(default_factory=lambda: StructureConfig(max_hops=5, visual_answer=False,
+                                                                               max_candidates=1000))
+    variants: tuple[frozenset[str], ...] = RELATION_VARIANTS
+    max_structures_per_seed: int = 40  # accepted structures taken on to grounding, per seed
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A structure that passed identifiability; ``task`` is set once grounding and coverage passed too."""
+
+    key: str
+    structure: Structure
+    task: Task | None
+    filter: str | None  # "grounding" | "coverage" when ``task`` is None
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SeedResult:
+    seed: str
+    candidates: tuple[Candidate, ...]
+    counts: dict[str, int]  # seed-level and identifiability rejections
+
+
+class Synthesizer:
+    """Holds the world's KG and image index; :meth:`seeds` orders the seeds, :meth:`synthesize` runs steps 2-6."""
+
+    def __init__(self, world: World, seed: int = 0, config: SynthConfig = SynthConfig(),
+                 observer: Observer | None = None, verbalizer: Verbalizer | None = None) -> None:
+        self.world = world
+        self.seed = seed
+        self.config = config
+        self.observer = observer or PaletteObserver()
+        self.verbalizer = verbalizer or TemplateVerbalizer()
+        self.world_hash = world.manifest.get("content_hash", "")
+        # Entity-only facts: a literal (a code, a population) can never be an anchor or checkpoint, and a unique
+        # literal would win every distinguishing set and cut the DAG off from image-bearing neighbours.
+        self.kg = KG.from_triples((t.s, t.p, t.o) for t in world.triples if not t.literal)
+        order = list(IMAGE_KINDS)
+        self._images: dict[str, list[tuple[str, Path, str]]] = {}
+        usable = (im for im in world.images.values() if im.entity_id and im.source in IMAGE_KINDS)
+        for im in sorted(usable, key=lambda i: (order.index(i.source), i.id)):
+            self._images.setdefault(im.entity_id, []).append((im.id, world.image_path(im.id), im.source))
+
+    # -- step 1 -------------------------------------------------------------------------------------------------
+
+    def seeds(self) -> list[str]:
+        """Page-bearing entities in a weighted random order (Efraimidis-Spirakis keys): more distinct concrete
+        relations and image-bearing neighbours weigh more, hubs (high degree) less; taxonomic links do not count."""
+        rng = random.Random(self.seed)
+        keyed = []
+        for eid in sorted(self.world.entities):
+            entity = self.world.entities[eid]
+            if entity.kind not in SEED_KINDS or not entity.page_id or self.kg.degree(eid) == 0:
+                continue
+            rels = {r for r in (*self.kg.outgoing(eid), *self.kg.incoming(eid)) if r not in TAXONOMIC_RELATIONS}
+            neighbours = {n for objs in self.kg.outgoing(eid).values() for n in objs}
+            neighbours |= {n for subs in self.kg.incoming(eid).values() for n in subs}
+            visual = sum(1 for n in neighbours if n in self._images)
+            weight = (1 + len(rels) + min(visual, 5)) / math.log2(2 + self.kg.degree(eid))
+            keyed.append((rng.random() ** (1 / weight), eid))
+        return [eid for _, eid in sorted(keyed, reverse=True)]
+
+    # -- steps 2-6 ----------------------------------------------------------------------------------------------
+
+    def synthesize(self, seed_entity: str) -> SeedResult:
+        """Steps 2-6 for one seed: a DAG per relation variant, their identifiable structures (deduplicated),
+        then grounding, verbalization and coverage for each."""
+        counts: Counter[str] = Counter()
+        accepted: dict[str, Structure] = {}
+        for excluded in self.config.variants:
+            base = self.config.expansion.distinguishing
+            expansion = replace(self.config.expansion,
+                                distinguishing=replace(base, excluded_relations=base.excluded_relations | excluded))
+            try:
+                dag = expand(self.kg, seed_entity, expansion)
+            except NotDistinguishable:
+                counts["not_distinguishable"] += 1
+                continue
+            enum = enumerate_structures(self.kg, dag, self._images.keys(), self.config.structures)
+            counts.update({f"identifiability:{k}": v for k, v in enum.rejection_counts.items()})
+            if not enum.accepted:
+                counts["no_structure"] += 1
+            for structure in enum.accepted:
+                accepted.setdefault(self.structure_key(structure), structure)
+        chosen = list(accepted.values())[: self.config.max_structures_per_seed]
+        return SeedResult(seed_entity, tuple(self._candidate(s) for s in chosen), dict(counts))
+
+    def structure_key(self, structure: Structure) -> str:
+        blob = json.dumps([self.world_hash, structure.to_dict()], sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def _candidate(self, structure: Structure) -> Candidate:
+        key = self.structure_key(structure)
+        names = self._withheld(structure)
+        ambiguous: set[str] = set()
+        bound: dict[str, Description] = {}
+        grounded: dict[str, str] = {}
+        reach: dict[str, set[str]] = {a: {a} for a in structure.anchors}
+        for edge in structure.edges:
+            step = self._step_candidates(reach[edge.source], edge.relation, edge.forward)
+            reach[edge.target] = reach[edge.target] & step if edge.target in reach else step
+            if edge.target == structure.merge and len(structure.branches) == 2 and edge not in structure.branches[1]:
+                continue  # the merge node's second branch narrows it further before it is judged
+            if len(reach[edge.target]) > 1:
+                ambiguous.add(edge.target)
+            if edge.target in structure.checkpoints:
+                g = ground(edge.target, reach[edge.target], lambda e: self._images.get(e, []), self.observer, names)
+                if g is None:
+                    return Candidate(key, structure, None, "grounding",
+                                     f"no image of {edge.target} is distinctive among {len(reach[edge.target])}")
+                bound[edge.target], grounded[edge.target] = g.description, g.image_id
+                reach[edge.target] = {edge.target}
+        kinds = {n: self.world.entities[n].kind for n in structure.nodes if n in self.world.entities}
+        labels = {e.relation: self._relation_label(e.relation) for e in structure.edges}
+        anchor_images = [IMAGE_KINDS[self._images[a][0][2]] for a in structure.anchors]
+        verbal = self.verbalizer.verbalize(structure, kinds, labels, anchor_images, bound, ambiguous)
+        reason = check_coverage(verbal.question, structure, verbal, names)
+        if reason is not None:
+            return Candidate(key, structure, None, "coverage", reason)
+        steps = [self._step(i, e, verbal.spans[i], grounded, bound) for i, e in enumerate(structure.edges)]
+        answer = self.world.entities[structure.answer]
+        task = Task(
+            id=key, world_hash=self.world_hash, seed=self.seed,
+            structure_type=structure.kind, structure=structure.to_dict(), question=verbal.question,
+            entry_images=[self._entry(a) for a in structure.anchors], answer=answer.label,
+            answer_entity=answer.id, aliases=sorted({a for a in answer.aliases if a.lower() != answer.label.lower()}),
+            steps=steps,
+        )
+        return Candidate(key, structure, task, None)
+
+    def _step_candidates(self, sources: set[str], relation: str, forward: bool) -> set[str]:
+        out: set[str] = set()
+        for s in sources:
+            out |= self.kg.objects(s, relation) if forward else self.kg.subjects(relation, s)
+        return out
+
+    def _withheld(self, structure: Structure) -> set[str]:
+        names: set[str] = set()
+        for node in structure.nodes:
+            entity = self.world.entities.get(node)
+            if entity is not None:
+                names |= {entity.label, *entity.aliases}
+        return names
+
+    def _relation_label(self, relation: str) -> str:
+        rel = self.world.relations.get(relation)
+        return rel.label if rel else relation
+
+    def _page(self, entity_id: str) -> str | None:
+        entity = self.world.entities.get(entity_id)
+        return page_url(entity.page_id) if entity and entity.page_id and entity.page_id in self.world.pages else None
+
+    def _name(self, entity_id: str) -> str:
+        entity = self.world.entities.get(entity_id)
+        return entity.label if entity else entity_id
+
+    def _entry(self, anchor: str) -> EntryImage:
+        image_id = self._images[anchor][0][0]
+        return EntryImage(image_id=image_id, url=self.world.images[image_id].url, entity_id=anchor)
+
+    def _step(self, index: int, edge, span: str, grounded: dict[str, str], bound: dict[str, Description]) -> Step:
+        return Step(
+            index=index, source=edge.source, target=edge.target, relation=edge.relation,
+            relation_label=self._relation_label(edge.relation), forward=edge.forward, fact=edge.fact,
+            source_name=self._name(edge.source), target_name=self._name(edge.target),
+            source_page_url=self._page(edge.source), target_page_url=self._page(edge.target),
+            checkpoint=edge.target in grounded, checkpoint_image_id=grounded.get(edge.target),
+            checkpoint_image_url=self.world.images[grounded[edge.target]].url if edge.target in grounded else None,
+            checkpoint_description=bound[edge.target].render() if edge.target in bound else None,
+            checkpoint_colours=list(bound[edge.target].colours) if edge.target in bound else None, span=span,
+        )
+

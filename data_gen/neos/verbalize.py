@@ -1,0 +1,115 @@
+"""Step 6, verbalization, and the step-to-span coverage check that every question must pass.
+
+:class:`TemplateVerbalizer` is the **offline default and uses no model**: deterministic English templates, one
+sentence per entity of the structure ("Let B be a country that shares a border with A; ..."), each path entity a
+letter, never a name. An LLM verbalizer/rewriter plugs in through the :class:`Verbalizer` protocol; whatever writes
+the text, :func:`check_coverage` then verifies it against the structure.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from data_gen.kg import Edge, Structure
+from data_gen.neos.observer import Description
+
+# relation -> (the subject described from the object {x}, the object described from the subject {x})
+RELATION_PHRASES: dict[str, tuple[str, str]] = {
+    "P36": ("has {x} as its capital", "is the capital of {x}"),
+    "P1376": ("is the capital of {x}", "has {x} as its capital"),
+    "P47": ("shares a border with {x}", "shares a border with {x}"),
+    "P37": ("has {x} as an official language", "is an official language of {x}"),
+    "P38": ("uses {x} as its currency", "is the currency used in {x}"),
+    "P30": ("lies on the continent {x}", "is the continent on which {x} lies"),
+    "P17": ("lies in the country {x}", "is the country in which {x} lies"),
+    "P131": ("is located in {x}", "is where {x} is located"),
+    "P361": ("is part of {x}", "has {x} as one of its parts"),
+    "P31": ("is an instance of {x}", "is the class of which {x} is an instance"),
+    "P279": ("is a subclass of {x}", "is a broader class of {x}"),
+}
+KIND_NOUNS: dict[str, str] = {
+    "country": "country", "city": "city", "subdivision": "region", "us_state": "U.S. state",
+    "federal_district": "federal district", "currency": "currency", "language": "language",
+    "continent": "continent", "synset": "kind of thing", "brand": "brand", "article": "topic", "class": "class",
+    "region": "region",
+}
+
+
+def relation_phrase(edge: Edge, relation_label: str, source_letter: str) -> str:
+    """How the question states ``edge``: the target described from the source, in the fact's direction."""
+    as_subject, as_object = RELATION_PHRASES.get(
+        edge.relation, (f"has {{x}} as its {relation_label}", f"is the {relation_label} of {{x}}"))
+    return (as_object if edge.forward else as_subject).format(x=source_letter)
+
+
+@dataclass(frozen=True, slots=True)
+class Verbalization:
+    question: str
+    spans: tuple[str, ...]  # one per structure edge, in ``structure.edges`` order
+    letters: Mapping[str, str]  # entity -> its letter in the question
+
+
+class Verbalizer(Protocol):
+    def verbalize(
+        self,
+        structure: Structure,
+        kinds: Mapping[str, str],
+        relation_labels: Mapping[str, str],
+        anchor_images: Sequence[str],
+        checkpoints: Mapping[str, Description],
+        ambiguous: Collection[str],
+    ) -> Verbalization:
+        """``anchor_images``: each anchor's image kind; ``ambiguous``: entities the text alone leaves open."""
+        ...
+
+
+class TemplateVerbalizer:
+    """Offline verbalizer, no model: fixed templates, letters for entities (see the module docstring)."""
+
+    def verbalize(self, structure, kinds, relation_labels, anchor_images, checkpoints, ambiguous) -> Verbalization:
+        letters = {node: string.ascii_uppercase[i] for i, node in enumerate(structure.nodes)}
+        spans = {e: relation_phrase(e, relation_labels[e.relation], letters[e.source]) for e in structure.edges}
+        sentences = []
+        single = len(structure.anchors) == 1
+        for i, (anchor, image_kind) in enumerate(zip(structure.anchors, anchor_images), 1):
+            where = "the image" if single else f"image {i}"
+            sentences.append(f"Let {letters[anchor]} be the {_noun(kinds, anchor)} whose {image_kind} is shown in "
+                             f"{where}.")
+        for node in structure.nodes:
+            incoming = [e for e in structure.edges if e.target == node]
+            if not incoming:
+                continue
+            det = "a" if node in ambiguous else "the"
+            clause = " and ".join(spans[e] for e in incoming)
+            sentence = f"Let {letters[node]} be {det} {_noun(kinds, node)} that {clause}"
+            if node in checkpoints:
+                sentence += f"; {checkpoints[node].render()}"
+            sentences.append(sentence + ".")
+        sentences.append(f"Which {_noun(kinds, structure.answer)} is {letters[structure.answer]}?")
+        return Verbalization(" ".join(sentences), tuple(spans[e] for e in structure.edges), letters)
+
+
+def _noun(kinds: Mapping[str, str], node: str) -> str:
+    return KIND_NOUNS.get(kinds.get(node, ""), "entity")
+
+
+def check_coverage(question: str, structure: Structure, verbalization: Verbalization,
+                   withheld: Collection[str]) -> str | None:
+    """None when every step is stated in the right direction and no withheld name leaks; else the reason.
+
+    A step is covered when its span occurs inside the sentence that defines its target ("Let B be ... .") — so
+    the text says which entity is described from which — and no path entity is named (whole-word, any case).
+    """
+    letters = verbalization.letters
+    for edge, span in zip(structure.edges, verbalization.spans):
+        sentence = re.search(rf"Let {letters[edge.target]} be .*?(?=\. (?:Let|Which) |\?)", question)
+        if sentence is None or span not in sentence.group(0):
+            return f"step {letters[edge.source]}->{letters[edge.target]} ({edge.relation}) not covered"
+    for name in withheld:
+        if len(name) >= 3 and re.search(rf"(?<!\w){re.escape(name)}(?!\w)", question, re.IGNORECASE):
+            return f"names a path entity ({name!r})"
+    return None

@@ -1,0 +1,83 @@
+"""Blind grounding and verbalization on hand-made images and a hand-made KG, with hand-checked expectations."""
+
+from pathlib import Path
+
+from PIL import Image
+
+from data_gen.kg import KG, Edge, Structure
+from data_gen.neos.observer import Description, PaletteObserver, ground, palette
+from data_gen.neos.verbalize import TemplateVerbalizer, check_coverage
+
+
+def _flag(path: Path, stripes: list[tuple[tuple[int, int, int, int], int]]) -> Path:
+    """Horizontal stripes of (RGBA, height) on a 10-pixel-wide image."""
+    im = Image.new("RGBA", (10, sum(h for _, h in stripes)))
+    y = 0
+    for colour, h in stripes:
+        im.paste(colour, (0, y, 10, y + h))
+        y += h
+    im.save(path)
+    return path
+
+
+def test_palette_orders_colours_by_area_and_ignores_transparency(tmp_path):
+    red, white, clear = (210, 20, 40, 255), (255, 255, 255, 255), (0, 0, 0, 0)
+    with Image.open(_flag(tmp_path / "a.png", [(red, 6), (white, 4), (clear, 30)])) as im:
+        assert palette(im) == ("red", "white")
+    with Image.open(_flag(tmp_path / "b.png", [(red, 1), (white, 49)])) as im:
+        assert palette(im) == ("white",)  # red covers 2% < MIN_SHARE
+
+
+def test_grounding_accepts_only_a_description_no_distractor_shares(tmp_path):
+    red, white, blue = (210, 20, 40, 255), (255, 255, 255, 255), (0, 60, 170, 255)
+    files = {
+        "x": _flag(tmp_path / "x.png", [(red, 5), (white, 3)]),
+        "y": _flag(tmp_path / "y.png", [(blue, 5), (white, 3)]),
+        "z": _flag(tmp_path / "z.png", [(red, 5), (white, 3)]),  # looks like x
+    }
+    images_of = lambda e: [(f"flag_{e}", files[e], "flag-icons")] if e in files else []
+    observer = PaletteObserver()
+    g = ground("y", {"x", "y", "z", "w"}, images_of, observer, withheld=())
+    assert g is not None and g.image_id == "flag_y" and g.distractors == 3
+    assert g.description == Description("national flag", ("blue", "white"))
+    assert ground("x", {"x", "y", "z"}, images_of, observer, withheld=()) is None
+    assert ground("x", {"x", "y"}, images_of, observer, withheld=()) is not None
+    assert ground("w", {"w", "x"}, images_of, observer, withheld=()) is None  # no image at all
+
+
+# A path: the flag shows Aland; B borders it and has the blue-white flag; C is B's capital.
+KG_TOY = KG.from_triples([("country:a", "P47", "country:b"), ("country:b", "P47", "country:a"),
+                          ("country:b", "P36", "city:c")])
+STRUCTURE = Structure(
+    branches=((Edge("country:a", "country:b", "P47", True), Edge("country:b", "city:c", "P36", True)),),
+    tail=(), checkpoints=("country:b",))
+KINDS = {"country:a": "country", "country:b": "country", "city:c": "city"}
+LABELS = {"P47": "shares border with", "P36": "capital"}
+
+
+def _verbalize():
+    return TemplateVerbalizer().verbalize(STRUCTURE, KINDS, LABELS, ["national flag"],
+                                          {"country:b": Description("national flag", ("blue", "white"))},
+                                          ambiguous={"country:b"})
+
+
+def test_template_question_names_no_entity_and_covers_every_step():
+    v = _verbalize()
+    assert v.question == (
+        "Let A be the country whose national flag is shown in the image. "
+        "Let B be a country that shares a border with A; its national flag is mostly blue and white "
+        "(by decreasing area). Let C be the city that is the capital of B. Which city is C?")
+    assert v.spans == ("shares a border with A", "is the capital of B")
+    assert check_coverage(v.question, STRUCTURE, v, withheld={"Aland", "Bora", "Cetown"}) is None
+
+
+def test_coverage_rejects_leaks_missing_steps_and_wrong_direction():
+    v = _verbalize()
+    assert "names a path entity" in check_coverage(v.question.replace("is C?", "is C, Cetown?"), STRUCTURE, v,
+                                                   withheld={"Cetown"})
+    dropped = v.question.replace(" that is the capital of B", "")
+    assert "not covered" in check_coverage(dropped, STRUCTURE, v, withheld=())
+    # the capital step stated in the sentence that defines B, not C: the direction is lost
+    moved = v.question.replace("Let C be the city that is the capital of B", "Let C be the city") \
+        .replace("shares a border with A;", "shares a border with A and is the capital of B;")
+    assert "not covered" in check_coverage(moved, STRUCTURE, v, withheld=())

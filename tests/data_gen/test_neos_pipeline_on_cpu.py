@@ -1,0 +1,148 @@
+"""The pipeline on the small world: synthesis is deterministic and sound, the expert solves its tasks through a
+real tool server, the probes catch leaky questions, and the CLI resumes without losing or repeating work."""
+
+import asyncio
+import json
+import re
+from argparse import Namespace
+
+import pandas as pd
+import pytest
+
+from data_gen.kg import Structure
+from data_gen.neos.agents import (
+    ProgrammaticExpert,
+    probe_entry_image_vqa,
+    probe_short_multimodal_search,
+    probe_text_only_answer,
+    probe_text_only_search,
+)
+from data_gen.neos.cli import main as neos_main
+from data_gen.neos.synth import Synthesizer
+from data_gen.world.store import World
+from tool_server.launch import served
+from verl_ext.credit.offline_judge import TaskPath
+from verl_ext.rollout.record import TrajectoryRecord
+from verl_ext.tools.client import ToolServerClient
+
+
+@pytest.fixture(scope="module")
+def synth(small_world):
+    return Synthesizer(World.load(small_world), seed=0)
+
+
+@pytest.fixture(scope="module")
+def tasks(synth):
+    out = []
+    for seed_entity in synth.seeds():
+        out += [c.task for c in synth.synthesize(seed_entity).candidates if c.task]
+        if len(out) >= 6:
+            return out
+    raise AssertionError("the small world yields fewer than 6 tasks")
+
+
+def test_synthesis_is_deterministic_given_the_seed(small_world, synth, tasks):
+    again = Synthesizer(World.load(small_world), seed=0)
+    assert again.seeds()[:50] == synth.seeds()[:50]
+    assert Synthesizer(World.load(small_world), seed=1).seeds()[:50] != synth.seeds()[:50]
+    first = next(c.task for e in again.seeds() for c in again.synthesize(e).candidates if c.task)
+    assert first == tasks[0]
+
+
+def test_tasks_are_identifiable_grounded_and_name_nothing_on_the_path(synth, tasks):
+    for task in tasks:
+        structure = Structure.from_dict(task.structure)
+        assert synth.kg.solve_query(structure.query()) == {task.answer_entity}
+        assert [e.entity_id for e in task.entry_images] == list(structure.anchors)
+        assert all(synth.world.images[e.image_id].entity_id == e.entity_id for e in task.entry_images)
+        checkpoints = [s for s in task.steps if s.checkpoint]
+        assert checkpoints and all(synth.world.images[s.checkpoint_image_id].entity_id == s.target for s in checkpoints)
+        for node in structure.nodes:
+            label = synth.world.entities[node].label
+            assert not re.search(rf"\b{re.escape(label)}\b", task.question, re.IGNORECASE), (label, task.question)
+        assert all(s.span in task.question for s in task.steps)
+        assert [s.fact for s in task.steps] == [e.fact for e in structure.edges]
+        path = TaskPath.model_validate(task.task_path())
+        assert path.answer == task.answer and path.evidence[0] == task.steps[0].source_name
+
+
+@pytest.fixture(scope="module")
+def server(small_world, tmp_path_factory):
+    with served(small_world, "--cache-dir", str(tmp_path_factory.mktemp("ts"))) as url:
+        yield url
+
+
+def _run(coro_fn):
+    async def go(url):
+        async with ToolServerClient(url) as client:
+            return await coro_fn(client)
+    return go
+
+
+def test_expert_reaches_the_answer_with_real_calls_and_fails_on_a_false_checkpoint(server, tasks):
+    task = tasks[0]
+
+    async def both(client):
+        expert = ProgrammaticExpert(client)
+        good = await expert.solve(task)
+        steps = [s.model_copy(update={"checkpoint_colours": ["purple"]}) if s.checkpoint else s for s in task.steps]
+        bad = await expert.solve(task.model_copy(update={"steps": steps}))
+        return good, bad
+
+    (ok, record, why), (bad_ok, bad_record, bad_why) = asyncio.run(_run(both)(server))
+    assert ok and why == "" and record.final_answer == task.answer
+    TrajectoryRecord.model_validate(record.model_dump(mode="json"))
+    tools = [t.calls[0].tool_name for t in record.turns if t.calls]
+    assert tools[0] == "ReverseImageSearch" and "FetchImage" in tools and record.turns[-1].outcome == "answer"
+    assert any(task.answer in t.calls[0].observation for t in record.turns if t.calls)
+    assert not bad_ok and "colours" in bad_why and bad_record.final_answer is None
+
+
+def test_probes_solve_leaky_questions_and_not_the_synthesized_ones(server, tasks):
+    task = tasks[0]
+    leaky = task.model_copy(update={"question": f"Which city is the capital of {task.steps[-1].source_name}?"})
+    assert probe_text_only_answer(task.model_copy(update={"question": f"Is it {task.answer}?"}))
+    assert not probe_text_only_answer(task)
+
+    async def probes(client):
+        return await probe_text_only_search(client, leaky), await probe_text_only_search(client, task)
+
+    solved_leaky, solved_task = asyncio.run(_run(probes)(server))
+    assert solved_leaky and not solved_task
+
+
+def test_entry_image_probes_solve_one_hop_questions_but_not_the_checkpointed_task(server, synth, tasks):
+    task = tasks[0]
+    anchor = task.entry_images[0].entity_id
+    capital = synth.world.entities[next(iter(synth.kg.objects(anchor, "P36")))].label
+    one_hop = task.model_copy(update={
+        "question": "Let A be the country whose national flag is shown in the image. Let B be the city that is the "
+                    "capital of A. Which city is B?", "answer": capital, "aliases": []})
+    image = synth.world.images[task.entry_images[0].image_id]
+    assert not probe_entry_image_vqa(task, [image.caption, image.alt])
+    assert probe_entry_image_vqa(one_hop, [f"Flag with the motto of {capital}"])
+
+    async def probes(client):
+        return await probe_short_multimodal_search(client, one_hop), await probe_short_multimodal_search(client, task)
+
+    assert asyncio.run(_run(probes)(server)) == (True, False)
+
+
+def test_cli_resumes_without_duplicates_and_exports_verl_parquet(small_world, tmp_path):
+    args = {"world": small_world, "out": tmp_path, "seed": 0, "ocr": False}
+    assert neos_main(Namespace(limit=2, **args)) == 0
+    first = (tmp_path / "results.jsonl").read_text().splitlines()
+    assert neos_main(Namespace(limit=4, **args)) == 0
+    lines = (tmp_path / "results.jsonl").read_text().splitlines()
+    assert lines[: len(first)] == first
+    keys = [json.loads(line)["key"] for line in lines]
+    assert len(keys) == len(set(keys))
+    stats = json.loads((tmp_path / "stats.json").read_text())
+    assert stats["verified"] == 4 and sum(stats["splits"].values()) == 4
+    frames = [pd.read_parquet(tmp_path / f"{s}.parquet") for s in ("train", "rl", "benchmark")]
+    df = pd.concat([f for f in frames if len(f)])
+    assert {"prompt", "images", "data_source", "reward_model", "extra_info", "agent_name"} <= set(df.columns)
+    row = df.iloc[0]
+    assert row["agent_name"] == "neos_search_agent" and row["prompt"][0]["content"].startswith("<image>\n")
+    assert row["extra_info"]["reference_label"] == "success" and json.loads(row["extra_info"]["reasoning_path"])
+    assert row["images"][0]["bytes"][:8] == b"\x89PNG\r\n\x1a\n"
