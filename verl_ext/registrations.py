@@ -11,7 +11,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Literal
 
-Kind = Literal["adv_estimator", "agent_loop", "reward_manager", "trainer", "omegaconf_resolver"]
+Kind = Literal["adv_estimator", "agent_loop", "reward_manager", "trainer", "omegaconf_resolver", "rollout_backend"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,7 @@ REGISTRATIONS: tuple[Registration, ...] = (
     Registration("agent_loop", "neos_search_agent", "verl_ext.rollout.agent_loop"),
     Registration("agent_loop", "modalsearch_react_agent", "verl_ext.rollout.agent_loop"),
     Registration("adv_estimator", "neos_turn_credit", "verl_ext.advantage.estimator"),
+    Registration("rollout_backend", "hf", "verl_ext.rollout.hf_replica"),
 )
 
 
@@ -54,6 +55,11 @@ def is_registered(reg: Registration) -> bool:
         from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
 
         return reg.name in TRAINER_REGISTRY
+    if reg.kind == "rollout_backend":  # a backend needs both: replica (trainer process) and adapter (workers)
+        from verl.workers.rollout.base import _ROLLOUT_REGISTRY
+        from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+        return reg.name in RolloutReplicaRegistry._registry and (reg.name, "async") in _ROLLOUT_REGISTRY
     raise ValueError(f"unknown registration kind {reg.kind!r}")
 
 

@@ -129,11 +129,9 @@ class HFRolloutServer:
             raise ValueError(f"{len(unknown)} weight(s) unknown to the rollout model, e.g. {unknown[:5]}")
         self.client.model.load_state_dict(dict(named_tensors), strict=False)
 
-    async def finish_weight_update(self, global_steps: int | None) -> int:
-        """Set the weight version reported as ``extra_fields["global_steps"]`` (one more when the trainer gives
-        none) and return it."""
+    async def finish_weight_update(self, global_steps: int | None) -> None:
+        """Set the weight version reported as ``extra_fields["global_steps"]``; one more when the trainer gives none."""
         self.client.global_steps = int(global_steps) if global_steps is not None else self.client.global_steps + 1
-        return self.client.global_steps
 
     async def sleep(self) -> None:
         """Hybrid mode: move the weights off the GPU while the colocated actor trains (vLLM frees them likewise)."""
@@ -188,16 +186,16 @@ class HFReplica(RolloutReplica):
         """Start the server actor and wait until its model is loaded."""
         (worker,) = self.workers  # world size 1 (checked in __init__)
         node_id, gpu_ids = await worker.__ray_call__.remote(_node_and_gpus)
-        env = {var: "1" for var in get_platform().ray_noset_envvars()}
-        if gpu_ids:
-            env[get_visible_devices_keyword()] = ",".join(gpu_ids)
+        # The server gets no Ray GPU (its worker holds it), so Ray must leave the visible devices set here alone.
+        gpu_env = {var: "1" for var in get_platform().ray_noset_envvars()}
+        gpu_env[get_visible_devices_keyword()] = ",".join(gpu_ids)
         role = "reward_" if self.is_reward_model else "teacher_" if self.is_teacher_model else ""
         name = server_name(self.replica_rank, role, self.name_suffix)
         server = (
             ray.remote(HFRolloutServer)
             .options(
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
-                runtime_env={"env_vars": env},
+                runtime_env={"env_vars": gpu_env} if gpu_ids else None,  # CPU: any prestarted worker will do
                 name=name,
                 max_concurrency=self.max_concurrency,
             )

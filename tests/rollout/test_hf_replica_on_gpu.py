@@ -1,0 +1,126 @@
+"""Two PPO steps of ``python -m verl.trainer.main_ppo`` with ``actor_rollout_ref.rollout.name=hf`` on one GPU.
+
+For the H200 machine (no vLLM/SGLang; verl and Ray from ``/work/shared/gpu/verl_wheels.sh`` in ``/tmp/site``). The
+tiny Qwen2.5-VL must be there too: build it here (``python -m verl_ext.models build --out .gpu/tiny-vl``, ~20 MB),
+carry ``.gpu/tiny-vl`` and point ``NEOS_TINY_VL_DIR`` at it; without the variable the test builds the model into the
+source cache, which needs the tokenizer package already cached. Run::
+
+    PYTHONPATH=/tmp/site NEOS_TINY_VL_DIR=.gpu/tiny-vl \\
+      python -m pytest -o python_files='test_*_on_gpu.py' -m gpu tests/rollout/test_hf_replica_on_gpu.py
+
+The command it runs (``$MODEL`` the tiny model, ``$DATA`` the two parquet files it writes, ``$OUT`` a scratch dir;
+``VERL_USE_EXTERNAL_MODULES`` loads our plugin where the package is on ``PYTHONPATH`` but not pip-installed)::
+
+    PYTHONPATH=/tmp/site:$PWD VERL_USE_EXTERNAL_MODULES=verl_ext.plugin python -m verl.trainer.main_ppo \\
+      algorithm.adv_estimator=grpo \\
+      data.train_files=$DATA/train.parquet data.val_files=$DATA/val.parquet \\
+      data.train_batch_size=2 data.max_prompt_length=128 data.max_response_length=16 \\
+      actor_rollout_ref.model.path=$MODEL \\
+      +actor_rollout_ref.model.override_config.attn_implementation=sdpa \\
+      actor_rollout_ref.actor.ppo_mini_batch_size=2 actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2 \\
+      actor_rollout_ref.rollout.name=hf actor_rollout_ref.rollout.tensor_model_parallel_size=1 \\
+      actor_rollout_ref.rollout.n=2 actor_rollout_ref.rollout.agent.num_workers=1 \\
+      actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2 \\
+      actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2 \\
+      trainer.n_gpus_per_node=1 trainer.nnodes=1 trainer.total_training_steps=2 \\
+      'trainer.logger=[console]' trainer.val_before_train=false trainer.test_freq=-1 trainer.save_freq=-1 \\
+      trainer.resume_mode=disable trainer.default_local_dir=$OUT/checkpoints \\
+      trainer.project_name=neos_smoke trainer.experiment_name=hf_rollout
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def overrides(model: Path, data: Path, out: Path) -> list[str]:
+    """The Hydra overrides of the module docstring's command."""
+    return [
+        "algorithm.adv_estimator=grpo",
+        f"data.train_files={data}/train.parquet",
+        f"data.val_files={data}/val.parquet",
+        "data.train_batch_size=2",
+        "data.max_prompt_length=128",
+        "data.max_response_length=16",
+        f"actor_rollout_ref.model.path={model}",
+        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.rollout.name=hf",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        "actor_rollout_ref.rollout.n=2",
+        "actor_rollout_ref.rollout.agent.num_workers=1",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2",
+        "trainer.n_gpus_per_node=1",
+        "trainer.nnodes=1",
+        "trainer.total_training_steps=2",
+        "trainer.logger=[console]",
+        "trainer.val_before_train=false",
+        "trainer.test_freq=-1",
+        "trainer.save_freq=-1",
+        "trainer.resume_mode=disable",
+        f"trainer.default_local_dir={out}/checkpoints",
+        "trainer.project_name=neos_smoke",
+        "trainer.experiment_name=hf_rollout",
+    ]
+
+
+def write_data(data: Path) -> None:
+    """Four arithmetic prompts in verl's RLHF parquet layout, scored by verl's GSM8K rule (``#### <answer>``)."""
+    import pandas as pd
+
+    rows = [
+        {
+            "data_source": "openai/gsm8k",
+            "prompt": [{"role": "user", "content": f"What is {a} + {a}? End with '#### <answer>'."}],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": str(2 * a)},
+            "extra_info": {"index": a},
+        }
+        for a in range(1, 5)
+    ]
+    data.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_parquet(data / "train.parquet")
+    pd.DataFrame(rows[:2]).to_parquet(data / "val.parquet")
+
+
+def tiny_model_dir() -> Path:
+    if os.environ.get("NEOS_TINY_VL_DIR"):
+        return Path(os.environ["NEOS_TINY_VL_DIR"]).resolve()
+    from verl_ext.models.tiny_vl import cached_tiny_qwen_vl
+
+    return cached_tiny_qwen_vl()
+
+
+def test_two_ppo_steps_with_the_hf_rollout_backend(tmp_path):
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    write_data(tmp_path / "data")
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(REPO)) if p),
+        "VERL_USE_EXTERNAL_MODULES": "verl_ext.plugin",
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "verl.trainer.main_ppo",
+        *overrides(tiny_model_dir(), tmp_path / "data", tmp_path),
+    ]
+    run = subprocess.run(command, check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=540)
+    log = run.stdout + run.stderr
+    assert run.returncode == 0, log[-8000:]
+    assert re.search(r"step:2 - ", log), log[-8000:]  # verl's console logger line of the second step
