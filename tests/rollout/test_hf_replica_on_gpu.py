@@ -16,7 +16,7 @@ The command it runs (``$MODEL`` the tiny model, ``$DATA`` the two parquet files 
       data.train_files=$DATA/train.parquet data.val_files=$DATA/val.parquet \\
       data.train_batch_size=2 data.max_prompt_length=128 data.max_response_length=16 \\
       actor_rollout_ref.model.path=$MODEL \\
-      +actor_rollout_ref.model.override_config.attn_implementation=sdpa \\
+      +actor_rollout_ref.model.override_config.attn_implementation=sdpa actor_rollout_ref.model.use_remove_padding=false \\
       actor_rollout_ref.actor.ppo_mini_batch_size=2 actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2 \\
       actor_rollout_ref.rollout.name=hf actor_rollout_ref.rollout.tensor_model_parallel_size=1 \\
       actor_rollout_ref.rollout.n=2 actor_rollout_ref.rollout.agent.num_workers=1 \\
@@ -26,6 +26,14 @@ The command it runs (``$MODEL`` the tiny model, ``$DATA`` the two parquet files 
       'trainer.logger=[console]' trainer.val_before_train=false trainer.test_freq=-1 trainer.save_freq=-1 \\
       trainer.resume_mode=disable trainer.default_local_dir=$OUT/checkpoints \\
       trainer.project_name=neos_smoke trainer.experiment_name=hf_rollout
+
+
+Seen on the H200 on 2026-12-02 (verl 0.9.1, transformers 5.17, torch 2.11): Hydra, Ray with 1 GPU, the FSDP actor, the
+``hf`` replica and its server actor start; step 1 runs rollout through the server, rewards, the actor's old log-probs and
+advantages, then fails inside verl's ``update_actor`` mini-batch split (``split_with_sizes expects split_sizes to sum
+exactly to 45 ... got [4, 4, 4, 4]``, ``verl/utils/tensordict_utils.py`` ``index_select_tensor_dict``) — not passing yet.
+Two earlier verl x transformers-5.17 failures are worked around here: text-only batches (images in every row) and the
+remove-padding attention patch (``use_remove_padding=false``).
 """
 
 from __future__ import annotations
@@ -54,6 +62,9 @@ def overrides(model: Path, data: Path, out: Path) -> list[str]:
         "data.max_response_length=16",
         f"actor_rollout_ref.model.path={model}",
         "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+        # verl 0.9.1's remove-padding attention patch for Qwen2-VL imports apply_multimodal_rotary_pos_emb, which the
+        # GPU image's transformers 5.17 no longer has
+        "actor_rollout_ref.model.use_remove_padding=false",
         "actor_rollout_ref.actor.ppo_mini_batch_size=2",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
         "actor_rollout_ref.rollout.name=hf",
@@ -77,13 +88,24 @@ def overrides(model: Path, data: Path, out: Path) -> list[str]:
 
 
 def write_data(data: Path) -> None:
-    """Four arithmetic prompts in verl's RLHF parquet layout, scored by verl's GSM8K rule (``#### <answer>``)."""
+    """Four arithmetic prompts in verl's RLHF parquet layout, scored by verl's GSM8K rule (``#### <answer>``), each
+    with a small image: verl 0.9.1's Qwen2-VL forward breaks on text-only batches with transformers 5.x (its dummy
+    vision pass calls ``.mean()`` on the ``BaseModelOutputWithPooling`` that ``model.visual`` now returns)."""
+    import io
+
     import pandas as pd
+    from PIL import Image
+
+    def png(a: int) -> bytes:
+        buf = io.BytesIO()
+        Image.new("RGB", (56, 56), (40 * a, 60, 200)).save(buf, format="PNG")
+        return buf.getvalue()
 
     rows = [
         {
             "data_source": "openai/gsm8k",
-            "prompt": [{"role": "user", "content": f"What is {a} + {a}? End with '#### <answer>'."}],
+            "prompt": [{"role": "user", "content": f"<image>What is {a} + {a}? End with '#### <answer>'."}],
+            "images": [{"bytes": png(a)}],
             "ability": "math",
             "reward_model": {"style": "rule", "ground_truth": str(2 * a)},
             "extra_info": {"index": a},
