@@ -3,13 +3,14 @@ failing answers, each leading to its documented outcome, counter and log record.
 
 import asyncio
 import base64
+import hashlib
 import json
 
 import pytest
 from aiohttp import web
 
 from tool_server.mei import MEIConfig, build_interface
-from tool_server.mei.log import MEILog
+from tool_server.mei.log import BlobStore, MEILog, blobs_dir_of, load_images
 from tool_server.mei.schema import ImageView, MEIContext, PageView
 
 PAGE = PageView(
@@ -28,9 +29,11 @@ GOOD = {
 
 
 class FakeModelServer:
-    """Answers each POST with the next scripted reply: ("content", str) | ("status", int) | ("slow", str)."""
+    """Answers each POST with the next scripted reply: ("content", str) | ("status", int) | ("slow", str); the
+    ``model`` field of answers is ``served`` when set (a checkpoint version, as our MEI server reports it)."""
 
     def __init__(self) -> None:
+        self.served: str | None = None
         self.script: list[tuple[str, object]] = []
         self.requests: list[dict] = []
         self.release = asyncio.Event()
@@ -43,6 +46,8 @@ class FakeModelServer:
         if kind == "slow":
             await self.release.wait()  # held until the test ends; the client times out first
         body = {"choices": [{"message": {"role": "assistant", "content": value}, "finish_reason": "stop"}]}
+        if self.served is not None:
+            body["model"] = self.served
         return web.json_response(body)
 
 
@@ -160,3 +165,33 @@ async def test_reverse_search_sends_query_image_first(server, tmp_path):
     assert urls == ["data:image/png;base64," + base64.b64encode(b).decode() for b in (b"QUERY", b"CAND0")]
     [rec] = MEILog.read(tmp_path / "mei.jsonl").records
     assert rec.input["candidates"][1]["png_sha256"] is None and rec.input["query_image"]["png_sha256"]
+
+
+async def test_served_version_and_sent_messages_are_logged(server, tmp_path):
+    """The version is the one the answering server reported (not the configured one), per call; the messages the
+    model was sent are logged with images moved into the blob store and come back byte-identical."""
+    q = ImageView(url="https://neos-world.invalid/media/q.png", png=b"QUERY")
+    cands = [ImageView(url="https://neos-world.invalid/media/c0.png", png=b"CAND0")]
+    answer = {"rational": "r", "candidates": [{"index": 0, "match_state": "visual_match", "caption": "same"}]}
+    mei = make(server, tmp_path)
+    server.served, server.script = "mei-v0", [("content", json.dumps(answer))]
+    first = await mei.reverse_image_search(goal="same?", query_image=q, candidates=cands, ctx=CTX)
+    server.served, server.script = "mei-v1", [("content", "not json")] * 3
+    second = await mei.reverse_image_search(goal="same?", query_image=q, candidates=cands, ctx=CTX)
+    await mei.close()
+    assert (first.version, second.version, second.outcome) == ("mei-v0", "mei-v1", "fallback")
+    recs = MEILog.read(tmp_path / "mei.jsonl").records
+    assert [r.mei_version for r in recs] == ["mei-v0", "mei-v1"]
+    logged = recs[0].messages[1]["content"]
+    assert [p["image_url"]["url"] for p in logged if p["type"] == "image_url"] == [
+        "blob:sha256:" + hashlib.sha256(b).hexdigest() for b in (b"QUERY", b"CAND0")]
+    blobs = BlobStore(blobs_dir_of(tmp_path / "mei.jsonl"))
+    assert load_images(recs[0].messages, blobs) == server.requests[0]["messages"]
+
+
+async def test_configured_version_stands_when_the_server_reports_none(server, tmp_path):
+    server.script = [("content", json.dumps(GOOD))]
+    mei = make(server, tmp_path)
+    call = await mei.web_visit(goal="designer", page=PAGE, ctx=CTX)
+    await mei.close()
+    assert call.version == "mei-v7" and mei.version == "mei-v7"

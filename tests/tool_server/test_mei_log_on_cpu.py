@@ -1,9 +1,11 @@
 """MEILog: one line per record, crash-torn lines skipped and reported, a restarted writer never glues records."""
 
+import hashlib
+
 import pytest
 
 from tool_server.mei import MEIConfig, build_interface
-from tool_server.mei.log import MEILog
+from tool_server.mei.log import BlobStore, MEILog
 from tool_server.mei.schema import MEIContext, PageView
 
 CTX = MEIContext(session_id="s", turn=1, tool="WebVisit")
@@ -56,3 +58,17 @@ async def test_extractive_interface_logs_every_call(tmp_path):
     assert [r.call_id for r in recs] == [c.call_id for c in calls]
     assert recs[0].input["page"]["text_chars"] == len(page.text)
     assert mei.counters()["calls"] == 2 and mei.counters()["extractive"] == 2
+
+
+def test_blob_store_is_content_addressed_and_refuses_bad_names(tmp_path):
+    blobs = BlobStore(tmp_path / "b")
+    digest = blobs.put(b"pixels")
+    assert blobs.put(b"pixels") == digest == hashlib.sha256(b"pixels").hexdigest()
+    assert blobs.get(digest) == b"pixels"
+    (tmp_path / "b" / digest[:2] / digest).write_bytes(b"other")
+    with pytest.raises(ValueError, match="corrupt"):
+        blobs.get(digest)
+    with pytest.raises(ValueError, match="sha256"):
+        blobs.get("../../etc/passwd")
+    with pytest.raises(FileNotFoundError):
+        blobs.get("0" * 64)

@@ -6,6 +6,11 @@ content that fails is passed through json-repair once and accepted if the repair
 otherwise the next attempt is made. Timeouts and HTTP/transport errors consume an attempt too. When all attempts
 fail the extractive evidence is returned (``fallback``), so a tool never fails because its MEI did.
 Attempt-level events are counted as ``timeout``, ``http_error`` and ``invalid``.
+
+Versions: the MEI checkpoint can be swapped behind the endpoint between rollout rounds (Neos §3.5), so the version
+recorded with a call is the one its server reported in the response's ``model`` field (our MEI server answers its
+checkpoint version there), from the last response the call received; the configured ``version`` stands in only until
+a server has reported one, or for servers that answer without a ``model`` field.
 """
 
 from __future__ import annotations
@@ -79,7 +84,8 @@ class ModelMEI:
         self._session: aiohttp.ClientSession | None = None
         self._events: Counter[str] = Counter()
 
-    async def _complete(self, messages: prompts.Messages) -> str:
+    async def _complete(self, messages: prompts.Messages) -> tuple[str, str | None]:
+        """The answer's content and the version (``model`` field) the server reported, if any."""
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers)
         body: dict[str, Any] = {"model": self._model, "messages": messages, "temperature": 0.0,
@@ -101,59 +107,67 @@ class ModelMEI:
             raise _AttemptFailed("http_error", f"not a chat-completions response: {str(payload)[:200]}") from e
         if not isinstance(content, str):
             raise _AttemptFailed("http_error", "message content is not a string")
-        return content
+        served = payload.get("model") if isinstance(payload, dict) else None
+        if isinstance(served, str) and served:
+            self.version = served
+            return content, served
+        return content, None
 
     async def _ask(
         self, messages: prompts.Messages, model: type[M], check: Callable[[M], str | None]
-    ) -> tuple[M | None, str, list[str]]:
+    ) -> tuple[M | None, str, list[str], str | None]:
+        """``(evidence or None, outcome, attempt log, version the last answering server reported)``."""
         attempts: list[str] = []
+        served: str | None = None
         for attempt in range(1 + self._max_retries):
             if attempt and self._backoff:
                 await asyncio.sleep(self._backoff * 2 ** (attempt - 1))
             try:
-                content = await self._complete(messages)
+                content, reported = await self._complete(messages)
             except _AttemptFailed as e:
                 self._events[e.kind] += 1
                 attempts.append(str(e))
                 continue
+            served = reported or served
             ev = _parse(content, model, check, repair=False)
             if ev is not None:
                 attempts.append("valid")
-                return ev, "valid" if attempt == 0 else "retried", attempts
+                return ev, "valid" if attempt == 0 else "retried", attempts, served
             ev = _parse(content, model, check, repair=True)
             if ev is not None:
                 attempts.append("repaired")
-                return ev, "repaired", attempts
+                return ev, "repaired", attempts, served
             self._events["invalid"] += 1
             attempts.append(f"invalid: {content[:120]!r}")
-        return None, "fallback", attempts
+        return None, "fallback", attempts, served
 
     async def web_visit(self, *, goal: str, page: PageView) -> Produced[WebVisitEvidence]:
         messages = prompts.web_visit_messages(goal, page, max_page_chars=self._max_page_chars)
-        ev, outcome, attempts = await self._ask(messages, WebVisitEvidence, lambda e: prompts.check_web_visit(e, page))
+        check = lambda e: prompts.check_web_visit(e, page)  # noqa: E731
+        ev, outcome, attempts, served = await self._ask(messages, WebVisitEvidence, check)
         if ev is None:
             ev = await self._fallback.web_visit(goal=goal, page=page)
-        return Produced(ev, outcome, attempts)
+        return Produced(ev, outcome, attempts, messages, served)
 
     async def image_search(
         self, *, goal: str, query: str, candidates: list[ImageView]
     ) -> Produced[ImageSearchEvidence]:
         messages = prompts.image_search_messages(goal, query, candidates)
         check = lambda e: prompts.check_candidates(e, len(candidates))  # noqa: E731
-        ev, outcome, attempts = await self._ask(messages, ImageSearchEvidence, check)
+        ev, outcome, attempts, served = await self._ask(messages, ImageSearchEvidence, check)
         if ev is None:
             ev = await self._fallback.image_search(goal=goal, query=query, candidates=candidates)
-        return Produced(ev, outcome, attempts)
+        return Produced(ev, outcome, attempts, messages, served)
 
     async def reverse_image_search(
         self, *, goal: str, query_image: ImageView, candidates: list[ImageView]
     ) -> Produced[ReverseImageEvidence]:
         messages = prompts.reverse_image_messages(goal, query_image, candidates)
         check = lambda e: prompts.check_candidates(e, len(candidates))  # noqa: E731
-        ev, outcome, attempts = await self._ask(messages, ReverseImageEvidence, check)
+        ev, outcome, attempts, served = await self._ask(messages, ReverseImageEvidence, check)
         if ev is None:
             ev = await self._fallback.reverse_image_search(goal=goal, query_image=query_image, candidates=candidates)
-        return Produced(ev, outcome, attempts)
+        return Produced(ev, outcome, attempts, messages, served)
 
     def counters(self) -> dict[str, int]:
         return {"timeout": self._events["timeout"], "http_error": self._events["http_error"],

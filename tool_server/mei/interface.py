@@ -30,6 +30,8 @@ class Produced(Generic[E]):
     evidence: E
     outcome: Outcome
     attempts: list[str]
+    messages: list[dict] | None = None  # what a model was sent (logged so the call can become an SFT example)
+    version: str | None = None  # the version that served it, as its server reported it; None: the producer's
 
 
 class Producer(Protocol):
@@ -56,8 +58,12 @@ class LoggedInterface:
     def __init__(self, producer: Producer, log: MEILog) -> None:
         self._producer = producer
         self._log = log
-        self.version = producer.version
         self._outcomes: Counter[str] = Counter()
+
+    @property
+    def version(self) -> str:
+        """The producer's current version (a model-backed one follows what its server last reported)."""
+        return self._producer.version
 
     async def _run(self, method: str, ctx: MEIContext, summary: dict, call) -> MEICall:
         start = time.perf_counter()
@@ -72,12 +78,13 @@ class LoggedInterface:
         if not isinstance(produced, Produced):  # the extractive producer returns bare evidence
             produced = Produced(produced, "extractive", [])
         self._outcomes[produced.outcome] += 1
+        version = produced.version or self.version
         call_id = self._log.append(
-            ctx=ctx, method=method, mei_version=self.version, outcome=produced.outcome,
+            ctx=ctx, method=method, mei_version=version, outcome=produced.outcome,
             latency_s=time.perf_counter() - start, input=summary,
-            output=produced.evidence.model_dump(mode="json"), attempts=produced.attempts,
+            output=produced.evidence.model_dump(mode="json"), attempts=produced.attempts, messages=produced.messages,
         )
-        return MEICall(produced.evidence, call_id, self.version, produced.outcome)
+        return MEICall(produced.evidence, call_id, version, produced.outcome)
 
     async def web_visit(self, *, goal: str, page: PageView, ctx: MEIContext) -> MEICall[WebVisitEvidence]:
         summary = {"goal": goal, "page": page_summary(page)}

@@ -1,22 +1,23 @@
 """Append-only record of every MEI call (Neos §3.5: the co-evolution loop selects MEI SFT data from these).
 
-Format: JSON Lines, one record per line, each written with a single ``os.write`` on a file descriptor opened with
-``O_APPEND``. Why not sqlite/WAL: records are written once and never updated, readers are batch jobs that scan the
-whole file, and a line-per-record file can be shipped, concatenated and grepped; the append-only fd gives the one
-property we need. A process crash can lose at most the record being written and cannot damage earlier ones: the
-kernel places each ``O_APPEND`` write at the end of the file atomically with respect to other appenders on a local
-file system (not guaranteed on NFS). A power loss can leave a torn last line unless ``fsync_every=1``.
+Format: JSON Lines through :class:`.jsonl.JsonlAppender` (one ``O_APPEND`` write per record; a crash loses at most the
+record being written; torn lines are skipped by the reader and reported by line number). Why not sqlite/WAL: records
+are written once and never updated, readers are batch jobs that scan the whole file, and a line-per-record file can be
+shipped, concatenated and grepped.
 
-Torn lines: when the writer opens a file whose last byte is not a newline (a previous process died mid-write), it
-first appends a newline, so the fragment stays on its own line and the next record is intact. The reader skips any
-line that is not a complete JSON record and reports its line number instead of failing or guessing.
+A model-backed call also records the exact chat ``messages`` it sent, so the call can become an MEI SFT example
+later (input messages -> the validated JSON answer). Images in them are stored once in a content-addressed
+:class:`BlobStore` beside the log (``mei.jsonl`` -> ``mei.blobs/``) and referenced as ``blob:sha256:<hex>`` URLs:
+the same candidate images recur across the rollouts of a group, and a log line stays text. A blob is written before
+the record that names it, so a record never points at a missing blob after a crash.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
-import json
 import os
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -25,11 +26,16 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from .jsonl import JsonlAppender, iter_jsonl
 from .schema import ImageView, MEIContext, PageView
+
+DATA_URL_PREFIX = "data:image/png;base64,"
+BLOB_URL_PREFIX = "blob:sha256:"
 
 
 class MEIRecord(BaseModel):
-    """One MEI call. ``input`` is a summary (goal, URLs, content hashes), not the raw page or pixels."""
+    """One MEI call. ``input`` is a summary (goal, URLs, content hashes); ``messages`` (model-backed calls only) is
+    what the model was sent, with images as ``blob:sha256:<hex>`` URLs into the log's :class:`BlobStore`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -45,6 +51,7 @@ class MEIRecord(BaseModel):
     input: dict[str, Any]
     output: dict[str, Any]
     attempts: list[str] = []
+    messages: list[dict[str, Any]] | None = None
 
 
 def sha256_hex(data: bytes) -> str:
@@ -70,6 +77,90 @@ def page_summary(page: PageView) -> dict[str, Any]:
     }
 
 
+def blobs_dir_of(log_path: str | os.PathLike[str]) -> Path:
+    """Where the blobs of a log live: ``runs/mei.jsonl`` -> ``runs/mei.blobs``."""
+    path = Path(log_path)
+    return path.with_name(path.stem + ".blobs")
+
+
+class BlobStore:
+    """Content-addressed files ``<dir>/<hex[:2]>/<hex>``, each written to a temp file and renamed (never torn)."""
+
+    def __init__(self, root: str | os.PathLike[str], *, durable: bool = False) -> None:
+        self.root = Path(root)
+        self._durable = durable
+
+    def _path(self, digest: str) -> Path:
+        if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            raise ValueError(f"not a sha256 hex digest: {digest[:80]!r}")
+        return self.root / digest[:2] / digest
+
+    def put(self, data: bytes) -> str:
+        digest = sha256_hex(data)
+        path = self._path(digest)
+        if path.exists():
+            return digest
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                if self._durable:
+                    f.flush()
+                    os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return digest
+
+    def get(self, digest: str) -> bytes:
+        """The blob's bytes; ``FileNotFoundError`` if absent, ``ValueError`` if its content does not match."""
+        data = self._path(digest).read_bytes()
+        if sha256_hex(data) != digest:
+            raise ValueError(f"blob {digest} is corrupt")
+        return data
+
+
+def _map_image_urls(messages: list[dict[str, Any]], convert) -> list[dict[str, Any]]:
+    """``messages`` with every ``image_url`` content part's URL replaced by ``convert(url)``; other parts unchanged."""
+    out = []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list):
+            content = [
+                {**part, "image_url": {**part["image_url"], "url": convert(part["image_url"]["url"])}}
+                if isinstance(part, dict) and part.get("type") == "image_url" else part
+                for part in content
+            ]
+            message = {**message, "content": content}
+        out.append(message)
+    return out
+
+
+def store_images(messages: list[dict[str, Any]], blobs: BlobStore) -> list[dict[str, Any]]:
+    """Messages as logged: inline PNG data URLs moved into ``blobs`` and replaced by ``blob:sha256:<hex>``."""
+
+    def convert(url: str) -> str:
+        if not url.startswith(DATA_URL_PREFIX):
+            return url
+        return BLOB_URL_PREFIX + blobs.put(base64.b64decode(url[len(DATA_URL_PREFIX):], validate=True))
+
+    return _map_image_urls(messages, convert)
+
+
+def load_images(messages: list[dict[str, Any]], blobs: BlobStore) -> list[dict[str, Any]]:
+    """The inverse of :func:`store_images`: logged messages with their PNG data URLs restored, as the model saw them.
+    Raises ``FileNotFoundError`` / ``ValueError`` when a named blob is missing or corrupt."""
+
+    def convert(url: str) -> str:
+        if not url.startswith(BLOB_URL_PREFIX):
+            return url
+        return DATA_URL_PREFIX + base64.b64encode(blobs.get(url[len(BLOB_URL_PREFIX):])).decode("ascii")
+
+    return _map_image_urls(messages, convert)
+
+
 @dataclass(frozen=True, slots=True)
 class ReadResult:
     records: list[MEIRecord]
@@ -77,26 +168,12 @@ class ReadResult:
 
 
 class MEILog:
-    """Writer. ``fsync_every``: 0 = leave flushing to the OS, 1 = fsync every record, n = every n-th record."""
+    """Writer. ``fsync_every``: 0 = leave flushing to the OS, 1 = fsync every record (and blob), n = every n-th."""
 
     def __init__(self, path: str | os.PathLike[str], *, fsync_every: int = 0) -> None:
-        if fsync_every < 0:
-            raise ValueError(f"fsync_every must be >= 0, got {fsync_every}")
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fsync_every = fsync_every
-        self._since_sync = 0
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        self._terminate_torn_tail()
-
-    def _terminate_torn_tail(self) -> None:
-        size = os.fstat(self._fd).st_size
-        if size == 0:
-            return
-        with open(self.path, "rb") as f:
-            f.seek(size - 1)
-            if f.read(1) != b"\n":
-                os.write(self._fd, b"\n")
+        self._out = JsonlAppender(path, fsync_every=fsync_every)
+        self.path = self._out.path
+        self.blobs = BlobStore(blobs_dir_of(self.path), durable=fsync_every > 0)
 
     def append(
         self,
@@ -109,6 +186,7 @@ class MEILog:
         input: dict[str, Any],
         output: dict[str, Any],
         attempts: list[str] | None = None,
+        messages: list[dict[str, Any]] | None = None,
     ) -> str:
         """Write one record; returns its ``call_id``."""
         record = MEIRecord(
@@ -124,35 +202,23 @@ class MEILog:
             input=input,
             output=output,
             attempts=attempts or [],
+            messages=store_images(messages, self.blobs) if messages is not None else None,
         )
-        line = json.dumps(record.model_dump(mode="json"), ensure_ascii=False, separators=(",", ":")) + "\n"
-        data = line.encode()
-        written = os.write(self._fd, data)
-        if written != len(data):  # regular files do not short-write short of ENOSPC; never leave a silent tear
-            raise OSError(f"short write to {self.path}: {written} of {len(data)} bytes")
-        self._since_sync += 1
-        if self._fsync_every and self._since_sync >= self._fsync_every:
-            os.fsync(self._fd)
-            self._since_sync = 0
+        self._out.append(record.model_dump(mode="json"))
         return record.call_id
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._out.close()
 
     @staticmethod
     def read(path: str | os.PathLike[str]) -> ReadResult:
         records: list[MEIRecord] = []
         skipped: list[int] = []
-        with open(path, "rb") as f:
-            for n, raw in enumerate(f, start=1):
-                if not raw.strip():
-                    continue
-                try:
-                    if not raw.endswith(b"\n"):
-                        raise ValueError("torn line")
-                    records.append(MEIRecord.model_validate(json.loads(raw)))
-                except ValueError:  # json.JSONDecodeError and pydantic.ValidationError are ValueErrors
-                    skipped.append(n)
+        for line in iter_jsonl(path):
+            try:
+                if line.value is None:
+                    raise ValueError("torn or not JSON")
+                records.append(MEIRecord.model_validate(line.value))
+            except ValueError:  # pydantic.ValidationError is a ValueError
+                skipped.append(line.number)
         return ReadResult(records, skipped)
