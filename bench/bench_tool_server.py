@@ -29,9 +29,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
+from tool_server.loop import run, uvloop_available  # noqa: E402  (PYTHONPATH=. as in the command above)
+
+LOOP = "asyncio"  # set by main(): the event loop of every server and of the load generator
+
 
 # ---------------------------------------------------------------------------------------------- comparison servers
-def serve_baseline(world_dir: Path, port: int) -> None:
+def serve_baseline(world_dir: Path, port: int, loop: str) -> None:
     import uvicorn
     from fastapi import FastAPI
     from pydantic import BaseModel
@@ -65,11 +69,13 @@ def serve_baseline(world_dir: Path, port: int) -> None:
         return {"result": out}
 
     print(f"baseline listening on http://127.0.0.1:{port}", flush=True)
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, loop=loop)
 
 
-def serve_trivial(port: int) -> None:
+def serve_trivial(port: int, loop: str) -> None:
     from aiohttp import web
+
+    from tool_server.loop import run
 
     body = json.dumps({"text": "ok", "images": [], "records": [], "mei": [], "cached": False}).encode()
 
@@ -79,8 +85,14 @@ def serve_trivial(port: int) -> None:
 
     app = web.Application()
     app.router.add_post("/call", handler)
-    print(f"trivial listening on http://127.0.0.1:{port}", flush=True)
-    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
+    async def serve() -> None:
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        print(f"trivial listening on http://127.0.0.1:{port}", flush=True)
+        await asyncio.Event().wait()
+
+    run(serve(), use_uvloop=loop == "uvloop")
 
 
 # ---------------------------------------------------------------------------------------------- process control
@@ -149,6 +161,7 @@ def start_ours(world: Path, cpu: int | None, *extra: str) -> Server:
             "--no-ocr",
             "--log-level",
             "WARNING",
+            *(["--no-uvloop"] if LOOP == "asyncio" else []),
             "--mei-log",  # keep the MEI call log out of the working tree
             str(Path(tempfile.gettempdir()) / f"bench_tool_server_mei_{os.getpid()}.jsonl"),
             *extra,
@@ -161,7 +174,8 @@ def start_ours(world: Path, cpu: int | None, *extra: str) -> Server:
 def start_baseline(world: Path, cpu: int | None) -> Server:
     port = _free_port()
     return Server(
-        [sys.executable, str(Path(__file__).resolve()), "--serve-baseline", "--world", str(world), "--port", str(port)],
+        [sys.executable, str(Path(__file__).resolve()), "--serve-baseline", "--world", str(world), "--port", str(port),
+         "--loop", LOOP],
         cpu,
         name="baseline",
     )
@@ -170,7 +184,9 @@ def start_baseline(world: Path, cpu: int | None) -> Server:
 def start_trivial(cpu: int | None) -> Server:
     port = _free_port()
     return Server(
-        [sys.executable, str(Path(__file__).resolve()), "--serve-trivial", "--port", str(port)], cpu, name="trivial"
+        [sys.executable, str(Path(__file__).resolve()), "--serve-trivial", "--port", str(port), "--loop", LOOP],
+        cpu,
+        name="trivial",
     )
 
 
@@ -625,16 +641,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[1, 64, 768])
     p.add_argument("--repeat", type=int, default=1, help="--part baseline: rounds over the three servers (medians)")
     p.add_argument("--json", type=Path, default=None, help="write all results here")
+    p.add_argument(
+        "--loop",
+        choices=["uvloop", "asyncio"],
+        default="uvloop" if uvloop_available() else "asyncio",
+        help="event loop of every server (ours, the uvicorn baseline, the trivial handler) and of the load generator",
+    )
     p.add_argument("--serve-baseline", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--serve-trivial", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.serve_baseline:
-        serve_baseline(args.world, args.port)
+        serve_baseline(args.world, args.port, args.loop)
         return 0
     if args.serve_trivial:
-        serve_trivial(args.port)
+        serve_trivial(args.port, args.loop)
         return 0
+    global LOOP
+    LOOP = args.loop
+    print(f"event loop of servers and load generator: {LOOP}", flush=True)
     if hasattr(os, "sched_setaffinity") and os.cpu_count() and os.cpu_count() >= 2:
         os.sched_setaffinity(0, {1})  # the load generator on CPU 1, servers on CPU 0
     wl = Workload(args.world)
@@ -643,7 +668,7 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     for part in parts:
         print(f"== {part}", flush=True)
-        results[part] = asyncio.run(fns[part](args, wl))
+        results[part] = run(fns[part](args, wl), use_uvloop=LOOP == "uvloop")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1, default=str))
     return 0

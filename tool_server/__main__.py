@@ -1,6 +1,7 @@
 """``python -m tool_server --world DIR [--host H] [--port P] [--session-ttl S] [--mei-endpoint URL]
-[--mei-log PATH] [--cache-dir DIR] [--redis-url URL] [--online [--allow-private-network]]``: serve both protocols'
-tools over the offline world, or (``--online``) Neos' tools over the web as well."""
+[--mei-log PATH] [--cache-dir DIR] [--redis-url URL] [--online [--public-base-url URL] [--allow-private-network]]
+[--no-uvloop]``: serve both protocols' tools over the offline world, or (``--online``) over the web as well.
+Runs on uvloop when it is installed (``--no-uvloop``: asyncio's own loop)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import argparse
 import asyncio
 import gc
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -16,10 +18,12 @@ from aiohttp import web
 from data_gen.world.store import WorldError
 from tool_server.app import ServerSettings, create_app
 from tool_server.cache import TieredCache
+from tool_server.loop import run
 from tool_server.mei import MEIConfig, build_interface
 from tool_server.net import SafeFetcher
 from tool_server.offline.world import OfflineWorld
-from tool_server.online import BackendError, SerpClient
+from tool_server.online import BackendError, LensClient, ReaderClient
+from tool_server.online.public import PublicImages
 from tool_server.online.web import OnlineBackends
 
 
@@ -45,14 +49,26 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--online",
         action="store_true",
-        help="web search through the SERP API (NEOS_SERP_BASE_URL, NEOS_SERP_API_KEY) and pages/images outside the "
-        "world fetched from the web, refusing private, loopback and link-local addresses",
+        help="web and image search through the SERP API and reverse image search through its Lens engine "
+        "(NEOS_SERP_BASE_URL, NEOS_SERP_API_KEY), pages through a page reader if NEOS_READER_BASE_URL is set "
+        "(NEOS_READER_API_KEY optional), else fetched directly; pages/images outside the world fetched from the web, "
+        "refusing private, loopback and link-local addresses",
+    )
+    p.add_argument(
+        "--public-base-url",
+        default=None,
+        help="with --online: this server's address as the reverse-image API can reach it (e.g. a reverse proxy); "
+        "session images (question images, crops) are exposed there under /v1/public-images/ while their reverse "
+        "search runs. Without it, reverse search of a session image is refused (public_url_required)",
     )
     p.add_argument(
         "--allow-private-network",
         action="store_true",
         help="with --online: also fetch from private/loopback addresses (for replay servers in tests; never in "
         "production, it lets the policy reach the server's own network)",
+    )
+    p.add_argument(
+        "--no-uvloop", action="store_true", help="run on asyncio's own event loop even when uvloop is installed"
     )
     p.add_argument("--log-level", default="INFO")
     return p
@@ -61,8 +77,15 @@ def _parser() -> argparse.ArgumentParser:
 def _online(args: argparse.Namespace) -> OnlineBackends | None:
     if not args.online:
         return None
-    search = SerpClient.from_env()  # BackendError("config") names a missing variable
-    return OnlineBackends(SafeFetcher(allow_private=args.allow_private_network), search)
+    search = LensClient.from_env()  # web, image and reverse search; BackendError("config") names a missing variable
+    reader = ReaderClient.from_env() if os.environ.get("NEOS_READER_BASE_URL") else None
+    return OnlineBackends(
+        SafeFetcher(allow_private=args.allow_private_network),
+        search,
+        lens=search,
+        reader=reader,
+        public=PublicImages(args.public_base_url) if args.public_base_url else None,
+    )
 
 
 async def _serve(args: argparse.Namespace) -> None:
@@ -113,8 +136,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give --shared-cache-dir or --redis-url, not both")
     if args.allow_private_network and not args.online:
         parser.error("--allow-private-network only applies with --online")
+    if args.public_base_url is not None:
+        if not args.online:
+            parser.error("--public-base-url only applies with --online")
+        if not args.public_base_url.startswith(("http://", "https://")):
+            parser.error("--public-base-url must start with http:// or https://")
     try:
-        asyncio.run(_serve(args))
+        run(_serve(args), use_uvloop=not args.no_uvloop)
     except (WorldError, BackendError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -18,6 +18,7 @@ from aiohttp import web
 
 from tool_server.cache import TieredCache
 from tool_server.errors import ToolError
+from tool_server.loop import loop_name
 from tool_server.mei.schema import EvidenceInterface
 from tool_server.metrics import Metrics
 from tool_server.offline.pixels import DEFAULT_MAX_PIXELS, decode_base64_image, set_pil_pixel_limit
@@ -26,7 +27,8 @@ from tool_server.online.web import OnlineBackends
 from tool_server.protocol import PROTOCOL_OF, tool_schemas
 from tool_server.sessions import SessionStore
 from tool_server.tools import ToolContext, ToolRunner
-from tool_server.tools.ops import load_world_image
+from tool_server.online.public import PUBLIC_PATH
+from tool_server.tools.ops import load_image
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +97,7 @@ async def healthz(request: web.Request) -> web.Response:
             "world": world.content_hash,
             "features_ready": world.features_ready(),
             "sessions": len(request.app[SESSIONS]),
+            "event_loop": loop_name(),
         }
     )
 
@@ -126,7 +129,7 @@ async def create_session(request: web.Request) -> web.Response:
     images, group_id = body.get("images", []), body.get("group_id")
     settings: ServerSettings = request.app[SETTINGS]
     if not isinstance(images, list) or not all(isinstance(i, str) for i in images):
-        raise ToolError("invalid_request", "images must be a list of base64 images or world image URLs", "images")
+        raise ToolError("invalid_request", "images must be a list of base64 images or image URLs", "images")
     if len(images) > settings.max_register_images:
         raise ToolError("invalid_request", f"at most {settings.max_register_images} question images", "images")
     if group_id is not None and not isinstance(group_id, str):
@@ -135,7 +138,7 @@ async def create_session(request: web.Request) -> web.Response:
     decoded = []
     for i, item in enumerate(images):
         if item.startswith(("http://", "https://")):
-            decoded.append(((await load_world_image(ctx, item, f"images/{i}"))[1], item))
+            decoded.append(((await load_image(ctx, item, f"images/{i}"))[1], item))
         else:
             pixels = await asyncio.to_thread(
                 decode_base64_image, item, max_pixels=settings.max_pixels, field=f"images/{i}"
@@ -212,6 +215,8 @@ def create_app(
     app.router.add_post("/v1/sessions", create_session)
     app.router.add_delete("/v1/sessions/{session_id}", delete_session)
     app.router.add_post("/v1/sessions/{session_id}/call", call_tool)
+    if online is not None and online.public is not None:  # query images for the reverse-image API
+        app.router.add_get(PUBLIC_PATH + "{name}", online.public.handle)
 
     async def lifecycle(app: web.Application):
         evictor = asyncio.create_task(app[SESSIONS].run_evictor())

@@ -21,6 +21,7 @@ STATUS = {
     "unsupported_content": 415,
     "fetch_failed": 502,
     "search_unavailable": 503,
+    "public_url_required": 503,  # a register image cannot go to the reverse-image API without --public-base-url
 }
 
 

@@ -125,11 +125,17 @@ class SafeFetcher:
         self._max_redirects = max_redirects
         self._headers = {"User-Agent": user_agent}
         self._base_resolver = resolver
+        self._resolver: SafeResolver | None = None
         self._session: aiohttp.ClientSession | None = None
+
+    def _get_resolver(self) -> SafeResolver:
+        if self._resolver is None:
+            self._resolver = SafeResolver(self.policy, self._base_resolver)
+        return self._resolver
 
     def _get_session(self) -> aiohttp.ClientSession:
         if self._session is None:
-            connector = aiohttp.TCPConnector(resolver=SafeResolver(self.policy, self._base_resolver), limit=100)
+            connector = aiohttp.TCPConnector(resolver=self._get_resolver(), limit=100)
             self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout, headers=self._headers)
         return self._session
 
@@ -150,6 +156,25 @@ class SafeFetcher:
         if why is not None:
             raise BlockedURL("blocked_address", f"{url}: {why}")
         return u
+
+    async def vet(self, url: str) -> str:
+        """``url`` if :meth:`fetch` would connect to it, else :class:`BlockedURL`, without fetching anything.
+
+        For handing a URL to a service that fetches it itself (a page reader): the name is resolved here and every
+        address it resolves to must pass the policy. What that service does afterwards (its own DNS answer,
+        redirects) is outside this server's control, which is why readers are optional and operator-configured.
+        """
+        u = self._check_url(url)
+        try:
+            ipaddress.ip_address(u.host)
+            return url  # an IP literal, checked by _check_url
+        except ValueError:
+            pass
+        try:
+            await self._get_resolver().resolve(u.host, u.port or 0, socket.AF_UNSPEC)
+        except OSError as e:
+            raise FetchError("dns", f"{u.host}: {e}") from e
+        return url
 
     async def fetch(self, url: str) -> FetchResult:
         session = self._get_session()
@@ -189,6 +214,9 @@ class SafeFetcher:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._resolver is not None:
+            await self._resolver.close()
+            self._resolver = None
 
 
 class ImageDecodeError(FetchError):

@@ -1,11 +1,16 @@
 """Online mode: the tools' search, page and image backends on the open web instead of the embedded world.
 
-Web search goes to the configured SERP API (:class:`~tool_server.online.clients.SerpClient`, an operator-chosen
-endpoint). Every page or image URL that comes from the policy or from search results is fetched through
-:class:`~tool_server.net.SafeFetcher`: private, loopback and link-local targets are refused (also after DNS
-resolution and on every redirect hop) unless the server was started with ``--allow-private-network``, bodies are
-size- and content-type-limited, and images are decoded under the decompression-bomb pixel limit. URLs of the
-embedded world (``neos-world.invalid``) are still answered by the world, so offline tasks run unchanged.
+Web and image search go to the configured SERP API, reverse image search to its Lens engine
+(:mod:`tool_server.online.clients`, operator-chosen endpoints). The Lens API fetches the query image itself: a web
+image is handed over by its URL, a register image (question image, crop) through :class:`PublicImages` under the
+server's public base URL, and without one that search is refused (``public_url_required``). Pages are read through
+the page-reader service when one is configured, after the URL passed :meth:`SafeFetcher.vet`'s address checks, and
+fetched directly (HTML to text) when none is configured or the reader fails. Every page or image this server fetches
+itself goes through :class:`~tool_server.net.SafeFetcher`: private, loopback and link-local targets are refused
+(also after DNS resolution and on every redirect hop) unless the server was started with
+``--allow-private-network``, bodies are size- and content-type-limited, and images are decoded under the
+decompression-bomb pixel limit. URLs of the embedded world (``neos-world.invalid``) are still answered by the world,
+so offline tasks run unchanged.
 
 Failures become :class:`ToolError`\\ s, which the multi-item tools report per item (``blocked_url`` for a refused
 target is a 403, never a 5xx).
@@ -14,21 +19,32 @@ target is a 403, never a 5xx).
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+import logging
+import re
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from html.parser import HTMLParser
-from urllib.parse import urljoin
+from typing import Any
+from urllib.parse import urljoin, urlsplit
 
 from PIL import Image as PILImage
 
 from tool_server.errors import ToolError
 from tool_server.mei.schema import ImageView, PageView
 from tool_server.net import BlockedURL, FetchError, FetchResult, ImageDecodeError, SafeFetcher, decode_image
-from tool_server.online.clients import SerpClient
+from tool_server.offline.world import resource_id
+from tool_server.online.clients import ImageResult, LensClient, PageResult, ReaderClient, SerpClient
 from tool_server.online.http import BackendError
+from tool_server.online.public import PublicImages
+
+log = logging.getLogger(__name__)
 
 PAGE_TYPES = ("text/html", "application/xhtml+xml", "text/plain", "text/markdown")
 PAGE_TEXT_CHARS = 200_000  # of a page's visible text handed to MEI
 _SKIPPED = frozenset({"script", "style", "noscript", "template", "svg", "head"})
+_MD_IMAGE = re.compile(r"!\[([^\]]*)\]\((https?://[^\s)]+)")
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp")
+MAX_RESOURCE_IDS = 100_000
 _BLOCKS = frozenset({"p", "div", "br", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "section", "article", "table"})
 
 
@@ -89,6 +105,19 @@ def page_view(result: FetchResult) -> PageView:
     )
 
 
+def markdown_view(page: PageResult) -> PageView:
+    """A reader's Markdown page as MEI sees it; its images are the ``![alt](url)`` references, in order."""
+    images: dict[str, str] = {}
+    for alt, url in _MD_IMAGE.findall(page.text):
+        images.setdefault(url, alt.strip())
+    return PageView(
+        url=page.url,
+        title=" ".join(page.title.split()) or page.url,
+        text=page.text[:PAGE_TEXT_CHARS],
+        images=[ImageView(url=u, alt=alt, source_page_url=page.url) for u, alt in images.items()],
+    )
+
+
 def _tool_error(e: FetchError, field: str) -> ToolError:
     if isinstance(e, BlockedURL):
         return ToolError("blocked_url", f"refused to fetch: {e}", field)
@@ -98,10 +127,50 @@ def _tool_error(e: FetchError, field: str) -> ToolError:
     return ToolError(kind, str(e), field)
 
 
+class ResourceIds:
+    """ModalSearcher resource ids of web URLs seen in results, so a later call may name a resource by its id.
+
+    Bounded (least recently seen dropped first); learned from every online ModalSearcher result, served or cached.
+    """
+
+    def __init__(self, capacity: int = MAX_RESOURCE_IDS) -> None:
+        self._urls: OrderedDict[str, str] = OrderedDict()
+        self._capacity = capacity
+
+    def learn(self, records: Any) -> None:
+        """Every ``resource_id``/``url`` and ``page_resource_id``/``page_url`` pair in a result's records."""
+        if isinstance(records, list):
+            for item in records:
+                self.learn(item)
+        elif isinstance(records, dict):
+            for id_key, url_key in (("resource_id", "url"), ("page_resource_id", "page_url")):
+                rid, url = records.get(id_key), records.get(url_key)
+                if isinstance(rid, str) and isinstance(url, str):
+                    self._urls[rid] = url
+                    self._urls.move_to_end(rid)
+            self.learn(records.get("images"))
+            while len(self._urls) > self._capacity:
+                self._urls.popitem(last=False)
+
+    def url(self, rid: str) -> str | None:
+        return self._urls.get(rid)
+
+    def is_image(self, url: str) -> bool:
+        return self._urls.get(resource_id("image", url)) == url
+
+
 @dataclass(slots=True)
 class OnlineBackends:
+    """``search`` answers web and image search; ``lens`` (None: reverse search stays on the world index) needs
+    ``public`` for register images; ``reader`` (None: direct fetch) reads pages."""
+
     fetcher: SafeFetcher
     search: SerpClient
+    lens: LensClient | None = None
+    reader: ReaderClient | None = None
+    public: PublicImages | None = None
+    ids: ResourceIds = field(default_factory=ResourceIds)
+    reader_fallbacks: int = 0  # reader failures answered by a direct fetch
 
     async def _fetch(self, url: str, field: str) -> FetchResult:
         try:
@@ -114,10 +183,25 @@ class OnlineBackends:
         return result
 
     async def read_page(self, url: str, field: str) -> PageView:
+        """The page through the reader if configured and it answers, else fetched here and converted to text."""
+        if self.reader is not None:
+            try:
+                await self.fetcher.vet(url)  # the reader must not be sent where this server may not go
+            except FetchError as e:
+                raise _tool_error(e, field) from None
+            try:
+                return markdown_view(await self.reader.read(url))
+            except BackendError as e:
+                self.reader_fallbacks += 1
+                log.warning("page reader failed for %s (%s); fetching it directly", url, e)
         result = await self._fetch(url, field)
         if result.content_type not in PAGE_TYPES:
             raise ToolError("unsupported_content", f"{url} is {result.content_type}, not a readable page", field)
         return await asyncio.to_thread(page_view, result)
+
+    def looks_like_image(self, url: str) -> bool:
+        """An image URL by what results said of it or by its file suffix (read_url must pick page or image)."""
+        return self.ids.is_image(url) or urlsplit(url).path.lower().endswith(IMAGE_SUFFIXES)
 
     async def load_image(self, url: str, field: str, *, max_pixels: int) -> PILImage.Image:
         result = await self._fetch(url, field)
@@ -136,6 +220,33 @@ class OnlineBackends:
             raise ToolError("search_unavailable", f"web search failed: {e}", field) from None
         return [{"title": h.title, "url": h.url, "snippet": h.snippet} for h in hits]
 
+    async def image_search(self, query: str, field: str, k: int) -> list[ImageResult]:
+        try:
+            return await self.search.image_search(query, k)
+        except BackendError as e:
+            raise ToolError("search_unavailable", f"image search failed: {e}", field) from None
+
+    async def reverse(self, png: bytes, url: str | None, field: str, k: int) -> list[ImageResult]:
+        """Pages showing the image at ``url`` (public already), or of ``png`` exposed under the public base URL."""
+        if self.lens is None:
+            raise ToolError("search_unavailable", "no reverse image search API is configured", field)
+        try:
+            if url is not None:
+                return await self.lens.reverse(url, k)
+            if self.public is None:
+                raise ToolError(
+                    "public_url_required",
+                    "the reverse image search API fetches the query image by URL, and this image exists only in the "
+                    "session: start the server with --public-base-url (its address as the API can reach it), or "
+                    "search by the image's web URL",
+                    field,
+                )
+            async with self.public.exposed(png) as public_url:
+                return await self.lens.reverse(public_url, k)
+        except BackendError as e:
+            raise ToolError("search_unavailable", f"reverse image search failed: {e}", field) from None
+
     async def close(self) -> None:
         await self.fetcher.close()
-        await self.search.close()
+        for client in {id(c): c for c in (self.search, self.lens, self.reader) if c is not None}.values():
+            await client.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tool_server.cache import TieredCache, cache_key
@@ -40,6 +41,14 @@ class ToolRunner:
     async def call(
         self, session: Session, name: Any, arguments: Any, turn: int | None = None
     ) -> Observation | CachedObservation:
+        observation = await self._call(session, name, arguments, turn)
+        if self.ctx.online is not None and name in modal.HANDLERS:  # later calls may name these web resources by id
+            self.ctx.online.ids.learn(
+                observation.records if isinstance(observation, Observation) else json.loads(observation.blob)["records"]
+            )
+        return observation
+
+    async def _call(self, session: Session, name: Any, arguments: Any, turn: int | None) -> Observation | CachedObservation:
         args = validate(name, arguments)
         if self.cache is None or name not in CACHED:
             return await HANDLERS[name](self.ctx, Call(session, args, turn))

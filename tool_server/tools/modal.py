@@ -1,9 +1,10 @@
-"""ModalSearcher's four tools (its §3.3 and Appendix E) on the same backends as Neos' tools.
+"""ModalSearcher's four tools (its §3.3 and Appendix E) on the same backends as Neos' tools, offline or online.
 
 Results name pages and images by resource ids (``page_``/``image_`` + 8 hex of sha256(url)) that later calls
-accept in place of URLs. ``i2i_search`` takes an image resource id or a register id ``img_N`` and an optional
-region box (0..1000, as CropImage); ``read_url`` reads a page as Markdown (or, given a goal, as goal-conditioned
-evidence) and loads an image URL into the visual register.
+accept in place of URLs (online, ids of web resources are learned from the results, see ``ResourceIds``).
+``i2i_search`` takes an image resource id or URL or a register id ``img_N`` and an optional region box (0..1000, as
+CropImage); ``read_url`` reads a page as Markdown (or, given a goal, as goal-conditioned evidence) and loads an image
+URL into the visual register.
 """
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ from tool_server.offline.pixels import box_to_pixels, encode_png
 from tool_server.offline.world import resource_id
 from tool_server.tools.base import Call, Observation, ToolContext, clip
 from tool_server.tools.ops import (
-    lexical_search,
-    load_world_image,
+    is_image_url,
+    load_image,
+    query_url,
+    read_page,
+    resolve,
     reverse_search,
     search_images,
     visit_page,
-    world_page,
-    world_page_view,
+    web_search,
 )
 
 MARKDOWN_CHARS = 20_000
@@ -33,11 +36,8 @@ def _page_ref(url: str | None) -> str | None:
 
 async def t2t_search(ctx: ToolContext, call: Call) -> Observation:
     query = call.arguments["query"]
-    hits = await lexical_search(ctx, query, batch=1)
-    records = [
-        {"resource_id": resource_id("page", h.page.url), "title": h.page.title, "url": h.page.url, "snippet": h.snippet}
-        for h in hits
-    ]
+    hits = await web_search(ctx, query, "arguments/query", batch=1)
+    records = [{"resource_id": resource_id("page", h["url"]), **h} for h in hits]
     lines = [
         f"{i}. [{r['resource_id']}] {r['title']}\n   URL: {r['url']}\n   {r['snippet']}"
         for i, r in enumerate(records, 1)
@@ -59,7 +59,7 @@ def _image_lines(records: list[dict], judgement: str) -> list[str]:
 
 async def t2i_search(ctx: ToolContext, call: Call) -> Observation:
     query = call.arguments["query"]
-    candidates, mei = await search_images(ctx, call, query, query, "t2i_search")
+    candidates, mei = await search_images(ctx, call, query, query, "t2i_search", "arguments/query")
     records = [
         {
             "resource_id": resource_id("image", c["url"]),
@@ -81,19 +81,21 @@ async def i2i_search(ctx: ToolContext, call: Call) -> Observation:
     ref, region = call.arguments["image"], call.arguments.get("region")
     if ref.startswith("img_"):
         entry = call.session.register.get(ref, "arguments/image")
-        pixels, label = entry.image, ref
+        pixels, label, url = entry.image, ref, query_url(entry.source)
     else:
-        url = ctx.world.resolve(ref, "arguments/image")
-        _, pixels = await load_world_image(ctx, url, "arguments/image")
+        url = resolve(ctx, ref, "arguments/image")
+        _, pixels = await load_image(ctx, url, "arguments/image")
         label = url
     if region is not None:
         try:
             pixels = pixels.crop(box_to_pixels(region, pixels.width, pixels.height))
         except ValueError as e:
             raise ToolError("invalid_arguments", str(e), "arguments/region") from None
-        label = f"{label} region {region}"
+        label, url = f"{label} region {region}", None  # a crop is at no URL
     png = await asyncio.to_thread(encode_png, pixels)
-    candidates, mei = await reverse_search(ctx, call, label, pixels, png, "find the source of this image", "i2i_search")
+    candidates, mei = await reverse_search(
+        ctx, call, label, (pixels, png, url), "find the source of this image", "i2i_search", "arguments/image"
+    )
     records = []
     for c in candidates:
         page = c["pages"][0] if c["pages"] else None
@@ -116,10 +118,10 @@ async def i2i_search(ctx: ToolContext, call: Call) -> Observation:
 
 
 async def read_url(ctx: ToolContext, call: Call) -> Observation:
-    url = ctx.world.resolve(call.arguments["url"], "arguments/url")
+    url = resolve(ctx, call.arguments["url"], "arguments/url")
     goal = call.arguments.get("goal")
-    if ctx.world.image(url) is not None:
-        _, pixels = await load_world_image(ctx, url, "arguments/url")
+    if is_image_url(ctx, url):
+        _, pixels = await load_image(ctx, url, "arguments/url")
         async with call.session.lock:
             entry = call.session.register.append(pixels, url)
         record = {
@@ -134,26 +136,27 @@ async def read_url(ctx: ToolContext, call: Call) -> Observation:
             [record],
             images=[entry],
         )
-    page = world_page(ctx, url, "arguments/url")
+    page = await read_page(ctx, url, "arguments/url")
+    view, _ = page
     images = [
         {"resource_id": resource_id("image", im.url), "url": im.url, "alt": im.alt, "caption": im.caption}
-        for im in ctx.world.page_images(page)
+        for im in view.images
     ]
     image_lines = [f"- [{im['resource_id']}] {im['caption'] or im['alt']} ({im['url']})" for im in images]
     if goal:
-        record, mei = await visit_page(ctx, call, world_page_view(ctx, page), goal, "read_url")
+        record, mei = await visit_page(ctx, call, page, goal, "read_url")
         record = {**record, "resource_id": resource_id("page", url), "images": images}
-        text = [f"# {page.title}", f"Evidence: {record['evidence'] or '(none for this goal)'}"]
+        text = [f"# {view.title}", f"Evidence: {record['evidence'] or '(none for this goal)'}"]
         if record["summary"]:
             text.append(f"Summary: {record['summary']}")
         return Observation("\n".join(text + (["## Images", *image_lines] if image_lines else [])), [record], mei=[mei])
-    markdown = f"# {page.title}\n\n{clip(page.text, MARKDOWN_CHARS)}"
+    markdown = f"# {view.title}\n\n{clip(view.text, MARKDOWN_CHARS)}"
     if image_lines:
         markdown += "\n\n## Images\n" + "\n".join(image_lines)
     record = {
         "url": url,
         "resource_id": resource_id("page", url),
-        "title": page.title,
+        "title": view.title,
         "markdown": markdown,
         "images": images,
     }

@@ -14,7 +14,15 @@ from tool_server.errors import ToolError
 from tool_server.offline.pixels import box_to_pixels, encode_png
 from tool_server.protocol import MAX_BOXES_TOTAL
 from tool_server.tools.base import Call, Observation, ToolContext, item_error
-from tool_server.tools.ops import load_image, read_page, reverse_search, search_images, visit_page, web_search
+from tool_server.tools.ops import (
+    load_image,
+    query_url,
+    read_page,
+    reverse_search,
+    search_images,
+    visit_page,
+    web_search,
+)
 
 
 def _err_line(err: dict[str, str]) -> str:
@@ -63,7 +71,12 @@ async def web_visit(ctx: ToolContext, call: Call) -> Observation:
 
 async def image_search(ctx: ToolContext, call: Call) -> Observation:
     goal = call.arguments["goal"]
-    done = await asyncio.gather(*(search_images(ctx, call, q, goal, "ImageSearch") for q in call.arguments["query"]))
+    done = await asyncio.gather(
+        *(
+            search_images(ctx, call, q, goal, "ImageSearch", f"arguments/query/{n}")
+            for n, q in enumerate(call.arguments["query"])
+        )
+    )
     records, lines = [], []
     for n, (query, (candidates, _)) in enumerate(zip(call.arguments["query"], done), 1):
         records.append({"query": query, "candidates": candidates})
@@ -86,15 +99,17 @@ async def reverse_image_search(ctx: ToolContext, call: Call) -> Observation:
     queries: list[tuple[str, Any]] = [(e.ref, e) for e in tokens] + [(u, None) for u in args.get("image_url", [])]
 
     async def one(i: int, label: str, entry) -> tuple[dict[str, Any], dict | None]:
-        if entry is not None:
-            pixels, png = entry.image, entry.png()
-        else:
-            try:
-                image_id, pixels = await load_image(ctx, label, f"arguments/image_url/{i - len(tokens)}")
-            except ToolError as e:
-                return {"query": label, "error": item_error(e.type, e.message)}, None
-            png = ctx.world.image_bytes(image_id) if image_id else await asyncio.to_thread(encode_png, pixels)
-        candidates, mei = await reverse_search(ctx, call, label, pixels, png, args["goal"], "ReverseImageSearch")
+        field = f"arguments/image_token/{i}" if entry is not None else f"arguments/image_url/{i - len(tokens)}"
+        try:
+            if entry is not None:
+                image = (entry.image, entry.png(), query_url(entry.source))
+            else:
+                image_id, pixels = await load_image(ctx, label, field)
+                png = ctx.world.image_bytes(image_id) if image_id else await asyncio.to_thread(encode_png, pixels)
+                image = (pixels, png, label)
+            candidates, mei = await reverse_search(ctx, call, label, image, args["goal"], "ReverseImageSearch", field)
+        except ToolError as e:
+            return {"query": label, "error": item_error(e.type, e.message)}, None
         return {"query": label, "candidates": candidates}, mei
 
     done = await asyncio.gather(*(one(i, label, entry) for i, (label, entry) in enumerate(queries)))

@@ -1,9 +1,9 @@
 """Backend operations both protocols share: page reading, image search and reverse search, each through MEI.
 
-They return plain records (world ids included) that the protocol modules format for their policies. With online
-backends (:mod:`tool_server.online.web`), web search and the pages and images outside the embedded world come from
-the web, every fetch through the SSRF-safe fetcher; ModalSearcher's tools, whose resource ids name world
-resources, stay on the world.
+They return plain records (world ids included, None for web resources) that the protocol modules format for their
+policies. With online backends (:mod:`tool_server.online.web`), text and image search, reverse search of anything
+but a world image, and the pages and images outside the embedded world come from the web, for both protocols;
+world URLs are still answered by the world.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from data_gen.world.model import Page
 from tool_server.errors import ToolError
 from tool_server.mei.schema import ImageView, PageView
 from tool_server.offline.lexical import TextHit
+from tool_server.online.clients import ImageResult
 from tool_server.tools.base import MAX_PAGE_IMAGES, Call, ToolContext, mei_entry, world_image_view
 
 INLINE_SEARCH_BATCH = 4
@@ -54,12 +55,17 @@ def _check_url(url: str, field: str) -> None:
         raise ToolError("invalid_arguments", f"{url!r} is not a complete http(s) URL", field)
 
 
-def world_page(ctx: ToolContext, url: str, field: str) -> Page:
-    _check_url(url, field)
-    page = ctx.world.page(url)
-    if page is None:
-        raise _unreachable(ctx, url, "page", field)
-    return page
+def resolve(ctx: ToolContext, ref: str, field: str) -> str:
+    """A URL, or a ``page_``/``image_`` resource id of a world resource or (online) of a web resource in a result."""
+    if ctx.online is not None and "://" not in ref and (url := ctx.online.ids.url(ref)) is not None:
+        return url
+    return ctx.world.resolve(ref, field)
+
+
+def is_image_url(ctx: ToolContext, url: str) -> bool:
+    if ctx.world.is_world_url(url) or ctx.online is None:
+        return ctx.world.image(url) is not None
+    return ctx.online.looks_like_image(url)
 
 
 def world_page_view(ctx: ToolContext, page: Page) -> tuple[PageView, list[dict[str, str | None]]]:
@@ -129,46 +135,101 @@ async def visit_page(
     return record, mei_entry(result)
 
 
-async def search_images(ctx: ToolContext, call: Call, query: str, goal: str, tool: str) -> tuple[list[dict], dict]:
-    found = ctx.world.image_search(query, goal, 5)
-    views = [world_image_view(ctx, im.id, pixels=True) for im in found]
+IMAGE_CANDIDATES = 5
+
+
+def _web_image_ref(hit: ImageResult) -> dict[str, str | None]:
+    return {"image_id": None, "url": hit.url, "alt": "", "caption": hit.caption}
+
+
+async def search_images(
+    ctx: ToolContext, call: Call, query: str, goal: str, tool: str, field: str
+) -> tuple[list[dict], dict]:
+    """Up to five images for ``query`` (world index, or online the image search API), judged by MEI."""
+    if ctx.online is not None:
+        hits = await ctx.online.image_search(query, field, IMAGE_CANDIDATES)
+        views = [ImageView(url=h.url, caption=h.caption, source_page_url=h.source_page_url) for h in hits]
+        found = [{**_web_image_ref(h), "source_url": h.source_page_url, "source_title": None} for h in hits]
+    else:
+        images = ctx.world.image_search(query, goal, IMAGE_CANDIDATES)
+        views = [world_image_view(ctx, im.id, pixels=True) for im in images]
+        found = []
+        for image in images:
+            page = ctx.world.page_of(image)
+            found.append(
+                {
+                    **_image_ref(ctx, image.id),
+                    "source_url": page.url if page else None,
+                    "source_title": page.title if page else None,
+                }
+            )
     result = await ctx.mei.image_search(goal=goal, query=query, candidates=views, ctx=call.ctx(tool))
     judged = {c.index: c for c in result.evidence.candidates if c.index < len(found)}
     order = list(judged) + [i for i in range(len(found)) if i not in judged]
-    out = []
-    for i in order:
-        image = found[i]
-        page = ctx.world.page_of(image)
-        out.append(
-            {
-                **_image_ref(ctx, image.id),
-                "source_url": page.url if page else None,
-                "source_title": page.title if page else None,
-                "relevance": judged[i].relevance if i in judged else None,
-                "analysis": judged[i].caption if i in judged else None,
-            }
-        )
+    out = [
+        {
+            **found[i],
+            "relevance": judged[i].relevance if i in judged else None,
+            "analysis": judged[i].caption if i in judged else None,
+        }
+        for i in order
+    ]
     return out, mei_entry(result)
 
 
+def query_url(source: str) -> str | None:
+    """The URL a register image was loaded from (None for question images sent as pixels and for crops)."""
+    return source if source.startswith(("http://", "https://")) else None
+
+
 async def reverse_search(
-    ctx: ToolContext, call: Call, query_url: str, pixels: PILImage.Image, png: bytes, goal: str, tool: str
+    ctx: ToolContext,
+    call: Call,
+    label: str,
+    image: tuple[PILImage.Image, bytes, str | None],
+    goal: str,
+    tool: str,
+    field: str,
 ) -> tuple[list[dict], dict]:
-    matches = await ctx.world.reverse_search(pixels, 5)
-    views = [world_image_view(ctx, m.image_id, pixels=True, match_score=m.score) for m in matches]
-    query = ImageView(url=query_url, png=png)
-    result = await ctx.mei.reverse_image_search(goal=goal, query_image=query, candidates=views, ctx=call.ctx(tool))
-    judged = {c.index: c for c in result.evidence.candidates if c.index < len(matches)}
-    out = []
-    for i, match in enumerate(matches):
-        out.append(
+    """Pages carrying the query ``image`` (pixels, PNG, the URL it was loaded from or None), judged by MEI.
+
+    Online with a reverse-image API, everything but a world image goes to that API (the web cannot see the world);
+    otherwise the world's feature index matches the pixels.
+    """
+    pixels, png, url = image
+    if ctx.online is not None and ctx.online.lens is not None and not (url and ctx.world.is_world_url(url)):
+        hits = await ctx.online.reverse(png, url, field, IMAGE_CANDIDATES)
+        views = [ImageView(url=h.url, caption=h.caption, source_page_url=h.source_page_url) for h in hits]
+        found = [
             {
-                **_image_ref(ctx, match.image_id),
-                "score": match.score,
-                "method": match.method,
-                "match_state": judged[i].match_state if i in judged else "insufficient_evidence",
-                "analysis": judged[i].caption if i in judged else None,
-                "pages": [{"title": p.title, "url": p.url} for p in ctx.world.carriers(match.image_id)],
+                **_web_image_ref(h),
+                "score": None,  # the API ranks its matches but gives no similarity
+                "method": "reverse_image_api",
+                "pages": [{"title": h.caption, "url": h.source_page_url}] if h.source_page_url else [],
             }
-        )
+            for h in hits
+        ]
+    else:
+        matches = await ctx.world.reverse_search(pixels, IMAGE_CANDIDATES)
+        views = [world_image_view(ctx, m.image_id, pixels=True, match_score=m.score) for m in matches]
+        found = [
+            {
+                **_image_ref(ctx, m.image_id),
+                "score": m.score,
+                "method": m.method,
+                "pages": [{"title": p.title, "url": p.url} for p in ctx.world.carriers(m.image_id)],
+            }
+            for m in matches
+        ]
+    query = ImageView(url=label, png=png)
+    result = await ctx.mei.reverse_image_search(goal=goal, query_image=query, candidates=views, ctx=call.ctx(tool))
+    judged = {c.index: c for c in result.evidence.candidates if c.index < len(found)}
+    out = [
+        {
+            **record,
+            "match_state": judged[i].match_state if i in judged else "insufficient_evidence",
+            "analysis": judged[i].caption if i in judged else None,
+        }
+        for i, record in enumerate(found)
+    ]
     return out, mei_entry(result)
