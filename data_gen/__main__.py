@@ -1,5 +1,6 @@
-"""``python -m data_gen <command>``: ``neos`` (Neos task synthesis, see ``data_gen.neos.cli``) or ``world``
-(build/inspect the offline world, forwarded to ``python -m data_gen.world``)."""
+"""``python -m data_gen <command>``: ``neos`` (Neos task synthesis, see ``data_gen.neos.cli``), ``modalsearch``
+(ModalSearch-Pipeline, see ``data_gen.modalsearch.cli``) or ``world`` (build/inspect the offline world, forwarded
+to ``python -m data_gen.world``)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,15 @@ def main(argv: list[str] | None = None) -> int:
         return world_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m data_gen", description="Data generation commands.")
     sub = parser.add_subparsers(dest="command", required=True)
-    from data_gen.neos.cli import main as neos_main
-    from data_gen.neos.cli import parser as neos_parser
+    from data_gen.modalsearch import cli as modalsearch_cli
+    from data_gen.neos import cli as neos_cli
 
-    neos_parser(sub.add_parser("neos", help="Neos evidence-dependent task synthesis (SPEC §6)"))
+    neos_cli.parser(sub.add_parser("neos", help="Neos evidence-dependent task synthesis (SPEC §6)"))
+    modalsearch_cli.parser(sub.add_parser("modalsearch", help="ModalSearch-Pipeline: interleaved graph, paths, "
+                                          "questions (SPEC §7)"))
     sub.add_parser("world", help="build or inspect the offline world (python -m data_gen.world --help)")
     args = parser.parse_args(argv)
-    return neos_main(args)
+    return {"neos": neos_cli.main, "modalsearch": modalsearch_cli.main}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -22,66 +22,25 @@ from every rate and retried on restart.
 from __future__ import annotations
 
 import io
-import json
 import re
-import time
 from collections.abc import Sequence
 from typing import Any
 
 from PIL import Image
 
+from data_gen.common.episode import Episode
+from data_gen.common.episode import found as _found
 from data_gen.neos.observer import palette
 from data_gen.neos.schema import Task
 from verl_ext.reward.answers import answer_matches
-from verl_ext.rollout.record import CallRecord, TrajectoryRecord, TurnRecord
-from verl_ext.tools.client import ToolCallError, ToolServerClient
+from verl_ext.rollout.record import TrajectoryRecord
+from verl_ext.tools.client import ToolServerClient
 
 SEARCH_TURNS = 4
 _STOP = frozenset({
     "let", "be", "the", "a", "an", "of", "that", "is", "its", "in", "on", "which", "whose", "as", "with", "by", "and",
     "shown", "image", "mostly", "area", "decreasing", "one",
 })
-
-
-def _found(name: str, text: str) -> bool:
-    return re.search(rf"(?<!\w){re.escape(name)}(?!\w)", text, re.IGNORECASE) is not None
-
-
-def _call_text(name: str, arguments: dict[str, Any]) -> str:
-    return json.dumps({"name": name, "arguments": arguments})
-
-
-class _Episode:
-    """Runs calls in one session and keeps them as turns of a TrajectoryRecord (one call per turn; ``span`` is
-    (0, 0) because a programmatic agent generates no tokens)."""
-
-    def __init__(self, client: ToolServerClient, session_id: str) -> None:
-        self.client = client
-        self.session_id = session_id
-        self.turns: list[TurnRecord] = []
-
-    async def call(self, name: str, arguments: dict[str, Any], *, pixels: bool = False):
-        start = time.perf_counter()
-        index = len(self.turns)
-        try:
-            result = await self.client.call(self.session_id, name, arguments, turn=index, include_pixels=pixels)
-        except ToolCallError as err:
-            call = CallRecord(tool_name=name, arguments=arguments, ok=False, error_class="agent", error_type=err.type,
-                              observation=err.message, latency_s=time.perf_counter() - start)
-            self.turns.append(TurnRecord(index=index, span=(0, 0), text=_call_text(name, arguments),
-                                         outcome="call_error", calls=[call], error_class="agent", error_type=err.type))
-            return None
-        call = CallRecord(tool_name=name, arguments=arguments, ok=True, observation=result.text,
-                          images_added=[i.ref for i in result.images], latency_s=time.perf_counter() - start,
-                          mei_call_ids=[m["call_id"] for m in result.mei],
-                          mei_versions=[m["version"] for m in result.mei], cached=result.cached)
-        self.turns.append(TurnRecord(index=index, span=(0, 0), text=_call_text(name, arguments), outcome="call_ok",
-                                     calls=[call]))
-        return result
-
-    def answer(self, text: str) -> None:
-        self.turns.append(TurnRecord(index=len(self.turns), span=(0, 0), text=text, outcome="answer",
-                                     tools_enabled=False))
 
 
 def probe_text_only_answer(task: Task) -> bool:
@@ -127,7 +86,7 @@ async def probe_text_only_search(client: ToolServerClient, task: Task) -> bool:
     ballot = _Ballot(task.question)
     session = await client.open_session([])
     try:
-        episode = _Episode(client, session.session_id)
+        episode = Episode(client, session.session_id)
         for turn, query in enumerate(queries):
             ballot.add(turn, await episode.call("TextSearch", {"query": [query]}))
     finally:
@@ -150,7 +109,7 @@ async def probe_short_multimodal_search(client: ToolServerClient, task: Task) ->
     session = await client.open_session([e.url for e in task.entry_images])
     sentences = [s for s in re.split(r"(?<=[.?])\s+", task.question) if s.startswith("Let ")]
     try:
-        episode = _Episode(client, session.session_id)
+        episode = Episode(client, session.session_id)
         found = await episode.call("ReverseImageSearch", {"image_token": session.images,
                                                           "goal": "What does this image show?"})
         pages = [r["candidates"][0]["pages"][0] for r in (found.records if found else [])
@@ -196,7 +155,7 @@ class ProgrammaticExpert:
     async def solve(self, task: Task) -> tuple[bool, TrajectoryRecord, str]:
         """(solved, trajectory, why it failed or '')."""
         session = await self.client.open_session([e.url for e in task.entry_images])
-        episode = _Episode(self.client, session.session_id)
+        episode = Episode(self.client, session.session_id)
         try:
             why = await self._walk(task, episode, session.images)
         finally:
@@ -208,7 +167,7 @@ class ProgrammaticExpert:
                                   turns=episode.turns)
         return why == "", record, why
 
-    async def _walk(self, task: Task, episode: _Episode, refs: list[str]) -> str:
+    async def _walk(self, task: Task, episode: Episode, refs: list[str]) -> str:
         for ref, entry in zip(refs, task.entry_images):
             anchor_page = next(s.source_page_url for s in task.steps if s.source == entry.entity_id)
             result = await episode.call("ReverseImageSearch", {"image_token": [ref], "goal": "Which page carries "
@@ -235,7 +194,7 @@ class ProgrammaticExpert:
                         return f"step {step.index}: fetched pixels do not show the stated colours"
         return ""
 
-    async def _visit(self, episode: _Episode, url: str | None, goal: str) -> str:
+    async def _visit(self, episode: Episode, url: str | None, goal: str) -> str:
         if url is None:
             return ""
         result = await episode.call("WebVisit", {"url": [url], "goal": goal})

@@ -6,27 +6,19 @@ Splits are by answer entity (a hash of its id), so no answer of the benchmark oc
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
+from data_gen.common.export import image_cells, pick_split, user_prompt, write_parquets
 from data_gen.neos.schema import AGENT_NAME, DATA_SOURCE, Outcome, Task
 
 SPLITS = (("benchmark", 0.1), ("rl", 0.3), ("train", 0.6))
 
 
 def split_of(task: Task) -> str:
-    u = int(hashlib.sha256(task.answer_entity.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
-    edge = 0.0
-    for name, share in SPLITS:
-        edge += share
-        if u < edge:
-            return name
-    return SPLITS[-1][0]
+    return pick_split(task.answer_entity, SPLITS)
 
 
 def dedupe(outcomes: Sequence[Outcome]) -> list[Outcome]:
@@ -41,12 +33,11 @@ def dedupe(outcomes: Sequence[Outcome]) -> list[Outcome]:
 
 
 def prompt(task: Task) -> list[dict[str, str]]:
-    return [{"role": "user", "content": "<image>\n" * len(task.entry_images) + task.question}]
+    return user_prompt(task.question, len(task.entry_images))
 
 
 def row(task: Task, world_root: Path, split: str, index: int) -> dict[str, Any]:
-    images = [{"bytes": (world_root / "images" / _image_file(world_root, e.image_id)).read_bytes(), "path": e.url}
-              for e in task.entry_images]
+    images = image_cells(world_root, [(e.image_id, e.url) for e in task.entry_images])
     return {
         "data_source": DATA_SOURCE,
         "prompt": prompt(task),
@@ -62,11 +53,6 @@ def row(task: Task, world_root: Path, split: str, index: int) -> dict[str, Any]:
             "reference_trajectory_id": task.id, "reference_label": "success",
         },
     }
-
-
-def _image_file(world_root: Path, image_id: str) -> str:
-    """The world keeps images under ``images/<2-letter dir>/``; find the file without loading the world."""
-    return next((world_root / "images").glob(f"*/{image_id}.png")).relative_to(world_root / "images").as_posix()
 
 
 def sft_record(task: Task, trajectory: dict[str, Any]) -> dict[str, Any]:
@@ -95,6 +81,4 @@ def export(outcomes: Sequence[Outcome], world_root: Path, out: Path) -> dict[str
             refs.write(json.dumps({"task_id": o.task.id, "label": "success", "trajectory": o.trajectory}) + "\n")
             if split == "train":
                 sft.write(json.dumps(sft_record(o.task, o.trajectory), ensure_ascii=False) + "\n")
-    for split, items in rows.items():
-        pd.DataFrame(items).to_parquet(out / f"{split}.parquet", index=False)
-    return {split: len(items) for split, items in rows.items()}
+    return write_parquets(rows, out)

@@ -1,0 +1,51 @@
+"""Split assignment and verl parquet writing shared by the task pipelines.
+
+Rows follow verl's RL dataset schema: ``prompt`` (chat messages with one ``<image>`` placeholder per input image),
+``images`` (PNG bytes + URL), ``data_source``, ``ability``, ``reward_model.ground_truth``, ``agent_name`` (the agent
+loop verl picks per row) and ``extra_info``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+
+def hash_unit(key: str) -> float:
+    """A stable pseudo-random number in [0, 1] for ``key``: splits by it never move between runs or machines."""
+    return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+
+
+def pick_split(key: str, shares: Sequence[tuple[str, float]]) -> str:
+    """The split whose cumulative share interval holds ``hash_unit(key)``."""
+    u, edge = hash_unit(key), 0.0
+    for name, share in shares:
+        edge += share
+        if u < edge:
+            return name
+    return shares[-1][0]
+
+
+def image_file(world_root: Path, image_id: str) -> Path:
+    """The world keeps images under ``images/<2-letter dir>/``; find the file without loading the world."""
+    return next((world_root / "images").glob(f"*/{image_id}.png"))
+
+
+def image_cells(world_root: Path, images: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
+    """verl's ``images`` column for ``(image_id, url)`` pairs: PNG bytes, URL as the path."""
+    return [{"bytes": image_file(world_root, image_id).read_bytes(), "path": url} for image_id, url in images]
+
+
+def user_prompt(question: str, n_images: int) -> list[dict[str, str]]:
+    return [{"role": "user", "content": "<image>\n" * n_images + question}]
+
+
+def write_parquets(rows: Mapping[str, list[dict[str, Any]]], out: Path) -> dict[str, int]:
+    """``{split}.parquet`` per split (empty splits too, so consumers find every file); returns split sizes."""
+    for split, items in rows.items():
+        pd.DataFrame(items).to_parquet(out / f"{split}.parquet", index=False)
+    return {split: len(items) for split, items in rows.items()}

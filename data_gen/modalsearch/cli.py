@@ -1,0 +1,207 @@
+"""``python -m data_gen modalsearch --world DIR --out DIR [--limit N] [--seed S]``: the whole ModalSearch pipeline.
+
+Two graphs from disjoint seed sets: ``benchmark`` first, then ``train``, which never enters a benchmark node. Each
+graph is built once and saved (``OUT/graph_<name>.json``, atomically, keyed by a fingerprint of world, seed and
+settings). Sampling is deterministic given the graph and the accepted paths, so a restart replays the same sequence:
+paths already in ``OUT/results.jsonl`` (the append-only log) are skipped, re-accepting the verified ones so that
+``c(e)`` evolves as before; nothing is lost or done twice. Then the export and the statistics report with plots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import math
+import random
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+from tqdm import tqdm
+
+from data_gen.common.export import hash_unit
+from data_gen.common.report import bar_charts
+from data_gen.common.store import ResultLog
+from data_gen.kg import KG
+from data_gen.modalsearch.build import BuildConfig, GraphBuilder
+from data_gen.modalsearch.expert import ModalSearchExpert
+from data_gen.modalsearch.export import export
+from data_gen.modalsearch.graph import Graph
+from data_gen.modalsearch.questions import QuestionWriter, Rejection, path_key
+from data_gen.modalsearch.sampler import PathSampler
+from data_gen.modalsearch.schema import Outcome
+from data_gen.modalsearch.visual import ToolServerImageSearch
+from data_gen.world.store import World
+from tool_server.launch import served
+from verl_ext.tools.client import ToolServerClient, ToolServerUnavailable
+
+FILTERS = ("ambiguous_hop", "terminal_text", "terminal_image", "start_description", "leak", "expert")
+SEED_KINDS = frozenset({"country", "city", "subdivision", "us_state", "brand", "stamp", "synset", "article",
+                        "language", "currency"})
+BENCHMARK_SEED_SHARE = 0.1
+BENCHMARK_SHARE = 0.1  # of --limit
+
+
+def parser(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p.add_argument("--world", required=True, type=Path)
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--limit", type=int, default=None, help="stop once this many questions are verified")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-nodes", type=int, default=1200, help="node budget of the training graph")
+    p.add_argument("--benchmark-nodes", type=int, default=300, help="node budget of the benchmark graph")
+    p.add_argument("--seeds", type=int, default=40, help="seed articles of the training graph (benchmark: a quarter)")
+    p.add_argument("--attempts", type=int, default=3000, help="path draws per graph at most")
+    return p
+
+
+def seed_pages(world: World, seed: int) -> tuple[list[str], list[str]]:
+    """(benchmark seeds, training seeds): disjoint by a hash of the page id, each in a seeded random order."""
+    pages = sorted(p.id for p in world.pages.values()
+                   if p.entity_id in world.entities and world.entities[p.entity_id].kind in SEED_KINDS)
+    random.Random(seed).shuffle(pages)
+    bench = [p for p in pages if hash_unit(f"seed:{p}") < BENCHMARK_SEED_SHARE]
+    return bench, [p for p in pages if hash_unit(f"seed:{p}") >= BENCHMARK_SEED_SHARE]
+
+
+async def _graph(builder: GraphBuilder, name: str, seeds: Sequence[str], blocked: frozenset[str], out: Path,
+                 fingerprint: str) -> tuple[Graph, dict]:
+    path, stats_path = out / f"graph_{name}.json", out / f"graph_{name}.stats.json"
+    graph = Graph.load(path, fingerprint)
+    if graph is not None and stats_path.is_file():
+        return graph, json.loads(stats_path.read_text())
+    graph, stats = await builder.build(name, seeds, blocked)
+    info = {"counts": graph.counts(), "expansion": dict(stats.counts),
+            "seconds": {k: round(v, 2) for k, v in stats.seconds.items()}}
+    graph.save(path, fingerprint)
+    stats_path.write_text(json.dumps(info, indent=2) + "\n")
+    return graph, info
+
+
+async def _judge(writer: QuestionWriter, expert: ModalSearchExpert, graph: Graph, path, key: str) -> Outcome:
+    t = time.perf_counter()
+    result = writer.write(graph, path)
+    seconds = {"synthesis": time.perf_counter() - t}
+    base = {"key": key, "graph": graph.name, "path": list(path.nodes), "seconds": seconds}
+    if isinstance(result, Rejection):
+        return Outcome(status="rejected", filter=result.filter, detail=result.detail, **base)
+    t = time.perf_counter()
+    try:
+        solved, record, why = await expert.solve(result)
+    except ToolServerUnavailable as err:
+        return Outcome(status="error", detail=str(err), task=result, **base)
+    seconds["expert"] = time.perf_counter() - t
+    return Outcome(status="verified" if solved else "rejected", filter=None if solved else "expert", detail=why,
+                   task=result, trajectory=record.model_dump(mode="json"), **base)
+
+
+async def run(args: argparse.Namespace, url: str) -> dict:
+    world = World.load(args.world)
+    kg = KG.from_triples((t.s, t.p, t.o) for t in world.triples if not t.literal)
+    bench_seeds, train_seeds = seed_pages(world, args.seed)
+    plan = (("benchmark", bench_seeds[: max(1, args.seeds // 4)], args.benchmark_nodes),
+            ("train", train_seeds[: args.seeds], args.max_nodes))
+    quotas = _quotas(args.limit)
+    log = ResultLog(args.out / "results.jsonl", Outcome)
+    writer = QuestionWriter(world, kg, seed=args.seed)
+    report: dict = {"graphs": {}, "sampler": {}}
+    async with ToolServerClient(url) as client:
+        search = ToolServerImageSearch(client)
+        blocked: frozenset[str] = frozenset()
+        expert = ModalSearchExpert(client)
+        for name, seeds, budget in plan:
+            builder = GraphBuilder(world, kg, search, seed=args.seed, config=BuildConfig(max_nodes=budget))
+            fingerprint = hashlib.sha256(json.dumps(
+                [world.manifest.get("content_hash"), args.seed, name, seeds, budget, sorted(blocked),
+                 asdict(builder.config)]).encode()).hexdigest()[:20]
+            graph, info = await _graph(builder, name, seeds, blocked, args.out, fingerprint)
+            report["graphs"][name] = info
+            blocked = frozenset(graph.nodes)
+            sampler = PathSampler(graph, random.Random(f"{args.seed}:{name}:paths"))
+            verified = 0
+            bar = tqdm(range(args.attempts), desc=f"modalsearch {name} paths", unit="path")
+            start = time.perf_counter()
+            for _ in bar:
+                if quotas[name] is not None and verified >= quotas[name]:
+                    break
+                path = sampler.sample()
+                if path is None:
+                    continue
+                key = path_key(name, path)
+                if key not in log.done:
+                    log.append(await _judge(writer, expert, graph, path, key))
+                if log.statuses.get(key) == "verified":
+                    sampler.accept(path)
+                    verified += 1
+                bar.set_postfix(verified=verified)
+            report["sampler"][name] = {**dict(sampler.counts), "draws": bar.n,
+                                       "seconds": round(time.perf_counter() - start, 2)}
+        await search.close()
+    log.close()
+    return report
+
+
+def _quotas(limit: int | None) -> dict[str, int | None]:
+    if limit is None:
+        return {"benchmark": None, "train": None}
+    bench = min(limit, max(1, math.ceil(limit * BENCHMARK_SHARE)))
+    return {"benchmark": bench, "train": limit - bench}
+
+
+def statistics(outcomes: Sequence[Outcome], run_report: dict) -> dict:
+    """Rejections per filter (rate = rejected / entering it), stage throughput, distributions of the verified."""
+    judged = [o for o in outcomes if o.status != "error"]
+    rejected = Counter(o.filter for o in judged if o.status == "rejected")
+    entering, filters = len(judged), {}
+    for name in FILTERS:
+        filters[name] = {"entering": entering, "rejected": rejected[name],
+                         "rate": round(rejected[name] / entering, 4) if entering else 0.0}
+        entering -= rejected[name]
+    verified = [o.task for o in judged if o.status == "verified" and o.task]
+    stages = {}
+    for stage in ("synthesis", "expert"):
+        spent = sum(o.seconds.get(stage, 0.0) for o in outcomes)
+        n = sum(1 for o in outcomes if stage in o.seconds)
+        stages[stage] = {"questions": n, "seconds": round(spent, 2),
+                         "per_minute": round(60 * n / spent, 1) if spent else None}
+    return {
+        "paths_judged": len(judged), "infrastructure_errors_excluded": len(outcomes) - len(judged),
+        "verified": len(verified), "filters": filters, "stages": stages,
+        "hops": dict(sorted(Counter(len(t.nodes) - 1 for t in verified).items())),
+        "modality_path_types": dict(Counter(t.modality for t in verified).most_common()),
+        "labels": dict(Counter(t.label for t in verified).most_common()),
+        "answer_types": dict(Counter(t.answer_type for t in verified).most_common()),
+        "terminal_modality": dict(Counter(t.terminal.modality for t in verified).most_common()),
+        "by_graph": dict(Counter(t.graph for t in verified)),
+        **run_report,
+    }
+
+
+def plots(stats: dict, out: Path) -> list[str]:
+    sampler = Counter()
+    for counts in stats["sampler"].values():
+        sampler.update({k: v for k, v in counts.items() if k.startswith("sampler_")})
+    rejections = {**{k: v["rejected"] for k, v in stats["filters"].items()}, **sampler}
+    return bar_charts({"hops": stats["hops"], "modality_path_types": stats["modality_path_types"],
+                       "labels": stats["labels"], "rejections_per_filter": rejections,
+                       "answer_types": stats["answer_types"]}, out, "ModalSearch")
+
+
+def main(args: argparse.Namespace) -> int:
+    args.out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with served(args.world, "--cache-dir", str(args.out / "tool_server_cache")) as url:
+        run_report = asyncio.run(run(args, url))
+    log = ResultLog(args.out / "results.jsonl", Outcome)
+    outcomes = log.outcomes()
+    log.close()
+    stats = statistics(outcomes, run_report)
+    stats["splits"] = export(outcomes, args.world, args.out)
+    stats["plots"] = plots(stats, args.out / "plots")
+    stats["wall_seconds_this_run"] = round(time.perf_counter() - start, 1)
+    (args.out / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
+    print(json.dumps({k: stats[k] for k in ("verified", "filters", "stages", "labels", "splits")}, indent=2))
+    return 0

@@ -1,0 +1,105 @@
+"""The offline ModalSearch expert: a **programmatic agent, no model**, that follows a task's graph path with real
+ModalSearcher tool calls (``t2t_search``, ``t2i_search``, ``i2i_search``, ``read_url``) against the tool server and
+answers only with what it retrieved. Its successful episodes are the SFT trajectories and success references.
+
+Per node of the path (the question's composed hops are walked through their supporting images):
+
+- image start: ``i2i_search`` of the input image must return its source page;
+- text -> text: ``read_url`` of the source article must mention the target, ``t2t_search`` of the target's name
+  must return the target's page;
+- text -> image: ``t2i_search`` of the image's description must return the image; ``read_url`` loads its pixels;
+- image -> text: ``read_url`` of the image's source page (found by ``i2i_search`` for a loaded image) must mention
+  the target;
+- terminal: a text answer must be stated in the last article read; an image answer must be read from the pixels
+  ``read_url`` returned (``answerers.PixelAnswerer``).
+"""
+
+from __future__ import annotations
+
+import io
+
+from PIL import Image as PILImage
+
+from data_gen.common.episode import Episode, found
+from data_gen.modalsearch.answerers import VISUAL_QUESTIONS
+from data_gen.modalsearch.schema import PathNode, Task
+from data_gen.neos.observer import palette
+from verl_ext.rollout.record import TrajectoryRecord
+from verl_ext.tools.client import ToolServerClient
+
+
+class ModalSearchExpert:
+    name = "programmatic_path_expert"
+
+    def __init__(self, client: ToolServerClient) -> None:
+        self.client = client
+
+    async def solve(self, task: Task) -> tuple[bool, TrajectoryRecord, str]:
+        """(solved, trajectory, why it failed or '')."""
+        images = [task.start_image_url] if task.start_image_url else []
+        session = await self.client.open_session(images)
+        episode = Episode(self.client, session.session_id)
+        try:
+            why = await self._walk(task, episode, session.images)
+        finally:
+            await self.client.close_session(session.session_id)
+        final = None if why else task.answer
+        episode.answer(f"<answer>{final}</answer>" if final else "<answer>I could not verify an answer.</answer>")
+        record = TrajectoryRecord(protocol="modalsearch", question=task.question, session_id=session.session_id,
+                                  group_id=task.id, mei_version=None, termination_reason="answer", final_answer=final,
+                                  turns=episode.turns)
+        return why == "", record, why
+
+    async def _walk(self, task: Task, episode: Episode, refs: list[str]) -> str:
+        nodes = task.nodes
+        last_text = ""
+        loaded: bytes | None = None
+        if nodes[0].kind == "image":
+            found_page = await episode.call("i2i_search", {"image": refs[0]})
+            if found_page is None or nodes[0].source_page_url not in found_page.text:
+                return "reverse search did not reach the start image's source page"
+            loaded = await self._pixels(episode, nodes[0])
+        else:
+            last_text = await self._read(episode, nodes[0].url)
+        for prev, node in zip(nodes, nodes[1:]):
+            if prev.kind == "text" and node.kind == "text":
+                if not _mentions(last_text, node):
+                    return f"the article on {prev.name} does not mention {node.name}"
+                result = await episode.call("t2t_search", {"query": node.name})
+                if result is None or node.url not in result.text:
+                    return f"text search did not find the page of {node.name}"
+                last_text = await self._read(episode, node.url)
+            elif node.kind == "image":
+                result = await episode.call("t2i_search", {"query": node.description})
+                if result is None or node.url not in result.text:
+                    return f"image search did not find {node.url}"
+                loaded = await self._pixels(episode, node)
+            else:  # image -> text: the image's source page states the link
+                page_text = await self._read(episode, prev.source_page_url)
+                if not _mentions(page_text, node) and prev.source_page_url != node.url:
+                    return f"the source page of {prev.name} does not mention {node.name}"
+                last_text = page_text if prev.source_page_url == node.url else await self._read(episode, node.url)
+        if task.terminal.modality == "text":
+            if not any(found(a, last_text) for a in (task.answer, *task.aliases)):
+                return "the last article read does not state the answer"
+            return ""
+        if loaded is None:
+            return "the terminal image was not loaded"
+        ask = next(q for q in VISUAL_QUESTIONS if q[1] == task.terminal.template)
+        with PILImage.open(io.BytesIO(loaded)) as im:
+            read = ask[2](palette(im))
+        return "" if read == task.answer else f"the fetched pixels read {read!r}, not {task.answer!r}"
+
+    async def _read(self, episode: Episode, url: str | None) -> str:
+        if url is None:
+            return ""
+        result = await episode.call("read_url", {"url": url})
+        return result.text if result else ""
+
+    async def _pixels(self, episode: Episode, node: PathNode) -> bytes | None:
+        result = await episode.call("read_url", {"url": node.url}, pixels=True)
+        return result.images[0].png if result and result.images else None
+
+
+def _mentions(text: str, node: PathNode) -> bool:
+    return found(node.name, text)

@@ -1,0 +1,86 @@
+"""Verified ModalSearch tasks -> verl parquet per split, policy-SFT JSONL (ReAct messages of the expert's
+episodes, train split) and success references.
+
+Splits: the benchmark graph's questions form ``benchmark`` (disjoint seeds, disjoint nodes); the training graph's
+go to ``train`` (SFT) or ``rl`` by a hash of the task id. Duplicate questions (same text, same input image) are
+dropped first.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from data_gen.common.export import image_cells, pick_split, user_prompt, write_parquets
+from data_gen.modalsearch.schema import AGENT_NAME, DATA_SOURCE, Outcome, Task
+
+TRAIN_SPLITS = (("train", 0.7), ("rl", 0.3))
+SPLIT_NAMES = ("train", "rl", "benchmark")
+
+
+def split_of(task: Task) -> str:
+    return "benchmark" if task.graph == "benchmark" else pick_split(task.id, TRAIN_SPLITS)
+
+
+def dedupe(outcomes: Sequence[Outcome]) -> list[Outcome]:
+    seen: set[tuple[str, str | None]] = set()
+    kept = []
+    for o in sorted((o for o in outcomes if o.status == "verified" and o.task), key=lambda o: o.key):
+        sig = (" ".join(o.task.question.lower().split()), o.task.start_image_id)
+        if sig not in seen:
+            seen.add(sig)
+            kept.append(o)
+    return kept
+
+
+def row(task: Task, world_root: Path, split: str, index: int) -> dict[str, Any]:
+    images = [(task.start_image_id, task.start_image_url)] if task.start_image_id else []
+    return {
+        "data_source": DATA_SOURCE,
+        "prompt": user_prompt(task.question, len(images)),
+        "images": image_cells(world_root, images),
+        "ability": "multimodal_deep_search",
+        "reward_model": {"style": "rule", "ground_truth": task.ground_truth()},
+        "agent_name": AGENT_NAME,
+        "extra_info": {
+            "split": split, "index": index, "task_id": task.id, "question": task.question, "answer": task.answer,
+            "label": task.label, "modality": task.modality, "hops": len(task.nodes) - 1,
+            "answer_type": task.answer_type,
+            "reasoning_path": json.dumps({"nodes": [n.model_dump(mode="json") for n in task.nodes],
+                                          "hops": [h.model_dump(mode="json") for h in task.hops]},
+                                         ensure_ascii=False),
+            "task_path": json.dumps(task.task_path(), ensure_ascii=False),
+            "reference_trajectory_id": task.id, "reference_label": "success",
+        },
+    }
+
+
+def sft_record(task: Task, trajectory: dict[str, Any]) -> dict[str, Any]:
+    """ReAct messages of the expert's episode: each call an assistant ``<tool_call>``, its observation a tool turn."""
+    n_images = 1 if task.start_image_id else 0
+    messages: list[dict[str, Any]] = list(user_prompt(task.question, n_images))
+    for turn in trajectory["turns"]:
+        if turn["outcome"] == "answer":
+            messages.append({"role": "assistant", "content": turn["text"]})
+            continue
+        for call in turn["calls"]:
+            body = json.dumps({"name": call["tool_name"], "arguments": call["arguments"]}, ensure_ascii=False)
+            messages.append({"role": "assistant", "content": f"<tool_call>{body}</tool_call>"})
+            messages.append({"role": "tool", "content": call["observation"]})
+    return {"id": task.id, "images": [task.start_image_url] if task.start_image_url else [], "messages": messages,
+            "ground_truth": task.ground_truth(), "trajectory": trajectory}
+
+
+def export(outcomes: Sequence[Outcome], world_root: Path, out: Path) -> dict[str, int]:
+    rows: dict[str, list[dict[str, Any]]] = {name: [] for name in SPLIT_NAMES}
+    with (out / "sft.jsonl").open("w", encoding="utf-8") as sft, \
+            (out / "references.jsonl").open("w", encoding="utf-8") as refs:
+        for o in dedupe(outcomes):
+            split = split_of(o.task)
+            rows[split].append(row(o.task, world_root, split, len(rows[split])))
+            refs.write(json.dumps({"task_id": o.task.id, "label": "success", "trajectory": o.trajectory}) + "\n")
+            if split == "train":
+                sft.write(json.dumps(sft_record(o.task, o.trajectory), ensure_ascii=False) + "\n")
+    return write_parquets(rows, out)

@@ -1,0 +1,265 @@
+"""Question synthesis on a sampled path (§3.2, App. A.5-A.6): compose t2i2t subpaths into one relation, write the
+terminal question by the modality of ``v_L`` and verify it, rewrite backward from the end to the start, then label.
+
+Offline defaults, **no model**, deterministic templates:
+
+- composition: the image-to-text relation with ``{x}`` replaced by "the <image kind> of {x}", so the composed
+  relation mentions the scene/artwork it goes through, never the image node itself or an instruction to search;
+- terminal text question: up to ``K2 = 5`` candidates from the KG facts of ``v_L`` whose value its article states
+  (the evidence sentence); closed-book-answerable ones (``answerers.PriorAnswerer``) and ones whose answer is on
+  the path are removed; the evaluator keeps the first entity-valued one, else the first;
+- terminal image question: up to 5 palette questions, ``T = 3`` trials with and without the image
+  (``PixelAnswerer`` / ``BlindImageAnswerer``), kept iff ``C_with = T`` and ``C_without < T``, fewest
+  ``C_without`` preferred;
+- backward rewriting ``q_{n-1} = R(q_n; v_{n-1}, r_n, v_n)``: the reference to ``v_n`` becomes "the <noun> that
+  <r_n with {x} = v_{n-1}>"; a text start node becomes an indirect description (a KG distinguishing set of its
+  facts, else its article's lead sentence with the name masked); an image start node becomes "this image", the
+  image going in as input.
+
+A hop whose relation does not single out its target (``unique`` false) is rejected (``ambiguous_hop``); a final
+question naming a path entity or the answer is rejected (``leak``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from dataclasses import dataclass
+
+from data_gen.common.episode import found
+from data_gen.kg import KG, NotDistinguishable, distinguishing_set
+from data_gen.kg.distinguish import TAXONOMIC_RELATIONS
+from data_gen.modalsearch.answerers import (
+    READ_SIDES,
+    T,
+    VISUAL_QUESTIONS,
+    BlindImageAnswerer,
+    PixelAnswerer,
+    PriorAnswerer,
+    read_palette,
+)
+from data_gen.modalsearch.graph import Graph, Node
+from data_gen.modalsearch.relations import NOUNS, kg_phrase
+from data_gen.modalsearch.sampler import Path
+from data_gen.modalsearch.schema import Label, PathHop, PathNode, Task, Terminal
+from data_gen.world.model import Triple
+from data_gen.world.store import World
+
+K2 = 5
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+QUESTION_TEMPLATES: dict[str, str] = {
+    "P36": "What is the capital of {REF}?", "P1376": "Of which country is {REF} the capital?",
+    "P38": "Which currency is used in {REF}?", "P37": "What is the official language of {REF}?",
+    "P30": "On which continent does {REF} lie?", "P17": "In which country does {REF} lie?",
+    "P131": "In which administrative region is {REF} located?", "P361": "Of what larger region is {REF} a part?",
+    "P474": "What is the country calling code of {REF}?", "P78": "What is the top-level Internet domain of {REF}?",
+    "P1549": "What is the demonym of {REF}?", "P1448": "What is the official name of {REF}?",
+    "P1082": "What population does the article on {REF} give?", "P2046": "What area does the article on {REF} give?",
+}
+_SKIP_RELATIONS = frozenset({*TAXONOMIC_RELATIONS, "P625", "x:vital_topic", "x:landlocked", "P297", "P298", "P299",
+                             "P300", "P421", "P220", "P498", "P5061", "P465", "P856"})
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    filter: str
+    detail: str
+
+
+def path_key(graph_name: str, path: Path) -> str:
+    return hashlib.sha256("|".join((graph_name, *path.nodes)).encode()).hexdigest()[:16]
+
+
+def modality(graph: Graph, path: Path) -> tuple[str, Label]:
+    kinds = [graph.nodes[n].kind for n in path.nodes]
+    pattern = "-".join("I" if k == "image" else "T" for k in kinds)
+    if "image" not in kinds:
+        return pattern, "text_only"
+    return pattern, "search_required" if "image" in kinds[1:] else "input_only"
+
+
+def compose(graph: Graph, path: Path) -> list[PathHop]:
+    """Path edges as question hops, each t2i -> image -> i2t subpath composed into one t2i2t hop."""
+    hops: list[PathHop] = []
+    edges = list(path.edges)
+    i = 0
+    while i < len(edges):
+        e = edges[i]
+        nxt = edges[i + 1] if i + 1 < len(edges) else None
+        if e.kind == "t2i" and nxt is not None and nxt.kind == "i2t":
+            image = graph.nodes[e.target]
+            phrase = nxt.relation.phrase.replace("{x}", f"the {image.noun} of {{x}}")
+            hops.append(PathHop(source=e.source, target=nxt.target, kind="t2i2t", relation=phrase,
+                                relation_source=f"composed:{e.relation.source}+{nxt.relation.source}", via=image.id))
+            i += 2
+            continue
+        hops.append(PathHop(source=e.source, target=e.target, kind=e.kind, relation=e.relation.phrase,
+                            relation_source=e.relation.source))
+        i += 1
+    return hops
+
+
+def reference(hop: PathHop, node: Node, source_ref: str) -> str:
+    """How the question names ``node`` from its predecessor's reference ("is the capital of {x}" -> "the capital
+    of <ref>"; "shares a border with {x}" -> "the country that shares a border with <ref>")."""
+    if hop.kind == "t2i":
+        return f"the {node.noun} of {source_ref}"
+    phrase = hop.relation.replace("{x}", source_ref)
+    return phrase[3:] if phrase.startswith("is the ") else f"the {node.noun} that {phrase}"
+
+
+class QuestionWriter:
+    def __init__(self, world: World, kg: KG, seed: int = 0) -> None:
+        self.world = world
+        self.kg = kg
+        self.seed = seed
+        self.prior = PriorAnswerer(world)
+        self.pixels = PixelAnswerer()
+        self.blind = BlindImageAnswerer(world)
+        self._facts: dict[str, list[Triple]] = {}
+        for t in world.triples:
+            self._facts.setdefault(t.s, []).append(t)
+
+    def write(self, graph: Graph, path: Path) -> Task | Rejection:
+        key = path_key(graph.name, path)
+        rng = random.Random(f"{self.seed}:{key}")
+        nodes = [graph.nodes[n] for n in path.nodes]
+        if not all(e.relation.unique for e in path.edges):
+            bad = next(e for e in path.edges if not e.relation.unique)
+            return Rejection("ambiguous_hop", f"{bad.source}->{bad.target}: {bad.relation.phrase}")
+        path_entities = {n.entity for n in nodes if n.entity}
+        terminal = self._terminal_text(nodes[-1], path_entities, rng) if nodes[-1].kind == "text" \
+            else self._terminal_image(nodes[-1])
+        if isinstance(terminal, Rejection):
+            return terminal
+        answer, aliases, answer_type, term = terminal
+        hops = compose(graph, path)
+        hop_nodes = [nodes[0]] + [graph.nodes[h.target] for h in hops]
+        marks = [f"\u27e8v{i}\u27e9" for i in range(len(hop_nodes))]
+        question = term.template.replace("{REF}", marks[-1])
+        rewrites = [term.question]
+        for n in range(len(hops), 0, -1):  # backward: replace v_n by its description through v_{n-1}
+            question = question.replace(marks[n], reference(hops[n - 1], hop_nodes[n], marks[n - 1]))
+            rewrites.append(question)
+        start = nodes[0]
+        if start.kind == "image":
+            question = question.replace(marks[0], "this image")
+        else:
+            described = self._indirect(start, path_entities)
+            if described is None:
+                return Rejection("start_description", f"no indirect description of {start.name}")
+            question = question.replace(marks[0], described)
+        question = question[:1].upper() + question[1:]
+        withheld = {answer, *aliases}
+        for node in nodes:
+            if node.kind == "text":
+                entity = self.world.entities.get(node.entity or "")
+                withheld |= {node.name, *(entity.aliases if entity else [])}
+        leaked = sorted(n for n in withheld if len(n) >= 3 and found(n, question))
+        if leaked:
+            return Rejection("leak", f"the question names {leaked[0]!r}")
+        pattern, label = modality(graph, path)
+        first = nodes[0]
+        return Task(
+            id=key, graph=graph.name, seed=self.seed, question=question, answer=answer, aliases=aliases,
+            answer_type=answer_type, nodes=[_path_node(self.world, n) for n in nodes], hops=hops, modality=pattern,
+            label=label, start_image_id=first.ref if first.kind == "image" else None,
+            start_image_url=first.url if first.kind == "image" else None, rewrites=rewrites, terminal=term,
+        )
+
+    # -- terminal questions -------------------------------------------------------------------------------------
+
+    def _terminal_text(self, node: Node, path_entities: set[str], rng: random.Random):
+        page = self.world.pages[node.ref]
+        candidates = []
+        for t in self._facts.get(node.entity or "", []):
+            if t.p in _SKIP_RELATIONS or (not t.literal and t.o not in self.world.entities):
+                continue
+            same = [u for u in self._facts[node.entity] if u.p == t.p]
+            if len(same) != 1:
+                continue  # the article's answer would not be unique
+            forms = _literal_forms(t.o) if t.literal else _entity_forms(self.world, t.o)
+            sentence = next((s for s in _SENTENCE.split(page.text) for f in forms if found(f, s)), None)
+            if sentence is not None:
+                candidates.append((t, forms, sentence))
+        rng.shuffle(candidates)
+        candidates = candidates[:K2]
+        kept = [c for c in candidates if c[0].o not in path_entities
+                and self.prior.answer(c[0].p) not in c[1]]
+        if not kept:
+            return Rejection("terminal_text", f"{len(candidates)} candidates, none survives the closed-book and "
+                                              "path checks")
+        t, forms, sentence = min(kept, key=lambda c: c[0].literal)  # entity-valued first (stable: keeps rng order)
+        label = self.world.relations[t.p].label if t.p in self.world.relations else t.p
+        template = QUESTION_TEMPLATES.get(t.p, f"What is the {label} of {{REF}}?")
+        answer_type = "literal:" + ("number" if t.o.isdigit() else "text") if t.literal \
+            else self.world.entities[t.o].kind
+        term = Terminal(modality="text", template=template, question=template.replace("{REF}", node.name),
+                        answer=forms[0], evidence=sentence.strip(), candidates=len(candidates), passed=len(kept))
+        return forms[0], sorted(set(forms[1:])), answer_type, term
+
+    def _terminal_image(self, node: Node):
+        path = self.world.image_path(node.ref)
+        scored = []
+        for ask in VISUAL_QUESTIONS[:K2]:
+            gold = ask[2](read_palette(path, READ_SIDES[-1]))
+            if gold is None:
+                continue
+            c_with = sum(self.pixels.answer(path, ask, trial) == gold for trial in range(T))
+            c_without = T * (self.blind.answer(node.noun, ask) == gold)
+            scored.append((ask, gold, c_with, c_without))
+        passing = [s for s in scored if s[2] == T and s[3] < T]
+        if not passing:
+            return Rejection("terminal_image", f"{len(scored)} candidates, none has C_with = T and C_without < T")
+        ask, gold, c_with, c_without = min(passing, key=lambda s: s[3])
+        term = Terminal(modality="image", template=ask[1], question=ask[1].replace("{REF}", f"the {node.noun} "
+                        f"({node.description})"), answer=gold, evidence=f"pixels of {node.url}",
+                        candidates=len(scored), passed=len(passing), c_with=c_with, c_without=c_without)
+        return gold, [], "colour" if ask[0] != "colour_count" else "count", term
+
+    # -- the start node -----------------------------------------------------------------------------------------
+
+    def _indirect(self, node: Node, path_entities: set[str]) -> str | None:
+        """A KG distinguishing set of the start entity (no path entity used), else its masked lead sentence."""
+        entity = self.world.entities.get(node.entity or "")
+        noun = NOUNS.get(entity.kind, "entity") if entity else "topic"
+        if entity is not None and self.kg.degree(entity.id):
+            try:
+                facts = distinguishing_set(self.kg, entity.id, exclude=path_entities)
+            except NotDistinguishable:
+                facts = ()
+            if facts:
+                parts = []
+                for f in facts:
+                    label = self.world.relations[f.relation].label if f.relation in self.world.relations else f.relation
+                    neighbour = self.world.entities[f.neighbour].label if f.neighbour in self.world.entities \
+                        else f.neighbour
+                    parts.append(kg_phrase(f.relation, label, not f.outgoing).replace("{x}", neighbour))
+                return f"the {noun} that {' and '.join(parts)}"
+        page = self.world.pages[node.ref]
+        lead = _SENTENCE.split(page.text.strip())[0]
+        names = {node.name, *(entity.aliases if entity else [])}
+        for name in sorted(names, key=len, reverse=True):
+            lead = re.sub(rf"(?<!\w){re.escape(name)}(?!\w)", "___", lead, flags=re.IGNORECASE)
+        if "___" not in lead or len(lead) > 300:
+            return None
+        return f"the {noun} described as \u201c{lead}\u201d"
+
+
+def _entity_forms(world: World, entity_id: str) -> list[str]:
+    entity = world.entities[entity_id]
+    return [entity.label, *[a for a in entity.aliases if a.lower() != entity.label.lower()]]
+
+
+def _literal_forms(value: str) -> list[str]:
+    """The value as the article would write it (thousands separators for integers) and as stored."""
+    if value.isdigit() and len(value) > 4:
+        return [f"{int(value):,}", value]
+    return [value]
+
+
+def _path_node(world: World, node: Node) -> PathNode:
+    source = world.pages.get(node.source_page) if node.source_page else None
+    return PathNode(id=node.id, kind=node.kind, name=node.name, noun=node.noun, url=node.url, entity=node.entity,
+                    description=node.description, source_page_url=source.url if source else None)

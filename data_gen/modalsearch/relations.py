@@ -1,0 +1,104 @@
+"""Relation-aware textual expansion (App. A.1): hyperlinks of w(a) -> K_cand sampled candidates -> a relation
+proposed per candidate -> filtering on relevance, clarity and whether the target is a concrete entity.
+
+:class:`OfflineRelationProposer` is the **offline default and uses no model**: the relation is the KG fact between
+the two entities when there is one (taxonomic and literal facts excluded), phrased by fixed templates; otherwise a
+deterministic context template quotes the sentence of w(a) that mentions the target, the mention masked. Filters:
+category/class pages and pages without an entity are not concrete entities; a context sentence must mention the
+target exactly once, as a capitalised name not opening the sentence (a concrete entity, not a concept), must not
+name the source's own title twice and must be 40-300 characters long (clarity). An
+LLM proposer plugs in through :class:`RelationProposer` (``data_gen.modalsearch.llm``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Protocol
+
+from data_gen.kg import KG
+from data_gen.kg.distinguish import TAXONOMIC_RELATIONS
+from data_gen.modalsearch.graph import Relation
+from data_gen.neos.verbalize import KIND_NOUNS, RELATION_PHRASES
+from data_gen.world.model import Entity, Page
+from data_gen.world.store import World
+
+K_CAND = 50
+NON_ENTITY_KINDS = frozenset({"class"})
+NOUNS = {**KIND_NOUNS, "stamp": "thing"}
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+# Preference among several KG facts between the same two entities: the most concrete first.
+_ORDER = ("P36", "P1376", "P38", "P37", "P17", "P131", "P361", "P30", "P47")
+
+
+def noun(world: World, entity_id: str | None) -> str:
+    entity = world.entities.get(entity_id) if entity_id else None
+    return NOUNS.get(entity.kind, "entity") if entity else "topic"
+
+
+def is_category(world: World, page: Page) -> bool:
+    """Generalized category pages: no entity, a class entity, or a stamp-category class."""
+    entity = world.entities.get(page.entity_id) if page.entity_id else None
+    return entity is None or entity.kind in NON_ENTITY_KINDS or entity.id.startswith("x:category:")
+
+
+def kg_phrase(relation: str, label: str, forward: bool) -> str:
+    """The target described from ``{x}``: ``forward`` when the fact is (source, relation, target)."""
+    as_subject, as_object = RELATION_PHRASES.get(relation, (f"has {{x}} as its {label}", f"is the {label} of {{x}}"))
+    return as_object if forward else as_subject
+
+
+class RelationProposer(Protocol):
+    def propose(self, source: Page, target: Page) -> Relation | None:
+        """A relation describing ``target`` from ``source`` (``{x}``), or None when filtered out."""
+        ...
+
+
+class OfflineRelationProposer:
+    """KG relation or deterministic context template; see the module docstring. No model."""
+
+    name = "offline_kg_or_context_template"
+
+    def __init__(self, world: World, kg: KG) -> None:
+        self.world = world
+        self.kg = kg
+
+    def propose(self, source: Page, target: Page) -> Relation | None:
+        if is_category(self.world, target) or not source.entity_id:
+            return None
+        a, b = source.entity_id, target.entity_id
+        facts = [(p, True) for p, objs in self.kg.outgoing(a).items() if b in objs]
+        facts += [(p, False) for p, subs in self.kg.incoming(a).items() if b in subs]
+        facts = [f for f in facts if f[0] not in TAXONOMIC_RELATIONS]
+        if facts:
+            rel, forward = min(facts, key=lambda f: (_ORDER.index(f[0]) if f[0] in _ORDER else len(_ORDER), f))
+            peers = self.kg.objects(a, rel) if forward else self.kg.subjects(rel, a)
+            label = self.world.relations[rel].label if rel in self.world.relations else rel
+            return Relation(kg_phrase(rel, label, forward), unique=len(peers) == 1, source="kg", kg_relation=rel)
+        return self._context(source, self.world.entities[b])
+
+    def _context(self, source: Page, target: Entity) -> Relation | None:
+        names = sorted({target.label, *target.aliases}, key=len, reverse=True)
+        for sentence in _SENTENCE.split(source.text):
+            hits = [n for n in names if _count(n, sentence)]
+            if not hits or not 40 <= len(sentence) <= 300 or _count(source.title, sentence) > 1:
+                continue
+            if _count(hits[0], sentence) != 1 or not _proper(hits[0], sentence):
+                continue
+            masked = re.sub(rf"(?<!\w){re.escape(hits[0])}(?!\w)", "___", sentence, flags=re.IGNORECASE)
+            if any(_count(n, masked) for n in names if len(n) >= 3):
+                continue
+            phrase = f"is the {NOUNS.get(target.kind, 'entity')} written as ___ in the sentence \u201c{masked.strip()}\u201d of the article on {{x}}"
+            return Relation(phrase, unique=True, source="context_template")
+        return None
+
+
+def _proper(name: str, sentence: str) -> bool:
+    """The mention is written as a proper name (capitalised), so the target is a concrete entity, not a concept
+    ("land", "city") that the world's linker also links."""
+    match = re.search(rf"(?<!\w){re.escape(name)}(?!\w)", sentence, re.IGNORECASE)
+    return match is not None and match.group(0)[:1].isupper() and match.start() > 0
+
+
+def _count(name: str, text: str) -> int:
+    return len(re.findall(rf"(?<!\w){re.escape(name)}(?!\w)", text, re.IGNORECASE))
+

@@ -1,0 +1,112 @@
+"""Constrained path sampling on the interleaved graph (App. A.5, Eqs. 5-6).
+
+A path starts at a random node ``v_0`` with a target depth ``L`` drawn from ``[K_min, K_max] = [1, 4]``. At step
+``t`` the candidates are the out-edges ``e = (v_t, r, v')`` with ``v'`` not in the history ``H_t``, ``e`` not
+already used, ``v'`` not a category page, no structural shortcut (no earlier node ``v_j``, ``j < t``, has an edge
+to ``v'``: the walk would detour) and ``v'``'s name not already exposed in a relation on the path. Each candidate
+weighs ``w(e|H_t) = gamma_img(e, H_t) / (1 + alpha * c(e))`` with ``c(e)`` the accepted paths using ``e`` and
+``gamma_img = d_t / (d_t + 1)`` when ``v'`` is an image, an image occurs in ``H_t`` and ``d_t = t - j* > 0``
+(``j*`` the latest image position), else 1. The next edge is drawn proportionally to the weights. A walk that runs
+out of candidates before ``L`` is a dead end; a completed path whose node sequence was drawn before is a duplicate.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from data_gen.common.episode import found
+from data_gen.modalsearch.graph import Graph, GraphEdge
+
+K_MIN, K_MAX = 1, 4
+ALPHA = 1.0
+
+
+def gamma_img(next_is_image: bool, history_kinds: Sequence[str]) -> float:
+    """Eq. 6. ``history_kinds[j]`` is the kind ("text"/"image") of ``v_j``; ``t = len(history_kinds) - 1``."""
+    t = len(history_kinds) - 1
+    images = [j for j, kind in enumerate(history_kinds) if kind == "image"]
+    if not next_is_image or not images:
+        return 1.0
+    d = t - images[-1]
+    return d / (d + 1) if d > 0 else 1.0
+
+
+def edge_weight(gamma: float, uses: int, alpha: float = ALPHA) -> float:
+    """``w(e|H) = gamma_img / (1 + alpha * c(e))``."""
+    return gamma / (1.0 + alpha * uses)
+
+
+@dataclass(frozen=True, slots=True)
+class Path:
+    nodes: tuple[str, ...]
+    edges: tuple[GraphEdge, ...]
+
+    @property
+    def hops(self) -> int:
+        return len(self.edges)
+
+
+@dataclass
+class PathSampler:
+    graph: Graph
+    rng: random.Random
+    alpha: float = ALPHA
+    k_min: int = K_MIN
+    k_max: int = K_MAX
+    uses: Counter[tuple[str, str]] = field(default_factory=Counter)  # c(e), by (source, target)
+    seen: set[tuple[str, ...]] = field(default_factory=set)
+    counts: Counter[str] = field(default_factory=Counter)
+
+    def __post_init__(self) -> None:
+        self._starts = sorted(n for n, node in self.graph.nodes.items() if not node.category)
+        self._into: dict[str, set[str]] = {}
+        for edge in self.graph.edges():
+            self._into.setdefault(edge.target, set()).add(edge.source)
+
+    def candidates(self, history: Sequence[str], used: Sequence[GraphEdge]) -> list[tuple[GraphEdge, float]]:
+        """Eq. 5's ``C_t`` with each candidate's weight, in a deterministic order."""
+        here = history[-1]
+        visited = set(history)
+        earlier = set(history[:-1])
+        used_keys = {e.key for e in used}
+        kinds = [self.graph.nodes[n].kind for n in history]
+        out = []
+        for target in sorted(self.graph.out.get(here, {})):
+            edge = self.graph.out[here][target]
+            node = self.graph.nodes[target]
+            if target in visited or edge.key in used_keys or node.category:
+                continue
+            if self._into.get(target, set()) & earlier:
+                continue  # a shortcut: an earlier node reaches v' directly
+            if any(len(node.name) >= 3 and found(node.name, e.relation.phrase) for e in used):
+                continue  # v' is already named in a relation on the path
+            weight = edge_weight(gamma_img(node.kind == "image", kinds), self.uses[edge.key], self.alpha)
+            out.append((edge, weight))
+        return out
+
+    def sample(self) -> Path | None:
+        """One path, or None for a dead end or a duplicate (counted in ``counts``)."""
+        start = self.rng.choice(self._starts)
+        depth = self.rng.randint(self.k_min, self.k_max)
+        history, used = [start], []
+        while len(used) < depth:
+            options = self.candidates(history, used)
+            if not options:
+                self.counts["sampler_dead_end"] += 1
+                return None
+            edge = self.rng.choices([e for e, _ in options], weights=[w for _, w in options])[0]
+            history.append(edge.target)
+            used.append(edge)
+        key = tuple(history)
+        if key in self.seen:
+            self.counts["sampler_duplicate"] += 1
+            return None
+        self.seen.add(key)
+        return Path(key, tuple(used))
+
+    def accept(self, path: Path) -> None:
+        """The path became a question: its edges count as used (``c(e) += 1``)."""
+        self.uses.update(e.key for e in path.edges)

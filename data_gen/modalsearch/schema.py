@@ -1,0 +1,93 @@
+"""Records of the ModalSearch pipeline: one :class:`Task` per synthesized question and one :class:`Outcome` per
+sampled path (the lines of ``results.jsonl``)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+AGENT_NAME = "modalsearch_react_agent"
+DATA_SOURCE = "modalsearch_synth"
+Label = Literal["input_only", "search_required", "text_only"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PathNode(_Model):
+    id: str
+    kind: Literal["text", "image"]
+    name: str
+    noun: str
+    url: str
+    entity: str | None = None
+    description: str = ""  # image nodes: d_i
+    source_page_url: str | None = None  # image nodes: c_i
+
+
+class PathHop(_Model):
+    """A hop of the question: a graph edge, or a composed t2i2t hop whose image ``via`` is the supporting evidence."""
+
+    source: str
+    target: str
+    kind: Literal["t2t", "t2i", "i2t", "t2i2t"]
+    relation: str  # the target described from {x}
+    relation_source: str
+    via: str | None = None
+
+
+class Terminal(_Model):
+    """The terminal question q_L and its verification."""
+
+    modality: Literal["text", "image"]
+    template: str
+    question: str  # q_L, naming v_L
+    answer: str
+    evidence: str
+    candidates: int
+    passed: int
+    c_with: int | None = None
+    c_without: int | None = None
+
+
+class Task(_Model):
+    id: str
+    graph: Literal["train", "benchmark"]
+    seed: int
+    question: str
+    answer: str
+    aliases: list[str]
+    answer_type: str
+    nodes: list[PathNode] = Field(min_length=2)
+    hops: list[PathHop] = Field(min_length=1)
+    modality: str  # e.g. "I-T-T"
+    label: Label
+    start_image_id: str | None = None
+    start_image_url: str | None = None
+    rewrites: list[str]  # q_L, q_{L-1}, ..., q_0 (before the start node is described)
+    terminal: Terminal
+
+    def ground_truth(self) -> dict[str, Any]:
+        return {"target": self.answer, "aliases": self.aliases}
+
+    def task_path(self) -> dict[str, Any]:
+        """``verl_ext.credit.offline_judge.TaskPath`` as plain JSON (question, ordered evidence, answer)."""
+        evidence = [n.name for n in self.nodes[1:] if n.kind == "text"]
+        return {"question": self.question, "evidence": list(dict.fromkeys(evidence)), "answer": self.answer}
+
+
+class Outcome(_Model):
+    """One line of ``results.jsonl``: a sampled path's fate. ``error`` marks infrastructure failures, excluded
+    from the rejection rates and retried on restart."""
+
+    key: str
+    status: Literal["verified", "rejected", "error"]
+    graph: Literal["train", "benchmark"]
+    path: list[str]
+    filter: str | None = None
+    detail: str = ""
+    task: Task | None = None
+    trajectory: dict[str, Any] | None = None
+    seconds: dict[str, float] = Field(default_factory=dict)
