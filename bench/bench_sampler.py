@@ -25,8 +25,10 @@ Methods:
 - classic: the DAPO recipe's loop (verl's pre-v1 ray trainer): generate a whole batch of S/G prompts x G, wait for all
   of it, drop homogeneous groups, repeat until B mixed groups, keep the first B. Shown for scale.
 
-Figures: median batch time and median trajectories started per batch over all (seed, batch) pairs; the ratios
-ours / verl are the headline (goals: time <= 0.5x, started <= 1.3x).
+Figures: median batch time, trajectories started and slot-time (the compute actually spent: durations of finished
+trajectories plus the part a cancelled one ran) per batch over all (seed, batch) pairs; the ratios ours / verl are the
+headline (goals: time <= 0.5x, started <= 1.3x). Simulated time is deterministic per seed: the figures do not depend
+on the machine's load.
     PYTHONPATH=. .venv/bin/python bench/bench_sampler.py            # default workload, one line
     PYTHONPATH=. .venv/bin/python bench/bench_sampler.py --sweep    # three pass-rate settings
 """
@@ -77,32 +79,36 @@ class World:
         return bool(self.rng.random() < self.rates[question_id])
 
 
-def run_ours(work: Workload, seed: int, batches: int) -> list[tuple[float, int, float]]:
-    """(batch time, trajectories started, homogeneous share at G) per batch."""
+Row = tuple[float, int, float, float]  # batch time, trajectories started, homogeneous share at G, slot-time used
+
+
+def run_ours(work: Workload, seed: int, batches: int) -> list[Row]:
     world = World(work, seed)
     sampler = MixedGroupSampler(SamplerConfig(groups=work.groups, group_size=work.group_size), world.questions())
     now, out = 0.0, []
     for _ in range(batches):
-        start, running, tie = now, [], itertools.count()
+        start, running, tie, used = now, [], itertools.count(), 0.0
         while not sampler.ready():
             for a in sampler.admit(work.slots - len(running)):
-                heapq.heappush(running, (now + world.duration(), next(tie), a))
-            now, _, a = heapq.heappop(running)
+                heapq.heappush(running, (now + world.duration(), next(tie), now, a))
+            now, _, began, a = heapq.heappop(running)
+            used += now - began
             sampler.finish(a.question_id, a.session_index, world.success(a.question_id))
         stats = sampler.select().stats  # cancels everything still running: all slots free again
-        out.append((now - start, stats.admitted, stats.homogeneous_share))
+        used += sum(now - began for _, _, began, _ in running)  # cancelled trajectories ran until now
+        out.append((now - start, stats.admitted, stats.homogeneous_share, used))
     return out
 
 
-def run_verl(work: Workload, seed: int, batches: int) -> list[tuple[float, int, float]]:
+def run_verl(work: Workload, seed: int, batches: int) -> list[Row]:
     """verl 0.9.1 v1 sync ReplayBuffer with filter_groups: evict homogeneous groups, refill 2 prompts each, drain."""
-    world, questions = World(work, seed), None
+    world = World(work, seed)
     questions = world.questions()
     b, g = work.groups, work.group_size
     max_inflight_prompts = max(1, work.slots // (b * g)) * b
     now, out = 0.0, []
     for _ in range(batches):
-        start, waiting, running, tie = now, deque(), [], itertools.count()
+        start, waiting, running, tie, used = now, deque(), [], itertools.count(), 0.0
         left: dict[str, int] = {}
         wins: dict[str, int] = {}
         counts = {"dispatched": 0, "sampleable": 0, "homogeneous": 0}
@@ -118,7 +124,9 @@ def run_verl(work: Workload, seed: int, batches: int) -> list[tuple[float, int, 
         credit, draining = 0, False
         while True:
             while waiting and len(running) < work.slots:
-                heapq.heappush(running, (now + world.duration(), next(tie), waiting.popleft()))
+                duration = world.duration()
+                used += duration
+                heapq.heappush(running, (now + duration, next(tie), waiting.popleft()))
             if draining and not left:
                 break
             now, _, q = heapq.heappop(running)
@@ -139,11 +147,11 @@ def run_verl(work: Workload, seed: int, batches: int) -> list[tuple[float, int, 
                     dispatch(n)
                     credit -= n
         finished = counts["homogeneous"] + counts["sampleable"]
-        out.append((now - start, counts["dispatched"] * g, counts["homogeneous"] / finished))
+        out.append((now - start, counts["dispatched"] * g, counts["homogeneous"] / finished, used))
     return out
 
 
-def run_classic(work: Workload, seed: int, batches: int) -> list[tuple[float, int, float]]:
+def run_classic(work: Workload, seed: int, batches: int) -> list[Row]:
     """The DAPO recipe: whole generation batches of S/G prompts, wait for all, keep mixed groups, until B."""
     world = World(work, seed)
     questions = world.questions()
@@ -151,7 +159,7 @@ def run_classic(work: Workload, seed: int, batches: int) -> list[tuple[float, in
     gen_prompts = max(b, work.slots // g)
     now, out = 0.0, []
     for _ in range(batches):
-        start, mixed, started, homogeneous = now, 0, 0, 0
+        start, mixed, started, homogeneous, used = now, 0, 0, 0, 0.0
         while mixed < b:
             ends = []
             for q in itertools.islice(questions, gen_prompts):
@@ -160,8 +168,9 @@ def run_classic(work: Workload, seed: int, batches: int) -> list[tuple[float, in
                 mixed += wins not in (0, g)
                 ends.extend(world.duration() for _ in range(g))
             started += gen_prompts * g
+            used += sum(ends)
             now += _makespan(ends, work.slots)
-        out.append((now - start, started, homogeneous / (started // g)))
+        out.append((now - start, started, homogeneous / (started // g), used))
     return out
 
 
@@ -176,8 +185,8 @@ def _makespan(durations: list[float], slots: int) -> float:
 METHODS = {"ours": run_ours, "verl": run_verl, "classic": run_classic}
 
 
-def measure(work: Workload, seeds: int, batches: int) -> dict[str, tuple[float, float, float]]:
-    """Per method: median batch time, median trajectories started, mean homogeneous share (all seeds and batches)."""
+def measure(work: Workload, seeds: int, batches: int) -> dict[str, tuple[float, ...]]:
+    """Per method: median batch time, started and slot-time; mean homogeneous share (over all seeds and batches)."""
     result = {}
     for name, run in METHODS.items():
         rows = [row for seed in range(seeds) for row in run(work, seed, batches)]
@@ -185,18 +194,19 @@ def measure(work: Workload, seeds: int, batches: int) -> dict[str, tuple[float, 
             statistics.median(r[0] for r in rows),
             statistics.median(r[1] for r in rows),
             statistics.fmean(r[2] for r in rows),
+            statistics.median(r[3] for r in rows),
         )
     return result
 
 
-def line(work: Workload, result: dict[str, tuple[float, float, float]]) -> str:
+def line(work: Workload, result: dict[str, tuple[float, ...]]) -> str:
     ours, verl, classic = result["ours"], result["verl"], result["classic"]
     return (
         f"Beta{work.beta} homogeneous@G ~{verl[2]:.0%} | B={work.groups} G={work.group_size} S={work.slots} "
         f"sigma={work.sigma}: time ours/verl-DAPO = {ours[0] / verl[0]:.2f}x (goal <= 0.5), "
-        f"started ours/verl-DAPO = {ours[1] / verl[1]:.2f}x (goal <= 1.3) | medians: time ours {ours[0]:.2f} "
-        f"verl {verl[0]:.2f} classic {classic[0]:.2f}; started ours {ours[1]:.0f} verl {verl[1]:.0f} "
-        f"classic {classic[1]:.0f} (x median trajectory duration, trajectories)"
+        f"started ours/verl-DAPO = {ours[1] / verl[1]:.2f}x (goal <= 1.3), slot-time {ours[3] / verl[3]:.2f}x | "
+        f"medians ours/verl/classic: time {ours[0]:.2f}/{verl[0]:.2f}/{classic[0]:.2f} median durations, "
+        f"started {ours[1]:.0f}/{verl[1]:.0f}/{classic[1]:.0f}, slot-time {ours[3]:.0f}/{verl[3]:.0f}/{classic[3]:.0f}"
     )
 
 
