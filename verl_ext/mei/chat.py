@@ -16,7 +16,6 @@ from typing import Any
 
 from PIL import Image
 
-DATA_URL_PREFIX = "data:image/png;base64,"
 
 
 class ChatInputError(ValueError):

@@ -1,0 +1,170 @@
+"""An OpenAI-compatible MEI server on transformers that can switch checkpoints between rollout rounds (Neos §3.5).
+
+``python -m verl_ext.mei.server --model DIR --version v0 [--host H] [--port P] [--device cuda] [--max-new-tokens N]``
+
+Routes:
+- ``POST /v1/chat/completions``: messages with text and ``image_url`` (inline PNG/JPEG data URL) parts, as the tool
+  server's model MEI sends them; ``temperature``, ``top_p``, ``max_tokens``, ``seed`` honoured; ``response_format``
+  accepted but not enforced (no constrained decoding: the tool server validates, repairs, retries, falls back). The
+  answer's ``model`` field is the **version of the checkpoint that produced it**: the tool server records it per call.
+- ``POST /admin/load {"path": DIR, "version": "v3"}``: load a checkpoint (the HF directory ``train_mei`` wrote) and make
+  it current; answers ``{"version", "previous"}``. Requests already running finish on the checkpoint they started on;
+  later ones get the new one, so a response never mixes versions.
+- ``GET /admin/version`` and ``GET /v1/models``: the current version.
+
+Generation is :class:`verl_ext.rollout.hf_generate.TransformersGenerateClient` (one request at a time per model); the
+prompt goes through the model's own processor and chat template (:func:`verl_ext.mei.chat.render`), the layout MEI is
+trained on. Production serving of a 9B MEI belongs on vLLM/SGLang with a restart per version; this server is for
+development machines, smoke runs and tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import torch
+from aiohttp import web
+from transformers import AutoModelForImageTextToText, AutoProcessor
+
+from verl_ext.mei.chat import ChatInputError, render
+from verl_ext.rollout.hf_generate import TransformersGenerateClient
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    version: str
+    path: str
+    client: TransformersGenerateClient
+
+
+def _error(status: int, type_: str, message: str) -> web.Response:
+    return web.json_response({"error": {"type": type_, "message": message}}, status=status)
+
+
+def load_checkpoint(path: str | Path, version: str, *, device: str = "cpu", max_new_tokens: int = 2048) -> Served:
+    """Load an HF checkpoint (weights, processor, chat template) for serving. Raises ``OSError`` / ``ValueError``."""
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"no HF checkpoint at {path} (config.json missing)")
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    model = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype).to(device)
+    client = TransformersGenerateClient(model, AutoProcessor.from_pretrained(path), max_new_tokens=max_new_tokens,
+                                        record_calls=False)
+    return Served(version, str(path), client)
+
+
+class MEIServer:
+    """The aiohttp application's state: the current checkpoint and how to load the next one."""
+
+    def __init__(self, served: Served, *, device: str = "cpu", max_new_tokens: int = 2048) -> None:
+        self.served = served
+        self._device = device
+        self._max_new_tokens = max_new_tokens
+        self._load_lock = asyncio.Lock()
+
+    async def chat(self, request: web.Request) -> web.Response:
+        served = self.served  # this request's checkpoint, whatever loads meanwhile
+        try:
+            body = await request.json()
+        except ValueError:
+            return _error(400, "invalid_json", "the body is not JSON")
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
+            return _error(400, "invalid_request", "need a JSON object with a non-empty messages list")
+        sampling: dict[str, Any] = {"logprobs": False}
+        for key, kind in (("temperature", float), ("top_p", float), ("max_tokens", int), ("seed", int)):
+            value = body.get(key)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                return _error(400, "invalid_request", f"{key} must be a non-negative number")
+            sampling[key] = kind(value)
+        processor = served.client.processor
+        try:
+            prompt = render(processor, body["messages"])
+        except ChatInputError as e:
+            return _error(400, "invalid_messages", str(e))
+        prompt_ids = processor(text=[prompt.text], images=prompt.images or None, return_tensors="pt")["input_ids"][0]
+        out = await served.client.generate(f"mei-{uuid.uuid4().hex}", prompt_ids=prompt_ids.tolist(),
+                                           sampling_params=sampling, image_data=prompt.images or None)
+        text = processor.tokenizer.decode(out.token_ids, skip_special_tokens=True)
+        return web.json_response({
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": served.version,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                         "finish_reason": "stop" if out.stop_reason == "stop" else "length"}],
+            "usage": {"prompt_tokens": int(prompt_ids.shape[0]), "completion_tokens": len(out.token_ids),
+                      "total_tokens": int(prompt_ids.shape[0]) + len(out.token_ids)},
+        })
+
+    async def load(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+        except ValueError:
+            return _error(400, "invalid_json", "the body is not JSON")
+        if not isinstance(body, dict) or not isinstance(body.get("path"), str) or not isinstance(
+                body.get("version"), str) or not body["version"]:
+            return _error(400, "invalid_request", 'need {"path": str, "version": non-empty str}')
+        async with self._load_lock:
+            loop = asyncio.get_running_loop()
+            try:
+                served = await loop.run_in_executor(None, lambda: load_checkpoint(
+                    body["path"], body["version"], device=self._device, max_new_tokens=self._max_new_tokens))
+            except (OSError, ValueError) as e:
+                return _error(400, "load_failed", f"{type(e).__name__}: {e}")
+            previous, self.served = self.served.version, served
+        return web.json_response({"version": served.version, "previous": previous})
+
+    async def version(self, request: web.Request) -> web.Response:
+        return web.json_response({"version": self.served.version, "path": self.served.path})
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": self.served.version, "object": "model"}]})
+
+
+def create_app(server: MEIServer) -> web.Application:
+    app = web.Application(client_max_size=256 * 1024**2)  # requests carry up to a few dozen inline images
+    app.router.add_post("/v1/chat/completions", server.chat)
+    app.router.add_get("/v1/models", server.models)
+    app.router.add_post("/admin/load", server.load)
+    app.router.add_get("/admin/version", server.version)
+    return app
+
+
+async def activate(base_url: str, path: str | Path, version: str, *, timeout_s: float = 600.0) -> str:
+    """Make the MEI server at ``base_url`` (``http://host:port``) serve ``path`` as ``version``; returns the version
+    it reports. Raises ``RuntimeError`` with the server's structured error when it refuses."""
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        async with session.post(base_url.rstrip("/") + "/admin/load",
+                                json={"path": str(path), "version": version}) as resp:
+            body = await resp.json(content_type=None)
+    if resp.status != 200:
+        raise RuntimeError(f"MEI server refused {path} as {version}: {body}")
+    return body["version"]
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", required=True, type=Path, help="HF checkpoint directory of the MEI model")
+    p.add_argument("--version", required=True)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8010)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--max-new-tokens", type=int, default=2048)
+    args = p.parse_args(argv)
+    served = load_checkpoint(args.model, args.version, device=args.device, max_new_tokens=args.max_new_tokens)
+    server = MEIServer(served, device=args.device, max_new_tokens=args.max_new_tokens)
+    web.run_app(create_app(server), host=args.host, port=args.port)
+
+
+if __name__ == "__main__":
+    main()
