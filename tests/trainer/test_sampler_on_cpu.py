@@ -186,6 +186,19 @@ def test_b_mixed_groups_are_selected_in_queue_order_and_the_rest_is_cancelled_or
     assert sampler.outcomes("q0") == {}
 
 
+def test_with_more_than_b_eligible_the_first_b_in_queue_order_are_selected_not_the_first_finished():
+    sampler = make(groups=2, group_size=2, window=4, admission_limit=8)
+    sampler.admit(8)  # q0: 0,1  q1: 2,3  q2: 4,5  q3: 6,7
+    finish(sampler, "q3", {6: True, 7: False})
+    finish(sampler, "q2", {4: False, 5: True})
+    finish(sampler, "q1", {2: True, 3: False})  # the caller selects late: 3 eligible
+    assert sampler.eligible() == ["q1", "q2", "q3"]
+    selection = sampler.select()
+    assert [g.question_id for g in selection.groups] == ["q1", "q2"]
+    assert selection.carried == ["q0", "q3"] and selection.stats.mixed_groups == 3
+    assert pairs(selection.discarded) == [("q3", 6), ("q3", 7)] and pairs(selection.cancel) == [("q0", 0), ("q0", 1)]
+
+
 def test_select_before_ready_is_a_structured_error():
     sampler = make(groups=2, group_size=2)
     sampler.admit(4)
@@ -356,8 +369,9 @@ def test_invariants_over_random_outcome_streams(groups, group_size, extra_window
     rate: dict[str, float] = {}
     for _ in range(2):
         running: list[Admission] = []
-        steps = 0
-        while not sampler.ready():
+        steps, late = 0, rng.randint(0, 3)  # steps the caller lets pass after ready() before it selects
+        while not sampler.ready() or (late and running):
+            late -= sampler.ready()
             steps += 1
             assert steps < 20_000
             running += sampler.admit(rng.randint(0, 4))
