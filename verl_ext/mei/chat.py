@@ -17,7 +17,6 @@ from typing import Any
 from PIL import Image
 
 
-
 class ChatInputError(ValueError):
     """A request the MEI model cannot take (bad roles or parts, an image that is not an inline PNG/JPEG)."""
 

@@ -55,7 +55,7 @@ class MEITrainSettings(BaseModel):
     micro_batch_size_per_gpu: int = Field(default=1, ge=1)
     max_seq_len: int = Field(default=MAX_SEQ_LEN, ge=16)
     strategy: str = "fsdp2"  # FSDP2 shards frozen and trainable parameters of one module together
-    model_dtype: str = "bf16"
+    model_dtype: str = "fp32"  # master weights (verl's default); compute runs in bf16 mixed precision
     use_remove_padding: bool = True
     attn_implementation: str | None = None  # e.g. "sdpa" where flash-attn is not installed
     enable_gradient_checkpointing: bool = True

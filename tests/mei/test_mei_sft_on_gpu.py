@@ -1,0 +1,90 @@
+"""One MEI update through verl's TrainingWorker (FSDP2 engine) on one GPU with the tiny Qwen2.5-VL; prints tokens/s.
+
+For the H200 machine (verl and Ray from ``/work/shared/gpu/verl_wheels.sh`` in ``/tmp/site``; the tiny model built here
+with ``python -m verl_ext.models build --out .gpu/tiny-vl`` and carried). Run::
+
+    PYTHONPATH=/tmp/site:$PWD NEOS_TINY_VL_DIR=.gpu/tiny-vl \\
+      python -m pytest -s -o python_files='test_*_on_gpu.py' -m gpu tests/mei/test_mei_sft_on_gpu.py
+
+Examples carry images: verl 0.9.1's Qwen2-VL forward breaks on text-only batches under transformers 5.x (see
+tests/rollout/test_hf_replica_on_gpu.py), and ``use_remove_padding=false`` for the same transformers' attention patch.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+
+def _png(color: tuple[int, int, int], size: tuple[int, int]) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", size, color).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _examples(n: int):
+    from tool_server.mei.prompts import reverse_image_messages
+    from tool_server.mei.schema import ImageView
+    from verl_ext.mei.sft import SFTExample, target_text
+
+    out = []
+    for i in range(n):
+        q = ImageView(url=f"https://neos-world.invalid/q{i}.png", png=_png((10 * i % 255, 80, 160), (56, 56)))
+        c = ImageView(url=f"https://neos-world.invalid/c{i}.png", png=_png((200, 10 * i % 255, 40), (84, 56)))
+        target = {"rational": f"case {i}", "candidates": [
+            {"index": 0, "match_state": ["visual_match", "not_match"][i % 2], "caption": f"candidate {i}"}]}
+        out.append(SFTExample(f"g{i}", reverse_image_messages(f"goal {i}", q, [c]), target_text(target)))
+    return out
+
+
+def test_one_mei_update_through_the_training_worker(tmp_path):
+    import ray
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from verl_ext.mei.sft import tokenize
+    from verl_ext.mei.worker import MEITrainSettings, build_worker_group, train_mei
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    if os.environ.get("NEOS_TINY_VL_DIR"):
+        model_dir = Path(os.environ["NEOS_TINY_VL_DIR"]).resolve()
+    else:
+        from verl_ext.models.tiny_vl import cached_tiny_qwen_vl
+
+        model_dir = cached_tiny_qwen_vl()
+    processor = AutoProcessor.from_pretrained(model_dir)
+    items = [tokenize(ex, processor) for ex in _examples(32)]
+
+    ray.init(num_gpus=1, include_dashboard=False)
+    try:
+        settings = MEITrainSettings(model_path=str(model_dir), attn_implementation="sdpa", use_remove_padding=False,
+                                    global_batch_size=16, micro_batch_size_per_gpu=4)
+        group = build_worker_group(settings)
+        update = train_mei(group, items, "v1", out_dir=tmp_path, pad_token_id=processor.tokenizer.pad_token_id)
+    finally:
+        ray.shutdown()
+    m = update.metrics
+    print(f"\nMEI SFT on {torch.cuda.get_device_name()}: {m['mei/steps']:.0f} steps, {m['mei/tokens']:.0f} tokens "
+          f"({m['mei/target_tokens']:.0f} target) in {m['mei/seconds']:.2f} s = {m['mei/tokens_per_s']:.0f} tokens/s, "
+          f"loss {m['mei/loss']:.4f}")
+    assert m["mei/steps"] == 2 and math.isfinite(m["mei/loss"]) and m["mei/loss"] > 0
+
+    # The checkpoint is a servable HF directory; vision weights are untouched, language weights moved.
+    assert (update.checkpoint_dir / "config.json").is_file()
+    trained = AutoModelForImageTextToText.from_pretrained(update.checkpoint_dir, dtype=torch.float32)
+    original = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32)
+    before = dict(original.named_parameters())
+    vision = [n for n, _ in trained.named_parameters() if ".visual." in f".{n}"]
+    language = [n for n, _ in trained.named_parameters() if ".visual." not in f".{n}"]
+    after = dict(trained.named_parameters())
+    assert vision and all(torch.equal(after[n], before[n]) for n in vision)
+    assert any(not torch.equal(after[n], before[n]) for n in language)
