@@ -128,6 +128,10 @@ def test_homogeneous_groups_get_extra_samples_first_up_to_one_and_a_half_g_then_
     assert "q0" not in sampler.eligible() and sampler.stats.deferred == 1
     assert pairs(sampler.admit(1)) == [("q2", 6)]  # its window place goes to the next question
     assert sampler.stats.homogeneous_at_g == 1 and sampler.stats.reached_g == 1
+    sampler.finish("q1", 3, False)  # q1 reaches G mixed: 1 of 2 groups homogeneous at G
+    metrics = sampler.stats.metrics()
+    assert metrics["sampler/homogeneous_share"] == 0.5 and metrics["sampler/deferred"] == 1.0
+    assert metrics["sampler/admitted"] == 7 and metrics["sampler/extra_admitted"] == 2
 
 
 def test_an_extra_sample_that_breaks_homogeneity_makes_the_group_eligible():

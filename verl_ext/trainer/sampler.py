@@ -110,7 +110,11 @@ class Admission:
 
 
 class GroupStatus(str, Enum):
-    """What ``finish``/``abort`` did to the trajectory's group (ELIGIBLE: start its credit assessment now)."""
+    """The trajectory's group after ``finish``/``abort``.
+
+    ELIGIBLE is returned for every report on an eligible group, not only the one that made it eligible: a failure
+    that completes later may still be selected, so the caller assesses each new failure of an eligible group.
+    """
 
     SAMPLING = "sampling"
     ELIGIBLE = "eligible"
@@ -291,7 +295,7 @@ class MixedGroupSampler:
         return admitted
 
     def finish(self, question_id: str, session_index: int, success: bool) -> GroupStatus:
-        """Record a judged trajectory; the returned status says whether its group just became eligible or deferred."""
+        """Record a judged trajectory; the status says whether its group is eligible (assess its failures now)."""
         if not isinstance(success, bool):
             raise SamplerError(f"success must be a bool, got {type(success).__name__}")
         group = self._take_in_flight(question_id, session_index)
