@@ -5,7 +5,10 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import subprocess
+import sys
 from collections.abc import Iterable
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -39,6 +42,16 @@ def finish(sampler: MixedGroupSampler, question_id: str, outcomes: dict[int, boo
 
 
 # ------------------------------------------------------------------------------------------------ config
+
+
+def test_the_sampler_imports_no_verl_ray_or_torch():
+    code = (
+        "import sys, verl_ext.trainer.sampler; "
+        "loaded = [m for m in ('verl', 'ray', 'torch') if m in sys.modules]; "
+        "assert not loaded, loaded"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
+
 
 
 def test_config_defaults_are_the_papers_and_derived_ones_follow_b_and_g():
