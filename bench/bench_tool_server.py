@@ -209,38 +209,59 @@ def cpu_s(pid: int | None) -> float:
 SERVER_PID: int | None = None  # the server under test, for CPU time per request
 
 
-class Connection:
+class Connection(asyncio.Protocol):
     """One keep-alive HTTP/1.1 connection issuing one request at a time (like a ``wrk`` connection).
 
-    The measured phases use this instead of an aiohttp ``ClientSession``, whose per-request cost made the client
-    core the bottleneck (cached TextSearch capped near 570 req/s with the server core mostly idle). Answers must
-    carry ``Content-Length`` (all three servers send it).
+    A bare asyncio protocol: an aiohttp ``ClientSession`` made the client core the bottleneck (cached TextSearch
+    capped near 570 req/s with the server core mostly idle), and asyncio streams still cost a StreamReader, a
+    ``readuntil`` and a ``readexactly`` per answer. Answers must carry ``Content-Length`` (all three servers send it).
     """
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str) -> None:
-        self._reader, self._writer, self._host = reader, writer, host
+    def __init__(self, host: str) -> None:
+        self._host = host
+        self._transport: asyncio.Transport | None = None
+        self._buf = bytearray()
+        self._answer: asyncio.Future[tuple[int, bytes]] | None = None
 
     @classmethod
     async def open(cls, base: str) -> Connection:
         host, port = base.rsplit("/", 1)[1].rsplit(":", 1)
-        reader, writer = await asyncio.open_connection(host, int(port))
-        return cls(reader, writer, f"{host}:{port}")
+        _, conn = await asyncio.get_running_loop().create_connection(lambda: cls(f"{host}:{port}"), host, int(port))
+        return conn
 
-    async def post(self, path: str, body: dict) -> tuple[int, bytes]:
-        payload = json.dumps(body).encode()
-        self._writer.write(
-            f"POST {path} HTTP/1.1\r\nHost: {self._host}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(payload)}\r\n\r\n".encode() + payload
-        )
-        head = await self._reader.readuntil(b"\r\n\r\n")
-        status = int(head[9:12])
-        length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self._buf += data
+        end = self._buf.find(b"\r\n\r\n")
+        if end < 0:
+            return
+        length = re.search(rb"(?im)^content-length:\s*(\d+)", self._buf[:end])
         if length is None:
-            raise RuntimeError(f"answer without Content-Length: {head[:200]!r}")
-        return status, await self._reader.readexactly(int(length.group(1)))
+            self._answer.set_exception(RuntimeError(f"answer without Content-Length: {bytes(self._buf[:200])!r}"))
+            return
+        size = end + 4 + int(length.group(1))
+        if len(self._buf) >= size and self._answer is not None and not self._answer.done():
+            self._answer.set_result((int(self._buf[9:12]), bytes(self._buf[end + 4 : size])))
+            del self._buf[:size]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._answer is not None and not self._answer.done():
+            self._answer.set_exception(exc or ConnectionError("connection closed"))
+
+    async def post(self, path: str, body: dict | bytes) -> tuple[int, bytes]:
+        payload = body if isinstance(body, bytes) else json.dumps(body).encode()
+        self._answer = asyncio.get_running_loop().create_future()
+        self._transport.write(
+            b"POST %b HTTP/1.1\r\nHost: %b\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%b"
+            % (path.encode(), self._host.encode(), len(payload), payload)
+        )
+        return await self._answer
 
     def close(self) -> None:
-        self._writer.close()
+        if self._transport is not None:
+            self._transport.close()
 
 
 async def drive(base: str, concurrency: int, total: int, max_s: float, make, setup=None) -> dict:
@@ -254,25 +275,27 @@ async def drive(base: str, concurrency: int, total: int, max_s: float, make, set
     counter = iter(range(total))
     deadline = time.perf_counter() + max_s
 
+    is_async = asyncio.iscoroutinefunction(make)
+
     async def worker(w: int) -> None:
         nonlocal errors
         state, conn = states[w], conns[w]
         for i in counter:
             if time.perf_counter() > deadline:
                 return
-            path, body = await make(w, i, state) if asyncio.iscoroutinefunction(make) else make(w, i, state)
+            path, body = await make(w, i, state) if is_async else make(w, i, state)
             t0 = time.perf_counter()
             status, _ = await conn.post(path, body)
             lat.append(time.perf_counter() - t0)
             errors += status != 200
 
-    t0, c0 = time.perf_counter(), cpu_s(SERVER_PID)
+    t0, c0, me0 = time.perf_counter(), cpu_s(SERVER_PID), cpu_s(os.getpid())
     try:
         await asyncio.gather(*(worker(w) for w in range(concurrency)))
     finally:
         for conn in conns:
             conn.close()
-    wall, cpu = time.perf_counter() - t0, cpu_s(SERVER_PID) - c0
+    wall, cpu, me = time.perf_counter() - t0, cpu_s(SERVER_PID) - c0, cpu_s(os.getpid()) - me0
     return {
         "n": len(lat),
         "errors": errors,
@@ -281,6 +304,7 @@ async def drive(base: str, concurrency: int, total: int, max_s: float, make, set
         "p99_ms": _pct(lat, 99) * 1e3,
         "wall_s": wall,
         "cpu_ms_per_req": cpu / len(lat) * 1e3 if lat else float("nan"),
+        "client_cpu_ms_per_req": me / len(lat) * 1e3 if lat else float("nan"),
     }
 
 
@@ -394,7 +418,7 @@ def _counts(quick: bool, conc: int, tool: str, cached: bool) -> tuple[int, float
 def _fmt(r: dict) -> str:
     return (
         f"{r['rps']:8.0f} req/s  p50 {r['p50_ms']:7.1f} ms  p99 {r['p99_ms']:7.1f} ms  server CPU "
-        f"{r['cpu_ms_per_req']:6.2f} ms/req  (n={r['n']}, err={r['errors']})"
+        f"{r['cpu_ms_per_req']:6.2f} ms/req, client {r['client_cpu_ms_per_req']:5.2f}  (n={r['n']}, err={r['errors']})"
     )
 
 
@@ -442,30 +466,29 @@ async def part_baseline(args, wl: Workload) -> dict:
                         json={"name": "TextSearch", "arguments": wl.args("TextSearch", True, i)},
                     ):
                         pass
-                res = {}
-                for cached in (False, True):
-                    res["cached" if cached else "uncached"] = await drive(
-                        base,
-                        conc,
-                        n if not cached else 4 * n,
-                        max_s,
-                        lambda w, i, st, c=cached: (
-                            f"/v1/sessions/{sid}/call",
-                            {"name": "TextSearch", "arguments": wl.args("TextSearch", c, i)},
-                        ),
-                    )
-                return res
+                path = f"/v1/sessions/{sid}/call"
+                # the repeated requests are encoded once, as a wrk script would send them (the trivial phase too)
+                repeated = [
+                    json.dumps({"name": "TextSearch", "arguments": wl.args("TextSearch", True, i)}).encode()
+                    for i in range(8)
+                ]
+                uncached = await drive(
+                    base,
+                    conc,
+                    n,
+                    max_s,
+                    lambda w, i, st: (path, {"name": "TextSearch", "arguments": wl.args("TextSearch", False, i)}),
+                )
+                cached = await drive(base, conc, 4 * n, max_s, lambda w, i, st: (path, repeated[i % 8]))
+                return {"uncached": uncached, "cached": cached}
             if kind == "baseline":
                 return {
                     "uncached": await drive(
                         base, conc, n, max_s, lambda w, i, st: ("/retrieve", wl.args("TextSearch", False, i))
                     )
                 }
-            return {
-                "trivial": await drive(
-                    base, conc, 4 * n, max_s, lambda w, i, st: ("/call", {"name": "TextSearch", "arguments": {}})
-                )
-            }
+            constant = json.dumps({"name": "TextSearch", "arguments": {}}).encode()
+            return {"trivial": await drive(base, conc, 4 * n, max_s, lambda w, i, st: ("/call", constant))}
 
     rounds: list[dict] = []
     for r in range(args.repeat):  # rounds interleave the servers, so a burst of foreign load hits all of them alike

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from tool_server.cache import TieredCache
@@ -74,8 +74,8 @@ async def _json_body(request: web.Request, *, optional: bool) -> dict[str, Any]:
             return {}
         raise ToolError("invalid_request", "request body must be a JSON object", "body")
     try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        body = orjson.loads(raw)  # a fifth of json.loads' cost; NaN and Infinity are not JSON here either
+    except orjson.JSONDecodeError as e:
         raise ToolError("invalid_request", f"request body is not valid JSON: {e}", "body") from None
     if not isinstance(body, dict):
         raise ToolError("invalid_request", "request body must be a JSON object", "body")

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
+import math
 import os
 import tempfile
 import time
@@ -26,19 +26,36 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+import orjson
+
 log = logging.getLogger(__name__)
 
 
+def _non_finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(map(_non_finite, value.values()))
+    if isinstance(value, list | tuple):
+        return any(map(_non_finite, value))
+    return False
+
+
 def cache_key(tool: str, arguments: dict[str, Any], scope: str | None = None) -> str:
-    """Canonical JSON (sorted keys, no whitespace, no NaN) -> SHA-256 hex. Raises ``ValueError`` if not JSON."""
+    """SHA-256 hex of the canonical JSON (sorted keys, no whitespace, UTF-8) of ``{tool, arguments, scope}``.
+
+    Raises ``ValueError`` if the arguments are not plain JSON, NaN and infinities included. orjson writes the same
+    bytes as ``json.dumps(..., sort_keys=True, separators=(",", ":"), ensure_ascii=False)`` at a twentieth of the
+    cost (it is on every cached call's path), but writes non-finite floats as ``null``: only then are they looked for.
+    """
     try:
-        canonical = json.dumps(
-            {"tool": tool, "arguments": arguments, "scope": scope},
-            sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
-        )
-    except (TypeError, ValueError) as e:
+        args = orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS)
+        canonical = b'{"arguments":%b,"scope":%b,"tool":%b}' % (args, orjson.dumps(scope), orjson.dumps(tool))
+    except TypeError as e:  # orjson.JSONEncodeError
         raise ValueError(f"cache_key: arguments of {tool!r} are not plain JSON: {e}") from e
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    if b"null" in args and _non_finite(arguments):
+        raise ValueError(f"cache_key: arguments of {tool!r} are not plain JSON: NaN or infinity")
+    return hashlib.sha256(canonical).hexdigest()
 
 
 class Level(Protocol):

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from tool_server.mei.schema import EvidenceInterface, ImageView, MEICall, MEIContext
 from tool_server.offline.world import OfflineWorld
@@ -18,7 +19,7 @@ MAX_PAGE_IMAGES = 15
 
 def _image_free_body(blob: bytes, cached: bool) -> bytes:
     """The response body of a result that added no images, spliced from its cache encoding instead of re-encoded."""
-    if not blob.startswith(b'{"text": '):
+    if not blob.startswith(b'{"text":'):  # orjson's encoding, or json.dumps' of an older disk-cache entry
         raise ValueError("not an Observation.to_cache() encoding")
     return (b'{"cached": true, "images": [], ' if cached else b'{"cached": false, "images": [], ') + blob[1:]
 
@@ -45,13 +46,15 @@ class Observation:
         """The HTTP response body: :meth:`to_json`, encoded."""
         if not self.images:
             return _image_free_body(self.to_cache(), self.cached)
-        return json.dumps(self.to_json(include_pixels=include_pixels)).encode()
+        return orjson.dumps(self.to_json(include_pixels=include_pixels), option=orjson.OPT_SERIALIZE_NUMPY)
 
     def to_cache(self) -> bytes:
         if self.images:
             raise ValueError("observations that change the visual register are not cacheable")
         if self._encoded is None:
-            self._encoded = json.dumps({"text": self.text, "records": self.records, "mei": self.mei}).encode()
+            self._encoded = orjson.dumps(  # numpy scores included, as json.dumps took float64
+                {"text": self.text, "records": self.records, "mei": self.mei}, option=orjson.OPT_SERIALIZE_NUMPY
+            )
         return self._encoded
 
 
