@@ -7,7 +7,8 @@
   of the pixels (``data_gen.neos.observer.palette``) at the trial's reading size (``READ_SIDES``, one per trial),
   so ``C_with = T`` requires an answer stable across resolutions.
 - :class:`BlindImageAnswerer` gets the same question without the image: it answers with the most frequent answer
-  over all world images of the same kind (deterministic, so ``C_without`` is 0 or ``T``).
+  over world images of the same kind (a fixed sample of ``PRIOR_SAMPLE``, ordered by id hash; reading every
+  image's pixels costs seconds per kind). Deterministic, so ``C_without`` is 0 or ``T``.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from pathlib import Path
 
 from PIL import Image as PILImage
 
+from data_gen.common.export import hash_unit
 from data_gen.neos.observer import IMAGE_KINDS, palette
 from data_gen.world.store import World
 
 T = 3
+PRIOR_SAMPLE = 40
 READ_SIDES = (48, 64, 96)  # one reading size per trial
 
 # A visual question: (id, question template with {REF}, answer from a palette or None when it does not apply)
@@ -62,9 +65,10 @@ class BlindImageAnswerer:
     def answer(self, image_kind: str, ask: VisualAsk) -> str | None:
         key = (image_kind, ask[0])
         if key not in self._modes:
-            answers = Counter(
-                a for im in self.world.images.values() if IMAGE_KINDS.get(im.source) == image_kind
-                if (a := ask[2](read_palette(self.world.image_path(im.id), READ_SIDES[-1]))) is not None)
+            same = sorted((im.id for im in self.world.images.values() if IMAGE_KINDS.get(im.source) == image_kind),
+                          key=lambda i: hash_unit(f"prior:{i}"))[:PRIOR_SAMPLE]
+            answers = Counter(a for i in same
+                              if (a := ask[2](read_palette(self.world.image_path(i), READ_SIDES[-1]))) is not None)
             self._modes[key] = answers.most_common(1)[0][0] if answers else None
         return self._modes[key]
 

@@ -70,7 +70,7 @@ class GraphBuilder:
         while asm.queue and not asm.full():
             node_id = asm.queue.popleft()
             if node_id.startswith("t:"):
-                asm.materialize(self._text_node(node_id[2:]))
+                asm.materialize(self.text_node(node_id[2:]))
                 t = time.perf_counter()
                 self._expand_text(node_id, asm, rng, stats)
                 stats.seconds["text_expansion"] += time.perf_counter() - t
@@ -78,7 +78,7 @@ class GraphBuilder:
                 await self._expand_visual(node_id, asm, descriptions, stats)
                 stats.seconds["visual_expansion"] += time.perf_counter() - t
             else:
-                asm.materialize(self._image_node(node_id[2:], descriptions.get(node_id, "")))
+                asm.materialize(self.image_node(node_id[2:], descriptions.get(node_id, "")))
                 t = time.perf_counter()
                 for linked in self.linker.link(self.world.images[node_id[2:]]):
                     asm.propose(node_id, text_id(linked.page.id), "i2t", linked.relation)
@@ -94,12 +94,12 @@ class GraphBuilder:
                             i2t_unverified=self.linker.counts.unverified)
         return graph, stats
 
-    def _text_node(self, page_id: str) -> Node:
+    def text_node(self, page_id: str) -> Node:
         page = self.world.pages[page_id]
         return Node(text_id(page_id), "text", page_id, page.title, noun(self.world, page.entity_id), page.url,
                     entity=page.entity_id, category=is_category(self.world, page))
 
-    def _image_node(self, world_image_id: str, description: str) -> Node:
+    def image_node(self, world_image_id: str, description: str) -> Node:
         image = self.world.images[world_image_id]
         return Node(image_id(world_image_id), "image", world_image_id, image.caption,
                     IMAGE_KINDS.get(image.source, "image"), image.url, entity=image.entity_id,

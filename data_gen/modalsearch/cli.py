@@ -190,17 +190,23 @@ def plots(stats: dict, out: Path) -> list[str]:
                        "answer_types": stats["answer_types"]}, out, "ModalSearch")
 
 
-def main(args: argparse.Namespace) -> int:
-    args.out.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    with served(args.world, "--cache-dir", str(args.out / "tool_server_cache")) as url:
-        run_report = asyncio.run(run(args, url))
+def report(args: argparse.Namespace, run_report: dict) -> dict:
+    """Export, statistics and plots from everything in the log (this run and earlier ones)."""
     log = ResultLog(args.out / "results.jsonl", Outcome)
     outcomes = log.outcomes()
     log.close()
     stats = statistics(outcomes, run_report)
     stats["splits"] = export(outcomes, args.world, args.out)
     stats["plots"] = plots(stats, args.out / "plots")
+    return stats
+
+
+def main(args: argparse.Namespace) -> int:
+    args.out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with served(args.world, "--cache-dir", str(args.out / "tool_server_cache")) as url:
+        run_report = asyncio.run(run(args, url))
+    stats = report(args, run_report)
     stats["wall_seconds_this_run"] = round(time.perf_counter() - start, 1)
     (args.out / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
     print(json.dumps({k: stats[k] for k in ("verified", "filters", "stages", "labels", "splits")}, indent=2))
