@@ -11,7 +11,9 @@ import importlib
 from dataclasses import dataclass
 from typing import Literal
 
-Kind = Literal["adv_estimator", "agent_loop", "reward_manager", "trainer", "omegaconf_resolver", "rollout_backend"]
+Kind = Literal[
+    "adv_estimator", "agent_loop", "reward_manager", "trainer", "omegaconf_resolver", "rollout_backend", "verl_fix"
+]
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,7 @@ REGISTRATIONS: tuple[Registration, ...] = (
     Registration("agent_loop", "modalsearch_react_agent", "verl_ext.rollout.agent_loop"),
     Registration("adv_estimator", "neos_turn_credit", "verl_ext.advantage.estimator"),
     Registration("rollout_backend", "hf", "verl_ext.rollout.hf_replica"),
+    Registration("verl_fix", "maybe_fix_3d_position_ids", "verl_ext.compat"),
 )
 
 
@@ -60,6 +63,10 @@ def is_registered(reg: Registration) -> bool:
         from verl.workers.rollout.replica import RolloutReplicaRegistry
 
         return reg.name in RolloutReplicaRegistry._registry and (reg.name, "async") in _ROLLOUT_REGISTRY
+    if reg.kind == "verl_fix":  # a verl 0.9.1 bug fixed on plugin load: the function verl calls is ours
+        from verl.workers import engine_workers
+
+        return getattr(getattr(engine_workers, reg.name), "_neos_checks_offsets", False)
     raise ValueError(f"unknown registration kind {reg.kind!r}")
 
 

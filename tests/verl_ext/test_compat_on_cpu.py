@@ -1,0 +1,63 @@
+"""The verl 0.9.1 fix in ``verl_ext.compat``: the actor's mini-batch split survives Qwen-VL position ids whose row
+offsets arrive wrong (the H200 failure, rebuilt here with the same values and offsets)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+from verl.utils import tensordict_utils as tu
+from verl.workers import engine_workers
+from verl.workers.engine import base as engine_base
+
+from verl_ext import compat
+
+LENGTHS = (10, 12, 11, 12)  # 45 tokens
+ROWS = [torch.arange(4 * n).reshape(4, n) for n in LENGTHS]  # (rope dims, seq len) per row
+
+
+def batch(position_offsets: list[int]) -> TensorDict:
+    """position_ids with the true values (4, 45) and the given row offsets; input_ids with the true lengths."""
+    values = torch.cat(ROWS, dim=1)
+    position_ids = torch.nested.nested_tensor_from_jagged(values, torch.tensor(position_offsets), jagged_dim=2)
+    input_ids = torch.nested.as_nested_tensor([torch.arange(n) for n in LENGTHS], layout=torch.jagged)
+    return TensorDict({"position_ids": position_ids, "input_ids": input_ids}, batch_size=[4])
+
+
+def split_rows(data: TensorDict) -> list[torch.Tensor]:
+    """What verl's train_mini_batch does: fix, then make_iterator -> index_select_tensor_dict per mini-batch."""
+    engine_workers.maybe_fix_3d_position_ids(data)
+    minis = tu.make_iterator(data, mini_batch_size=2, epochs=1, seed=0, dataloader_kwargs={"shuffle": False})
+    return [row for mini in minis for row in mini["position_ids"].unbind()]
+
+
+def test_verls_own_fix_leaves_the_h200_batch_broken():
+    # If this fails, verl fixed it upstream: delete verl_ext/compat.py and its registration.
+    data = batch([0, 4, 8, 12, 16])
+    compat.verl_original(data)
+    with pytest.raises(RuntimeError, match="split_with_sizes expects split_sizes to sum exactly to 45"):
+        data["position_ids"].unbind()
+
+
+def test_every_verl_caller_gets_the_fix_and_rows_come_back_intact():
+    assert engine_workers.maybe_fix_3d_position_ids is compat.maybe_fix_3d_position_ids
+    assert engine_base.maybe_fix_3d_position_ids is compat.maybe_fix_3d_position_ids
+    got = split_rows(batch([0, 4, 8, 12, 16]))
+    assert [tuple(r.shape) for r in got] == [(4, n) for n in LENGTHS]
+    assert all(torch.equal(a, b) for a, b in zip(got, ROWS, strict=True))
+
+
+def test_right_offsets_are_left_alone():
+    data = batch([0, 10, 22, 33, 45])
+    before = data["position_ids"]
+    compat.maybe_fix_3d_position_ids(data)
+    assert data["position_ids"] is before
+    assert all(torch.equal(a, b) for a, b in zip(split_rows(data), ROWS, strict=True))
+
+
+def test_values_that_do_not_fit_input_ids_are_not_touched():
+    data = batch([0, 4, 8, 12, 16])
+    data["input_ids"] = torch.nested.as_nested_tensor([torch.arange(n) for n in (1, 2, 3, 4)], layout=torch.jagged)
+    before = data["position_ids"]
+    compat.maybe_fix_3d_position_ids(data)
+    assert data["position_ids"] is before  # 45 values but 10 tokens: not this bug, leave it to fail loudly
