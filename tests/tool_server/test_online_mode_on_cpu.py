@@ -139,3 +139,8 @@ def test_cli_online_switches(small_world, tmp_path):
         [*run, "--allow-private-network"], capture_output=True, text=True, env=env, cwd=repo, timeout=120, check=False
     )
     assert lone.returncode == 2 and "only applies with --online" in lone.stderr
+    public = subprocess.run(
+        [*run, "--public-base-url", "https://tools.example"], capture_output=True, text=True, env=env, cwd=repo,
+        timeout=120, check=False,
+    )
+    assert public.returncode == 2 and "--public-base-url only applies with --online" in public.stderr
