@@ -1,0 +1,141 @@
+"""The walkthrough's four figures (matplotlib, Agg backend: files only, no display needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
+import numpy as np  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+
+from verl_ext.walkthrough.credit import CREDIT_TYPES  # noqa: E402
+from verl_ext.walkthrough.pipeline import Rollout, Walkthrough  # noqa: E402
+
+COLOURS = {
+    "productive": "#4c9a2a",
+    "causal_error": "#c0392b",
+    "re_derailment": "#8e44ad",
+    "downstream": "#e59866",
+    "recovery": "#2e86c1",
+    "neutral": "#bdbdbd",
+}
+SUCCESS, FAILURE = "#58a55c", "#d9534f"
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def group_outcomes(w: Walkthrough, path: Path) -> Path:
+    """One row per question, one cell per rollout: green succeeded, red failed; the cell names the script variant."""
+    size = max(len(g.rollouts) for g in w.groups)
+    fig, ax = plt.subplots(figsize=(2.2 * size + 2.5, 0.75 * len(w.groups) + 1.4))
+    for y, group in enumerate(w.groups):
+        for x, r in enumerate(group.rollouts):
+            ax.add_patch(plt.Rectangle((x, y), 0.95, 0.9, color=SUCCESS if r.success else FAILURE))
+            ax.text(x + 0.47, y + 0.45, f"{r.variant}\nreward {r.reward:g}", ha="center", va="center", fontsize=8,
+                    color="white")
+    ax.set_xlim(0, size)
+    ax.set_ylim(len(w.groups), 0)
+    ax.set_yticks([y + 0.45 for y in range(len(w.groups))])
+    ax.set_yticklabels([f"{g.question_id[:8]} ({'mixed' if g.mixed else 'homogeneous'})" for g in w.groups])
+    ax.set_xticks([x + 0.47 for x in range(size)])
+    ax.set_xticklabels([f"rollout {x}" for x in range(size)])
+    ax.tick_params(length=0)
+    ax.set_title("Per-question group outcomes (only mixed groups get turn credit)")
+    return _save(fig, path)
+
+
+def credit_composition(w: Walkthrough, path: Path) -> Path:
+    """Left: each assessed failure's turns in order, coloured by credit type. Right: turn counts per type."""
+    failures = [r for r in w.rollouts if r.types]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 1.0 + 0.5 * max(3, len(failures))),
+                                      gridspec_kw={"width_ratios": [3, 1.3]})
+    for y, r in enumerate(failures):
+        for t, kind in enumerate(r.types):
+            left.add_patch(plt.Rectangle((t, y), 0.95, 0.8, color=COLOURS[kind]))
+    width = max((len(r.types) for r in failures), default=1)
+    left.set_xlim(0, width)
+    left.set_ylim(max(1, len(failures)), 0)
+    left.set_yticks([y + 0.4 for y in range(len(failures))])
+    left.set_yticklabels([f"{r.question_id[:8]} #{r.member} {r.variant}" for r in failures], fontsize=8)
+    left.set_xlabel("assistant turn")
+    left.set_title("Judge labels per turn of each assessed failure")
+    counts = [sum(kind == c for r in failures for kind in r.types) for c in CREDIT_TYPES]
+    right.barh(list(CREDIT_TYPES), counts, color=[COLOURS[c] for c in CREDIT_TYPES])
+    right.invert_yaxis()
+    right.set_xlabel("turns")
+    right.set_title("Credit-type composition")
+    for y, n in enumerate(counts):
+        right.text(n, y, f" {n}", va="center", fontsize=8)
+    left.legend(handles=[Patch(color=COLOURS[c], label=c) for c in CREDIT_TYPES], loc="upper center",
+                bbox_to_anchor=(0.5, -0.18 if failures else -0.3), ncol=len(CREDIT_TYPES), fontsize=8, frameon=False)
+    return _save(fig, path)
+
+
+def showcase(w: Walkthrough) -> Rollout | None:
+    """The assessed failure with the most distinct credit types (ties: the longer one), for the token plot."""
+    failures = [r for r in w.rollouts if r.types]
+    return max(failures, key=lambda r: (len(set(r.types)), len(r.types)), default=None)
+
+
+def token_advantages(w: Walkthrough, path: Path) -> Path:
+    """One failure's per-token advantage under turn credit against the single value GRPO gives all its tokens."""
+    r = showcase(w)
+    fig, ax = plt.subplots(figsize=(12, 4.2))
+    if r is None:
+        ax.text(0.5, 0.5, "no mixed group, so no assessed failure to show", ha="center", va="center")
+        ax.set_axis_off()
+        return _save(fig, path)
+    mask = np.asarray(r.response_mask, dtype=bool)
+    x = np.arange(mask.size)
+    credited = np.where(mask, r.advantages, np.nan)
+    b = abs(r.grpo_value)
+    for turn, kind in zip(r.record.turns, r.types):
+        ax.axvspan(turn.span[0], turn.span[1], color=COLOURS[kind], alpha=0.25, lw=0)
+    ax.plot(x, credited, color="black", lw=1.2, label="neos_turn_credit (policy tokens)")
+    ax.axhline(r.grpo_value, color="#555555", ls="--", lw=1, label=f"GRPO value A_i = {r.grpo_value:.3f}")
+    ax.axhline(-w.params.M * b, color=COLOURS["causal_error"], ls=":", lw=1, label="bounds -M·b, λ_c·b")
+    ax.axhline(w.params.lambda_c * b, color=COLOURS["recovery"], ls=":", lw=1)
+    ax.axhline(0, color="#999999", lw=0.5)
+    ax.set_xlabel("response token (gaps: tool observations, not trained)")
+    ax.set_ylabel("advantage")
+    ax.set_title(f"Token advantages of failure {r.question_id[:8]} #{r.member} ({r.variant}): "
+                 f"sum {float(r.advantages[mask].sum()):.2f} vs GRPO {r.grpo_value * mask.sum():.2f}")
+    handles = ax.get_legend_handles_labels()[0] + [Patch(color=COLOURS[c], alpha=0.4, label=c)
+                                                    for c in CREDIT_TYPES if c in r.types]
+    ax.legend(handles=handles, fontsize=8, loc="lower left", ncol=2)
+    return _save(fig, path)
+
+
+def turn_histograms(w: Walkthrough, path: Path) -> Path:
+    """Assistant turns and tool calls per trajectory, split by correctness (Neos Fig. 5 style)."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    for ax, (label, value) in zip(axes, (("assistant turns", lambda r: len(r.record.turns)),
+                                         ("tool calls", lambda r: r.tool_calls))):
+        values = {ok: [value(r) for r in w.rollouts if r.success == ok] for ok in (True, False)}
+        top = max((v for vs in values.values() for v in vs), default=1)
+        bins = np.arange(0, top + 2) - 0.5
+        ax.hist([values[True], values[False]], bins=bins, color=[SUCCESS, FAILURE],
+                label=[f"correct ({len(values[True])})", f"incorrect ({len(values[False])})"])
+        ax.set_xlabel(f"{label} per trajectory")
+        ax.set_ylabel("trajectories")
+        ax.legend(fontsize=8)
+    fig.suptitle("Turns and tool calls by correctness")
+    return _save(fig, path)
+
+
+def write_all(w: Walkthrough, out: Path) -> dict[str, Path]:
+    """Every figure into ``out``; name -> file."""
+    return {
+        "group_outcomes": group_outcomes(w, out / "group_outcomes.png"),
+        "credit_composition": credit_composition(w, out / "credit_composition.png"),
+        "token_advantages": token_advantages(w, out / "token_advantages.png"),
+        "turn_histograms": turn_histograms(w, out / "turn_histograms.png"),
+    }

@@ -1,0 +1,87 @@
+"""The walkthrough's questions: verified Neos tasks with their expert trajectories, entry images and a distractor.
+
+Reads what ``python -m data_gen neos --out DIR`` wrote (``DIR/results.jsonl``, deduplicated as the export does) and
+the world the tasks were synthesised on. No verl import.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from PIL import Image
+
+from data_gen.neos.export import dedupe
+from data_gen.neos.schema import Task
+from data_gen.neos.store import ResultLog
+from data_gen.world.store import World
+from verl_ext.rollout.record import TrajectoryRecord
+from verl_ext.walkthrough.behaviour import Call, Distractor
+
+
+@dataclass(frozen=True)
+class Question:
+    """One task ready to roll out: the prompt's pieces, the expert's calls and a wrong entity to deviate to."""
+
+    task: Task
+    expert_calls: tuple[Call, ...]
+    distractor: Distractor
+    images: tuple[Image.Image, ...]
+
+    def raw_prompt(self) -> list[dict]:
+        """The chat prompt the agent loop gets: the entry images (img_1, ...) then the question text."""
+        content: list[dict] = [{"type": "image", "image": image} for image in self.images]
+        content.append({"type": "text", "text": self.task.question})
+        return [{"role": "user", "content": content}]
+
+
+class NoTasksError(RuntimeError):
+    """The tasks directory holds no verified task."""
+
+
+def load_questions(tasks_dir: Path, world: World, limit: int, seed: int = 0) -> list[Question]:
+    """The first ``limit`` verified tasks (in the export's key order) as :class:`Question` s."""
+    log_path = tasks_dir / "results.jsonl"
+    if not log_path.is_file():
+        raise NoTasksError(f"{log_path} does not exist: run `python -m data_gen neos --world W --out {tasks_dir}`")
+    log = ResultLog(log_path)
+    try:
+        verified = dedupe(log.outcomes())
+    finally:
+        log.close()
+    if not verified:
+        raise NoTasksError(f"{log_path} holds no verified task")
+    questions = []
+    for outcome in verified[:limit]:
+        task = outcome.task
+        expert = TrajectoryRecord.model_validate(outcome.trajectory)
+        calls = tuple(Call(c.tool_name, c.arguments) for t in expert.turns if t.outcome == "call_ok" for c in t.calls)
+        images = tuple(_rgb(world.image_path(e.image_id)) for e in task.entry_images)
+        distractor = pick_distractor(world, task, random.Random(f"{seed}:{task.id}"))
+        questions.append(Question(task=task, expert_calls=calls, distractor=distractor, images=images))
+    return questions
+
+
+def pick_distractor(world: World, task: Task, rng: random.Random) -> Distractor:
+    """A world entity of the answer's kind with a page, off the task's path: no path name (or the answer, or an
+    alias) inside its name and no such name inside it, so a judge cannot mistake it for progress."""
+    kind = world.entities[task.answer_entity].kind
+    taken = [n.lower() for n in (*task.evidence(), task.answer, *task.aliases)]
+    candidates = sorted(
+        e.id
+        for e in world.entities.values()
+        if e.kind == kind
+        and e.page_id in world.pages
+        and e.id != task.answer_entity
+        and not any(n in e.label.lower() or e.label.lower() in n for n in taken)
+    )
+    if not candidates:
+        raise ValueError(f"the world has no other {kind!r} entity with a page to serve as a wrong answer")
+    entity = world.entities[rng.choice(candidates)]
+    return Distractor(name=entity.label, page_url=world.pages[entity.page_id].url)
+
+
+def _rgb(path: Path) -> Image.Image:
+    with Image.open(path) as image:
+        return image.convert("RGB")
