@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from verl_ext.rollout.record import CallRecord, TurnRecord
+from verl_ext.rollout.record import CallRecord, Protocol, TrajectoryRecord, TurnRecord
 from verl_ext.tools.client import ToolCallError, ToolServerClient
 
 
@@ -55,3 +56,30 @@ class Episode:
     def answer(self, text: str) -> None:
         self.turns.append(TurnRecord(index=len(self.turns), span=(0, 0), text=text, outcome="answer",
                                      tools_enabled=False))
+
+
+async def expert_episode(
+    client: ToolServerClient,
+    images: Sequence[str],
+    walk: Callable[[Episode, list[str]], Awaitable[str]],
+    *,
+    protocol: Protocol,
+    question: str,
+    group_id: str,
+    answer: str,
+    render: Callable[[str | None], str],
+) -> tuple[bool, TrajectoryRecord, str]:
+    """Open a session with the question's ``images``, let ``walk`` make the calls (it returns why it failed, or
+    ''), close the session and answer (``render(answer)`` on success, ``render(None)`` otherwise).
+    Returns (solved, the episode as a trajectory, why)."""
+    session = await client.open_session(list(images))
+    episode = Episode(client, session.session_id)
+    try:
+        why = await walk(episode, session.images)
+    finally:
+        await client.close_session(session.session_id)
+    final = None if why else answer
+    episode.answer(render(final))
+    record = TrajectoryRecord(protocol=protocol, question=question, session_id=session.session_id, group_id=group_id,
+                              mei_version=None, termination_reason="answer", final_answer=final, turns=episode.turns)
+    return why == "", record, why

@@ -8,7 +8,8 @@ loop verl picks per row) and ``extra_info``.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,3 +50,26 @@ def write_parquets(rows: Mapping[str, list[dict[str, Any]]], out: Path) -> dict[
     for split, items in rows.items():
         pd.DataFrame(items).to_parquet(out / f"{split}.parquet", index=False)
     return {split: len(items) for split, items in rows.items()}
+
+
+def export_verified(
+    verified: Sequence[Any],
+    split_names: Sequence[str],
+    split_of: Callable[[Any], str],
+    row: Callable[[Any, Path, str, int], dict[str, Any]],
+    sft_record: Callable[[Any, dict[str, Any]], dict[str, Any]],
+    world_root: Path,
+    out: Path,
+) -> dict[str, int]:
+    """Deduplicated verified outcomes (``.task``, ``.trajectory``) -> ``{split}.parquet``, ``sft.jsonl`` (the
+    ``train`` split's expert episodes) and ``references.jsonl`` (every success reference); returns split sizes."""
+    rows: dict[str, list[dict[str, Any]]] = {name: [] for name in split_names}
+    with (out / "sft.jsonl").open("w", encoding="utf-8") as sft, \
+            (out / "references.jsonl").open("w", encoding="utf-8") as refs:
+        for o in verified:
+            split = split_of(o.task)
+            rows[split].append(row(o.task, world_root, split, len(rows[split])))
+            refs.write(json.dumps({"task_id": o.task.id, "label": "success", "trajectory": o.trajectory}) + "\n")
+            if split == "train":
+                sft.write(json.dumps(sft_record(o.task, o.trajectory), ensure_ascii=False) + "\n")
+    return write_parquets(rows, out)

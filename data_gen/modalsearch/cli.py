@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from data_gen.common.export import hash_unit
 from data_gen.common.report import bar_charts
+from data_gen.common.stats import filter_rates, stage_rates
 from data_gen.common.store import ResultLog
 from data_gen.kg import KG
 from data_gen.modalsearch.build import BuildConfig, GraphBuilder
@@ -154,22 +155,11 @@ def _quotas(limit: int | None) -> dict[str, int | None]:
 def statistics(outcomes: Sequence[Outcome], run_report: dict) -> dict:
     """Rejections per filter (rate = rejected / entering it), stage throughput, distributions of the verified."""
     judged = [o for o in outcomes if o.status != "error"]
-    rejected = Counter(o.filter for o in judged if o.status == "rejected")
-    entering, filters = len(judged), {}
-    for name in FILTERS:
-        filters[name] = {"entering": entering, "rejected": rejected[name],
-                         "rate": round(rejected[name] / entering, 4) if entering else 0.0}
-        entering -= rejected[name]
     verified = [o.task for o in judged if o.status == "verified" and o.task]
-    stages = {}
-    for stage in ("synthesis", "expert"):
-        spent = sum(o.seconds.get(stage, 0.0) for o in outcomes)
-        n = sum(1 for o in outcomes if stage in o.seconds)
-        stages[stage] = {"questions": n, "seconds": round(spent, 2),
-                         "per_minute": round(60 * n / spent, 1) if spent else None}
     return {
         "paths_judged": len(judged), "infrastructure_errors_excluded": len(outcomes) - len(judged),
-        "verified": len(verified), "filters": filters, "stages": stages,
+        "verified": len(verified), "filters": filter_rates(judged, FILTERS),
+        "stages": stage_rates(outcomes, outcomes, ("synthesis", "expert")),
         "hops": dict(sorted(Counter(len(t.nodes) - 1 for t in verified).items())),
         "modality_path_types": dict(Counter(t.modality for t in verified).most_common()),
         "labels": dict(Counter(t.label for t in verified).most_common()),

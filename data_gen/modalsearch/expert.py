@@ -20,7 +20,7 @@ import io
 
 from PIL import Image as PILImage
 
-from data_gen.common.episode import Episode, found
+from data_gen.common.episode import Episode, expert_episode, found
 from data_gen.modalsearch.answerers import VISUAL_QUESTIONS
 from data_gen.modalsearch.schema import PathNode, Task
 from data_gen.neos.observer import palette
@@ -36,19 +36,11 @@ class ModalSearchExpert:
 
     async def solve(self, task: Task) -> tuple[bool, TrajectoryRecord, str]:
         """(solved, trajectory, why it failed or '')."""
-        images = [task.start_image_url] if task.start_image_url else []
-        session = await self.client.open_session(images)
-        episode = Episode(self.client, session.session_id)
-        try:
-            why = await self._walk(task, episode, session.images)
-        finally:
-            await self.client.close_session(session.session_id)
-        final = None if why else task.answer
-        episode.answer(f"<answer>{final}</answer>" if final else "<answer>I could not verify an answer.</answer>")
-        record = TrajectoryRecord(protocol="modalsearch", question=task.question, session_id=session.session_id,
-                                  group_id=task.id, mei_version=None, termination_reason="answer", final_answer=final,
-                                  turns=episode.turns)
-        return why == "", record, why
+        return await expert_episode(
+            self.client, [task.start_image_url] if task.start_image_url else [],
+            lambda episode, refs: self._walk(task, episode, refs), protocol="modalsearch", question=task.question,
+            group_id=task.id, answer=task.answer,
+            render=lambda final: f"<answer>{final or 'I could not verify an answer.'}</answer>")
 
     async def _walk(self, task: Task, episode: Episode, refs: list[str]) -> str:
         nodes = task.nodes

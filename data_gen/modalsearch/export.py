@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from data_gen.common.export import image_cells, pick_split, user_prompt, write_parquets
+from data_gen.common.export import export_verified, image_cells, pick_split, user_prompt
 from data_gen.modalsearch.schema import AGENT_NAME, DATA_SOURCE, Outcome, Task
 
 TRAIN_SPLITS = (("train", 0.7), ("rl", 0.3))
@@ -74,13 +74,5 @@ def sft_record(task: Task, trajectory: dict[str, Any]) -> dict[str, Any]:
 
 
 def export(outcomes: Sequence[Outcome], world_root: Path, out: Path) -> dict[str, int]:
-    rows: dict[str, list[dict[str, Any]]] = {name: [] for name in SPLIT_NAMES}
-    with (out / "sft.jsonl").open("w", encoding="utf-8") as sft, \
-            (out / "references.jsonl").open("w", encoding="utf-8") as refs:
-        for o in dedupe(outcomes):
-            split = split_of(o.task)
-            rows[split].append(row(o.task, world_root, split, len(rows[split])))
-            refs.write(json.dumps({"task_id": o.task.id, "label": "success", "trajectory": o.trajectory}) + "\n")
-            if split == "train":
-                sft.write(json.dumps(sft_record(o.task, o.trajectory), ensure_ascii=False) + "\n")
-    return write_parquets(rows, out)
+    """Write ``{split}.parquet``, ``sft.jsonl`` (train split) and ``references.jsonl`` (all); returns split sizes."""
+    return export_verified(dedupe(outcomes), SPLIT_NAMES, split_of, row, sft_record, world_root, out)

@@ -28,7 +28,7 @@ from typing import Any
 
 from PIL import Image
 
-from data_gen.common.episode import Episode
+from data_gen.common.episode import Episode, expert_episode
 from data_gen.common.episode import found as _found
 from data_gen.neos.observer import palette
 from data_gen.neos.schema import Task
@@ -154,18 +154,10 @@ class ProgrammaticExpert:
 
     async def solve(self, task: Task) -> tuple[bool, TrajectoryRecord, str]:
         """(solved, trajectory, why it failed or '')."""
-        session = await self.client.open_session([e.url for e in task.entry_images])
-        episode = Episode(self.client, session.session_id)
-        try:
-            why = await self._walk(task, episode, session.images)
-        finally:
-            await self.client.close_session(session.session_id)
-        final = None if why else task.answer
-        episode.answer(final if final else "I could not verify an answer.")
-        record = TrajectoryRecord(protocol="neos", question=task.question, session_id=session.session_id,
-                                  group_id=task.id, mei_version=None, termination_reason="answer", final_answer=final,
-                                  turns=episode.turns)
-        return why == "", record, why
+        return await expert_episode(
+            self.client, [e.url for e in task.entry_images], lambda episode, refs: self._walk(task, episode, refs),
+            protocol="neos", question=task.question, group_id=task.id, answer=task.answer,
+            render=lambda final: final or "I could not verify an answer.")
 
     async def _walk(self, task: Task, episode: Episode, refs: list[str]) -> str:
         for ref, entry in zip(refs, task.entry_images):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from data_gen.common.stats import filter_rates, stage_rates
 from data_gen.neos.agents import (
     ProgrammaticExpert,
     probe_entry_image_vqa,
@@ -139,22 +140,12 @@ def statistics(outcomes: Sequence[Outcome]) -> dict:
     cands = [o for o in outcomes if o.status != "seed_done"]
     errors = sum(1 for o in cands if o.status == "error")
     judged = [o for o in cands if o.status != "error"]
-    rejected = Counter(o.filter for o in judged if o.status == "rejected")
-    entering, filters = len(judged), {}
-    for name in FILTERS:
-        filters[name] = {"entering": entering, "rejected": rejected[name],
-                         "rate": round(rejected[name] / entering, 4) if entering else 0.0}
-        entering -= rejected[name]
+    filters = filter_rates(judged, FILTERS)
     seeds = [o for o in outcomes if o.status == "seed_done"]
     seed_counts: Counter[str] = Counter()
     for o in seeds:
         seed_counts.update(o.counts)
-    stages = {}
-    for stage in STAGES:
-        spent = sum(o.seconds.get(stage, 0.0) for o in outcomes)
-        n = sum(1 for o in outcomes if stage in o.seconds and o.status != "seed_done")
-        stages[stage] = {"questions": n, "seconds": round(spent, 2),
-                         "per_minute": round(60 * n / spent, 1) if spent else None}
+    stages = stage_rates(outcomes, cands, STAGES)
     return {"seeds_done": len(seeds), "candidates": len(judged), "infrastructure_errors_excluded": errors,
             "verified": sum(1 for o in judged if o.status == "verified"), "filters": filters, "stages": stages,
             "seed_level": dict(sorted(seed_counts.items()))}
