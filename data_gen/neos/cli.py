@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from data_gen.common.report import bar_charts
 from data_gen.common.stats import filter_rates, stage_rates
 from data_gen.neos.agents import (
     ProgrammaticExpert,
@@ -23,7 +24,7 @@ from data_gen.neos.agents import (
 )
 from data_gen.neos.export import export
 from data_gen.neos.observer import PaletteObserver
-from data_gen.neos.schema import Outcome
+from data_gen.neos.schema import Outcome, Task
 from data_gen.neos.store import ResultLog
 from data_gen.neos.synth import Candidate, Synthesizer
 from data_gen.world.store import World
@@ -146,9 +147,31 @@ def statistics(outcomes: Sequence[Outcome]) -> dict:
     for o in seeds:
         seed_counts.update(o.counts)
     stages = stage_rates(outcomes, cands, STAGES)
+    tasks = [o.task for o in judged if o.status == "verified" and o.task]
     return {"seeds_done": len(seeds), "candidates": len(judged), "infrastructure_errors_excluded": errors,
-            "verified": sum(1 for o in judged if o.status == "verified"), "filters": filters, "stages": stages,
-            "seed_level": dict(sorted(seed_counts.items()))}
+            "verified": len(tasks), "filters": filters, "stages": stages,
+            "seed_level": dict(sorted(seed_counts.items())),
+            "hops": dict(sorted(Counter(len(t.steps) for t in tasks).items())),
+            "modality_path_types": dict(Counter(_path_type(t) for t in tasks).most_common()),
+            "labels": dict(Counter(_label(t) for t in tasks).most_common()),
+            "answer_types": dict(Counter(t.answer_entity.split(":", 1)[0] for t in tasks).most_common())}
+
+
+def _path_type(task: Task) -> str:
+    """Entry image(s), then per step I (a visual checkpoint: new visual evidence) or T: e.g. "I-T-I-T"."""
+    return "-".join(["I"] * len(task.entry_images) + ["I" if s.checkpoint else "T" for s in task.steps])
+
+
+def _label(task: Task) -> str:
+    """ModalSearcher's evidence labels applied to a Neos task: visual checkpoints need newly acquired images."""
+    return "search_required" if any(s.checkpoint for s in task.steps) else "input_only"
+
+
+def plots(stats: dict, out: Path) -> list[str]:
+    rejections = {**{k: v["rejected"] for k, v in stats["filters"].items()}, **stats["seed_level"]}
+    return bar_charts({"hops": stats["hops"], "modality_path_types": stats["modality_path_types"],
+                       "labels": stats["labels"], "rejections_per_filter": rejections,
+                       "answer_types": stats["answer_types"]}, out, "Neos")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -161,6 +184,7 @@ def main(args: argparse.Namespace) -> int:
     log.close()
     stats = statistics(outcomes)
     stats["splits"] = export(outcomes, args.world, args.out)
+    stats["plots"] = plots(stats, args.out / "plots")
     stats["wall_seconds_this_run"] = round(time.perf_counter() - start, 1)
     (args.out / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
     print(json.dumps(stats, indent=2))
