@@ -72,7 +72,7 @@ class GraphBuilder:
             if node_id.startswith("t:"):
                 asm.materialize(self.text_node(node_id[2:]))
                 t = time.perf_counter()
-                self._expand_text(node_id, asm, rng, stats)
+                await self._expand_text(node_id, asm, rng, stats)
                 stats.seconds["text_expansion"] += time.perf_counter() - t
                 t = time.perf_counter()
                 await self._expand_visual(node_id, asm, descriptions, stats)
@@ -105,14 +105,14 @@ class GraphBuilder:
                     IMAGE_KINDS.get(image.source, "image"), image.url, entity=image.entity_id,
                     description=description or image.alt, source_page=image.page_id, stable=False)
 
-    def _expand_text(self, node_id: str, asm: Assembly, rng: random.Random, stats: BuildStats) -> None:
+    async def _expand_text(self, node_id: str, asm: Assembly, rng: random.Random, stats: BuildStats) -> None:
         page = self.world.pages[node_id[2:]]
         links = sorted(p for p in page.links if p in self.world.pages and text_id(p) not in asm.blocked)
         links = [p for p in links if not is_category(self.world, self.world.pages[p])]
         stats.counts["t2t_links_category_or_blocked"] += len(page.links) - len(links)
         sampled = rng.sample(links, min(self.config.k_cand, len(links)))
         for target in sampled:
-            relation = self.relations.propose(page, self.world.pages[target])
+            relation = await self.relations.propose(page, self.world.pages[target])
             stats.counts["t2t_candidates"] += 1
             if relation is None:
                 stats.counts["t2t_filtered"] += 1

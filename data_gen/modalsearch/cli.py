@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
+import aiohttp
 from tqdm import tqdm
 
 from data_gen.common.export import hash_unit
@@ -32,12 +33,15 @@ from data_gen.modalsearch.build import BuildConfig, GraphBuilder
 from data_gen.modalsearch.expert import ModalSearchExpert
 from data_gen.modalsearch.export import export
 from data_gen.modalsearch.graph import Graph
+from data_gen.modalsearch.llm import LLMRelationProposer
 from data_gen.modalsearch.questions import QuestionWriter, Rejection, path_key
+from data_gen.modalsearch.relations import OfflineRelationProposer
 from data_gen.modalsearch.sampler import PathSampler
 from data_gen.modalsearch.schema import Outcome
 from data_gen.modalsearch.visual import ToolServerImageSearch
 from data_gen.world.store import World
 from tool_server.launch import served
+from verl_ext.reward.judge import JudgeConfig
 from verl_ext.tools.client import ToolServerClient, ToolServerUnavailable
 
 FILTERS = ("ambiguous_hop", "terminal_text", "terminal_image", "start_description", "leak", "expert")
@@ -56,6 +60,9 @@ def parser(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--benchmark-nodes", type=int, default=300, help="node budget of the benchmark graph")
     p.add_argument("--seeds", type=int, default=40, help="seed articles of the training graph (benchmark: a quarter)")
     p.add_argument("--attempts", type=int, default=3000, help="path draws per graph at most")
+    p.add_argument("--llm-url", default=None, help="OpenAI-compatible base URL for relation proposal (default: "
+                   "offline KG/context templates, no model)")
+    p.add_argument("--llm-model", default="relation-writer", help="model name sent to --llm-url")
     return p
 
 
@@ -109,15 +116,20 @@ async def run(args: argparse.Namespace, url: str) -> dict:
     log = ResultLog(args.out / "results.jsonl", Outcome)
     writer = QuestionWriter(world, kg, seed=args.seed)
     report: dict = {"graphs": {}, "sampler": {}}
-    async with ToolServerClient(url) as client:
+    async with ToolServerClient(url) as client, aiohttp.ClientSession() as http:
         search = ToolServerImageSearch(client)
         blocked: frozenset[str] = frozenset()
         expert = ModalSearchExpert(client)
+        relations = OfflineRelationProposer(world, kg)
+        if args.llm_url:
+            relations = LLMRelationProposer(JudgeConfig(url=args.llm_url, model=args.llm_model), http, relations)
+        report["relation_proposer"] = relations.name
         for name, seeds, budget in plan:
-            builder = GraphBuilder(world, kg, search, seed=args.seed, config=BuildConfig(max_nodes=budget))
+            builder = GraphBuilder(world, kg, search, seed=args.seed, config=BuildConfig(max_nodes=budget),
+                                   relations=relations)
             fingerprint = hashlib.sha256(json.dumps(
                 [world.manifest.get("content_hash"), args.seed, name, seeds, budget, sorted(blocked),
-                 asdict(builder.config)]).encode()).hexdigest()[:20]
+                 asdict(builder.config), relations.name, args.llm_url and args.llm_model]).encode()).hexdigest()[:20]
             graph, info = await _graph(builder, name, seeds, blocked, args.out, fingerprint)
             report["graphs"][name] = info
             blocked = frozenset(graph.nodes)
@@ -141,6 +153,8 @@ async def run(args: argparse.Namespace, url: str) -> dict:
             report["sampler"][name] = {**dict(sampler.counts), "draws": bar.n,
                                        "seconds": round(time.perf_counter() - start, 2)}
         await search.close()
+        if isinstance(relations, LLMRelationProposer):
+            report["llm_relations"] = {"calls": relations.calls, "fallbacks": relations.fallbacks}
     log.close()
     return report
 

@@ -7,7 +7,7 @@ deterministic context template quotes the sentence of w(a) that mentions the tar
 category/class pages and pages without an entity are not concrete entities; a context sentence must mention the
 target exactly once, as a capitalised name not opening the sentence (a concrete entity, not a concept), must not
 name the source's own title twice and must be 40-300 characters long (clarity). An
-LLM proposer plugs in through :class:`RelationProposer` (``data_gen.modalsearch.llm``).
+LLM proposer plugs in through :class:`RelationProposer` (``data_gen.modalsearch.llm``, LLM when configured).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def kg_phrase(relation: str, label: str, forward: bool) -> str:
 
 
 class RelationProposer(Protocol):
-    def propose(self, source: Page, target: Page) -> Relation | None:
+    async def propose(self, source: Page, target: Page) -> Relation | None:
         """A relation describing ``target`` from ``source`` (``{x}``), or None when filtered out."""
         ...
 
@@ -62,7 +62,7 @@ class OfflineRelationProposer:
         self.world = world
         self.kg = kg
 
-    def propose(self, source: Page, target: Page) -> Relation | None:
+    async def propose(self, source: Page, target: Page) -> Relation | None:
         if is_category(self.world, target) or not source.entity_id:
             return None
         a, b = source.entity_id, target.entity_id

@@ -70,18 +70,18 @@ def world_kg(small_world):
     return world, KG.from_triples((t.s, t.p, t.o) for t in world.triples if not t.literal)
 
 
-def test_text_relations_come_from_the_kg_or_a_masked_context_sentence(world_kg):
+async def test_text_relations_come_from_the_kg_or_a_masked_context_sentence(world_kg):
     world, kg = world_kg
     proposer = OfflineRelationProposer(world, kg)
     france, paris, belgium = (world.pages[p] for p in ("France", "Paris", "Belgium"))
-    capital = proposer.propose(france, paris)
+    capital = await proposer.propose(france, paris)
     assert (capital.phrase, capital.unique, capital.kg_relation) == ("is the capital of {x}", True, "P36")
-    border = proposer.propose(france, belgium)
+    border = await proposer.propose(france, belgium)
     assert border.phrase == "shares a border with {x}" and border.unique is False  # France has 8 neighbours
     no_entity = Page("Lists_of_places", "u:lists", "Lists of places", "France is listed here.", "test")
-    assert proposer.propose(france, no_entity) is None  # not a concrete entity
-    context = next(r for t in france.links if (r := proposer.propose(france, world.pages[t])) and
-                   r.source == "context_template")
+    assert await proposer.propose(france, no_entity) is None  # not a concrete entity
+    relations = [await proposer.propose(france, world.pages[t]) for t in france.links]
+    context = next(r for r in relations if r and r.source == "context_template")
     assert "___" in context.phrase and context.phrase.endswith("of the article on {x}")
 
 

@@ -1,6 +1,8 @@
 """Question synthesis on hand-picked paths of the small world: depiction from an input image, a composed t2i2t hop,
 a terminal image question with the T = 3 with/without-image verification, backward rewriting and labels."""
 
+import asyncio
+
 import pytest
 
 from data_gen.kg import KG
@@ -16,6 +18,10 @@ from data_gen.world.store import World
 
 @pytest.fixture(scope="module")
 def setup(small_world):
+    return asyncio.run(_setup(small_world))
+
+
+async def _setup(small_world):
     world = World.load(small_world)
     kg = KG.from_triples((t.s, t.p, t.o) for t in world.triples if not t.literal)
     builder = GraphBuilder(world, kg, search=None)
@@ -30,7 +36,7 @@ def setup(small_world):
     t2i = Relation("is the {kind} of {x}", unique=True, source="retrievability")
     edges = [
         GraphEdge(text_id("France"), text_id("Belgium"), "t2t",
-                  rel.propose(world.pages["France"], world.pages["Belgium"])),
+                  await rel.propose(world.pages["France"], world.pages["Belgium"])),
         GraphEdge(text_id("France"), image_id("flag_fra"), "t2i", t2i),
         GraphEdge(text_id("France"), image_id("map_fra"), "t2i", t2i),
         GraphEdge(image_id("flag_fra"), text_id("France"), "i2t", linker[("flag_fra", "France")]),
