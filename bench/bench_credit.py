@@ -1,11 +1,12 @@
 """Turn credit on a large batch (4,096 x 8,192 tokens x 30 turns) vs verl's own GRPO estimator on the same batch.
 
 Times the general token path (``batch_token_advantages`` on a token-turn array), the run path the estimator uses
-(``mask_runs`` + ``run_token_advantages`` on the bool mask), and the registered ``neos_turn_credit`` estimator end to
-end (int64 torch mask in, GRPO base via verl, labels -> Eq. 3 weights, torch advantages out).
+(``mask_runs`` + ``run_token_advantages`` on the int64 mask), and the registered ``neos_turn_credit`` estimator end to
+end (int64 torch mask in, our GRPO base, labels -> ``WeightTable`` Eq. 3 weights, torch advantages out), and the
+turn weights alone: ``turn_weights`` per failure vs ``WeightTable`` for all of them.
 Run from the repository root, pinned to two cores:
     PYTHONPATH=. taskset -c 0,1 python bench/bench_credit.py [--dtype int16]
-Prints one line: median wall-clock (and CPU) milliseconds of each.
+Prints one line: median wall-clock (and CPU) milliseconds of each, and the estimator's ratio to verl's GRPO.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from verl_ext.credit import (
     CreditLabels,
     CreditParams,
     JudgeEvent,
+    WeightTable,
     batch_token_advantages,
     mask_runs,
     run_token_advantages,
@@ -105,7 +107,7 @@ def main() -> None:
         return [turn_weights(args.turns, e, p, params) if f else [] for f, (e, p) in zip(failed, assessments)]
 
     weights = all_turn_weights()
-    mask = response_mask.numpy() != 0
+    mask = response_mask.numpy()  # int64, as the estimator reads it
     token_ms, token_cpu = timed(lambda: batch_token_advantages(token_turn, weights, base, failed, params), args.repeat)
     runs_ms, runs_cpu = timed(lambda: run_token_advantages(mask_runs(mask), weights, base, failed, params), args.repeat)
 
@@ -128,18 +130,22 @@ def main() -> None:
         with credit_inputs(rows):
             compute_turn_credit_advantage(token_rewards, response_mask, index=uid, config=config)
 
-    est_ms, est_cpu = timed(estimator, max(1, args.repeat // 2))
+    est_ms, est_cpu = timed(estimator, args.repeat)
     grpo_ms, grpo_cpu = timed(lambda: compute_grpo_outcome_advantage(token_rewards, response_mask, uid), args.repeat)
     floor_ms, _ = timed(lambda: np.ones((args.batch, args.length), dtype=np.float32), args.repeat)
     weights_ms, _ = timed(all_turn_weights, 3)
+    failures = [(args.turns, e, p) for f, (e, p) in zip(failed, assessments) if f]
+    table_ms, _ = timed(lambda: WeightTable.from_labels(failures).weights(params), args.repeat)
     print(
         f"turn credit {args.batch}x{args.length}x{args.turns} ({int(failed.sum())} assessed failures), "
         f"median ms (cpu ms): "
         f"batch_token_advantages({args.dtype} token_turn) {token_ms:.0f} ({token_cpu:.0f}) | "
-        f"mask_runs+run_token_advantages {runs_ms:.0f} ({runs_cpu:.0f}) | "
+        f"mask_runs(int64)+run_token_advantages {runs_ms:.0f} ({runs_cpu:.0f}) | "
         f"neos_turn_credit estimator end to end {est_ms:.0f} ({est_cpu:.0f}) | "
         f"verl compute_grpo_outcome_advantage {grpo_ms:.0f} ({grpo_cpu:.0f}) | "
-        f"fresh float32 output alone {floor_ms:.0f} | turn_weights for all failures {weights_ms:.0f}"
+        f"estimator / verl GRPO {est_ms / grpo_ms:.2f}x wall ({est_cpu / grpo_cpu:.2f}x cpu) | "
+        f"fresh float32 output alone {floor_ms:.0f} | turn weights of all failures: turn_weights per failure "
+        f"{weights_ms:.0f}, WeightTable {table_ms:.1f}"
     )
 
 

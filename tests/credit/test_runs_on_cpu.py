@@ -66,3 +66,20 @@ def test_missing_turn_weights_and_a_chunk_without_policy_tokens():
     # regression: a chunk whose rows have no policy tokens and no weights once broke key building (width 1)
     out = batch_token_advantages(np.full((3, 4), -1), [[], [], []], [0.0, 0.0, -1.0], np.array([False, False, True]))
     np.testing.assert_array_equal(out, np.zeros((3, 4)))
+
+
+@pytest.mark.parametrize("dtype", [np.bool_, np.int8, np.int64, np.float32])
+def test_runs_are_the_same_in_any_chunking_and_dtype(monkeypatch, dtype):
+    """Rows go in chunks of a few MiB; a chunk of one row, of three rows (last one short) or all rows agree, and
+    every nonzero value counts as a policy token (2 next to 1 is one run)."""
+    import verl_ext.credit.runs as runs_module
+
+    rng = np.random.default_rng(0)
+    mask = rng.integers(0, 3, size=(7, 11)) * (rng.random((7, 11)) < 0.6)
+    mask[3] = 0  # a row without policy tokens
+    expected = loop_turns(mask != 0)
+    for chunk_bytes in (1, 3 * 11 * np.dtype(dtype).itemsize, 1 << 22):
+        monkeypatch.setattr(runs_module, "_CHUNK_BYTES", chunk_bytes)
+        runs = mask_runs(mask.astype(dtype))
+        np.testing.assert_array_equal(runs.expand(runs.turn, -1, np.int64), expected)
+        assert runs.length.sum() == (mask != 0).sum()

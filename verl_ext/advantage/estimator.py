@@ -10,6 +10,7 @@ run (it is plain GRPO); every other row fails loudly instead of silently trainin
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import fields
 from typing import Any
 
@@ -18,9 +19,10 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from verl.trainer.ppo.core_algos import register_adv_est
 
-from verl_ext.advantage.inputs import CreditRow, current_credit_inputs, policy_mask
-from verl_ext.credit import CreditAblation, CreditParams, mask_runs
+from verl_ext.advantage.inputs import CreditRow, current_credit_inputs, mask_array
+from verl_ext.credit import CreditAblation, CreditParams, MaskRuns, mask_runs
 from verl_ext.credit.batch import run_credit_values
+from verl_ext.credit.weight_table import WeightTable
 
 ESTIMATOR = "neos_turn_credit"
 CONFIG_KEY = "neos_credit"  # algorithm.neos_credit: verl passes config.algorithm (a DictConfig) to estimators
@@ -65,36 +67,44 @@ def outcome_advantage(
 
 
 def turn_credit_advantages(
-    base: torch.Tensor, response_mask: torch.Tensor, rows: Sequence[CreditRow], index: np.ndarray, params: CreditParams
+    base: torch.Tensor, runs: Future[MaskRuns], rows: Sequence[CreditRow], index: np.ndarray, params: CreditParams
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """(bs, len) advantages (Eq. 7 over Eq. 3 weights for assessed rows, A_i elsewhere, 0 outside the mask) and
-    their ``credit_metrics``."""
-    bs = response_mask.shape[0]
+    their ``credit_metrics``.
+
+    ``runs`` are the response mask's runs, still being computed on another thread: the label work here (Python)
+    overlaps that memory-bound pass, which releases the GIL.
+    """
+    bs = base.shape[0]
     if len(rows) != bs:
         raise ValueError(f"credit inputs hold {len(rows)} rows for a batch of {bs}")
     for i, row in enumerate(rows):
         if row.uid != str(index[i]):
             raise ValueError(f"credit row {i} has uid {row.uid!r} but verl's batch row {i} has {index[i]!r}")
-    runs = mask_runs(policy_mask(response_mask))
-    mask_turns = runs.turns_per_row()
     base_np = base.detach().cpu().double().numpy()
     assessed = np.array([row.labels is not None and row.labels.assessed for row in rows], dtype=bool)
-    weights: list[Sequence[float]] = []
-    for i, row in enumerate(rows):
-        if not assessed[i]:
-            weights.append(())
-            continue
-        if row.labels.num_turns != mask_turns[i]:
+    failures = np.flatnonzero(assessed)
+    labels = [rows[i].labels for i in failures]
+    num_turns = np.array([label.num_turns for label in labels], dtype=np.int64)
+    table = WeightTable.from_labels([(label.num_turns, label.events, label.productive) for label in labels])
+    runs = runs.result()
+    mask_turns = runs.turns_per_row()
+    wrong_turns, positive = num_turns != mask_turns[failures], base_np[failures] > 0
+    if (wrong_turns | positive).any():
+        first = int(np.flatnonzero(wrong_turns | positive)[0])
+        i, row = int(failures[first]), rows[failures[first]]
+        if wrong_turns[first]:
             raise ValueError(
                 f"credit row {i} (uid {row.uid}) is labelled for {row.labels.num_turns} turns but its response_mask "
                 f"has {mask_turns[i]} runs of policy tokens"
             )
-        if base_np[i] > 0:
-            raise ValueError(f"credit row {i} (uid {row.uid}) has labels but outcome advantage {base_np[i]} > 0")
-        weights.append(row.labels.weights(params))
+        raise ValueError(f"credit row {i} (uid {row.uid}) has labels but outcome advantage {base_np[i]} > 0")
+    failure_weights = table.weights(params)
+    weights = np.full((bs, failure_weights.shape[1]), np.nan)
+    weights[failures] = failure_weights
     values = run_credit_values(runs, weights, base_np, assessed, params)
     advantages = torch.from_numpy(runs.expand(values.astype(np.float32), 0.0, np.float32))
-    return advantages.to(device=response_mask.device, dtype=base.dtype), credit_metrics(values, runs.length, rows)
+    return advantages.to(device=base.device, dtype=base.dtype), credit_metrics(values, runs.length, rows)
 
 
 def credit_metrics(run_values: np.ndarray, run_lengths: np.ndarray, rows: Sequence[CreditRow]) -> dict[str, float]:
@@ -124,7 +134,6 @@ def compute_turn_credit_advantage(
         raise ValueError(f"{ESTIMATOR} needs the uid of each row (verl passes it as index)")
     params = credit_params_from_config(config)
     norm = True if config is None else bool(config.get("norm_adv_by_std_in_grpo", True))
-    base = outcome_advantage(token_level_rewards, index, epsilon, norm)
     inputs = current_credit_inputs()
     if inputs is None:
         if params.ablation is not CreditAblation.OUTCOME_ONLY:
@@ -133,8 +142,12 @@ def compute_turn_credit_advantage(
                 "and got none: run it under a trainer with verl_ext.advantage.trainer_mixin.TurnCreditAdvantageMixin "
                 "(which enters verl_ext.advantage.inputs.credit_inputs), or set the ablation to outcome_only"
             )
-        advantages = base[:, None] * response_mask
+        advantages = outcome_advantage(token_level_rewards, index, epsilon, norm)[:, None] * response_mask
     else:
-        advantages, metrics = turn_credit_advantages(base, response_mask, inputs.rows, index, params)
+        # The mask pass (memory-bound numpy, GIL released) runs on a second core beside the GRPO base and the labels.
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            runs = pool.submit(mask_runs, mask_array(response_mask))
+            base = outcome_advantage(token_level_rewards, index, epsilon, norm)
+            advantages, metrics = turn_credit_advantages(base, runs, inputs.rows, index, params)
         inputs.metrics.update(metrics)
     return advantages, advantages

@@ -55,12 +55,15 @@ def current_credit_inputs() -> CreditInputs | None:
     return _CURRENT.get()
 
 
-def policy_mask(response_mask: Any) -> NDArray[np.bool_]:
-    """``response_mask`` (a torch tensor on any device, or a numpy array) as a numpy bool array."""
+def mask_array(response_mask: Any) -> NDArray:
+    """``response_mask`` (a torch tensor on any device, or a numpy array) as a numpy array of its own dtype.
+
+    No bool conversion here: ``mask_runs`` tests ``!= 0`` chunk by chunk, which on verl's int64 mask saves a
+    whole-batch pass.
+    """
     if hasattr(response_mask, "detach"):  # torch, without importing it here
         response_mask = response_mask.detach().cpu().numpy()
-    mask = np.asarray(response_mask)
-    return mask if mask.dtype == np.bool_ else mask != 0
+    return np.asarray(response_mask)
 
 
 def token_turns_from_mask(response_mask: Any) -> NDArray[np.int32]:
@@ -69,7 +72,7 @@ def token_turns_from_mask(response_mask: Any) -> NDArray[np.int32]:
     For consumers that want the token -> turn map (``batch_token_advantages``, diagnostics); the estimator itself
     works on the runs (``mask_runs``) and never materialises it.
     """
-    runs = mask_runs(policy_mask(response_mask))
+    runs = mask_runs(mask_array(response_mask))
     return runs.expand(runs.turn, -1, np.int32)
 
 

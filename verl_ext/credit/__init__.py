@@ -10,6 +10,7 @@ from verl_ext.credit.params import CreditAblation, CreditParams
 from verl_ext.credit.rescale import rescale_advantages
 from verl_ext.credit.runs import MaskRuns, mask_runs
 from verl_ext.credit.schema import SCHEMA_VERSION, CreditAssessment, assessment_to_credit
+from verl_ext.credit.weight_table import WeightTable
 from verl_ext.credit.weights import JudgeEvent, turn_weights
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "CreditParams",
     "JudgeEvent",
     "MaskRuns",
+    "WeightTable",
     "assessment_to_credit",
     "batch_token_advantages",
     "labels_from_assessment",

@@ -29,41 +29,60 @@ _MAX_THREADS = 4
 _MAX_TURNS = 1 << 16  # a larger "turn index" is a caller bug, not a trajectory: fail before sizing tables by it
 
 
-def _raw_credit_table(
-    turn_weights: Sequence[Sequence[float]],
-    base: NDArray[np.float64],
-    assessed: NDArray[np.bool_],
-    params: CreditParams,
-) -> NDArray[np.float64]:
-    """(bs, max_turns) table of Ã = b·w for assessed rows, NaN where a sample has no such turn (and elsewhere)."""
-    rows = np.flatnonzero(assessed)
+TurnWeights = Sequence[Sequence[float]] | NDArray[np.float64]
+
+
+def _weight_rows(
+    turn_weights: TurnWeights, rows: NDArray[np.int64]
+) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
+    """(rows, width) weights of the samples ``rows``, NaN after each sample's last turn, and where turns exist.
+
+    ``turn_weights`` is one sequence per sample, or a (bs, width) array padded with NaN after each sample's last turn
+    (``WeightTable.weights`` gives one), which skips a Python pass over every weight.
+    """
+    if isinstance(turn_weights, np.ndarray):
+        if turn_weights.ndim != 2 or turn_weights.dtype != np.float64:
+            raise ValueError(f"a turn-weight array must be 2-D float64, got {turn_weights.dtype} {turn_weights.shape}")
+        weights = turn_weights[rows]
+        return weights, ~np.isnan(weights)
     selected = [turn_weights[i] for i in rows]
     lengths = np.array([len(w) for w in selected], dtype=np.int64)
     try:
         flat = np.fromiter(itertools.chain.from_iterable(selected), dtype=np.float64, count=int(lengths.sum()))
     except (TypeError, ValueError):
         raise ValueError("turn weights of assessed samples must be flat sequences of numbers") from None
-    bad = ~(np.isfinite(flat) & (flat >= -1.0) & (flat <= params.lambda_c))
+    weights = np.full((rows.size, int(lengths.max(initial=0))), np.nan)
+    present = np.arange(weights.shape[1]) < lengths[:, None]
+    weights[present] = flat
+    return weights, present
+
+
+def _raw_credit_table(
+    turn_weights: TurnWeights,
+    base: NDArray[np.float64],
+    assessed: NDArray[np.bool_],
+    params: CreditParams,
+) -> NDArray[np.float64]:
+    """(bs, max_turns) table of Ã = b·w for assessed rows, NaN where a sample has no such turn (and elsewhere)."""
+    rows = np.flatnonzero(assessed)
+    weights, present = _weight_rows(turn_weights, rows)
+    bad = present & ~((weights >= -1.0) & (weights <= params.lambda_c))  # NaN fails too
     if bad.any():
-        sample = rows[np.searchsorted(np.cumsum(lengths), np.flatnonzero(bad)[0], side="right")]
+        first = np.nonzero(bad)[0][0]
         raise ValueError(
-            f"turn weights of sample {sample} must be finite and lie in Eq. 3's range [-1, lambda_c = "
-            f"{params.lambda_c}], got {list(turn_weights[sample])}"
+            f"turn weights of sample {rows[first]} must be finite and lie in Eq. 3's range [-1, lambda_c = "
+            f"{params.lambda_c}], got {weights[first][present[first]].tolist()}"
         )
     failures = base[rows]
     if not (failures <= 0).all():
         raise ValueError(f"base advantage of an assessed failure must be <= 0, got {failures.max()}")
-    width = int(lengths.max(initial=0))
-    present = np.arange(width) < lengths[:, None]
-    weights = np.full((rows.size, width), np.nan)
-    weights[present] = flat
-    table = np.full((base.size, width), np.nan)
+    table = np.full((base.size, weights.shape[1]), np.nan)
     table[rows] = -failures[:, None] * weights
     return table
 
 
 def _checked(
-    bs: int, turn_weights: Sequence[Sequence[float]], base_advantage: ArrayLike, assessed: ArrayLike
+    bs: int, turn_weights: TurnWeights, base_advantage: ArrayLike, assessed: ArrayLike
 ) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
     base = np.asarray(base_advantage, dtype=np.float64)
     mask = np.asarray(assessed)
@@ -78,7 +97,7 @@ def _checked(
 
 def batch_token_advantages(
     token_turn: NDArray[np.integer],
-    turn_weights: Sequence[Sequence[float]],
+    turn_weights: TurnWeights,
     base_advantage: ArrayLike,
     assessed: ArrayLike,
     params: CreditParams = CreditParams(),
@@ -173,7 +192,7 @@ def _chunk_table(
 
 def run_credit_values(
     runs: MaskRuns,
-    turn_weights: Sequence[Sequence[float]],
+    turn_weights: TurnWeights,
     base_advantage: ArrayLike,
     assessed: ArrayLike,
     params: CreditParams = CreditParams(),
@@ -195,7 +214,7 @@ def run_credit_values(
             sample = int(row[first])
             raise ValueError(
                 f"sample {sample} has tokens of turn {int(turn[first])} but turn weights for "
-                f"{len(turn_weights[sample])} turns"
+                f"{int(np.isfinite(raw_table[sample]).sum())} turns"
             )
         pos, neg = np.maximum(raw, 0.0), np.maximum(-raw, 0.0)
         negative = np.bincount(row, weights=length * neg, minlength=bs)
@@ -212,7 +231,7 @@ def run_credit_values(
 
 def run_token_advantages(
     runs: MaskRuns,
-    turn_weights: Sequence[Sequence[float]],
+    turn_weights: TurnWeights,
     base_advantage: ArrayLike,
     assessed: ArrayLike,
     params: CreditParams = CreditParams(),

@@ -33,27 +33,42 @@ class MaskRuns:
         return np.repeat(values, np.diff(self.bounds)).reshape(self.shape)
 
 
+_CHUNK_BYTES = 4 << 20  # rows per pass: an int64 chunk of 4 MiB plus its bool copies stay in L2/L3
+
+
 def mask_runs(mask: NDArray) -> MaskRuns:
-    """Runs of a 2-D mask (nonzero = policy token)."""
+    """Runs of a 2-D mask (nonzero = policy token; any numeric or bool dtype).
+
+    Rows go in chunks of a few MiB, so the mask is read from memory once: the ``!= 0`` test, the boundary test and
+    the run starts of a chunk all work on cache-resident copies (on verl's int64 ``response_mask``, ~2x less CPU
+    than a whole-batch bool mask first).
+    """
     if mask.ndim != 2:
         raise ValueError(f"response_mask must be 2-D (bs, response_len), got shape {mask.shape}")
-    policy = mask if mask.dtype == np.bool_ else mask != 0
-    bs, length = policy.shape
-    boundary = np.empty((bs, length), dtype=np.bool_)
-    boundary[:, :1] = True  # every row starts a segment
-    np.not_equal(policy[:, 1:], policy[:, :-1], out=boundary[:, 1:])
-    starts = np.flatnonzero(boundary)
-    bounds = np.append(starts, bs * length)
-    is_run = policy.ravel()[starts]
-    run_starts = starts[is_run]
+    bs, length = mask.shape
+    step = max(1, _CHUNK_BYTES // max(1, length * mask.itemsize))
+    starts, is_run = [], []
+    for first in range(0, bs, step):
+        chunk = mask[first : first + step]
+        policy = chunk if chunk.dtype == np.bool_ else chunk != 0
+        boundary = np.empty(policy.shape, dtype=np.bool_)
+        boundary[:, :1] = True  # every row starts a segment
+        np.not_equal(policy[:, 1:], policy[:, :-1], out=boundary[:, 1:])
+        local = np.flatnonzero(boundary)
+        is_run.append(policy.ravel()[local])
+        starts.append(local + first * length)
+    start = np.concatenate(starts) if starts else np.zeros(0, dtype=np.int64)
+    run = np.concatenate(is_run) if is_run else np.zeros(0, dtype=np.bool_)
+    bounds = np.append(start, bs * length)
+    run_starts = start[run]
     row = run_starts // max(length, 1)
     first_of_row = np.searchsorted(row, np.arange(bs))
     turn = np.arange(row.size) - first_of_row[row]
     return MaskRuns(
         shape=(bs, length),
         bounds=bounds,
-        is_run=is_run,
+        is_run=run,
         row=row,
         turn=turn,
-        length=bounds[1:][is_run] - run_starts,
+        length=bounds[1:][run] - run_starts,
     )
