@@ -49,6 +49,7 @@ SEED_KINDS = frozenset({"country", "city", "subdivision", "us_state", "brand", "
                         "language", "currency"})
 BENCHMARK_SEED_SHARE = 0.1
 BENCHMARK_SHARE = 0.1  # of --limit
+GRAPH_VERSION = 2  # part of a saved graph's fingerprint: bump when expansion changes what a graph holds
 
 
 def parser(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -128,7 +129,7 @@ async def run(args: argparse.Namespace, url: str) -> dict:
             builder = GraphBuilder(world, kg, search, seed=args.seed, config=BuildConfig(max_nodes=budget),
                                    relations=relations)
             fingerprint = hashlib.sha256(json.dumps(
-                [world.manifest.get("content_hash"), args.seed, name, seeds, budget, sorted(blocked),
+                [GRAPH_VERSION, world.manifest.get("content_hash"), args.seed, name, seeds, budget, sorted(blocked),
                  asdict(builder.config), relations.name, args.llm_url and args.llm_model]).encode()).hexdigest()[:20]
             graph, info = await _graph(builder, name, seeds, blocked, args.out, fingerprint)
             report["graphs"][name] = info

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from data_gen.kg import KG
 from data_gen.kg.distinguish import TAXONOMIC_RELATIONS
 from data_gen.modalsearch.graph import Relation
-from data_gen.modalsearch.relations import is_category, kg_phrase, noun
+from data_gen.modalsearch.relations import disambiguated, is_category, kg_phrase, noun
 from data_gen.world.linking import Form, Linker
 from data_gen.world.model import Image, Page
 from data_gen.world.store import World
@@ -85,5 +85,5 @@ class OfflineImageLinker:
         peers = self.kg.objects(depicted, rel) if forward else self.kg.subjects(rel, depicted)
         label = self.world.relations[rel].label if rel in self.world.relations else rel
         shown = f"the {noun(self.world, depicted)} depicted in {{x}}"
-        return Relation(kg_phrase(rel, label, forward).replace("{x}", shown), unique=len(peers) == 1,
-                        source="kg_via_depiction", kg_relation=rel)
+        return disambiguated(self.world, kg_phrase(rel, label, forward).replace("{x}", shown), b, peers,
+                             "kg_via_depiction", rel)

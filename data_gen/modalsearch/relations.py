@@ -13,6 +13,7 @@ LLM proposer plugs in through :class:`RelationProposer` (``data_gen.modalsearch.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from typing import Protocol
 
 from data_gen.kg import KG
@@ -47,6 +48,21 @@ def kg_phrase(relation: str, label: str, forward: bool) -> str:
     return as_object if forward else as_subject
 
 
+def disambiguated(world: World, phrase: str, target: str, peers: Collection[str], source: str,
+                  kg_relation: str | None) -> Relation:
+    """The relation, unique when ``target`` is its only ``peer``; otherwise with the clue the paper keeps for
+    answer uniqueness, offline the initial of the target's name when no other peer shares it (else not unique)."""
+    if len(peers) <= 1:
+        return Relation(phrase, unique=True, source=source, kg_relation=kg_relation)
+    initial = world.entities[target].label[:1].upper() if target in world.entities else ""
+    clash = [p for p in peers if p != target and p in world.entities and
+             world.entities[p].label[:1].upper() == initial]
+    if initial.isalpha() and not clash:
+        return Relation(f"{phrase}, and whose name begins with “{initial}”", unique=True,
+                        source=f"{source}+initial_clue", kg_relation=kg_relation)
+    return Relation(phrase, unique=False, source=source, kg_relation=kg_relation)
+
+
 class RelationProposer(Protocol):
     async def propose(self, source: Page, target: Page) -> Relation | None:
         """A relation describing ``target`` from ``source`` (``{x}``), or None when filtered out."""
@@ -73,7 +89,7 @@ class OfflineRelationProposer:
             rel, forward = min(facts, key=lambda f: (_ORDER.index(f[0]) if f[0] in _ORDER else len(_ORDER), f))
             peers = self.kg.objects(a, rel) if forward else self.kg.subjects(rel, a)
             label = self.world.relations[rel].label if rel in self.world.relations else rel
-            return Relation(kg_phrase(rel, label, forward), unique=len(peers) == 1, source="kg", kg_relation=rel)
+            return disambiguated(self.world, kg_phrase(rel, label, forward), b, peers, "kg", rel)
         return self._context(source, self.world.entities[b])
 
     def _context(self, source: Page, target: Entity) -> Relation | None:

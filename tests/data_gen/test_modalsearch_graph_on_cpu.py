@@ -76,8 +76,11 @@ async def test_text_relations_come_from_the_kg_or_a_masked_context_sentence(worl
     france, paris, belgium = (world.pages[p] for p in ("France", "Paris", "Belgium"))
     capital = await proposer.propose(france, paris)
     assert (capital.phrase, capital.unique, capital.kg_relation) == ("is the capital of {x}", True, "P36")
+    # France has 8 neighbours; Belgium is the only one starting with B, Spain shares its S with Switzerland
     border = await proposer.propose(france, belgium)
-    assert border.phrase == "shares a border with {x}" and border.unique is False  # France has 8 neighbours
+    assert border.phrase == "shares a border with {x}, and whose name begins with \u201cB\u201d" and border.unique
+    spain = await proposer.propose(france, world.pages["Spain"])
+    assert spain.phrase == "shares a border with {x}" and spain.unique is False
     no_entity = Page("Lists_of_places", "u:lists", "Lists of places", "France is listed here.", "test")
     assert await proposer.propose(france, no_entity) is None  # not a concrete entity
     relations = [await proposer.propose(france, world.pages[t]) for t in france.links]
