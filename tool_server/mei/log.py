@@ -17,7 +17,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from .jsonl import JsonlAppender, iter_jsonl
+from .jsonl import JsonlAppender, iter_jsonl, write_atomic
 from .schema import ImageView, MEIContext, PageView
 
 DATA_URL_PREFIX = "data:image/png;base64,"
@@ -101,17 +100,7 @@ class BlobStore:
         if path.exists():
             return digest
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                if self._durable:
-                    f.flush()
-                    os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(path, data, durable=self._durable)
         return digest
 
     def get(self, digest: str) -> bytes:

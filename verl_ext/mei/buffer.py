@@ -19,7 +19,6 @@ pending view's ``end_offset``, so calls added while MEI trained stay pending for
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from tool_server.mei.jsonl import JsonlAppender, iter_jsonl
+from tool_server.mei.jsonl import JsonlAppender, iter_jsonl, write_atomic
 from tool_server.mei.log import BLOB_URL_PREFIX, BlobStore, MEIRecord
 from verl_ext.mei.selection import RetainedCall
 
@@ -53,29 +52,18 @@ class BufferState(BaseModel):
     checkpoint: str | None = None  # the HF directory of the current MEI version, once one was trained
 
 
+@dataclass(slots=True)
+class Added:
+    added: int = 0
+    duplicate: int = 0  # already pending
+    unavailable: int = 0  # an image of its input is missing or corrupt in the MEI log's blob store
+
+
 @dataclass(frozen=True, slots=True)
 class Pending:
     calls: list[BufferedCall]
     end_offset: int  # pass to mark_mei_update: everything before it was trained on
     torn_lines: int  # lines after consumed_offset that were torn or invalid (skipped)
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def _blob_digests(messages: list[dict]) -> list[str]:
@@ -106,22 +94,28 @@ class MEIBuffer:
         self._pending_ids = {c.call.call_id for c in self.pending().calls}
 
     def _save(self) -> None:
-        _write_atomic(self._state_path, self.state.model_dump_json(indent=1).encode())
+        write_atomic(self._state_path, self.state.model_dump_json(indent=1).encode(), durable=True)
 
-    def add(self, retained: Iterable[RetainedCall], source_blobs: BlobStore) -> int:
-        """Append retained calls (images copied from ``source_blobs``, the MEI log's store); a call already pending
-        is skipped. Returns how many were appended. Raises ``FileNotFoundError`` if a named image is missing."""
-        added = 0
+    def add(self, retained: Iterable[RetainedCall], source_blobs: BlobStore) -> Added:
+        """Append retained calls, copying their images from ``source_blobs`` (the MEI log's store). A call already
+        pending, or one whose image is missing or corrupt there, is skipped and counted."""
+        out = Added()
         for r in retained:
             if r.call.call_id in self._pending_ids:
+                out.duplicate += 1
                 continue
-            for digest in _blob_digests(r.call.messages or []):
-                self.blobs.put(source_blobs.get(digest))
+            try:
+                images = [source_blobs.get(d) for d in _blob_digests(r.call.messages or [])]
+            except (OSError, ValueError):
+                out.unavailable += 1
+                continue
+            for data in images:
+                self.blobs.put(data)
             item = BufferedCall(call=r.call, reason=r.reason, trajectory_session=r.trajectory_session, turn=r.turn)
             self._out.append(item.model_dump(mode="json"))
             self._pending_ids.add(r.call.call_id)
-            added += 1
-        return added
+            out.added += 1
+        return out
 
     def pending(self) -> Pending:
         """The calls retained since the last MEI update, in the order they were added."""
