@@ -30,8 +30,8 @@ def test_schedule_pending_and_resume(tmp_path):
                                               {"type": "image_url", "image_url": {"url": BLOB_URL_PREFIX + digest}}]}]
     buf = MEIBuffer(tmp_path / "buf", initial_version="v0")
     gone = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": BLOB_URL_PREFIX + "0" * 64}}]}]
-    added = buf.add([retained("a"), retained("b", img_msgs), retained("a"), retained("x", gone)], src)
-    assert (added.added, added.duplicate, added.unavailable) == (2, 1, 1)  # "a" twice: once; "x" lost its image
+    assert buf.add([retained("a"), retained("b", img_msgs), retained("a"), retained("x", gone)], src) == 2
+    assert buf.skipped == {"duplicate": 1, "unavailable": 1}  # "a" twice: once; "x" lost its image
     assert buf.blobs.get(digest) == b"PNG-BYTES"  # copied: the buffer does not depend on the MEI log's store
     for _ in range(2):
         buf.record_policy_update()
@@ -46,7 +46,7 @@ def test_schedule_pending_and_resume(tmp_path):
     assert (again.state.mei_version, again.state.mei_updates, again.state.policy_updates) == ("v1", 1, 0)
     assert again.state.checkpoint == "/ckpt/v1" and not again.due(1)
     assert [c.call.call_id for c in again.pending().calls] == ["c"]
-    assert again.add([retained("a")], src).added == 1  # consumed calls may be retained again in a later round
+    assert again.add([retained("a")], src) == 1  # consumed calls may be retained again in a later round
     with pytest.raises(ValueError):
         again.mark_mei_update("v2", end_offset=0)  # before the consumed offset
     with pytest.raises(ValueError):

@@ -19,6 +19,7 @@ pending view's ``end_offset``, so calls added while MEI trained stay pending for
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,13 +51,6 @@ class BufferState(BaseModel):
     policy_updates: int = Field(default=0, ge=0)  # since the last MEI update
     consumed_offset: int = Field(default=0, ge=0)  # byte offset in calls.jsonl of the first pending call
     checkpoint: str | None = None  # the HF directory of the current MEI version, once one was trained
-
-
-@dataclass(slots=True)
-class Added:
-    added: int = 0
-    duplicate: int = 0  # already pending
-    unavailable: int = 0  # an image of its input is missing or corrupt in the MEI log's blob store
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,30 +86,32 @@ class MEIBuffer:
         self._calls_path = self.root / "calls.jsonl"
         self._out = JsonlAppender(self._calls_path, fsync_every=1)
         self._pending_ids = {c.call.call_id for c in self.pending().calls}
+        self.skipped: Counter[str] = Counter()  # since this process opened the buffer
 
     def _save(self) -> None:
         write_atomic(self._state_path, self.state.model_dump_json(indent=1).encode(), durable=True)
 
-    def add(self, retained: Iterable[RetainedCall], source_blobs: BlobStore) -> Added:
-        """Append retained calls, copying their images from ``source_blobs`` (the MEI log's store). A call already
-        pending, or one whose image is missing or corrupt there, is skipped and counted."""
-        out = Added()
+    def add(self, retained: Iterable[RetainedCall], source_blobs: BlobStore) -> int:
+        """Append retained calls, copying their images from ``source_blobs`` (the MEI log's store); returns how many
+        were appended. A call already pending, or one whose image is missing or corrupt there, is skipped and
+        counted in ``self.skipped`` (``duplicate``, ``unavailable``) for the metrics."""
+        added = 0
         for r in retained:
             if r.call.call_id in self._pending_ids:
-                out.duplicate += 1
+                self.skipped["duplicate"] += 1
                 continue
             try:
                 images = [source_blobs.get(d) for d in _blob_digests(r.call.messages or [])]
             except (OSError, ValueError):
-                out.unavailable += 1
+                self.skipped["unavailable"] += 1
                 continue
             for data in images:
                 self.blobs.put(data)
             item = BufferedCall(call=r.call, reason=r.reason, trajectory_session=r.trajectory_session, turn=r.turn)
             self._out.append(item.model_dump(mode="json"))
             self._pending_ids.add(r.call.call_id)
-            out.added += 1
-        return out
+            added += 1
+        return added
 
     def pending(self) -> Pending:
         """The calls retained since the last MEI update, in the order they were added."""
