@@ -12,12 +12,14 @@ from dataclasses import dataclass
 
 import numpy as np
 from transformers import PreTrainedModel, ProcessorMixin
+from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 
 from verl_ext.credit import CreditParams
 from verl_ext.credit.labels import CreditLabels
 from verl_ext.credit.offline_judge import OfflinePathJudge, TaskPath
 from verl_ext.rollout.hf_generate import TransformersGenerateClient
 from verl_ext.rollout.record import TrajectoryRecord
+from verl_ext.tools.client import close_shared_clients
 from verl_ext.walkthrough.behaviour import Plan, ScriptedBehaviourPolicy, Variant, draw_plans
 from verl_ext.walkthrough.credit import CreditType, advantages, assess_group, turn_types
 from verl_ext.walkthrough.questions import Question
@@ -31,7 +33,7 @@ class Rollout:
 
     question_id: str
     member: int
-    variant: Variant
+    plan: Plan  # what the scripted behaviour policy wrote
     reward: float
     prediction: str  # the final answer the reward manager read
     record: TrajectoryRecord
@@ -41,6 +43,10 @@ class Rollout:
     types: list[CreditType] | None  # per turn, for assessed failures
     advantages: np.ndarray  # neos_turn_credit, per response token
     grpo: np.ndarray  # verl's GRPO, per response token
+
+    @property
+    def variant(self) -> Variant:
+        return self.plan.variant
 
     @property
     def success(self) -> bool:
@@ -101,49 +107,58 @@ async def run_walkthrough(
     policy = ScriptedBehaviourPolicy()
     # Forced mode: the script's words, the model's log-probs; the budget only guards against an overlong script.
     client = TransformersGenerateClient(model, processor, max_new_tokens=settings.max_turn_tokens, forced=policy)
-    manager = reward_manager(client.processor.tokenizer)
+    manager = reward_manager(processor.tokenizer)
     judge = OfflinePathJudge(TaskPath.model_validate(q.task.task_path()) for q in questions)
-    pending: list[tuple[Question, list[Plan], list, list[float], list[str], list[CreditLabels | None]]] = []
-    for q in questions:
-        task = q.task
-        plans = draw_plans(group_size, f"{seed}:{task.id}", q.expert_calls, task.answer, task.evidence(), q.distractor)
-        episodes = await run_group(client, policy, plans, q.raw_prompt(), task.id, config)
-        scored = [await score(manager, out, task.question, task.ground_truth()) for out, _ in episodes]
-        rewards = [reward for reward, _ in scored]
-        labels = await assess_group(judge, task.id, [record for _, record in episodes], rewards)
-        pending.append((q, plans, episodes, rewards, [p for _, p in scored], labels))
+    rows: list[_Scored] = []
+    try:
+        for q in questions:
+            task = q.task
+            plans = draw_plans(
+                group_size, f"{seed}:{task.id}", q.expert_calls, task.answer, task.evidence(), q.distractor
+            )
+            episodes = await run_group(client, policy, plans, q.raw_prompt(), task.id, config)
+            scored = [await score(manager, out, task.question, task.ground_truth()) for out, _ in episodes]
+            labels = await assess_group(judge, task.id, [record for _, record in episodes], [r for r, _ in scored])
+            rows += [_Scored(q, i, *x) for i, x in enumerate(zip(plans, episodes, scored, labels))]
+    finally:
+        await close_shared_clients()  # the agent loop's tool-server connections belong to this event loop
 
-    flat = [(q, i, out, reward, label) for q, _, eps, rws, _, lbs in pending
-            for i, ((out, _), reward, label) in enumerate(zip(eps, rws, lbs))]
     credited, grpo, metrics = advantages(
-        [out.response_mask for _, _, out, _, _ in flat],
-        [reward for *_, reward, _ in flat],
-        [q.task.id for q, *_ in flat],
-        [label for *_, label in flat],
+        [row.episode[0].response_mask for row in rows],
+        [row.score[0] for row in rows],
+        [row.question.task.id for row in rows],
+        [row.labels for row in rows],
         params,
     )
-    groups, k = [], 0
-    for q, plans, episodes, rewards, predictions, labels in pending:
-        rollouts = []
-        for i, (plan, (out, record), reward, prediction, label) in enumerate(
-            zip(plans, episodes, rewards, predictions, labels)
-        ):
-            rollouts.append(
-                Rollout(
-                    question_id=q.task.id,
-                    member=i,
-                    variant=plan.variant,
-                    reward=reward,
-                    prediction=prediction,
-                    record=record,
-                    response_mask=list(out.response_mask),
-                    logprobs=list(out.response_logprobs or []),
-                    labels=label,
-                    types=turn_types(label, params) if label is not None and label.assessed else None,
-                    advantages=credited[k],
-                    grpo=grpo[k],
-                )
+    groups = {q.task.id: Group(q.task.id, q.task.question, q.task.answer, []) for q in questions}
+    for row, adv, base in zip(rows, credited, grpo):
+        out, record = row.episode
+        groups[row.question.task.id].rollouts.append(
+            Rollout(
+                question_id=row.question.task.id,
+                member=row.member,
+                plan=row.plan,
+                reward=row.score[0],
+                prediction=row.score[1],
+                record=record,
+                response_mask=list(out.response_mask),
+                logprobs=list(out.response_logprobs or []),
+                labels=row.labels,
+                types=turn_types(row.labels, params) if row.labels is not None and row.labels.assessed else None,
+                advantages=adv,
+                grpo=base,
             )
-            k += 1
-        groups.append(Group(q.task.id, q.task.question, q.task.answer, rollouts))
-    return Walkthrough(groups=groups, params=params, metrics=metrics)
+        )
+    return Walkthrough(groups=list(groups.values()), params=params, metrics=metrics)
+
+
+@dataclass(frozen=True)
+class _Scored:
+    """One episode between scoring and the batch's advantage computation."""
+
+    question: Question
+    member: int
+    plan: Plan
+    episode: tuple[AgentLoopOutput, TrajectoryRecord]
+    score: tuple[float, str]  # reward, the answer the reward manager read
+    labels: CreditLabels | None

@@ -94,20 +94,23 @@ def token_advantages(w: Walkthrough, path: Path) -> Path:
         ax.set_axis_off()
         return _save(fig, path)
     mask = np.asarray(r.response_mask, dtype=bool)
-    x = np.arange(mask.size)
-    credited = np.where(mask, r.advantages, np.nan)
+    credited = r.advantages[mask]  # policy tokens only: observations carry no advantage and are cut out
     b = abs(r.grpo_value)
+    start = 0
     for turn, kind in zip(r.record.turns, r.types):
-        ax.axvspan(turn.span[0], turn.span[1], color=COLOURS[kind], alpha=0.25, lw=0)
-    ax.plot(x, credited, color="black", lw=1.2, label="neos_turn_credit (policy tokens)")
+        length = turn.span[1] - turn.span[0]
+        ax.axvspan(start - 0.5, start + length - 0.5, color=COLOURS[kind], alpha=0.3, lw=0)
+        start += length
+    ax.step(np.arange(credited.size), credited, where="mid", color="black", lw=1.2, label="neos_turn_credit")
     ax.axhline(r.grpo_value, color="#555555", ls="--", lw=1, label=f"GRPO value A_i = {r.grpo_value:.3f}")
-    ax.axhline(-w.params.M * b, color=COLOURS["causal_error"], ls=":", lw=1, label="bounds -M·b, λ_c·b")
+    ax.axhline(-w.params.M * b, color=COLOURS["causal_error"], ls=":", lw=1, label="bounds -M·b and λ_c·b")
     ax.axhline(w.params.lambda_c * b, color=COLOURS["recovery"], ls=":", lw=1)
     ax.axhline(0, color="#999999", lw=0.5)
-    ax.set_xlabel("response token (gaps: tool observations, not trained)")
+    ax.set_xlim(-0.5, credited.size - 0.5)
+    ax.set_xlabel("policy token of the trajectory (tool observations removed; shading: the turn's credit type)")
     ax.set_ylabel("advantage")
     ax.set_title(f"Token advantages of failure {r.question_id[:8]} #{r.member} ({r.variant}): "
-                 f"sum {float(r.advantages[mask].sum()):.2f} vs GRPO {r.grpo_value * mask.sum():.2f}")
+                 f"token sum {float(credited.sum()):.2f} (GRPO: {r.grpo_value * credited.size:.2f})")
     handles = ax.get_legend_handles_labels()[0] + [Patch(color=COLOURS[c], alpha=0.4, label=c)
                                                     for c in CREDIT_TYPES if c in r.types]
     ax.legend(handles=handles, fontsize=8, loc="lower left", ncol=2)
@@ -127,6 +130,7 @@ def turn_histograms(w: Walkthrough, path: Path) -> Path:
         ax.set_xlabel(f"{label} per trajectory")
         ax.set_ylabel("trajectories")
         ax.legend(fontsize=8)
+        ax.yaxis.get_major_locator().set_params(integer=True)
     fig.suptitle("Turns and tool calls by correctness")
     return _save(fig, path)
 

@@ -23,6 +23,7 @@ def _rollout(r: Rollout) -> dict[str, Any]:
         "question_id": r.question_id,
         "member": r.member,
         "variant": r.variant,
+        "deviation_turn": r.plan.deviation_turn,
         "reward": r.reward,
         "prediction": r.prediction,
         "termination": r.record.termination_reason,

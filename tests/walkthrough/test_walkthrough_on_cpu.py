@@ -1,0 +1,189 @@
+"""The walkthrough end to end on 2 questions x G = 4: real tasks solved by the programmatic expert, the scripted
+behaviour policy through verl's agent loop and a real tool server, the reward manager, the group judge and verl's
+``compute_advantage``; then the report. Expected advantages are recomputed independently from the labels with the
+framework-free per-token function (``rescale_advantages``), not with the run-based path the estimator uses."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from data_gen.neos.agents import ProgrammaticExpert
+from data_gen.neos.schema import Outcome
+from data_gen.neos.store import ResultLog
+from data_gen.neos.synth import Synthesizer
+from data_gen.world.store import World
+from tool_server.launch import served
+from verl_ext.credit import rescale_advantages
+from verl_ext.tools.client import ToolServerClient
+from verl_ext.walkthrough.__main__ import main as walkthrough_main
+from verl_ext.walkthrough.behaviour import Call, Distractor, ScriptedBehaviourPolicy, draw_plans, make_plan
+from verl_ext.walkthrough.pipeline import run_walkthrough
+from verl_ext.walkthrough.questions import load_questions
+from verl_ext.walkthrough.report import write_report
+from verl_ext.walkthrough.rollouts import RolloutSettings
+
+QUESTIONS, G = 2, 4
+
+
+async def _verified_tasks(url: str, world: World, out, n: int) -> None:
+    """The first ``n`` synthesised tasks the expert solves, written as ``python -m data_gen neos`` writes them
+    (the probes are skipped: they only reject tasks, and the walkthrough reads verified ones)."""
+    synth = Synthesizer(world, seed=0)
+    log = ResultLog(out / "results.jsonl")
+    found = 0
+    async with ToolServerClient(url) as client:
+        expert = ProgrammaticExpert(client)
+        for seed_entity in synth.seeds():
+            for cand in synth.synthesize(seed_entity).candidates:
+                if cand.task is None:
+                    continue
+                solved, record, _ = await expert.solve(cand.task)
+                if solved:
+                    log.append(Outcome(key=cand.key, status="verified", task=cand.task,
+                                       trajectory=record.model_dump(mode="json")))
+                    found += 1
+                if found == n:
+                    log.close()
+                    return
+    raise AssertionError(f"the small world yields fewer than {n} verified tasks")
+
+
+@pytest.fixture(scope="module")
+def run(small_world, tiny_vl_model, tiny_vl_processor, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("walkthrough")
+    world = World.load(small_world)
+    cache = small_world.parent.parent / "tool-server"  # the session world's image features (tests/conftest.py)
+    flags = ("--cache-dir", str(cache), "--no-ocr", "--mei-log", str(tmp / "mei.jsonl"), "--log-level", "WARNING")
+    with served(small_world, *flags) as url:
+        asyncio.run(_verified_tasks(url, world, tmp, QUESTIONS))
+        questions = load_questions(tmp, world, QUESTIONS)
+        settings = RolloutSettings(max_tool_response_length=400)  # short observations: fewer tokens to score
+        result = asyncio.run(
+            run_walkthrough(questions, tiny_vl_model, tiny_vl_processor, url, group_size=G, settings=settings)
+        )
+    summary = write_report(result, tmp / "report")
+    return result, summary, tmp / "report"
+
+
+def test_groups_hold_the_scripted_outcomes_and_at_least_one_is_mixed(run):
+    result, _, _ = run
+    assert len(result.groups) == QUESTIONS and all(len(g.rollouts) == G for g in result.groups)
+    assert any(g.mixed for g in result.groups)
+    for r in result.rollouts:
+        # The reward manager's verdict is the script's design: expert paths and wasted searches answer right.
+        assert r.success == r.plan.expected_success, (r.variant, r.prediction)
+        assert r.record.termination_reason == "answer" and r.prediction == r.record.final_answer
+        assert r.reward in (0.0, 1.0)
+        # One real log-prob per response token; the scripted tokens are unlikely under a random model.
+        assert len(r.logprobs) == len(r.response_mask)
+        policy = [lp for lp, m in zip(r.logprobs, r.response_mask) if m]
+        assert np.isfinite(policy).all() and max(policy) < 0
+
+
+def test_only_failures_of_mixed_groups_are_judged(run):
+    result, _, _ = run
+    for g in result.groups:
+        for r in g.rollouts:
+            assert (r.labels is not None) == (g.mixed and not r.success)
+            if r.labels is not None:
+                assert r.labels.assessed and r.labels.judge == "offline_path"
+                assert len(r.types) == len(r.record.turns) == r.labels.num_turns
+
+
+def test_a_wrong_entity_failure_is_blamed_once_and_nothing_after_its_detour_earns_credit(run):
+    """The offline judge blames the first off-path turn after the last productive one: the search for the wrong
+    entity, or an earlier expert call that names no path item (a FetchImage, say); all that follows is downstream."""
+    result, _, _ = run
+    wrong = [r for r in result.rollouts if r.variant == "wrong_entity" and r.types]
+    assert wrong, "the seeded draw holds no judged wrong_entity failure"
+    for r in wrong:
+        k = r.plan.deviation_turn  # its search for the wrong entity; then its visit and its answer
+        assert r.types.count("causal_error") == 1 and r.types.index("causal_error") <= k
+        assert r.types[k + 1 :] == ["downstream"] * (len(r.types) - k - 1)
+        assert "productive" in r.types[:k]
+
+
+def test_token_advantages_follow_eq7_on_failures_and_grpo_elsewhere(run):
+    result, _, _ = run
+    params = result.params
+    for r in result.rollouts:
+        mask = np.asarray(r.response_mask, dtype=bool)
+        np.testing.assert_array_equal(r.advantages[~mask], 0.0)  # observations carry no advantage
+        a = r.grpo_value
+        np.testing.assert_allclose(r.grpo[mask], a)
+        if r.types is None:  # successes and unjudged failures keep the GRPO value on every token
+            np.testing.assert_array_equal(r.advantages[mask], r.grpo[mask])
+            continue
+        b = -a
+        tokens = r.advantages[mask]
+        assert b > 0 and tokens.sum() < 0
+        assert tokens.min() >= -params.M * b - 1e-5 and tokens.max() <= params.lambda_c * b + 1e-5
+        weights = r.labels.weights(params)
+        raw = [b * weights[t.index] for t in r.record.turns for _ in range(t.span[1] - t.span[0])]
+        np.testing.assert_allclose(tokens, rescale_advantages(raw, a, params), rtol=1e-5, atol=1e-6)
+
+
+def test_the_report_carries_the_returned_numbers_and_valid_plots(run):
+    result, summary, out = run
+    assert json.loads((out / "summary.json").read_text()) == json.loads(json.dumps(summary))
+    assert summary["trajectories"] == QUESTIONS * G
+    assert summary["successes"] == sum(r.success for r in result.rollouts)
+    assert summary["mixed_groups"] == sum(g.mixed for g in result.groups)
+    assert summary["assessed_failures"] == sum(r.types is not None for r in result.rollouts)
+    assert sum(summary["credit_composition"].values()) == sum(len(r.types or ()) for r in result.rollouts)
+    rows = [row for g in summary["groups"] for row in g["rollouts"]]
+    for row, r in zip(rows, result.rollouts):
+        mask = np.asarray(r.response_mask, dtype=bool)
+        assert row["advantage_sum"] == pytest.approx(float(r.advantages[mask].sum()))
+        assert (row["variant"], row["reward"], row["turns"]) == (r.variant, r.reward, len(r.record.turns))
+    report = (out / "report.md").read_text()
+    assert f"{summary['successes']} correct; {summary['mixed_groups']} mixed groups" in report
+    assert "scripted behaviour policy" in report
+    for name in ("group_outcomes", "credit_composition", "token_advantages", "turn_histograms"):
+        path = out / f"{name}.png"
+        assert f"]({name}.png)" in report
+        with Image.open(path) as image:
+            assert image.format == "PNG" and image.width > 400
+            image.verify()
+
+
+def test_plans_script_each_variant_as_documented():
+    calls = [Call("ReverseImageSearch", {"image_token": ["img_1"]}), Call("TextSearch", {"query": ["Belarus"]}),
+             Call("WebVisit", {"url": ["u/Belarus"], "goal": "capital"})]
+    wrong = Distractor("Dili", "u/Dili")
+    plans = {v: make_plan(v, calls, "Minsk", ["Poland", "Belarus"], wrong, random.Random(1))
+             for v in ("expert", "wasted_search", "wrong_entity", "recovery")}
+    k = plans["wrong_entity"].deviation_turn
+    assert [p.answer for p in plans.values()] == ["Minsk", "Minsk", "Dili", "Dili"]
+    assert plans["expert"].turns == (*(c.text() for c in calls), plans["expert"].turns[-1])
+    assert len(plans["wasted_search"].turns) == len(calls) + 2
+    assert plans["wrong_entity"].turns[:k] == tuple(c.text() for c in calls[:k])
+    assert '"Dili"' in plans["wrong_entity"].turns[k] and '"u/Dili"' in plans["wrong_entity"].turns[k + 1]
+    back = plans["recovery"].turns[plans["recovery"].deviation_turn + 2]
+    assert "Belarus" in back or "Poland" in back  # returns to a call that names a path item
+    assert draw_plans(G, "s", calls, "Minsk", ["Belarus"], wrong) == draw_plans(G, "s", calls, "Minsk", ["Belarus"],
+                                                                              wrong)
+
+    policy = ScriptedBehaviourPolicy()
+    policy.bind("r1", plans["expert"])
+    texts = [policy(type("C", (), {"request_id": "r1"})) for _ in range(5)]
+    assert texts == [*plans["expert"].turns, None]
+    assert policy(type("C", (), {"request_id": "unbound"})) is None
+    with pytest.raises(ValueError, match="already bound"):
+        policy.bind("r1", plans["recovery"])
+
+
+def test_the_cli_rejects_bad_arguments_with_a_message(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        walkthrough_main(["--world", str(tmp_path), "--tasks", str(tmp_path), "--out", str(tmp_path / "o")])
+    assert "is not a built world" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        walkthrough_main(["--world", str(tmp_path), "--tasks", str(tmp_path), "--out", str(tmp_path), "--group-size",
+                          "1"])
+    assert "--group-size >= 2" in capsys.readouterr().err
