@@ -15,6 +15,7 @@ import hashlib
 import json
 import math
 import random
+import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -39,7 +40,7 @@ from data_gen.modalsearch.relations import OfflineRelationProposer
 from data_gen.modalsearch.sampler import PathSampler
 from data_gen.modalsearch.schema import Outcome
 from data_gen.modalsearch.visual import ToolServerImageSearch
-from data_gen.world.store import World
+from data_gen.world.store import World, WorldError
 from tool_server.launch import served
 from verl_ext.reward.judge import JudgeConfig
 from verl_ext.tools.client import ToolServerClient, ToolServerUnavailable
@@ -207,6 +208,11 @@ def report(args: argparse.Namespace, run_report: dict) -> dict:
 
 
 def main(args: argparse.Namespace) -> int:
+    try:
+        World.load(args.world)  # a clear error before a tool server is started on it
+    except WorldError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     with served(args.world, "--cache-dir", str(args.out / "tool_server_cache")) as url:

@@ -54,3 +54,10 @@ async def test_run_crash_resume_and_export(small_world, tool_server, tmp_path):
     record = TrajectoryRecord.model_validate(verified[0]["trajectory"])
     assert record.protocol == "modalsearch" and record.final_answer == verified[0]["task"]["answer"]
     assert {c.tool_name for t in record.turns for c in t.calls} <= {"t2t_search", "t2i_search", "i2i_search", "read_url"}
+
+
+def test_a_directory_that_is_not_a_world_is_a_clear_error(tmp_path, capsys):
+    from data_gen.modalsearch.cli import main
+
+    assert main(_args(tmp_path, tmp_path / "out", 1)) == 2
+    assert "is not a world" in capsys.readouterr().err and not (tmp_path / "out").exists()
