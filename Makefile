@@ -39,10 +39,16 @@ test: install system-deps
 	$(VENV)/bin/pytest -q tests && \
 	$(VENV)/bin/pytest -q $(addprefix $$site/tests/,$(VERL_CPU_TESTS))
 
+# The whole Neos loop on CPU: world -> tasks -> rollouts (scripted behaviour policy scored by the tiny VL model)
+# -> answer judge -> turn credit -> advantages -> report with plots in $(DEMO)/report. Reruns reuse what exists.
+# The task run's statistics go to $(DEMO)/tasks/stats.json rather than the terminal.
+DEMO ?= worlds/demo
 demo: install
 	$(PY) -m data_gen.world build --size small --out $(WORLD)
 	$(PY) -m data_gen.world summary $(WORLD)
 	$(PY) -m tool_server.tour --world $(WORLD)
+	$(PY) -m data_gen neos --world $(WORLD) --out $(DEMO)/tasks --limit 4 >/dev/null
+	$(PY) -m verl_ext.walkthrough --world $(WORLD) --tasks $(DEMO)/tasks --out $(DEMO)/report --groups 4 --group-size 4
 
 clean-venv:
 	rm -rf $(VENV)
