@@ -46,6 +46,23 @@ def synthetic_examples(n: int) -> list:
     return out
 
 
+def synthetic_web_examples(n: int) -> list:
+    """``n`` text-only WebVisit SFT examples (a short page, no images): most MEI calls in a Neos rollout."""
+    from tool_server.mei.prompts import web_visit_messages
+    from tool_server.mei.schema import PageView
+    from verl_ext.mei.sft import SFTExample, target_text
+
+    out = []
+    for i in range(n):
+        page = PageView(url=f"https://neos-world.invalid/wiki/P{i}", title=f"P{i}",
+                        text=f"Page {i}. The bridge over river {i} was built in {1800 + i}.")
+        target = {"rational": "The page dates the bridge.", "evidence": f"built in {1800 + i}",
+                  "summary": f"{1800 + i}", "relevant_images": []}
+        out.append(SFTExample(f"w{i}", web_visit_messages(f"when was bridge {i} built", page, max_page_chars=2000),
+                              target_text(target)))
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True)

@@ -38,6 +38,14 @@ def _bench():
     return module
 
 
+def _model_dir() -> Path:
+    if os.environ.get("NEOS_TINY_VL_DIR"):
+        return Path(os.environ["NEOS_TINY_VL_DIR"]).resolve()
+    from verl_ext.models.tiny_vl import cached_tiny_qwen_vl
+
+    return cached_tiny_qwen_vl()
+
+
 def test_one_mei_update_through_the_training_worker(tmp_path):
     bench = _bench()
     import ray
@@ -49,12 +57,7 @@ def test_one_mei_update_through_the_training_worker(tmp_path):
 
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
-    if os.environ.get("NEOS_TINY_VL_DIR"):
-        model_dir = Path(os.environ["NEOS_TINY_VL_DIR"]).resolve()
-    else:
-        from verl_ext.models.tiny_vl import cached_tiny_qwen_vl
-
-        model_dir = cached_tiny_qwen_vl()
+    model_dir = _model_dir()
     processor = AutoProcessor.from_pretrained(model_dir)
     items = [tokenize(ex, processor) for ex in bench.synthetic_examples(32)]
 
@@ -82,3 +85,29 @@ def test_one_mei_update_through_the_training_worker(tmp_path):
     after = dict(trained.named_parameters())
     assert vision and all(torch.equal(after[n], before[n]) for n in vision)
     assert any(not torch.equal(after[n], before[n]) for n in language)
+
+
+def test_text_only_micro_batches(tmp_path):
+    """WebVisit calls carry no pixels; a micro-batch of only such calls must train too (2 of the 8 here)."""
+    bench = _bench()
+    import ray
+    import torch
+    from transformers import AutoProcessor
+
+    from verl_ext.mei.sft import tokenize
+    from verl_ext.mei.worker import MEITrainSettings, build_worker_group, train_mei
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    model_dir = _model_dir()
+    processor = AutoProcessor.from_pretrained(model_dir)
+    examples = bench.synthetic_web_examples(8) + bench.synthetic_examples(24)  # micro-batches 1-2: text only
+    items = [tokenize(ex, processor) for ex in examples]
+    ray.init(num_gpus=1, include_dashboard=False)
+    try:
+        group = build_worker_group(MEITrainSettings(model_path=str(model_dir), attn_implementation="sdpa",
+                                                    use_remove_padding=False, micro_batch_size_per_gpu=4))
+        update = train_mei(group, items, "v1", out_dir=tmp_path, pad_token_id=processor.tokenizer.pad_token_id)
+    finally:
+        ray.shutdown()
+    assert update.metrics["mei/steps"] == 2 and math.isfinite(update.metrics["mei/loss"])

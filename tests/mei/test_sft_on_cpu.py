@@ -11,6 +11,7 @@ from PIL import Image
 from tensordict import TensorDict
 from verl.utils import tensordict_utils as tu
 from verl.utils.dataset.dataset_utils import DatasetPadMode
+from verl.utils.model import extract_multi_modal_inputs
 from verl.workers.utils.losses import sft_loss
 
 from tool_server.mei.log import BlobStore, store_images
@@ -61,7 +62,7 @@ def test_text_only_example_and_limits(tiny_vl_processor):
     target = target_text({"rational": "r", "evidence": "Lyon is in France.", "summary": "s", "relevant_images": []})
     ex = SFTExample("w1", web_visit_messages("where is Lyon", page, max_page_chars=1000), target)
     item = tokenize(ex, tiny_vl_processor)
-    assert "multi_modal_inputs" not in item
+    assert item["multi_modal_inputs"] == {}
     assert tiny_vl_processor.tokenizer.decode(item["input_ids"][item["loss_mask"] == 1]) == target + "<|im_end|>"
     with pytest.raises(SFTExampleError, match="more than"):
         tokenize(ex, tiny_vl_processor, max_length=50)
@@ -81,10 +82,16 @@ def test_buffered_calls_resolve_images_and_unavailable_ones_are_counted(tiny_vl_
 
 def test_collate_builds_verl_nested_layout(tiny_vl_processor):
     a = tokenize(reverse_example(), tiny_vl_processor)
-    b = tokenize(reverse_example(), tiny_vl_processor)
-    td = collate([a, b], pad_token_id=tiny_vl_processor.tokenizer.pad_token_id)
-    assert td["input_ids"].is_nested and td["input_ids"].offsets().diff().tolist() == [len(a["input_ids"])] * 2
-    assert td["global_token_num"] == [len(a["input_ids"])] * 2 and td["global_batch_size"] == 2
+    page = PageView(url="https://neos-world.invalid/wiki/X", title="X", text="Lyon is in France.")
+    text_only = tokenize(SFTExample("w", web_visit_messages("Lyon", page, max_page_chars=100), "{}"),
+                         tiny_vl_processor)
+    td = collate([text_only, a], pad_token_id=tiny_vl_processor.tokenizer.pad_token_id)  # text-only row first
+    lengths = [len(text_only["input_ids"]), len(a["input_ids"])]
+    assert td["input_ids"].is_nested and td["input_ids"].offsets().diff().tolist() == lengths
+    assert td["global_token_num"] == lengths and td["global_batch_size"] == 2
+    # what verl's engine makes of the rows' multi-modal inputs: the image row's, the text row adding nothing
+    mm = extract_multi_modal_inputs(td["multi_modal_inputs"])
+    assert mm["image_grid_thw"].tolist() == [[1, 4, 4], [1, 4, 6]]
     assert td["pad_mode"] == DatasetPadMode.NO_PADDING and td["update_lr_scheduler"] is True
     with pytest.raises(ValueError):
         collate([], pad_token_id=0)

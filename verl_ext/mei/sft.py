@@ -5,7 +5,8 @@ paper's "self-generated response targets"). Tokenisation renders prompt and prom
 own processor and chat template (:mod:`.chat`) and sets ``loss_mask`` to 1 exactly on the target: the JSON text and
 the closing end-of-turn token, nothing of the system/user turns, the image placeholders, the assistant header or the
 template's trailing newline. Each tokenised example is the dict verl's ``MultiTurnSFTDataset`` yields in
-``no_padding`` mode (``input_ids``, ``loss_mask``, ``position_ids`` with Qwen-VL's 4 rows, ``multi_modal_inputs``), and
+``no_padding`` mode (``input_ids``, ``loss_mask``, ``position_ids`` with Qwen-VL's 4 rows, ``multi_modal_inputs``; the
+last one empty rather than absent for text-only calls, unlike verl's dataset, whose collator then fails), and
 :func:`collate` batches them with verl's own ``SFTTensorCollator`` plus the metadata ``sft_trainer_ray`` attaches.
 
 Loss: verl's ``sft_loss`` already is Eq. 5. The engine sets ``batch_num_tokens`` to the mask's sum over the global
@@ -97,10 +98,10 @@ def tokenize(example: SFTExample, processor: Any, *, max_length: int = MAX_SEQ_L
         position_ids = torch.cat((text, vision), dim=0)  # (4, L), as verl's MultiTurnSFTDataset builds it
     else:
         position_ids = torch.arange(input_ids.shape[0], dtype=torch.long)
-    item: dict[str, Any] = {"input_ids": input_ids, "loss_mask": loss_mask, "position_ids": position_ids}
-    if multi_modal_inputs:
-        item["multi_modal_inputs"] = multi_modal_inputs
-    return item
+    # Always present, empty for a text-only call: verl's collator takes the keys of the first row for the batch, and
+    # its engine skips empty inputs, so text-only and image calls can share a batch.
+    return {"input_ids": input_ids, "loss_mask": loss_mask, "position_ids": position_ids,
+            "multi_modal_inputs": multi_modal_inputs}
 
 
 @dataclass(slots=True)
