@@ -32,6 +32,7 @@ REGISTRATIONS: tuple[Registration, ...] = (
     Registration("agent_loop", "modalsearch_react_agent", "verl_ext.rollout.agent_loop"),
     Registration("adv_estimator", "neos_turn_credit", "verl_ext.advantage.estimator"),
     Registration("rollout_backend", "hf", "verl_ext.rollout.hf_replica"),
+    Registration("trainer", "neos", "verl_ext.trainer.neos_trainer"),
     Registration("verl_fix", "maybe_fix_3d_position_ids", "verl_ext.compat"),
 )
 

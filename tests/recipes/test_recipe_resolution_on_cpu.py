@@ -60,11 +60,32 @@ def test_command_line_overrides_still_win_over_the_recipe():
 
 def test_neos_recipe_wires_our_loop_estimator_and_reward(neos_job):
     assert neos_job["algorithm"]["adv_estimator"] == "neos_turn_credit"
-    assert neos_job["algorithm"]["neos_credit"] == {"ablation": "outcome_only"}  # until the neos trainer lands
+    assert neos_job["algorithm"]["neos_credit"] == {"ablation": "full"}
+    assert neos_job["trainer"]["v1"]["trainer_mode"] == "neos"
+    assert neos_job["trainer"]["v1"]["neos"]["mei"]["enable"] is True
+    assert neos_job["trainer"]["v1"]["neos"]["mei"]["update_every"] == 10  # K
+    assert neos_job["actor_rollout_ref"]["actor"]["strategy"] == "megatron"
     assert neos_job["reward"]["reward_manager"]["name"] == "neos_answer_judge"
     rollout = neos_job["actor_rollout_ref"]["rollout"]
     assert rollout["agent"]["default_agent_loop"] == "neos_search_agent"
+    assert rollout["agent"]["agent_loop_manager_class"] == "verl_ext.rollout.tq_worker.NeosAgentLoopManagerTQ"
     assert rollout["custom"]["neos_rollout"]["tool_server_url"] == URL_FROM_ENV
+    assert rollout["custom"]["neos_credit_judge"]["kind"] == "llm"
+
+
+def test_neos_smoke_is_the_neos_recipe_shrunk_to_one_gpu(monkeypatch):
+    monkeypatch.setenv("NEOS_SMOKE_DATA", "/data/smoke")
+    monkeypatch.setenv("NEOS_SMOKE_MODEL", "/models/tiny-vl")
+    job = compose_in_process("+recipe=neos_smoke")
+    assert job.trainer.v1.trainer_mode == "neos" and job.algorithm.adv_estimator == "neos_turn_credit"
+    assert job.actor_rollout_ref.actor.clip_ratio_c == 3.0  # inherited from neos
+    assert job.actor_rollout_ref.actor.strategy == "fsdp"  # not Megatron
+    assert (job.actor_rollout_ref.rollout.name, job.actor_rollout_ref.rollout.n) == ("hf", 4)
+    assert job.actor_rollout_ref.rollout.custom.neos_credit_judge.kind == "offline"
+    assert job.trainer.v1.neos.mei.update_every == 2  # K
+    assert (job.trainer.n_gpus_per_node, job.trainer.total_training_steps) == (1, 3)
+    assert job.data.train_files == "/data/smoke/train.parquet"
+    assert job.actor_rollout_ref.model.path == "/models/tiny-vl"
 
 
 def test_the_tool_server_url_comes_from_the_environment_with_a_loopback_default(monkeypatch):
@@ -98,8 +119,11 @@ def test_every_name_a_recipe_uses_is_registered_by_us_or_verl():
     from verl.experimental.reward_loop.reward_manager.registry import REWARD_MANAGER
     from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
 
-    for recipe in ("neos", "modalsearcher"):
+    from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
+
+    for recipe in ("neos", "neos_smoke", "modalsearcher"):
         job = compose_in_process(f"+recipe={recipe}")
+        assert job.trainer.v1.trainer_mode in TRAINER_REGISTRY
         assert job.algorithm.adv_estimator in ADV_ESTIMATOR_REGISTRY
         assert job.actor_rollout_ref.rollout.agent.default_agent_loop in _agent_loop_registry
         assert job.reward.reward_manager.name in REWARD_MANAGER

@@ -1,0 +1,107 @@
+"""The ``neos`` v1 trainer's contract with verl: its registration and bases, verl's on-policy branches, and the MEI
+co-evolution hook that runs after each actor update (through a real TransferQueue and a real MEI log)."""
+
+from __future__ import annotations
+
+import torch
+from omegaconf import OmegaConf
+from transfer_queue import KVBatchMeta
+from verl.trainer.ppo.v1 import get_trainer_cls
+from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.utils import tensordict_utils as tu
+
+from tool_server.mei.log import MEILog
+from tool_server.mei.schema import MEIContext
+from verl_ext.advantage.trainer_mixin import TurnCreditAdvantageMixin
+from verl_ext.credit.labels import CREDIT_KEY, CreditLabels, LabelEvent
+from verl_ext.mei.buffer import MEIBuffer
+from verl_ext.rollout.record import RECORD_KEY, CallRecord, TrajectoryRecord, TurnRecord
+from verl_ext.trainer.mei_coevolution import MEICoEvolutionMixin
+from verl_ext.trainer.neos_trainer import NeosTrainer
+
+
+def compose(*overrides: str):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_module
+
+    with initialize_config_module(config_module="verl.trainer.config", version_base=None):
+        return hydra_compose(config_name="ppo_trainer", overrides=list(overrides))
+
+
+def test_registered_as_neos_with_our_hooks_before_verls_sync_trainer():
+    assert get_trainer_cls("neos") is NeosTrainer
+    mro = NeosTrainer.__mro__
+    assert mro.index(MEICoEvolutionMixin) < mro.index(PPOTrainerSync)
+    assert mro.index(TurnCreditAdvantageMixin) < mro.index(PPOTrainerSync)
+
+
+def test_runs_verls_on_policy_branches_under_its_own_name(tmp_path, monkeypatch):
+    monkeypatch.setenv("NEOS_SMOKE_DATA", str(tmp_path))
+    monkeypatch.setenv("NEOS_SMOKE_MODEL", str(tmp_path))
+    config = compose("+recipe=neos_smoke")
+    assert config.trainer.v1.trainer_mode == "neos"
+    trainer = NeosTrainer(config)
+    # verl picks the async replay buffer (and TransferQueue checkpoints, re-issued prompts) for any mode but "sync"
+    assert trainer.trainer_mode == "sync"
+    assert type(trainer.replay_buffer) is ReplayBuffer and not isinstance(trainer.replay_buffer, ReplayBufferAsync)
+
+
+def _turn(i: int, call_ids: list[str]) -> TurnRecord:
+    call = CallRecord(tool_name="WebVisit", arguments={"url": ["u"], "goal": "g"}, ok=True, mei_call_ids=call_ids,
+                      mei_versions=["v0"] * len(call_ids))
+    return TurnRecord(index=i, span=(4 * i, 4 * i + 3), text="t", outcome="call_ok", calls=[call])
+
+
+def _record(session: str, call_ids_per_turn: list[list[str]]) -> dict:
+    turns = [_turn(i, ids) for i, ids in enumerate(call_ids_per_turn)]
+    turns.append(TurnRecord(index=len(turns), span=(40, 42), text="a", outcome="answer"))
+    return TrajectoryRecord(protocol="neos", question="q", session_id=session, group_id="g", mei_version="v0",
+                            termination_reason="answer", final_answer="a", turns=turns).model_dump(mode="json")
+
+
+def test_after_each_update_the_selected_batchs_calls_are_retained_by_the_papers_rule(transfer_queue, tmp_path):
+    # A real MEI log as the tool server writes it: five valid calls and one that fell back to the extractive MEI.
+    mei_log = MEILog(tmp_path / "mei.jsonl", fsync_every=1)
+    messages = [{"role": "user", "content": "goal: g"}]
+    output = {"rational": "r", "evidence": "e", "summary": "s", "relevant_images": []}
+
+    def call(outcome: str = "valid") -> str:
+        return mei_log.append(ctx=MEIContext(session_id="s", turn=0, tool="WebVisit"), method="web_visit",
+                              mei_version="v0", outcome=outcome, latency_s=0.1, input={"goal": "g"}, output=output,
+                              messages=messages)
+
+    s_ok, s_fallback, f_productive, f_error, f_corrective, padded = (call(), call("fallback"), call(), call(), call(),
+                                                                      call())
+    mei_log.close()
+    failure_labels = CreditLabels(
+        assessed=True, judge="test", num_turns=4,
+        events=[LabelEvent(turn=1, type="causal_error", severity=0.8, confidence=0.9),
+                LabelEvent(turn=2, type="recovery", severity=0.0, confidence=0.7)],
+        productive={0: 0.5})
+    rows = [  # success: every valid call; failure: its productive (t0) and corrective (t2) turns only
+        {"extra_fields": {RECORD_KEY: _record("s1", [[s_ok, s_fallback]])}, "rm_scores": torch.tensor([0.0, 1.0])},
+        {"extra_fields": {RECORD_KEY: _record("f1", [[f_productive], [f_error], [f_corrective]]),
+                          CREDIT_KEY: failure_labels.model_dump(mode="json")},
+         "rm_scores": torch.tensor([0.0, 0.0, 0.0])},
+        {"extra_fields": {RECORD_KEY: _record("s2", [[padded]])}, "rm_scores": torch.tensor([1.0])},  # padding row
+    ]
+    keys = ["u_0_0", "u_1_0", "u_2_0"]
+    transfer_queue.kv_batch_put(keys=keys, partition_id="mei_test", fields=tu.list_of_dict_to_tensordict(rows),
+                                tags=[{}, {}, {}])
+    batch = KVBatchMeta(partition_id="mei_test", keys=keys, tags=[{}, {}, {"is_padding": True}])
+
+    trainer = object.__new__(NeosTrainer)  # only the hook's own state: no workers, no GPU
+    trainer.config = OmegaConf.create({"trainer": {"v1": {"neos": {"mei": {"log_path": str(mei_log.path)}}}}})
+    trainer.mei_buffer = MEIBuffer(tmp_path / "buffer")
+    metrics: dict[str, float] = {}
+    trainer._retain_mei_calls(batch, metrics)
+
+    retained = [(c.call.call_id, c.reason, c.turn) for c in trainer.mei_buffer.pending().calls]
+    assert retained == [(s_ok, "success", 0), (f_productive, "productive", 0), (f_corrective, "corrective", 2)]
+    assert metrics["mei/retained_calls"] == 3.0
+    assert metrics["mei/selection/skipped_fallback"] == 1.0 and metrics["mei/selection/ineligible_turn"] == 1.0
+    # A crash now loses nothing: a new buffer on the same directory sees the same pending calls.
+    assert [c.call.call_id for c in MEIBuffer(tmp_path / "buffer").pending().calls] == [s_ok, f_productive,
+                                                                                           f_corrective]
+    transfer_queue.kv_clear(keys=keys, partition_id="mei_test")

@@ -1,0 +1,28 @@
+"""The ``neos`` v1 trainer (``trainer.v1.trainer_mode=neos``): verl's synchronous PPO trainer plus Neos' parts.
+
+- Turn credit: ``TurnCreditAdvantageMixin`` hands each row's judge labels (put beside the trajectory by
+  ``NeosAgentLoopManagerTQ`` while the rest of the rollout runs) to the ``neos_turn_credit`` estimator.
+- MEI co-evolution: ``MEICoEvolutionMixin`` retains MEI calls after each update and fine-tunes MEI every K updates.
+- Everything else is verl's ``PPOTrainerSync``: colocated rollout and training, weights pushed after each step.
+
+verl branches on ``trainer_mode == "sync"`` for its on-policy semantics (the bufferless replay buffer that discards
+in-flight surplus at the policy boundary, no TransferQueue checkpoint, plain dataloader batches). Neos is on-policy
+(SPEC §4, "policy boundary"), so the trainer runs those branches under its own registered name.
+"""
+
+from __future__ import annotations
+
+from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+from verl_ext.advantage.trainer_mixin import TurnCreditAdvantageMixin
+from verl_ext.trainer.mei_coevolution import MEICoEvolutionMixin
+
+TRAINER_NAME = "neos"
+
+
+@register_trainer(TRAINER_NAME)
+class NeosTrainer(MEICoEvolutionMixin, TurnCreditAdvantageMixin, PPOTrainerSync):
+    def _build_replay_buffer(self):
+        self.trainer_mode = "sync"  # read by verl right after this call and in every later branch: see module doc
+        return super()._build_replay_buffer()
