@@ -46,29 +46,35 @@ def _model_dir() -> Path:
     return cached_tiny_qwen_vl()
 
 
-def test_one_mei_update_through_the_training_worker(tmp_path):
-    bench = _bench()
+def _update(examples_of, out_dir: Path):
+    """One ``train_mei`` update (global batch 16, micro-batch 4) on ``examples_of(bench)``'s calls in a fresh Ray."""
+    bench = _bench()  # first: keeps JAX off the GPU before anything imports it
     import ray
     import torch
-    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from transformers import AutoProcessor
 
     from verl_ext.mei.sft import tokenize
     from verl_ext.mei.worker import MEITrainSettings, build_worker_group, train_mei
 
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
-    model_dir = _model_dir()
-    processor = AutoProcessor.from_pretrained(model_dir)
-    items = [tokenize(ex, processor) for ex in bench.synthetic_examples(32)]
-
+    processor = AutoProcessor.from_pretrained(_model_dir())
+    items = [tokenize(ex, processor) for ex in examples_of(bench)]
     ray.init(num_gpus=1, include_dashboard=False)
     try:
-        settings = MEITrainSettings(model_path=str(model_dir), attn_implementation="sdpa", use_remove_padding=False,
+        settings = MEITrainSettings(model_path=str(_model_dir()), attn_implementation="sdpa", use_remove_padding=False,
                                     global_batch_size=16, micro_batch_size_per_gpu=4)
         group = build_worker_group(settings)
-        update = train_mei(group, items, "v1", out_dir=tmp_path, pad_token_id=processor.tokenizer.pad_token_id)
+        return train_mei(group, items, "v1", out_dir=out_dir, pad_token_id=processor.tokenizer.pad_token_id)
     finally:
         ray.shutdown()
+
+
+def test_one_mei_update_through_the_training_worker(tmp_path):
+    update = _update(lambda bench: bench.synthetic_examples(32), tmp_path)
+    import torch
+    from transformers import AutoModelForImageTextToText
+
     m = update.metrics
     print(f"\nMEI SFT on {torch.cuda.get_device_name()}: {m['mei/steps']:.0f} steps, {m['mei/tokens']:.0f} tokens "
           f"({m['mei/target_tokens']:.0f} target) in {m['mei/seconds']:.2f} s = {m['mei/tokens_per_s']:.0f} tokens/s, "
@@ -78,7 +84,7 @@ def test_one_mei_update_through_the_training_worker(tmp_path):
     # The checkpoint is a servable HF directory; vision weights are untouched, language weights moved.
     assert (update.checkpoint_dir / "config.json").is_file()
     trained = AutoModelForImageTextToText.from_pretrained(update.checkpoint_dir, dtype=torch.float32)
-    original = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32)
+    original = AutoModelForImageTextToText.from_pretrained(_model_dir(), dtype=torch.float32)
     before = dict(original.named_parameters())
     vision = [n for n, _ in trained.named_parameters() if ".visual." in f".{n}"]
     language = [n for n, _ in trained.named_parameters() if ".visual." not in f".{n}"]
@@ -93,25 +99,5 @@ def test_one_mei_update_through_the_training_worker(tmp_path):
     "verl/models/transformers/qwen2_vl.py _get_input_embeds); strict, so the fix shows up as XPASS"))
 def test_text_only_micro_batches(tmp_path):
     """WebVisit calls carry no pixels; a micro-batch of only such calls must train too (2 of the 8 here)."""
-    bench = _bench()
-    import ray
-    import torch
-    from transformers import AutoProcessor
-
-    from verl_ext.mei.sft import tokenize
-    from verl_ext.mei.worker import MEITrainSettings, build_worker_group, train_mei
-
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA device")
-    model_dir = _model_dir()
-    processor = AutoProcessor.from_pretrained(model_dir)
-    examples = bench.synthetic_web_examples(8) + bench.synthetic_examples(24)  # micro-batches 1-2: text only
-    items = [tokenize(ex, processor) for ex in examples]
-    ray.init(num_gpus=1, include_dashboard=False)
-    try:
-        group = build_worker_group(MEITrainSettings(model_path=str(model_dir), attn_implementation="sdpa",
-                                                    use_remove_padding=False, micro_batch_size_per_gpu=4))
-        update = train_mei(group, items, "v1", out_dir=tmp_path, pad_token_id=processor.tokenizer.pad_token_id)
-    finally:
-        ray.shutdown()
+    update = _update(lambda bench: bench.synthetic_web_examples(8) + bench.synthetic_examples(24), tmp_path)
     assert update.metrics["mei/steps"] == 2 and math.isfinite(update.metrics["mei/loss"])
