@@ -3,7 +3,11 @@
 A path starts at a random node ``v_0`` with a target depth ``L`` drawn from ``[K_min, K_max] = [1, 4]``. At step
 ``t`` the candidates are the out-edges ``e = (v_t, r, v')`` with ``v'`` not in the history ``H_t``, ``e`` not
 already used, ``v'`` not a category page, no structural shortcut (no earlier node ``v_j``, ``j < t``, has an edge
-to ``v'``: the walk would detour) and ``v'``'s name not already exposed in a relation on the path. Each candidate
+to ``v'``: the walk would detour) and ``v'``'s name not already exposed in a relation on the path. One exemption:
+leaving an image ``v_t`` reached from text ``v_{t-1}``, an edge ``v_{t-1} -> v'`` is not a shortcut, because the
+t -> i -> t subpath becomes one composed relation from ``v_{t-1}`` to ``v'`` and the paper accepts that a textual
+route may exist beside it (App. A.5); on the offline world an article nearly always names what its own images show,
+so without this no t -> i -> t path survives. Each candidate
 weighs ``w(e|H_t) = gamma_img(e, H_t) / (1 + alpha * c(e))`` with ``c(e)`` the accepted paths using ``e`` and
 ``gamma_img = d_t / (d_t + 1)`` when ``v'`` is an image, an image occurs in ``H_t`` and ``d_t = t - j* > 0``
 (``j*`` the latest image position), else 1. The next edge is drawn proportionally to the weights. A walk that runs
@@ -73,6 +77,8 @@ class PathSampler:
         earlier = set(history[:-1])
         used_keys = {e.key for e in used}
         kinds = [self.graph.nodes[n].kind for n in history]
+        if kinds[-1] == "image" and len(history) > 1:
+            earlier.discard(history[-2])  # a t2i2t hop: see the module docstring
         out = []
         for target in sorted(self.graph.out.get(here, {})):
             edge = self.graph.out[here][target]

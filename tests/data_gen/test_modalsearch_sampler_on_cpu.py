@@ -91,3 +91,14 @@ def test_paths_are_deduplicated_by_node_sequence_and_accept_counts_edge_uses():
     sampler.accept(real[0])
     assert sampler.uses[("a", "b")] == 2
     assert sampler.candidates(["a"], [])[0][1] == pytest.approx(1 / 3)
+
+
+def test_an_image_hop_may_lead_where_its_text_predecessor_also_links():
+    # a -> i -> c is composed into one a-to-c relation: a -> c beside it is the accepted textual route, not a
+    # shortcut; from the text node b, c stays excluded because a (earlier) links c
+    g = _graph([_text("a"), _image("i"), _text("b"), _text("c")],
+               [("a", "i", "is the picture of {x}"), ("i", "c", "is shown in {x}"), ("a", "c", "r {x}"),
+                ("a", "b", "r {x}"), ("b", "c", "r {x}")])
+    sampler = PathSampler(g, random.Random(0))
+    assert [e.target for e, _ in sampler.candidates(["a", "i"], [g.out["a"]["i"]])] == ["c"]
+    assert sampler.candidates(["a", "b"], [g.out["a"]["b"]]) == []
