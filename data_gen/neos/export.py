@@ -1,4 +1,5 @@
-"""Verified tasks -> verl parquet (one file per split), SFT JSONL of the expert's trajectories, and the splits.
+"""Verified tasks -> verl parquet (one file per split), the expert's trajectories as SFT JSONL and verl SFT parquet,
+and the splits.
 
 Splits are by answer entity (a hash of its id), so no answer of the benchmark occurs in training; duplicates
 (the same question over the same entry images) are dropped before splitting.
@@ -12,7 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from data_gen.common.export import export_verified, image_cells, pick_split, user_prompt
+from data_gen.common.sft import sft_parquet_from_jsonl, tool_call_message, tool_message
 from data_gen.neos.schema import AGENT_NAME, DATA_SOURCE, Outcome, Task
+from tool_server.protocol import tool_schemas
+from verl_ext.rollout.prompts import system_prompt
 
 SPLITS = (("benchmark", 0.1), ("rl", 0.3), ("train", 0.6))
 
@@ -56,20 +60,35 @@ def row(task: Task, world_root: Path, split: str, index: int) -> dict[str, Any]:
 
 
 def sft_record(task: Task, trajectory: dict[str, Any]) -> dict[str, Any]:
-    """Chat messages of the expert's episode: each call as an assistant tool call, its observation as a tool turn."""
-    messages: list[dict[str, Any]] = list(prompt(task))
+    """The expert's episode as verl SFT messages (``data_gen.common.sft``): the system prompt and native tool schemas
+    the ``neos_search_agent`` loop shows, the question, each call an assistant tool call and its observation a tool
+    turn (images FetchImage loaded included), then the answer. Pixels a tool derives (crops) cannot be recovered."""
+    schemas = tool_schemas("neos")
+    pixels = {e.url: e.image_id for e in task.entry_images}
+    pixels |= {s.checkpoint_image_url: s.checkpoint_image_id for s in task.steps if s.checkpoint_image_url}
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt("neos", schemas)}, *prompt(task)]
+    urls = [e.url for e in task.entry_images]
     for turn in trajectory["turns"]:
         if turn["outcome"] == "answer":
             messages.append({"role": "assistant", "content": turn["text"]})
             continue
         for call in turn["calls"]:
-            messages.append({"role": "assistant", "content": "",
-                             "tool_calls": [{"name": call["tool_name"], "arguments": call["arguments"]}]})
-            messages.append({"role": "tool", "name": call["tool_name"], "content": call["observation"]})
-    return {"id": task.id, "images": [e.url for e in task.entry_images], "messages": messages,
-            "ground_truth": task.ground_truth(), "trajectory": trajectory}
+            loaded = call["images_added"]
+            if loaded and call["tool_name"] != "FetchImage":
+                raise ValueError(f"task {task.id}: {call['tool_name']} images cannot be exported (only FetchImage's)")
+            fetched = list(call["arguments"].get("urls", [])) if loaded else []
+            if len(fetched) != len(loaded) or not all(u in pixels for u in fetched):
+                raise ValueError(f"task {task.id}: FetchImage loaded {loaded} from {fetched}, not all world images")
+            urls += fetched
+            messages.append(tool_call_message(call["tool_name"], call["arguments"]))
+            messages.append(tool_message(call["observation"], loaded))
+    return {"id": task.id, "images": urls, "image_ids": [pixels[u] for u in urls], "messages": messages,
+            "tools": schemas, "ground_truth": task.ground_truth(), "trajectory": trajectory}
 
 
 def export(outcomes: Sequence[Outcome], world_root: Path, out: Path) -> dict[str, int]:
-    """Write ``{split}.parquet``, ``sft.jsonl`` (train split) and ``references.jsonl`` (all); returns split sizes."""
-    return export_verified(dedupe(outcomes), [name for name, _ in SPLITS], split_of, row, sft_record, world_root, out)
+    """Write ``{split}.parquet``, ``sft.jsonl`` and ``sft.parquet`` (train split, verl's multi-turn SFT layout) and
+    ``references.jsonl`` (all); returns split sizes."""
+    sizes = export_verified(dedupe(outcomes), [name for name, _ in SPLITS], split_of, row, sft_record, world_root, out)
+    sft_parquet_from_jsonl(out / "sft.jsonl", world_root, out / "sft.parquet")
+    return sizes

@@ -1,0 +1,144 @@
+"""The Neos cold-start SFT export read by verl's own ``MultiTurnSFTDataset`` (through the JSON-tools subclass) with
+the tiny Qwen2.5-VL processor: targets are exactly the assistant turns, images line up with their placeholders, and
+tool calls decode back to the JSON the policy writes. The episode is hand-written over a real synthesized task."""
+
+import json
+import re
+
+import pandas as pd
+import pytest
+import torch
+from omegaconf import OmegaConf
+from PIL import Image
+
+from data_gen.common.export import image_file
+from data_gen.common.sft import SFTRecord, sft_parquet_from_jsonl
+from data_gen.neos.export import sft_record
+from data_gen.neos.synth import Synthesizer
+from data_gen.world.store import World
+from tool_server.protocol import tool_schemas
+from verl_ext.rollout.prompts import system_prompt
+from verl_ext.rollout.record import CallRecord, TrajectoryRecord, TurnRecord
+
+GOAL = "Whose flag is this? (São Tomé or not)"  # non-ASCII: must reach the template verbatim, as the policy writes it
+
+
+@pytest.fixture(scope="module")
+def task(small_world):
+    synth = Synthesizer(World.load(small_world), seed=0)
+    for seed_entity in synth.seeds():
+        for cand in synth.synthesize(seed_entity).candidates:
+            if cand.task and len(cand.task.entry_images) == 1 and any(s.checkpoint for s in cand.task.steps):
+                return cand.task
+    raise AssertionError("the small world yields no one-image task with a visual checkpoint")
+
+
+def _episode(task, *, crop: bool = False) -> dict:
+    """ReverseImageSearch on img_1, FetchImage of the checkpoint image (img_2), then the answer."""
+    url = next(s.checkpoint_image_url for s in task.steps if s.checkpoint)
+    fetch = ("CropImage", {"crop_config": {"img_1": [0, 0, 500, 500]}}) if crop else ("FetchImage", {"urls": [url]})
+    calls = [
+        CallRecord(tool_name="ReverseImageSearch", arguments={"image_token": ["img_1"], "goal": GOAL}, ok=True,
+                   observation="1. [visual_match] a national flag"),
+        CallRecord(tool_name=fetch[0], arguments=fetch[1], ok=True, observation=f"{url}: loaded as img_2",
+                   images_added=["img_2"]),
+    ]
+    turns = [TurnRecord(index=i, span=(0, 0), text="", outcome="call_ok", calls=[c]) for i, c in enumerate(calls)]
+    turns.append(TurnRecord(index=2, span=(0, 0), text=task.answer, outcome="answer", tools_enabled=False))
+    record = TrajectoryRecord(protocol="neos", question=task.question, session_id="s", group_id=task.id,
+                              mei_version=None, termination_reason="answer", final_answer=task.answer, turns=turns)
+    return record.model_dump(mode="json")
+
+
+@pytest.fixture(scope="module")
+def exported(task, small_world, tmp_path_factory):
+    out = tmp_path_factory.mktemp("sft")
+    (out / "sft.jsonl").write_text(json.dumps(sft_record(task, _episode(task)), ensure_ascii=False) + "\n")
+    assert sft_parquet_from_jsonl(out / "sft.jsonl", small_world, out / "sft.parquet") == 1
+    return out / "sft.parquet"
+
+
+@pytest.fixture(scope="module")
+def item(exported, tiny_vl_processor):
+    from verl_ext.data.sft_dataset import JsonToolsMultiTurnSFTDataset
+
+    config = OmegaConf.create({"max_length": 8192, "pad_mode": "no_padding", "truncation": "error"})
+    dataset = JsonToolsMultiTurnSFTDataset(str(exported), tiny_vl_processor.tokenizer, config,
+                                           processor=tiny_vl_processor)
+    assert len(dataset) == 1 and dataset.tools == [tool_schemas("neos")]
+    return dataset[0]  # verl's sanity check already compared per-turn tokens with the whole conversation's
+
+
+def _runs(mask: torch.Tensor) -> list[tuple[int, int]]:
+    """Maximal [start, end) runs of 1s."""
+    edges = torch.diff(torch.cat([torch.tensor([0]), mask.long(), torch.tensor([0])])).tolist()
+    starts = [i for i, d in enumerate(edges) if d == 1]
+    return list(zip(starts, [i for i, d in enumerate(edges) if d == -1]))
+
+
+def test_parquet_row_has_the_agent_loops_system_prompt_native_tools_and_image_bytes(exported, task, small_world):
+    row = pd.read_parquet(exported).iloc[0]
+    assert json.loads(row["tools"]) == tool_schemas("neos")
+    messages = list(row["messages"])
+    assert messages[0]["content"] == system_prompt("neos", tool_schemas("neos"))
+    assert messages[1] == {"role": "user", "content": "<image>\n" + task.question, "tool_calls": None}
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool", "assistant", "tool", "assistant"]
+    assert messages[5]["content"].startswith("img_2:<image>")
+    checkpoint = next(s.checkpoint_image_id for s in task.steps if s.checkpoint)
+    expected = [image_file(small_world, i).read_bytes() for i in (task.entry_images[0].image_id, checkpoint)]
+    assert [im["bytes"] for im in row["images"]] == expected
+
+
+def test_loss_mask_is_one_exactly_on_the_assistant_turns(item, task, tiny_vl_processor):
+    tok = tiny_vl_processor.tokenizer
+    ids, mask = item["input_ids"], item["loss_mask"]
+    url = next(s.checkpoint_image_url for s in task.steps if s.checkpoint)
+    expected = [
+        '<tool_call>\n{"name": "ReverseImageSearch", "arguments": {"image_token": ["img_1"], "goal": "' + GOAL
+        + '"}}\n</tool_call><|im_end|>\n',
+        '<tool_call>\n{"name": "FetchImage", "arguments": {"urls": ["' + url + '"]}}\n</tool_call><|im_end|>\n',
+        task.answer + "<|im_end|>\n",
+    ]
+    runs = _runs(mask)
+    assert [tok.decode(ids[a:b]) for a, b in runs] == expected
+    header = tok.encode("<|im_start|>assistant\n")
+    assert all(ids[a - len(header):a].tolist() == header for a, _ in runs)  # the generation prompt is not a target
+    context = tok.decode(ids[mask == 0])
+    assert context.startswith("<|im_start|>system\n" + system_prompt("neos", []))
+    assert task.question in context and '"arguments": {' not in context
+    assert context.count("<tool_response>") == 2 and "1. [visual_match] a national flag" in context
+
+
+def test_image_placeholders_match_the_images(item, task, small_world, tiny_vl_processor):
+    tok = tiny_vl_processor.tokenizer
+    ids, grid = item["input_ids"], item["multi_modal_inputs"]["image_grid_thw"]
+    assert grid.shape == (2, 3) and (ids == tok.convert_tokens_to_ids("<|vision_start|>")).sum() == 2
+    # each image is 320x240; the processor's 64-token cap (max 50,176 pixels) resizes it to 224x196 pixels: a grid
+    # of 1 x 14 x 16 patches of 14 px, merged 2x2 into 56 tokens
+    checkpoint = next(s.checkpoint_image_id for s in task.steps if s.checkpoint)
+    for image_id in (task.entry_images[0].image_id, checkpoint):
+        with Image.open(image_file(small_world, image_id)) as im:
+            assert im.size == (320, 240)
+    assert grid.tolist() == [[1, 14, 16], [1, 14, 16]]
+    assert (ids == tok.convert_tokens_to_ids("<|image_pad|>")).sum() == 2 * 56
+    assert item["multi_modal_inputs"]["pixel_values"].shape[0] == 2 * 14 * 16
+    assert item["position_ids"].shape == (4, len(ids))  # text positions + Qwen-VL's 3-D rope index
+
+
+def test_tool_calls_decode_back_to_the_calls(item, task, tiny_vl_processor):
+    text = tiny_vl_processor.tokenizer.decode(item["input_ids"][item["loss_mask"] == 1])
+    calls = [json.loads(body) for body in re.findall(r"<tool_call>\n(.*?)\n</tool_call>", text)]
+    url = next(s.checkpoint_image_url for s in task.steps if s.checkpoint)
+    assert calls == [{"name": "ReverseImageSearch", "arguments": {"image_token": ["img_1"], "goal": GOAL}},
+                     {"name": "FetchImage", "arguments": {"urls": [url]}}]
+
+
+def test_bad_records_fail_with_a_clear_error(task, small_world, tmp_path):
+    with pytest.raises(ValueError, match="CropImage images cannot be exported"):
+        sft_record(task, _episode(task, crop=True))
+    record = sft_record(task, _episode(task))
+    with pytest.raises(ValueError, match="2 <image> placeholders, 1 image URLs"):
+        SFTRecord.model_validate({**record, "images": record["images"][:1]})
+    (tmp_path / "sft.jsonl").write_text(json.dumps(record) + "\n{not json\n")
+    with pytest.raises(ValueError, match=r"sft.jsonl:2: not an SFT record"):
+        sft_parquet_from_jsonl(tmp_path / "sft.jsonl", small_world, tmp_path / "sft.parquet")

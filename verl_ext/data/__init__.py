@@ -1,0 +1,1 @@
+"""verl dataset adapters for the data ``data_gen`` exports."""
