@@ -22,10 +22,9 @@ from tool_server.launch import served
 from verl_ext.credit import rescale_advantages
 from verl_ext.tools.client import ToolServerClient
 from verl_ext.walkthrough.__main__ import main as walkthrough_main
+from verl_ext.walkthrough.__main__ import walkthrough
 from verl_ext.walkthrough.behaviour import Call, Distractor, ScriptedBehaviourPolicy, draw_plans, make_plan
-from verl_ext.walkthrough.pipeline import run_walkthrough
 from verl_ext.walkthrough.questions import load_questions
-from verl_ext.walkthrough.report import write_report
 from verl_ext.walkthrough.rollouts import RolloutSettings
 
 QUESTIONS, G = 2, 4
@@ -56,18 +55,17 @@ async def _verified_tasks(url: str, world: World, out, n: int) -> None:
 
 @pytest.fixture(scope="module")
 def run(small_world, tiny_vl_model, tiny_vl_processor, tmp_path_factory):
+    """Tasks from a first tool server, then the CLI's own ``walkthrough`` (its own server) with short observations
+    (fewer tokens to score on CPU)."""
     tmp = tmp_path_factory.mktemp("walkthrough")
     world = World.load(small_world)
     cache = small_world.parent.parent / "tool-server"  # the session world's image features (tests/conftest.py)
-    flags = ("--cache-dir", str(cache), "--no-ocr", "--mei-log", str(tmp / "mei.jsonl"), "--log-level", "WARNING")
-    with served(small_world, *flags) as url:
+    with served(small_world, "--cache-dir", str(cache), "--no-ocr", "--mei-log", str(tmp / "mei.jsonl")) as url:
         asyncio.run(_verified_tasks(url, world, tmp, QUESTIONS))
-        questions = load_questions(tmp, world, QUESTIONS)
-        settings = RolloutSettings(max_tool_response_length=400)  # short observations: fewer tokens to score
-        result = asyncio.run(
-            run_walkthrough(questions, tiny_vl_model, tiny_vl_processor, url, group_size=G, settings=settings)
-        )
-    summary = write_report(result, tmp / "report")
+    questions = load_questions(tmp, world, QUESTIONS)
+    settings = RolloutSettings(max_tool_response_length=400)
+    result, summary = walkthrough(small_world, questions, tmp / "report", tiny_vl_model, tiny_vl_processor,
+                                  group_size=G, seed=0, cache_dir=cache, settings=settings)
     return result, summary, tmp / "report"
 
 
@@ -143,7 +141,7 @@ def test_the_report_carries_the_returned_numbers_and_valid_plots(run):
         assert row["advantage_sum"] == pytest.approx(float(r.advantages[mask].sum()))
         assert (row["variant"], row["reward"], row["turns"]) == (r.variant, r.reward, len(r.record.turns))
     report = (out / "report.md").read_text()
-    assert f"{summary['successes']} correct; {summary['mixed_groups']} mixed groups" in report
+    assert f"{summary['successes']} correct; mixed groups: {summary['mixed_groups']};" in report
     assert "scripted behaviour policy" in report
     for name in ("group_outcomes", "credit_composition", "token_advantages", "turn_histograms"):
         path = out / f"{name}.png"
@@ -179,11 +177,12 @@ def test_plans_script_each_variant_as_documented():
         policy.bind("r1", plans["recovery"])
 
 
-def test_the_cli_rejects_bad_arguments_with_a_message(tmp_path, capsys):
-    with pytest.raises(SystemExit):
-        walkthrough_main(["--world", str(tmp_path), "--tasks", str(tmp_path), "--out", str(tmp_path / "o")])
-    assert "is not a built world" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        walkthrough_main(["--world", str(tmp_path), "--tasks", str(tmp_path), "--out", str(tmp_path), "--group-size",
-                          "1"])
-    assert "--group-size >= 2" in capsys.readouterr().err
+def test_the_cli_rejects_bad_arguments_with_a_message(small_world, tmp_path, capsys):
+    def error(*argv: str) -> str:
+        with pytest.raises(SystemExit):
+            walkthrough_main(["--tasks", str(tmp_path), "--out", str(tmp_path / "out"), *argv])
+        return capsys.readouterr().err
+
+    assert "is not a built world" in error("--world", str(tmp_path))
+    assert "--group-size >= 2" in error("--world", str(small_world), "--group-size", "1")
+    assert "results.jsonl does not exist: run `python -m data_gen neos" in error("--world", str(small_world))

@@ -18,9 +18,10 @@ from transformers import AutoModelForImageTextToText, AutoProcessor
 from data_gen.world.store import World
 from tool_server.launch import served
 from verl_ext.models.tiny_vl import cached_tiny_qwen_vl
-from verl_ext.walkthrough.pipeline import run_walkthrough
-from verl_ext.walkthrough.questions import load_questions
+from verl_ext.walkthrough.pipeline import Walkthrough, run_walkthrough
+from verl_ext.walkthrough.questions import NoTasksError, Question, load_questions
 from verl_ext.walkthrough.report import terminal_summary, write_report
+from verl_ext.walkthrough.rollouts import RolloutSettings
 
 
 def parser() -> argparse.ArgumentParser:
@@ -35,16 +36,18 @@ def parser() -> argparse.ArgumentParser:
 
 
 def walkthrough(
-    world: Path, tasks: Path, out: Path, model: Any, processor: Any, *, groups: int, group_size: int, seed: int,
-    cache_dir: Path | None = None,
-) -> dict[str, Any]:
-    """Run the walkthrough against a fresh tool server on ``world``; returns the report's summary."""
-    questions = load_questions(tasks, World.load(world), groups, seed)
+    world: Path, questions: list[Question], out: Path, model: Any, processor: Any, *, group_size: int, seed: int,
+    cache_dir: Path, settings: RolloutSettings = RolloutSettings(),
+) -> tuple[Walkthrough, dict[str, Any]]:
+    """Run the walkthrough against a fresh tool server on ``world`` and write the report into ``out``; returns the
+    result and the report's summary."""
     out.mkdir(parents=True, exist_ok=True)
-    cache = cache_dir or tasks / "tool_server_cache"
-    with served(world, "--cache-dir", str(cache), "--mei-log", str(out / "mei.jsonl"), "--log-level", "WARNING") as url:
-        result = asyncio.run(run_walkthrough(questions, model, processor, url, group_size=group_size, seed=seed))
-    return write_report(result, out)
+    flags = ("--cache-dir", str(cache_dir), "--mei-log", str(out / "mei.jsonl"), "--log-level", "WARNING")
+    with served(world, *flags) as url:
+        result = asyncio.run(
+            run_walkthrough(questions, model, processor, url, group_size=group_size, seed=seed, settings=settings)
+        )
+    return result, write_report(result, out)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,11 +57,15 @@ def main(argv: list[str] | None = None) -> int:
         p.error("need --groups >= 1 and --group-size >= 2 (a group needs two rollouts to be mixed)")
     if not (args.world / "manifest.json").is_file():
         p.error(f"{args.world} is not a built world (python -m data_gen.world build --size small --out DIR)")
+    try:
+        questions = load_questions(args.tasks, World.load(args.world), args.groups, args.seed)
+    except NoTasksError as err:
+        p.error(str(err))
     model_dir = cached_tiny_qwen_vl()
     model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32).eval()
     processor = AutoProcessor.from_pretrained(model_dir)
-    summary = walkthrough(args.world, args.tasks, args.out, model, processor, groups=args.groups,
-                          group_size=args.group_size, seed=args.seed)
+    _, summary = walkthrough(args.world, questions, args.out, model, processor, group_size=args.group_size,
+                             seed=args.seed, cache_dir=args.tasks / "tool_server_cache")
     print(terminal_summary(summary, args.out))
     return 0
 

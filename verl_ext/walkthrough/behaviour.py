@@ -124,7 +124,7 @@ def draw_plans(
     return [make_plan(v, expert_calls, answer, path_items, distractor, rng) for v in variants]
 
 
-class _Scored(Protocol):
+class _HasRequestId(Protocol):
     request_id: str
 
 
@@ -144,7 +144,7 @@ class ScriptedBehaviourPolicy:
         if self.plans.setdefault(request_id, plan) is not plan:
             raise ValueError(f"request {request_id!r} is already bound to a plan")
 
-    def __call__(self, call: _Scored) -> str | None:
+    def __call__(self, call: _HasRequestId) -> str | None:
         plan = self.plans.get(call.request_id)
         if plan is None:
             return None

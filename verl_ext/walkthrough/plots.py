@@ -100,6 +100,7 @@ def token_advantages(w: Walkthrough, path: Path) -> Path:
     for turn, kind in zip(r.record.turns, r.types):
         length = turn.span[1] - turn.span[0]
         ax.axvspan(start - 0.5, start + length - 0.5, color=COLOURS[kind], alpha=0.3, lw=0)
+        ax.axvline(start - 0.5, color="white", lw=1.5)  # turn boundary
         start += length
     ax.step(np.arange(credited.size), credited, where="mid", color="black", lw=1.2, label="neos_turn_credit")
     ax.axhline(r.grpo_value, color="#555555", ls="--", lw=1, label=f"GRPO value A_i = {r.grpo_value:.3f}")

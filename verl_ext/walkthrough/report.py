@@ -66,8 +66,8 @@ def _markdown(s: dict[str, Any], figures: dict[str, Path], focus: Rollout | None
         "# Neos walkthrough",
         "",
         f"{s['questions']} questions x {s['group_size']} rollouts = {s['trajectories']} trajectories; "
-        f"{s['successes']} correct; {s['mixed_groups']} mixed groups; {s['assessed_failures']} failures assessed by "
-        "the credit judge.",
+        f"{s['successes']} correct; mixed groups: {s['mixed_groups']}; failures assessed by the credit judge: "
+        f"{s['assessed_failures']}.",
         "",
         "**What is real and what is scripted.** The agent loop (`neos_search_agent`, built from verl's registry), the "
         "tool server (HTTP on loopback, the offline world), the model that scores every token (a tiny randomly "
@@ -118,7 +118,7 @@ def _markdown(s: dict[str, Any], figures: dict[str, Path], focus: Rollout | None
 def terminal_summary(s: dict[str, Any], out: Path) -> str:
     comp = ", ".join(f"{kind} {n}" for kind, n in s["credit_composition"].items() if n)
     lines = [f"walkthrough: {s['questions']} questions x {s['group_size']} rollouts, {s['successes']}/"
-             f"{s['trajectories']} correct, {s['mixed_groups']} mixed groups, {s['assessed_failures']} failures judged"]
+             f"{s['trajectories']} correct, mixed groups: {s['mixed_groups']}, failures judged: {s['assessed_failures']}"]
     for g in s["groups"]:
         outcome = " ".join("+" if r["reward"] >= 0.5 else "-" for r in g["rollouts"])
         lines.append(f"  {g['question_id'][:8]} [{outcome}] answer {g['answer']!r}")

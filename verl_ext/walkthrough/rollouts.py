@@ -12,19 +12,11 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import hydra
-from omegaconf import OmegaConf
-from verl.experimental.agent_loop.agent_loop import (
-    AgentLoopOutput,
-    DictConfigWrap,
-    ToolListWrap,
-    _agent_loop_registry,
-)
-from verl.utils.dataset.rl_dataset import RLHFDataset
+from omegaconf import DictConfig, OmegaConf
+from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 
-import verl_ext.rollout.agent_loop  # noqa: F401  (registers neos_search_agent, as the plugin does)
-from verl_ext.models.tiny_vl import HF_MODEL_TYPE
 from verl_ext.rollout.hf_generate import TransformersGenerateClient
+from verl_ext.rollout.instantiate import instantiate_agent_loop
 from verl_ext.rollout.record import RECORD_KEY, TrajectoryRecord
 from verl_ext.walkthrough.behaviour import Plan, PlanBoundClient, ScriptedBehaviourPolicy
 
@@ -42,7 +34,7 @@ class RolloutSettings:
     max_turn_tokens: int = 512  # generation budget of one turn
 
 
-def trainer_config(url: str, settings: RolloutSettings) -> OmegaConf:
+def trainer_config(url: str, settings: RolloutSettings) -> DictConfig:
     return OmegaConf.create(
         {
             "actor_rollout_ref": {
@@ -58,21 +50,6 @@ def trainer_config(url: str, settings: RolloutSettings) -> OmegaConf:
     )
 
 
-def make_loop(server_manager, processor, config):
-    """A ``neos_search_agent`` instance built from verl's registry entry, as ``AgentLoopWorker`` builds one."""
-    return hydra.utils.instantiate(
-        _agent_loop_registry[AGENT],
-        trainer_config=DictConfigWrap(config),
-        server_manager=server_manager,
-        tokenizer=processor.tokenizer,
-        processor=processor,
-        dataset_cls=RLHFDataset,
-        data_config=DictConfigWrap(config.data),
-        hf_model_type=HF_MODEL_TYPE,
-        tools=ToolListWrap([]),
-    )
-
-
 async def run_group(
     client: TransformersGenerateClient,
     policy: ScriptedBehaviourPolicy,
@@ -84,7 +61,7 @@ async def run_group(
     """Run one episode per plan concurrently; outputs in plan order."""
 
     async def episode(plan: Plan) -> tuple[AgentLoopOutput, TrajectoryRecord]:
-        loop = make_loop(PlanBoundClient(client, policy, plan), client.processor, config)
+        loop = instantiate_agent_loop(AGENT, PlanBoundClient(client, policy, plan), client.processor, config)
         out = await loop.run(dict(SAMPLING), raw_prompt=raw_prompt, uid=uid)
         return out, TrajectoryRecord.model_validate(out.extra_fields[RECORD_KEY])
 
