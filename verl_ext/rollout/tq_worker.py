@@ -11,16 +11,30 @@ Select it with ``actor_rollout_ref.rollout.agent.agent_loop_manager_class=verl_e
 and configure the judge under ``actor_rollout_ref.rollout.custom.neos_credit_judge``: ``{kind: offline}`` (the task's
 ``extra_info.reasoning_path`` and ground truth, ``OfflinePathJudge``) or ``{kind: llm, url: ..., model: ...}``
 (``JudgeConfig`` fields, ``CreditJudge``). Validation rollouts are not judged.
+
+Mixed-group sampling (``verl_ext.trainer.mixed_groups``) changes two things. A prompt row carrying
+``__session_ids__`` runs exactly those sessions (run-wide session indices chosen by the sampler, not ``0..n-1``), each
+with its own status tag in TransferQueue under :func:`admission_key`, so the trainer sees every trajectory end and can
+cancel the ones still running (:meth:`NeosAgentLoopWorker.cancel_sessions`) at the policy boundary. And those
+trajectories are put at once, unjudged: the trainer decides when a group is eligible (it may have more or fewer than
+``rollout.n`` members, spread over workers) and asks a worker to judge its failures then
+(:meth:`NeosAgentLoopWorker.assess_failures`), so only groups that can be selected are judged and the labels are in
+TransferQueue before the batch is handed to the estimator.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
+from contextvars import ContextVar
 from typing import Any
 
+import numpy as np
 import ray
-from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ
+import transfer_queue as tq
+from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ, apply_greedy_sampling_params
+from verl.utils import tensordict_utils as tu
 
 from verl_ext.credit.group import GroupAssessor
 from verl_ext.credit.judge import CreditJudge
@@ -31,6 +45,18 @@ from verl_ext.rollout.record import RECORD_KEY, TrajectoryRecord
 
 log = logging.getLogger(__name__)
 JUDGE_KEY = "neos_credit_judge"
+SESSIONS_KEY = "__session_ids__"
+SUCCESS_THRESHOLD = 0.5  # the outcome reward at or above which a trajectory counts as a success (GroupAssessor's)
+TRAIN = "train"
+
+# Set inside a mixed-group prompt's session tasks (each task copies the context it was created in): the trainer
+# judges those groups, so ``_agent_loop_postprocess`` must not wait for a fixed-size group.
+_TRAINER_JUDGES: ContextVar[bool] = ContextVar("neos_trainer_judges", default=False)
+
+
+def admission_key(uid: str, session: int) -> str:
+    """TransferQueue key of one mixed-group session's status tag (verl's trajectory keys are ``{uid}_{session}_{i}``)."""
+    return f"{uid}-{session}"
 
 _VerlWorker = AgentLoopWorkerTQ.__ray_metadata__.modified_class.__mro__[1]  # the class under verl's @ray.remote
 
@@ -57,6 +83,7 @@ class NeosAgentLoopWorker(_VerlWorker):
         self.llm_judge = CreditJudge(JudgeConfig(**self.judge_config)) if kind == "llm" else None
         self.assessor = GroupAssessor(size=int(rollout.n))
         self._warned = False
+        self._sessions: dict[str, asyncio.Task[None]] = {}  # admission key -> running mixed-group session
 
     def _assess_group(self, kwargs: dict[str, Any]):
         if self.llm_judge is not None:
@@ -74,7 +101,7 @@ class NeosAgentLoopWorker(_VerlWorker):
     async def _agent_loop_postprocess(self, output: Any, validate: bool, **kwargs: Any) -> None:
         outputs = output if isinstance(output, list) else [output]
         final = outputs[-1]
-        if not validate and RECORD_KEY in final.extra_fields:
+        if not validate and RECORD_KEY in final.extra_fields and not _TRAINER_JUDGES.get():
             await self._compute_score(outputs, kwargs=kwargs)  # verl's own scoring; the later call sees it is done
             if final.reward_score is None:
                 if not self._warned:
@@ -92,6 +119,76 @@ class NeosAgentLoopWorker(_VerlWorker):
                 if labels is not None:
                     final.extra_fields[CREDIT_KEY] = labels.model_dump(mode="json")
         return await super()._agent_loop_postprocess(output, validate, **kwargs)
+
+    async def _run_prompt(self, prompt: dict, sampling_params: dict, trajectory: dict, trace: bool = False) -> None:
+        """verl's ``_run_prompt``, except that a row with ``__session_ids__`` runs exactly those sessions."""
+        sessions = prompt.pop(SESSIONS_KEY, None)
+        if sessions is None or trajectory["validate"]:
+            return await super()._run_prompt(prompt, sampling_params, trajectory=trajectory, trace=trace)
+        prompt.pop("__rollout_n__", None)
+        params = dict(sampling_params)
+        if not prompt.pop("__do_sample__", True):
+            apply_greedy_sampling_params(params)
+        token = _TRAINER_JUDGES.set(True)  # copied into the session tasks created below
+        tasks = []
+        try:
+            for session in sessions:
+                key = admission_key(str(prompt["uid"]), int(session))
+                task = asyncio.create_task(self._run_session(key, int(session), params, trajectory, trace, prompt))
+                self._sessions[key] = task
+                task.add_done_callback(lambda _, k=key: self._sessions.pop(k, None))
+                tasks.append(task)
+        finally:
+            _TRAINER_JUDGES.reset(token)
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _run_session(
+        self, key: str, session: int, params: dict, trajectory: dict, trace: bool, prompt: dict
+    ) -> None:
+        """One trajectory and its status tag: running, then finished (its rows are in) or failure (none are)."""
+        await tq.async_kv_put(key=key, partition_id=TRAIN, tag={"status": "running"})
+        try:
+            await self._run_agent_loop(params, trajectory=trajectory, trace=trace, session_id=session, **prompt)
+        except asyncio.CancelledError:
+            raise  # cancelled at the policy boundary: the trainer clears this session's keys
+        except Exception:
+            log.exception("mixed-group session %s failed", key)
+            await tq.async_kv_put(key=key, partition_id=TRAIN, tag={"status": "failure"})
+        else:
+            await tq.async_kv_put(key=key, partition_id=TRAIN, tag={"status": "finished"})
+
+    async def cancel_sessions(self, keys: Sequence[str]) -> int:
+        """Cancel this worker's running sessions among ``keys`` and wait until they have stopped writing."""
+        tasks = [task for key in keys if (task := self._sessions.get(key)) is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return len(tasks)
+
+    async def assess_failures(self, reference_key: str, failure_keys: Sequence[str], task: dict[str, Any]) -> int:
+        """Judge failed trajectories of one question against a success of it, both already in TransferQueue, and
+        write each failure's labels into its ``extra_fields``. ``task`` is the dataset row's ``extra_info`` and
+        ``reward_model`` (the offline judge's path and answer). Returns how many were labelled; a judge that fails
+        labels none (those failures keep the plain outcome advantage)."""
+        keys = [reference_key, *failure_keys]
+        data = await tq.async_kv_batch_get(keys=keys, partition_id=TRAIN, select_fields=["extra_fields"])
+        extra = [dict(e) for e in data["extra_fields"]]
+        if any(RECORD_KEY not in e for e in extra):
+            return 0  # not our agent loop: nothing to judge
+        records = [TrajectoryRecord.model_validate(e[RECORD_KEY]) for e in extra]
+        try:
+            labels = await self._assess_group(task)(records[0], records[1:])
+        except Exception:
+            log.exception("credit judge failed for %s: outcome advantages only", list(failure_keys))
+            return 0
+        for fields, label in zip(extra[1:], labels, strict=True):
+            fields[CREDIT_KEY] = label.model_dump(mode="json")
+        await tq.async_kv_batch_put(
+            keys=list(failure_keys),
+            partition_id=TRAIN,
+            fields=tu.get_tensordict({"extra_fields": np.array(extra[1:], dtype=object)}),
+        )
+        return len(failure_keys)
 
 
 NeosAgentLoopWorkerTQ = ray.remote(NeosAgentLoopWorker)

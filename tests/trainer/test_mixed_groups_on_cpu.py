@@ -1,0 +1,277 @@
+"""Mixed-group sampling through verl's real v1 classes on CPU.
+
+Real: a TransferQueue on the session's Ray; our ``NeosAgentLoopWorker`` (verl's ``AgentLoopWorkerTQ`` underneath) with
+verl's ``generate_sequences``/``_agent_loop_postprocess`` putting each trajectory and its ``rm_scores``; verl's
+``_next_train_batch`` over a ``StatefulDataLoader`` with verl's ``collate_fn``; the offline credit judge.
+Scripted: the agent loop (a registered ``AgentLoopBase`` whose outcome per question and sample is a table, and which
+hangs for the questions the test wants cancelled), and the transport between buffer and worker (``LoopControl``
+calls the worker's methods on this event loop instead of through Ray actor handles; ``RayRolloutControl`` is that
+transport). The model workers' checkpoint (``_FakeModelCheckpoint``) is a stand-in too: it saves and restores only
+the dataloader, as verl's own ``_save_checkpoint``/``_load_checkpoint`` do beside the actor's weights.
+
+Scenario, B = 2 groups of G = 2, max_per_group 3, window 4, admission limit 8; the dataset's questions in order:
+q0 succeeds then fails (mixed at G); q1 fails, fails, then succeeds (homogeneous at G, rescued by one extra sample);
+q2 hangs (cancelled at the boundary, carried forward); q3 fails three times (extra sample, then deferred); q4 enters
+the window in q3's place and hangs. q1's success is held back until q3 is deferred, so every run takes the same path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections import defaultdict
+
+import numpy as np
+import pytest
+import torch
+import transfer_queue as tq
+from hydra import compose, initialize_config_module
+from torchdata.stateful_dataloader import StatefulDataLoader
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
+from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.utils.dataset.rl_dataset import collate_fn
+
+from verl_ext.credit.labels import CREDIT_KEY, CreditLabels
+from verl_ext.rollout.record import RECORD_KEY, TrajectoryRecord
+from verl_ext.rollout.tq_worker import NeosAgentLoopWorker
+from verl_ext.trainer.mixed_groups import (
+    CHECKPOINT_FILE,
+    MixedGroupReplayBuffer,
+    MixedGroupSamplingMixin,
+    mixed_group_settings,
+)
+
+AGENT = "mixed_groups_scripted"
+B, G = 2, 2
+# question -> outcome of its k-th sample, per training step; None: the sample hangs until cancelled
+OUTCOMES: dict[int, dict[str, list[bool | None]]] = {
+    1: {
+        "q0": [True, False],
+        "q1": [False, False, True],
+        "q2": [None, None, None],
+        "q3": [False, False, False],
+        "q4": [None, None, None],
+    },
+    2: {"q2": [True, False], "q4": [False, True], "q5": [None] * 3, "q6": [None] * 3},
+}
+
+
+class Script:
+    """What the scripted agent loop does, and what it saw (shared with the test)."""
+
+    def __init__(self) -> None:
+        self.calls: dict[tuple[int, str], list[int]] = defaultdict(list)  # (step, question) -> session ids, in order
+        self.uids: dict[str, str] = {}  # question text -> verl's uid of its row (the sampler's question id)
+        self.buffer: MixedGroupReplayBuffer | None = None
+
+
+SCRIPT = Script()
+
+
+class ScriptedLoop(AgentLoopBase):
+    """Two response tokens, the outcome reward from ``OUTCOMES``, a minimal trajectory record for the judge."""
+
+    async def run(self, sampling_params, **kwargs) -> AgentLoopOutput:
+        question = kwargs["raw_prompt"][0]["content"]
+        step = int(kwargs["global_steps"])
+        calls = SCRIPT.calls[(step, question)]
+        calls.append(int(kwargs["session_id"]))
+        SCRIPT.uids[question] = str(kwargs["uid"])
+        outcome = OUTCOMES[step][question][len(calls) - 1]
+        if outcome is None:
+            await asyncio.Event().wait()  # only cancellation ends it
+        if (step, question, len(calls)) == (1, "q1", 3):
+            while not SCRIPT.buffer.sampler.stats.deferred:  # q3's deferral first: see the module docstring
+                await asyncio.sleep(0.01)
+        record = TrajectoryRecord(
+            protocol="neos",
+            question=question,
+            session_id=str(kwargs["session_id"]),
+            group_id=str(kwargs["uid"]),
+            mei_version=None,
+            termination_reason="answer",
+            final_answer="yes" if outcome else "no",
+        )
+        return AgentLoopOutput(
+            prompt_ids=[1, 2, 3],
+            response_ids=[4, 5],
+            response_mask=[1, 1],
+            reward_score=float(outcome),
+            num_turns=2,
+            metrics=AgentLoopMetrics(),
+            extra_fields={RECORD_KEY: record.model_dump(mode="json")},
+        )
+
+
+class LoopControl:
+    """The buffer's rollout side on this event loop (the buffer polls from a thread, as the trainer does)."""
+
+    def __init__(self, worker: NeosAgentLoopWorker, loop: asyncio.AbstractEventLoop) -> None:
+        self.worker, self.loop = worker, loop
+        self.cancelled: list[str] = []
+
+    def _call(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def dispatch(self, batch) -> None:
+        self._call(self.worker.generate_sequences(batch)).result()
+
+    def cancel(self, keys) -> None:
+        self.cancelled.extend(keys)
+        self._call(self.worker.cancel_sessions(list(keys))).result()
+
+    def assess(self, reference_key, failure_keys, task):
+        return self._call(self.worker.assess_failures(reference_key, list(failure_keys), task))
+
+    def wait(self, pending) -> None:
+        for future in pending:
+            future.result()
+
+
+class _FakeModelCheckpoint:
+    """Stand-in for the model workers' part of verl's checkpoint: the global step and the dataloader (data.pt)."""
+
+    def _save_checkpoint(self) -> None:
+        folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+        os.makedirs(folder, exist_ok=True)
+        torch.save(self.train_dataloader.state_dict(), os.path.join(folder, "data.pt"))
+
+    def _load_checkpoint(self) -> None:
+        self.global_steps = int(open(os.path.join(self.config.trainer.default_local_dir, "latest")).read())
+        folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+        self.train_dataloader.load_state_dict(torch.load(os.path.join(folder, "data.pt"), weights_only=False))
+
+
+class _Trainer(MixedGroupSamplingMixin, _FakeModelCheckpoint, PPOTrainerSync):
+    """The mixin over verl's sync trainer, as ``NeosTrainer`` composes it."""
+
+
+def make_config(model_dir, ckpt_dir):
+    with initialize_config_module(config_module="verl.trainer.config", version_base=None):
+        return compose(
+            config_name="ppo_trainer",
+            overrides=[
+                f"actor_rollout_ref.model.path={model_dir}",
+                "actor_rollout_ref.rollout.name=vllm",  # only names the engine; nothing here starts one
+                f"actor_rollout_ref.rollout.n={G}",
+                f"data.train_batch_size={B}",
+                f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT}",
+                "+trainer.v1.neos.sampler.max_per_group=3",
+                "+trainer.v1.neos.sampler.window=4",
+                "+trainer.v1.neos.sampler.admission_limit=8",
+                "+trainer.v1.neos.sampler.poll_interval=0.02",
+                f"trainer.default_local_dir={ckpt_dir}",
+            ],
+        )
+
+
+DATASET = [
+    {
+        "raw_prompt": [{"role": "user", "content": f"q{i}"}],
+        "agent_name": AGENT,
+        "index": i,
+        "extra_info": {"index": i},
+        "reward_model": {"ground_truth": "yes"},
+    }
+    for i in range(8)
+]
+
+
+def make_trainer(config) -> _Trainer:
+    """verl's trainer object without its GPU workers (``object.__new__``): the parts the sampler touches are real."""
+    trainer = object.__new__(_Trainer)
+    trainer.config = config
+    trainer.trainer_mode, trainer.parameter_sync_step, trainer.global_steps = "sync", 1, 0
+    trainer._one_question_per_fetch()  # the mixin's part of _init_dataloader (verl's part builds datasets from files)
+    trainer.train_dataloader = StatefulDataLoader(DATASET, batch_size=1, shuffle=False, collate_fn=collate_fn)
+    trainer.train_dataloader_it = None
+    trainer.replay_buffer = trainer._build_replay_buffer()
+    SCRIPT.buffer = trainer.replay_buffer
+    return trainer
+
+
+@pytest.fixture
+def scripted_agent():
+    _agent_loop_registry[AGENT] = {"_target_": ScriptedLoop}
+    yield
+    _agent_loop_registry.pop(AGENT, None)
+
+
+def test_settings_come_from_trainer_v1_neos_sampler(tiny_vl_model_dir, tmp_path):
+    config = make_config(tiny_vl_model_dir, tmp_path)
+    sampler, poll = mixed_group_settings(config, groups=B)
+    assert (sampler.groups, sampler.group_size, sampler.max_per_group, sampler.window) == (2, 2, 3, 4)
+    assert (sampler.admission_limit, poll) == (8, 0.02)
+    del config.trainer.v1.neos.sampler.window, config.trainer.v1.neos.sampler.admission_limit
+    derived, _ = mixed_group_settings(config, groups=B)
+    assert (derived.window, derived.admission_limit) == (2 * B, 2 * B * G)  # SamplerConfig's defaults
+    config.algorithm.filter_groups = {"enable": True, "metric": "acc"}
+    with pytest.raises(ValueError, match="filter_groups"):
+        make_trainer(config)
+
+
+async def sample(trainer, step: int):
+    trainer.global_steps = step
+    return await asyncio.to_thread(trainer.replay_buffer.sample, step, "train", B)
+
+
+async def test_mixed_groups_batch_topups_deferral_cancel_and_resume(
+    transfer_queue, tiny_vl_model_dir, tmp_path, scripted_agent
+):
+    SCRIPT.calls.clear()
+    SCRIPT.uids.clear()
+    config = make_config(tiny_vl_model_dir, tmp_path)
+    trainer = make_trainer(config)
+    worker = NeosAgentLoopWorker(config, None)  # the scripted loop never generates
+    control = LoopControl(worker, asyncio.get_running_loop())
+    trainer.replay_buffer.bind(control)
+    batch, metrics = await sample(trainer, 1)
+    uid_of = dict(SCRIPT.uids)
+    calls = {q: s for (step, q), s in SCRIPT.calls.items() if step == 1}
+    assert {q: len(s) for q, s in calls.items()} == {"q0": 2, "q1": 3, "q2": 3, "q3": 3, "q4": 3}
+    # Exactly B x G trajectories: q0's two; q1's first failure and its success (the second failure is discarded).
+    data = tq.kv_batch_get(keys=batch.keys, partition_id="train", select_fields=["uid", "rm_scores", "extra_fields"])
+    rows = list(zip(batch.keys, data["uid"], data["rm_scores"], data["extra_fields"], strict=True))
+    assert len(rows) == B * G
+    sessions = sorted((e[RECORD_KEY]["question"], int(k.rsplit("_", 2)[1]), float(r.sum())) for k, _, r, e in rows)
+    q0, q1 = calls["q0"], calls["q1"]
+    assert sessions == sorted([("q0", q0[0], 1.0), ("q0", q0[1], 0.0), ("q1", q1[0], 0.0), ("q1", q1[2], 1.0)])
+    assert {e[RECORD_KEY]["question"]: u for _, u, _, e in rows} == {"q0": uid_of["q0"], "q1": uid_of["q1"]}
+    # Each selected failure was judged before the batch came back; successes carry no labels.
+    for _, _, reward, extra in rows:
+        if float(reward.sum()) == 0.0:
+            labels = CreditLabels.model_validate(extra[CREDIT_KEY])
+            assert (labels.judge, labels.fallback_reason) == ("offline_path", "no_task_path")
+        else:
+            assert CREDIT_KEY not in extra
+    # The boundary: the hanging samples of q2 and q4 were cancelled; nothing but the batch is left in TransferQueue.
+    assert sorted(control.cancelled) == sorted(f"{uid_of[q]}-{s}" for q in ("q2", "q4") for s in calls[q])
+    left = [k for k in tq.kv_list("train")["train"] if any(k.startswith(u) for u in uid_of.values())]
+    assert sorted(left) == sorted(batch.keys)
+    assert sorted(trainer.replay_buffer.rows) == sorted([uid_of["q2"], uid_of["q4"]])  # held for the next batch
+    assert not worker._sessions
+    assert metrics["neos_sampler/deferred"] == 1.0 and metrics["neos_sampler/rescued"] == 1.0
+    assert metrics["neos_sampler/extra_admitted"] == 4.0  # q1, q3, then q2's and q4's third samples
+    assert metrics["neos_sampler/cancelled"] == 6.0 and metrics["neos_sampler/discarded"] == 1.0
+    assert metrics["neos_sampler/selected"] == 4.0 and metrics["neos_sampler/carried"] == 2.0
+    assert metrics["neos_sampler/judged_failures"] == 3.0  # q0's one, q1's two
+    tq.kv_clear(keys=batch.keys, partition_id="train")  # what verl's fit() does after the step
+
+    # Checkpoint after step 1, then a fresh trainer resumes: q2 and q4 (carried, rows from the checkpoint) make
+    # step 2's batch; q5 and q6 come from where the dataloader stopped (after q4).
+    trainer._save_checkpoint()
+    (tmp_path / "latest").write_text("1")
+    resumed = make_trainer(config)
+    resumed._load_checkpoint()
+    resumed.replay_buffer.bind(control)
+    assert resumed.replay_buffer.sampler.batch == 1
+    batch, metrics = await sample(resumed, 2)
+    data = tq.kv_batch_get(keys=batch.keys, partition_id="train", select_fields=["extra_fields"])
+    questions = sorted(e[RECORD_KEY]["question"] for e in data["extra_fields"])
+    assert questions == ["q2", "q2", "q4", "q4"]
+    step2 = {q: s for (step, q), s in SCRIPT.calls.items() if step == 2}
+    assert set(step2) == {"q2", "q4", "q5", "q6"}
+    assert min(min(s) for s in step2.values()) > max(max(s) for s in calls.values())  # run-wide session indices
+    assert os.path.exists(tmp_path / "global_step_1" / CHECKPOINT_FILE)
+    tq.kv_clear(keys=batch.keys, partition_id="train")

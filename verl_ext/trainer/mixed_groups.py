@@ -1,0 +1,380 @@
+"""Neos' adaptive mixed-group sampling (SPEC §4, Neos Appendix B) inside verl's v1 trainer.
+
+The framework-free :class:`~verl_ext.trainer.sampler.MixedGroupSampler` decides which trajectory to start, when a
+batch is ready and what it holds. This module is the verl layer around it:
+
+- :class:`MixedGroupReplayBuffer` (a verl ``ReplayBuffer``) owns the sampler for the ``train`` partition. Its
+  ``sample()`` admits trajectories as prompt rows with ``__session_ids__`` (run-wide session indices; the worker runs
+  exactly those, see ``verl_ext.rollout.tq_worker``), polls TransferQueue for each session's status tag, reports each
+  ended trajectory (success: the final output's ``rm_scores`` sum >= 0.5, ``tq_worker.SUCCESS_THRESHOLD``), asks a
+  worker to judge a group's new failures whenever the sampler says the group is eligible, and once ``ready()`` returns
+  the selection: exactly B x G trajectories (their keys, one per single-output session). Validation batches go to
+  verl's own ``sample()``.
+- Policy boundary: at selection every trajectory still running is cancelled, not waited for: the workers cancel the
+  sessions' asyncio tasks (no further turns, tool calls or TransferQueue writes) and verl's
+  ``CheckpointEngineManager.abort_replicas`` aborts their in-flight generate requests (then ``resume_generation``
+  reopens the replicas for the next round; the aborted requests' clients are gone, so nothing resumes them). Their
+  rows, completed trajectories not kept and every status tag of the batch are cleared from TransferQueue before
+  ``sample()`` returns, so no old-policy trajectory reaches the next step; questions not selected go back to the
+  front of the sampler's queue and are sampled afresh under the next policy. The judge calls of the batch are
+  awaited before it is returned, so selected failures carry their labels when the estimator reads them.
+- :class:`MixedGroupSamplingMixin` plugs the buffer into the trainer: the dataloader yields one question per fetch
+  (``data.gen_batch_size = 1``) so every question taken is either in the sampler's queue or window (and in the
+  checkpoint) or done; ``prepare_step`` dispatches nothing (the buffer admits); the buffer's state (sampler state and
+  the dataset rows of queued questions) is saved next to verl's checkpoint and restored on resume.
+
+Config (``trainer.v1.neos.sampler``): ``max_per_group``, ``window``, ``admission_limit`` (defaults: 1.5G, 2B, 2BG
+from ``SamplerConfig``) and ``poll_interval`` (seconds between TransferQueue polls, default 1.0). B is
+``data.train_batch_size`` (per ``parameter_sync_step``), G is ``actor_rollout_ref.rollout.n``. Rewards must be known
+at sampling time (a rule-based reward or ``reward.reward_model.enable_resource_pool``), and the agent-loop manager
+must be ``verl_ext.rollout.tq_worker.NeosAgentLoopManagerTQ``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import ray
+import torch
+import transfer_queue as tq
+from omegaconf import DictConfig, OmegaConf, open_dict
+from tensordict import TensorDict
+from transfer_queue import KVBatchMeta
+from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+from verl.utils import tensordict_utils as tu
+
+from verl_ext.rollout.tq_worker import SESSIONS_KEY, SUCCESS_THRESHOLD, TRAIN, admission_key
+from verl_ext.trainer.sampler import Admission, GroupStatus, MixedGroupSampler, SamplerConfig, Selection
+
+log = logging.getLogger(__name__)
+CHECKPOINT_FILE = "neos_sampler.pt"
+METRIC_PREFIX = "neos_sampler/"
+_ENDED = ("finished", "failure")
+
+
+def mixed_group_settings(config: DictConfig, groups: int) -> tuple[SamplerConfig, float]:
+    """``SamplerConfig`` for B = ``groups`` and G = ``rollout.n`` from ``trainer.v1.neos.sampler``, and the poll interval."""
+    options = (config.trainer.v1.get("neos") or {}).get("sampler") or {}
+    options = OmegaConf.to_container(options, resolve=True) if isinstance(options, DictConfig) else dict(options)
+    poll_interval = float(options.pop("poll_interval", 1.0))
+    if poll_interval <= 0:
+        raise ValueError(f"trainer.v1.neos.sampler.poll_interval must be > 0, got {poll_interval}")
+    sampler = SamplerConfig(groups=groups, group_size=int(config.actor_rollout_ref.rollout.n), **options)
+    return sampler, poll_interval
+
+
+class RolloutControl(Protocol):
+    """What the buffer needs from the rollout side; :class:`RayRolloutControl` is the trainer's."""
+
+    def dispatch(self, batch: TensorDict) -> None: ...
+
+    def cancel(self, keys: Sequence[str]) -> None: ...
+
+    def assess(self, reference_key: str, failure_keys: Sequence[str], task: dict[str, Any]) -> Any: ...
+
+    def wait(self, pending: Sequence[Any]) -> None: ...
+
+
+@dataclass
+class RayRolloutControl:
+    """The trainer's agent-loop manager (``NeosAgentLoopManagerTQ``) and, for aborting requests, its checkpoint manager."""
+
+    manager: Any
+    checkpoint_manager: Any = None
+    _turn: Iterator[int] = field(default_factory=itertools.count)
+
+    def __post_init__(self) -> None:
+        missing = [w for w in self.manager.agent_loop_workers if not hasattr(w, "cancel_sessions")]
+        if missing:
+            raise TypeError(
+                "mixed-group sampling needs actor_rollout_ref.rollout.agent.agent_loop_manager_class="
+                "verl_ext.rollout.tq_worker.NeosAgentLoopManagerTQ (its workers run and cancel single sessions)"
+            )
+
+    def dispatch(self, batch: TensorDict) -> None:
+        self.manager.generate_sequences(batch)
+
+    def cancel(self, keys: Sequence[str]) -> None:
+        ray.get([w.cancel_sessions.remote(list(keys)) for w in self.manager.agent_loop_workers])
+        if self.checkpoint_manager is not None:
+            self.checkpoint_manager.abort_replicas()
+            self.checkpoint_manager.resume_generation_replicas()
+
+    def assess(self, reference_key: str, failure_keys: Sequence[str], task: dict[str, Any]) -> Any:
+        workers = self.manager.agent_loop_workers
+        return workers[next(self._turn) % len(workers)].assess_failures.remote(reference_key, list(failure_keys), task)
+
+    def wait(self, pending: Sequence[Any]) -> None:
+        for ref in pending:
+            try:
+                ray.get(ref)
+            except Exception:  # a lost worker: those failures keep the outcome advantage
+                log.exception("a credit assessment did not complete")
+
+
+def _row_value(row: TensorDict, key: str) -> Any:
+    values = tu.get(row, key, None)
+    return None if values is None else values[0]
+
+
+class MixedGroupReplayBuffer(ReplayBuffer):
+    """verl's replay buffer with Neos' sampler deciding the ``train`` batches (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        sampler_config: SamplerConfig,
+        next_rows: Callable[[], TensorDict],
+        poll_interval: float,
+        **replay_buffer_kwargs: Any,
+    ) -> None:
+        super().__init__(poll_interval=poll_interval, **replay_buffer_kwargs)
+        self._next_rows = next_rows
+        self.rows: dict[str, TensorDict] = {}  # question id (the row's uid) -> its one-row dataset batch
+        self.sampler = MixedGroupSampler(sampler_config, self._questions())
+        self.control: RolloutControl | None = None
+        self._reset_batch()
+
+    def bind(self, control: RolloutControl) -> None:
+        """Connect the rollout side (the trainer does it in ``fit``, once the agent-loop manager exists)."""
+        self.control = control
+
+    # ------------------------------------------------------------------ sample
+
+    def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[KVBatchMeta, dict]:
+        if partition_id != TRAIN:
+            return super().sample(global_steps, partition_id, batch_size)
+        if batch_size != self.sampler.config.groups:
+            raise ValueError(f"asked for {batch_size} groups, the sampler makes batches of {self.sampler.config.groups}")
+        if self.control is None:
+            raise RuntimeError("MixedGroupReplayBuffer.bind() was not called: no rollout to dispatch to")
+        while not self.sampler.ready():
+            self._dispatch(self.sampler.admit(self.sampler.config.admission_limit), global_steps)
+            if self.sampler.exhausted():
+                raise RuntimeError("the question source cannot make another batch of mixed groups")
+            if not self._poll():
+                time.sleep(self.poll_interval)
+        return self._close_batch()
+
+    def _reset_batch(self) -> None:
+        self._in_flight: dict[str, Admission] = {}  # admission key -> trajectory still running
+        self._admitted: set[str] = set()  # every admission key of this batch
+        self._final_key: dict[tuple[str, int], str] = {}  # (question, session) -> its final output's key
+        self._reference: dict[str, int] = {}  # question -> the success its failures are judged against
+        self._judged: dict[str, set[int]] = defaultdict(set)
+        self._assessments: list[Any] = []
+
+    def _questions(self) -> Iterator[str]:
+        """The sampler's source: one dataloader row at a time, kept until its question is done."""
+        while True:
+            batch = self._next_rows()
+            for i in range(len(batch)):
+                row = tu.index_select_tensor_dict(batch, [i])
+                question = str(_row_value(row, "uid"))
+                self.rows[question] = row
+                yield question
+
+    def _dispatch(self, admissions: list[Admission], global_steps: int) -> None:
+        if not admissions:
+            return
+        sessions: dict[str, list[int]] = defaultdict(list)
+        for a in admissions:
+            sessions[a.question_id].append(a.session_index)
+        batch = tu.concat_tensordict([self.rows[q] for q in sessions])
+        tu.assign_non_tensor_stack(batch, SESSIONS_KEY, list(sessions.values()))
+        tu.assign_non_tensor_data(batch, "global_steps", global_steps)
+        keys = [admission_key(a.question_id, a.session_index) for a in admissions]
+        tags = [{"is_prompt": True, "status": "pending", "global_steps": global_steps} for _ in keys]
+        tq.kv_batch_put(keys=keys, partition_id=TRAIN, tags=tags)
+        self._in_flight.update(zip(keys, admissions))
+        self._admitted.update(keys)
+        self.control.dispatch(batch)
+
+    @staticmethod
+    def _listing() -> dict[str, dict]:
+        return (tq.kv_list(TRAIN) or {}).get(TRAIN, {})
+
+    @staticmethod
+    def _outputs(listing: dict[str, dict]) -> dict[str, list[str]]:
+        """Admission key -> its trajectory keys ``{uid}_{session}_{i}``, in output order."""
+        outputs: dict[str, list[tuple[int, str]]] = defaultdict(list)
+        for key, tag in listing.items():
+            parts = key.rsplit("_", 2)
+            if tag.get("is_prompt") or len(parts) != 3 or not (parts[1].isdigit() and parts[2].isdigit()):
+                continue
+            outputs[admission_key(parts[0], int(parts[1]))].append((int(parts[2]), key))
+        return {k: [key for _, key in sorted(v)] for k, v in outputs.items()}
+
+    def _poll(self) -> bool:
+        """Report every trajectory that ended since the last poll (session order); False when none had."""
+        listing = self._listing()
+        ended = sorted(
+            (a.session_index, k) for k, a in self._in_flight.items() if listing.get(k, {}).get("status") in _ENDED
+        )
+        if not ended:
+            return False
+        outputs = self._outputs(listing)
+        finished = [k for _, k in ended if listing[k]["status"] == "finished" and outputs.get(k)]
+        rewards = dict(zip(finished, self._rewards([outputs[k][-1] for k in finished]), strict=True))
+        for _, key in ended:
+            a = self._in_flight.pop(key)
+            if key in rewards:
+                self._final_key[(a.question_id, a.session_index)] = outputs[key][-1]
+                status = self.sampler.finish(a.question_id, a.session_index, rewards[key] >= SUCCESS_THRESHOLD)
+            else:
+                status = self.sampler.abort(a.question_id, a.session_index)
+            if status is GroupStatus.ELIGIBLE:
+                self._assess(a.question_id)
+            if self.sampler.ready():
+                break  # the rest stay in flight for the sampler and are cleared with the batch
+        return True
+
+    @staticmethod
+    def _rewards(keys: list[str]) -> list[float]:
+        if not keys:
+            return []
+        try:
+            scores = tq.kv_batch_get(keys=keys, partition_id=TRAIN, select_fields=["rm_scores"])["rm_scores"]
+        except Exception as exc:
+            raise RuntimeError(
+                "mixed-group sampling needs each trajectory's reward when it is put (rm_scores): use a rule-based "
+                "reward or reward.reward_model.enable_resource_pool=True"
+            ) from exc
+        return [float(s.sum().item()) for s in scores]
+
+    def _assess(self, question: str) -> None:
+        """Judge the group's failures not judged yet against its lowest-index success (known at eligibility)."""
+        outcomes = self.sampler.outcomes(question)
+        reference = self._reference.setdefault(question, min(s for s, ok in outcomes.items() if ok))
+        new = [s for s, ok in sorted(outcomes.items()) if not ok and s not in self._judged[question]]
+        if not new:
+            return
+        self._judged[question].update(new)
+        row = self.rows[question]
+        task = {"extra_info": _row_value(row, "extra_info") or {}, "reward_model": _row_value(row, "reward_model") or {}}
+        self._assessments.append(
+            self.control.assess(
+                self._final_key[(question, reference)], [self._final_key[(question, s)] for s in new], task
+            )
+        )
+
+    def _close_batch(self) -> tuple[KVBatchMeta, dict]:
+        selection = self.sampler.select()
+        cancel = [admission_key(a.question_id, a.session_index) for a in selection.cancel]
+        if cancel:
+            self.control.cancel(cancel)
+        self.control.wait(self._assessments)
+        listing = self._listing()
+        outputs = self._outputs(listing)
+        selected = [admission_key(g.question_id, s) for g in selection.groups for s in g.sessions]
+        keys = [key for k in selected for key in outputs[k]]
+        kept = set(keys)
+        stale = [*self._admitted, *(key for k in self._admitted for key in outputs.get(k, ()) if key not in kept)]
+        tq.kv_clear(keys=[k for k in stale if k in listing], partition_id=TRAIN)
+        for question in [g.question_id for g in selection.groups] + selection.deferred:
+            self.rows.pop(question, None)
+        metrics = self._metrics(selection)
+        self._reset_batch()
+        return KVBatchMeta(partition_id=TRAIN, keys=keys, tags=[listing[k] for k in keys]), metrics
+
+    def _metrics(self, selection: Selection) -> dict[str, float]:
+        metrics = selection.stats.metrics(prefix=METRIC_PREFIX)
+        metrics[f"{METRIC_PREFIX}carried"] = float(len(selection.carried))
+        metrics[f"{METRIC_PREFIX}judged_failures"] = float(sum(len(s) for s in self._judged.values()))
+        metrics[f"{METRIC_PREFIX}selected_success_share"] = sum(
+            sum(g.outcomes) for g in selection.groups
+        ) / max(1, sum(len(g.outcomes) for g in selection.groups))
+        return metrics
+
+    # -------------------------------------------------------------- checkpoint
+
+    def save(self, path: str) -> None:
+        """Sampler state and the dataset rows of every question it still holds (written whole, then renamed)."""
+        state = self.sampler.state_dict()
+        held = [*state["queue"], *(g["question_id"] for g in state["window"])]
+        tmp = f"{path}.tmp"
+        torch.save({"sampler": state, "rows": {q: self.rows[q] for q in held}}, tmp)
+        os.replace(tmp, path)
+
+    def load(self, path: str) -> None:
+        """Restore ``save()`` into this fresh buffer; the dataloader is already where the checkpoint left it.
+
+        Trajectories in flight at save time no longer exist: they are aborted (their slots freed, nothing counted).
+        """
+        saved = torch.load(path, weights_only=False)
+        self.sampler.load_state_dict(saved["sampler"], source_positioned=True)
+        self.rows = dict(saved["rows"])
+        for a in self.sampler.in_flight():
+            self.sampler.abort(a.question_id, a.session_index)
+
+
+class MixedGroupSamplingMixin:
+    """Put before ``PPOTrainerSync`` in the bases (``class NeosTrainer(MixedGroupSamplingMixin, ..., PPOTrainerSync)``)."""
+
+    def _build_replay_buffer(self) -> MixedGroupReplayBuffer:
+        config = self.config
+        filter_groups = config.algorithm.get("filter_groups") or {}
+        if filter_groups.get("enable", False):
+            raise ValueError("algorithm.filter_groups (DAPO) and Neos' mixed-group sampling both pick groups: use one")
+        reward_model = config.reward.reward_model
+        if reward_model.enable and not reward_model.enable_resource_pool:
+            raise ValueError(
+                "mixed-group sampling judges each trajectory as it ends: a colocated reward model scores only after "
+                "sampling; use a rule-based reward or reward.reward_model.enable_resource_pool=True"
+            )
+        sampler_config, poll_interval = mixed_group_settings(
+            config, config.data.train_batch_size // self.parameter_sync_step
+        )
+        sampler = config.trainer.v1.sampler
+        return MixedGroupReplayBuffer(
+            sampler_config=sampler_config,
+            next_rows=lambda: self._next_train_batch(1),
+            poll_interval=poll_interval,
+            trainer_mode=self.trainer_mode,
+            trainer_config=config.trainer.v1.get(self.trainer_mode, {}),
+            max_off_policy_threshold=sampler.max_off_policy_threshold,
+            max_off_policy_strategy=sampler.max_off_policy_strategy,
+            sampler_kwargs=sampler.sampler_kwargs,
+            refill_fn=self._add_prompts_to_generate,
+        )
+
+    def _init_dataloader(self) -> None:
+        self._one_question_per_fetch()
+        super()._init_dataloader()  # type: ignore[misc]
+
+    def _one_question_per_fetch(self) -> None:
+        """``data.gen_batch_size = 1``: the dataloader's position then matches the questions the sampler took."""
+        with open_dict(self.config):
+            self.config.data.gen_batch_size = 1
+
+    def prepare_step(self) -> dict:
+        return {}  # the replay buffer admits trajectories itself
+
+    def fit(self, agent_loop_manager: Any) -> None:
+        self.replay_buffer.bind(RayRolloutControl(agent_loop_manager, getattr(self, "checkpoint_manager", None)))
+        return super().fit(agent_loop_manager)  # type: ignore[misc]
+
+    def _save_checkpoint(self) -> None:
+        super()._save_checkpoint()  # type: ignore[misc]
+        folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")  # verl's
+        self.replay_buffer.save(os.path.join(folder, CHECKPOINT_FILE))
+
+    def _load_checkpoint(self) -> None:
+        super()._load_checkpoint()  # type: ignore[misc]
+        if not self.global_steps:
+            return  # training from scratch
+        folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+        if self.config.trainer.resume_mode == "resume_path":
+            folder = self.config.trainer.resume_from_path
+        path = os.path.join(folder if os.path.isabs(folder) else os.path.join(os.getcwd(), folder), CHECKPOINT_FILE)
+        if os.path.exists(path):
+            self.replay_buffer.load(path)
+        else:
+            log.warning("no %s in the checkpoint: the sampler starts afresh", CHECKPOINT_FILE)
