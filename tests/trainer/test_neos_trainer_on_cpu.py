@@ -105,3 +105,28 @@ def test_after_each_update_the_selected_batchs_calls_are_retained_by_the_papers_
     assert [c.call.call_id for c in MEIBuffer(tmp_path / "buffer").pending().calls] == [s_ok, f_productive,
                                                                                            f_corrective]
     transfer_queue.kv_clear(keys=keys, partition_id="mei_test")
+
+
+def test_batch_metrics_tool_mix_and_credit_composition_hand_computed():
+    from verl_ext.credit import CreditParams
+    from verl_ext.trainer.metrics import batch_metrics
+
+    # f1: t0 productive, t1 causal error, t2 unlabelled inside the open branch -> downstream, t3 recovery,
+    # t4 unlabelled after the recovery -> neutral.
+    f1 = CreditLabels(assessed=True, judge="test", num_turns=5,
+                      events=[LabelEvent(turn=1, type="causal_error", severity=0.8, confidence=0.9),
+                              LabelEvent(turn=3, type="recovery", severity=0.0, confidence=0.7)],
+                      productive={0: 0.5})
+    unjudged = CreditLabels(assessed=False, judge="test", num_turns=2, fallback_reason="timeout")
+    rows = [
+        {RECORD_KEY: _record("s1", [["a"], ["b"]])},  # 2 WebVisit calls
+        {RECORD_KEY: _record("f1", [["c"], [], [], []]), CREDIT_KEY: f1.model_dump(mode="json")},  # 4 WebVisit
+        {RECORD_KEY: _record("f2", [["d"]]), CREDIT_KEY: unjudged.model_dump(mode="json")},  # 1 WebVisit, no types
+        None,  # a row of another agent loop
+    ]
+    got = batch_metrics(rows, CreditParams())
+    assert got["neos_tools/calls_per_trajectory/WebVisit"] == 7 / 3
+    assert {k.rsplit("/", 1)[1]: v for k, v in got.items() if "turn_share" in k} == {
+        "productive": 0.2, "causal_error": 0.2, "re_derailment": 0.0, "downstream": 0.2, "recovery": 0.2,
+        "neutral": 0.2}
+    assert "neos_credit/turn_share/neutral" not in batch_metrics(rows[:1], CreditParams())  # nothing judged

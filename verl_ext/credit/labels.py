@@ -20,6 +20,11 @@ from verl_ext.credit.weights import EventType, JudgeEvent, turn_weights
 CREDIT_KEY = "neos_credit"
 LABELS_SCHEMA_VERSION = 1
 
+# What each turn of an assessed failure is under Eq. 3 (Neos Fig. 9's composition): its label, else downstream where
+# an open error branch gives it a negative weight, else neutral.
+CreditType = Literal["productive", "causal_error", "re_derailment", "downstream", "recovery", "neutral"]
+CREDIT_TYPES: tuple[CreditType, ...] = ("productive", "causal_error", "re_derailment", "downstream", "recovery",
+                                        "neutral")
 Turn = Annotated[int, Field(ge=0)]
 
 
@@ -64,6 +69,19 @@ class CreditLabels(BaseModel):
         """Eq. 3 turn weights of this trajectory under ``params`` (and its ablation row)."""
         events, productive = self.credit()
         return turn_weights(self.num_turns, events, productive, params)
+
+    def turn_types(self, params: CreditParams) -> list[CreditType]:
+        """Each turn's :data:`CreditType` under ``params``."""
+        events = {e.turn: e.type for e in self.events}
+        types: list[CreditType] = []
+        for turn, weight in enumerate(self.weights(params)):
+            if turn in events:
+                types.append(events[turn])
+            elif turn in self.productive:
+                types.append("productive")
+            else:
+                types.append("downstream" if weight < 0 else "neutral")
+        return types
 
 
 def labels_from_assessment(assessment: CreditAssessment, span_turns: Mapping[str, int], judge: str) -> CreditLabels:

@@ -22,10 +22,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections import Counter
 from typing import Any
 
-import transfer_queue as tq
 from omegaconf import OmegaConf
 from transfer_queue import KVBatchMeta
 
@@ -34,6 +32,7 @@ from verl_ext.credit.labels import CREDIT_KEY, CreditLabels
 from verl_ext.mei.buffer import MEIBuffer
 from verl_ext.mei.selection import RolloutResult, select_calls
 from verl_ext.rollout.record import RECORD_KEY, TrajectoryRecord
+from verl_ext.trainer.rows import selected_rows
 
 log = logging.getLogger(__name__)
 
@@ -111,18 +110,12 @@ class MEICoEvolutionMixin:
         return batch
 
     def _retain_mei_calls(self, batch: KVBatchMeta, metrics: dict[str, Any]) -> None:
-        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
-                               select_fields=["extra_fields", "rm_scores"])
-        padding = [bool(t.get("is_padding", False)) for t in batch.tags] if batch.tags else [False] * len(batch.keys)
-        extra = data["extra_fields"]  # a NonTensorStack or a plain list subclass, by TransferQueue backend
-        rows = [x for x, pad in zip(extra.tolist() if hasattr(extra, "tolist") else list(extra), padding, strict=True)
-                if not pad]
-        scores = [float(s.sum()) for s, pad in zip(data["rm_scores"].unbind(), padding, strict=True) if not pad]
+        rows, scores = selected_rows(batch)
         read = MEILog.read(self._mei_config().log_path)  # the tool server appends; a torn last line is skipped
         selection = select_calls(rollout_results(rows, scores), read.records)
         added = self.mei_buffer.add(selection.retained, BlobStore(blobs_dir_of(self._mei_config().log_path)))
         metrics["mei/retained_calls"] = float(added)
-        for key, count in Counter(selection.counts).items():
+        for key, count in selection.counts.items():
             metrics[f"mei/selection/{key}"] = float(count)
 
     def _update_mei(self, metrics: dict[str, Any]) -> None:

@@ -3,6 +3,7 @@
 - Turn credit: ``TurnCreditAdvantageMixin`` hands each row's judge labels (put beside the trajectory by
   ``NeosAgentLoopManagerTQ`` while the rest of the rollout runs) to the ``neos_turn_credit`` estimator.
 - MEI co-evolution: ``MEICoEvolutionMixin`` retains MEI calls after each update and fine-tunes MEI every K updates.
+- Diagnostics: the selected batch's tool-call mix and credit-type composition (``verl_ext.trainer.metrics``).
 - Everything else is verl's ``PPOTrainerSync``: colocated rollout and training, weights pushed after each step.
 
 verl branches on ``trainer_mode == "sync"`` for its on-policy semantics (the bufferless replay buffer that discards
@@ -15,8 +16,11 @@ from __future__ import annotations
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
+from verl_ext.advantage.estimator import credit_params_from_config
 from verl_ext.advantage.trainer_mixin import TurnCreditAdvantageMixin
 from verl_ext.trainer.mei_coevolution import MEICoEvolutionMixin
+from verl_ext.trainer.metrics import batch_metrics
+from verl_ext.trainer.rows import selected_rows
 
 TRAINER_NAME = "neos"
 
@@ -26,3 +30,8 @@ class NeosTrainer(MEICoEvolutionMixin, TurnCreditAdvantageMixin, PPOTrainerSync)
     def _build_replay_buffer(self):
         self.trainer_mode = "sync"  # read by verl right after this call and in every later branch: see module doc
         return super()._build_replay_buffer()
+
+    def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
+        rows, _ = selected_rows(batch)
+        metrics.update(batch_metrics(rows, credit_params_from_config(self.config.algorithm)))
+        return super()._compute_metrics(batch, metrics, timing_raw, global_steps=global_steps, epoch=epoch)
