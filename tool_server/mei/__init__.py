@@ -7,7 +7,7 @@ Use::
     call = await mei.web_visit(goal=..., page=PageView(...), ctx=MEIContext(session_id=..., turn=3, tool="WebVisit"))
     call.evidence    # WebVisitEvidence (validated, strict keys)
     call.call_id     # the id of this call's record in the MEI log
-    call.version     # the interface version (fixed for the life of the interface, hence of a trajectory)
+    call.version     # the version that served it: a model server's reported ``model`` (our MEI server: its checkpoint)
     call.outcome     # extractive | valid | repaired | retried | fallback
 
 Tools return ``{"call_id": call.call_id, "version": call.version}`` per MEI call to their clients. Each call gets its
@@ -41,7 +41,7 @@ class MEIConfig(BaseModel):
 
     endpoint: str | None = None  # OpenAI-compatible base URL (".../v1"); None -> extractive interface
     model: str = "mei"
-    version: str | None = None  # MEI checkpoint version recorded with each call; default: the model name
+    version: str | None = None  # recorded until a server reports its own in ``model``; default: the model name
     timeout_s: float = Field(default=60.0, gt=0)
     max_retries: int = Field(default=2, ge=0)
     retry_backoff_s: float = Field(default=0.5, ge=0)
