@@ -50,18 +50,11 @@ class Replay:
 
 
 @pytest.fixture
-async def replay():
+async def replay(loopback):
     r = Replay()
-    app = web.Application()
-    app.router.add_get("/{tail:.*}", r.handle)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    r.base = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+    r.base = await loopback(r.handle)
     yield r
-    r.release.set()
-    await runner.cleanup()
+    r.release.set()  # before the server stops: hanging handlers return
 
 
 async def test_web_and_image_search_map_records(replay):

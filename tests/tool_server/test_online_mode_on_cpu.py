@@ -37,7 +37,7 @@ def _png() -> bytes:
 
 
 @pytest.fixture
-async def replay():
+async def replay(loopback):
     """The search API and the 'web' on one loopback server; ``hits`` counts requests per path."""
     hits: dict[str, int] = {}
     base = {}
@@ -53,15 +53,8 @@ async def replay():
             return web.Response(body=_png(), content_type="image/png")
         return web.Response(status=404, text="no such page")
 
-    app = web.Application()
-    app.router.add_get("/{tail:.*}", handle)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    base["url"] = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
-    yield base["url"], hits
-    await runner.cleanup()
+    base["url"] = await loopback(handle)
+    return base["url"], hits
 
 
 async def _client(world, tmp_path, replay_url: str, *, allow_private: bool) -> TestClient:

@@ -98,18 +98,11 @@ class Replay:
 
 
 @pytest.fixture
-async def replay():
+async def replay(loopback):
     r = Replay()
-    app = web.Application()
-    app.router.add_get("/{tail:.*}", r.handle)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    r.port = site._server.sockets[0].getsockname()[1]
-    r.base = f"http://127.0.0.1:{r.port}"
-    yield r
-    await runner.cleanup()
+    r.base = await loopback(r.handle)
+    r.port = int(r.base.rsplit(":", 1)[1])
+    return r
 
 
 @pytest.fixture
