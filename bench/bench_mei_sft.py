@@ -6,7 +6,8 @@ tokens/s (all tokens through forward and backward) of the updates after the firs
 No baseline exists in the same run: the figure is absolute. Needs a CUDA device and verl + Ray (see
 tests/mei/test_mei_sft_on_gpu.py for the GPU machine's setup)::
 
-    PYTHONPATH=/tmp/site:$PWD:$PWD/.gpu/extra python bench/bench_mei_sft.py --model .gpu/tiny-vl --examples 64 --updates 4
+    PYTHONPATH=/tmp/site:$PWD:$PWD/.gpu/extra \\
+      python bench/bench_mei_sft.py --model .gpu/tiny-vl --examples 64 --updates 4
 """
 
 from __future__ import annotations

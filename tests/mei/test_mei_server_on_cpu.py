@@ -50,8 +50,9 @@ async def test_chat_versions_errors_and_swap(mei_server, v1_dir, tmp_path):
         messages = [{"role": "system", "content": "JSON only."},
                     {"role": "user", "content": [{"type": "text", "text": "Describe"},
                                                  {"type": "image_url", "image_url": {"url": png_url("red")}}]}]
-        r = await client.post("/v1/chat/completions", json={"model": "mei", "messages": messages, "temperature": 0.0,
-                                                            "max_tokens": 4, "response_format": {"type": "json_object"}})
+        request = {"model": "mei", "messages": messages, "temperature": 0.0, "max_tokens": 4,
+                   "response_format": {"type": "json_object"}}
+        r = await client.post("/v1/chat/completions", json=request)
         body = await r.json()
         assert r.status == 200 and body["model"] == "v0"
         assert isinstance(body["choices"][0]["message"]["content"], str) and body["usage"]["completion_tokens"] <= 4

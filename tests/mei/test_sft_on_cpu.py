@@ -1,7 +1,6 @@
 """MEI SFT data: loss_mask is 1 exactly on the target JSON and its end-of-turn token (real tokenizer, processor and
 template of the tiny VL model), verl's layout and collator, and verl's sft_loss is Eq. 5 (hand-computed)."""
 
-import base64
 import io
 import math
 

@@ -78,7 +78,8 @@ def select_calls(results: Iterable[RolloutResult], calls: Mapping[str, MEIRecord
     for result in results:
         turns = eligible_turns(result)
         if turns == {}:
-            out.counts["ineligible_trajectory"] += sum(len(c.mei_call_ids) for t in result.record.turns for c in t.calls)
+            calls = (c for t in result.record.turns for c in t.calls)
+            out.counts["ineligible_trajectory"] += sum(len(c.mei_call_ids) for c in calls)
             continue
         for turn in result.record.turns:
             reason: Reason | None = "success" if turns is None else turns.get(turn.index)
