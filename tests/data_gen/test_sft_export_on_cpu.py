@@ -142,3 +142,15 @@ def test_bad_records_fail_with_a_clear_error(task, small_world, tmp_path):
     (tmp_path / "sft.jsonl").write_text(json.dumps(record) + "\n{not json\n")
     with pytest.raises(ValueError, match=r"sft.jsonl:2: not an SFT record"):
         sft_parquet_from_jsonl(tmp_path / "sft.jsonl", small_world, tmp_path / "sft.parquet")
+
+
+def test_schemas_as_parquet_structs_would_reach_the_template_altered(tmp_path):
+    """Why ``tools`` is JSON text: read back as verl reads it, a struct column pads every schema with the other tools'
+    parameters as nulls (TextSearch gains ``url: None``)."""
+    from verl.utils.py_functional import convert_nested_value_to_list_recursive
+
+    pd.DataFrame([{"tools": tool_schemas("neos")}]).to_parquet(tmp_path / "structs.parquet")
+    column = pd.read_parquet(tmp_path / "structs.parquet", dtype_backend="pyarrow")["tools"]
+    text_search = column.apply(convert_nested_value_to_list_recursive).tolist()[0][0]
+    assert text_search["function"]["parameters"]["properties"]["url"] is None
+    assert text_search != tool_schemas("neos")[0]
