@@ -32,6 +32,10 @@ def test_worker_config_carries_the_papers_mei_sft_settings(config):
     e = config.engine_config
     assert (e.strategy, e.micro_batch_size_per_gpu, e.max_token_len_per_gpu, e.use_dynamic_bsz) == (
         "fsdp2", 1, 32_768, False)
+    assert (e.param_offload, e.optimizer_offload) == (False, False)
+    offloaded = worker_config(MEITrainSettings(model_path=config.model_config.path, param_offload=True,
+                                               optimizer_offload=True)).engine_config
+    assert (offloaded.param_offload, offloaded.optimizer_offload) == (True, True)
     assert config.model_type == "language_model" and config.checkpoint_config.save_contents == ["hf_model"]
     assert config.model_config.override_config == {"attn_implementation": "sdpa"}
     assert config.model_config.processor is not None  # verl loaded the tiny model's processor

@@ -59,6 +59,10 @@ class MEITrainSettings(BaseModel):
     use_remove_padding: bool = True
     attn_implementation: str | None = None  # e.g. "sdpa" where flash-attn is not installed
     enable_gradient_checkpointing: bool = True
+    # Between updates the MEI weights and Adam state can wait in host memory (verl loads them for each train call):
+    # what lets the MEI SFT group share the policy's GPUs.
+    param_offload: bool = False
+    optimizer_offload: bool = False
     n_gpus: int = Field(default=1, ge=1)
 
 
@@ -78,6 +82,8 @@ def worker_config(s: MEITrainSettings) -> TrainingWorkerConfig:
         infer_micro_batch_size_per_gpu=s.micro_batch_size_per_gpu,
         max_token_len_per_gpu=s.max_seq_len,
         use_torch_compile=False,
+        param_offload=s.param_offload,
+        optimizer_offload=s.optimizer_offload,
     )
     optim = FSDPOptimizerConfig(
         lr=s.lr,
