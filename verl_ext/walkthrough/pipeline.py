@@ -90,6 +90,12 @@ class Walkthrough:
         return [r for g in self.groups for r in g.rollouts]
 
 
+def group_plans(q: Question, group_size: int, seed: int) -> list[Plan]:
+    """The scripted plans of ``q``'s group under ``seed`` (reproducible; questions of one run differ)."""
+    task = q.task
+    return draw_plans(group_size, f"{seed}:{task.id}", q.expert_calls, task.answer, task.evidence(), q.distractor)
+
+
 async def run_walkthrough(
     questions: Sequence[Question],
     model: PreTrainedModel,
@@ -113,9 +119,7 @@ async def run_walkthrough(
     try:
         for q in questions:
             task = q.task
-            plans = draw_plans(
-                group_size, f"{seed}:{task.id}", q.expert_calls, task.answer, task.evidence(), q.distractor
-            )
+            plans = group_plans(q, group_size, seed)
             episodes = await run_group(client, policy, plans, q.raw_prompt(), task.id, config)
             scored = [await score(manager, out, task.question, task.ground_truth()) for out, _ in episodes]
             labels = await assess_group(judge, task.id, [record for _, record in episodes], [r for r, _ in scored])
