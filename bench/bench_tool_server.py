@@ -1,4 +1,5 @@
-"""Tool-server benchmark: throughput/latency per tool, a FastAPI baseline, RSS and cache hit rates of a replay.
+"""Tool-server benchmark: throughput/latency per tool, a FastAPI baseline, asyncio vs uvloop, RSS and cache hit
+rates of a replay.
 
     PYTHONPATH=. .venv/bin/python bench/bench_tool_server.py --part all [--quick] [--world worlds/small]
         [--full-world worlds/full]
@@ -545,6 +546,51 @@ async def part_baseline(args, wl: Workload) -> dict:
     return out
 
 
+def part_loops(args, wl: Workload) -> dict:
+    """Server and client CPU per request of cached TextSearch and of the trivial handler under asyncio's loop and
+    uvloop, alternating phase by phase (``--repeat`` rounds), so both loops meet the same foreign load."""
+    global LOOP
+    conc, n, max_s = 64, 40_000, 8.0
+    constant = json.dumps({"name": "TextSearch", "arguments": {}}).encode()
+    repeated = [json.dumps({"name": "TextSearch", "arguments": wl.args("TextSearch", True, i)}).encode() for i in range(8)]
+
+    async def ours(base: str) -> dict:
+        import aiohttp
+
+        async with aiohttp.ClientSession(base_url=base) as http:
+            await _wait_features(http)
+            sid = await _session(http)
+            for body in repeated:  # warm the 8 entries
+                async with http.post(f"/v1/sessions/{sid}/call", data=body):
+                    pass
+        return await drive(base, conc, n, max_s, lambda w, i, st: (f"/v1/sessions/{sid}/call", repeated[i % 8]))
+
+    rows: dict[str, list[dict]] = {}
+    for r in range(args.repeat):
+        for LOOP in ("asyncio", "uvloop"):
+            for kind in ("ours", "trivial"):
+                srv = start_ours(args.world, 0) if kind == "ours" else start_trivial(0)
+                try:
+                    phase = ours(srv.base) if kind == "ours" else drive(
+                        srv.base, conc, n, max_s, lambda w, i, st: ("/call", constant)
+                    )
+                    res = run(phase, use_uvloop=LOOP == "uvloop")
+                finally:
+                    srv.stop()
+                rows.setdefault(f"{kind} {LOOP}", []).append(res)
+                print(f"round {r + 1}/{args.repeat} {kind:7s} {LOOP:7s} c={conc} {_fmt(res)}", flush=True)
+    out = {
+        key: {m: statistics.median(x[m] for x in rs) for m in ("rps", "cpu_ms_per_req", "client_cpu_ms_per_req")}
+        for key, rs in rows.items()
+    }
+    print(
+        f"LOOPS (medians of {args.repeat} rounds, server / client CPU ms per request): "
+        + "; ".join(f"{k} {v['cpu_ms_per_req']:.3f} / {v['client_cpu_ms_per_req']:.3f}" for k, v in out.items()),
+        flush=True,
+    )
+    return out
+
+
 async def part_rss(args, wl_unused) -> dict:
     import aiohttp
 
@@ -657,12 +703,12 @@ async def part_replay(args, wl: Workload) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--part", choices=["throughput", "baseline", "rss", "replay", "all"], default="all")
+    p.add_argument("--part", choices=["throughput", "baseline", "loops", "rss", "replay", "all"], default="all")
     p.add_argument("--quick", action="store_true", help="small request counts, short phases")
     p.add_argument("--world", type=Path, default=ROOT / "worlds" / "small")
     p.add_argument("--full-world", type=Path, default=ROOT / "worlds" / "full", help="for --part rss")
     p.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[1, 64, 768])
-    p.add_argument("--repeat", type=int, default=1, help="--part baseline: rounds over the three servers (medians)")
+    p.add_argument("--repeat", type=int, default=1, help="--part baseline/loops: rounds over the servers (medians)")
     p.add_argument("--json", type=Path, default=None, help="write all results here")
     p.add_argument(
         "--loop",
@@ -691,7 +737,10 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     for part in parts:
         print(f"== {part}", flush=True)
-        results[part] = run(fns[part](args, wl), use_uvloop=LOOP == "uvloop")
+        if part == "loops":  # runs each phase on the loop under test itself
+            results[part] = part_loops(args, wl)
+        else:
+            results[part] = run(fns[part](args, wl), use_uvloop=LOOP == "uvloop")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1, default=str))
     return 0
