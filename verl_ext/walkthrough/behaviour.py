@@ -94,20 +94,21 @@ def make_plan(
     """The turns of one rollout; ``k`` (where a deviation starts) is drawn from ``rng`` after the first call."""
     calls = list(expert_calls)
     if variant == "expert" or not calls:
-        return Plan("expert", (*(c.text() for c in calls), answer_text(answer)), answer, None)
+        return _plan("expert", calls, answer, None)
     k = rng.randint(1, len(calls) - 1) if len(calls) > 1 else 1
     search_wrong = Call("TextSearch", {"query": [distractor.name]})
     visit_wrong = Call("WebVisit", {"url": [distractor.page_url], "goal": f"what is known about {distractor.name}"})
     if variant == "wasted_search":
-        script = [*calls[:k], search_wrong, *calls[k:]]
-        return Plan(variant, (*(c.text() for c in script), answer_text(answer)), answer, k)
+        return _plan(variant, [*calls[:k], search_wrong, *calls[k:]], answer, k)
     if variant == "wrong_entity":
-        script = [*calls[:k], search_wrong, visit_wrong]
-        return Plan(variant, (*(c.text() for c in script), answer_text(distractor.name)), distractor.name, k)
+        return _plan(variant, [*calls[:k], search_wrong, visit_wrong], distractor.name, k)
     lead = next((c for c in reversed(calls[:k]) if _mentions(c, path_items)), None)
     back = lead or Call("TextSearch", {"query": [path_items[0]]})
-    script = [*calls[:k], search_wrong, visit_wrong, back]
-    return Plan("recovery", (*(c.text() for c in script), answer_text(distractor.name)), distractor.name, k)
+    return _plan("recovery", [*calls[:k], search_wrong, visit_wrong, back], distractor.name, k)
+
+
+def _plan(variant: Variant, script: Sequence[Call], answer: str, deviation_turn: int | None) -> Plan:
+    return Plan(variant, (*(c.text() for c in script), answer_text(answer)), answer, deviation_turn)
 
 
 def draw_plans(

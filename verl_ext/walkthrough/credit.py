@@ -10,9 +10,8 @@ and, for comparison, with verl's ``grpo`` estimator on the same batch.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import asdict
 from collections.abc import Sequence
-from typing import Literal
+from dataclasses import asdict
 
 import numpy as np
 import torch
@@ -27,16 +26,6 @@ from verl_ext.credit.group import GroupAssessor
 from verl_ext.credit.labels import CreditLabels
 from verl_ext.credit.offline_judge import OfflinePathJudge
 from verl_ext.rollout.record import TrajectoryRecord
-
-CreditType = Literal["productive", "causal_error", "re_derailment", "downstream", "recovery", "neutral"]
-CREDIT_TYPES: tuple[CreditType, ...] = (
-    "productive",
-    "causal_error",
-    "re_derailment",
-    "downstream",
-    "recovery",
-    "neutral",
-)
 
 
 async def assess_group(
@@ -53,22 +42,6 @@ async def assess_group(
             )
         )
     )
-
-
-def turn_types(labels: CreditLabels, params: CreditParams) -> list[CreditType]:
-    """Each turn's credit type under Eq. 3: its label, else downstream where an open error gives it a negative
-    weight, else neutral."""
-    events = {e.turn: e.type for e in labels.events}
-    weights = labels.weights(params)
-    types: list[CreditType] = []
-    for turn, weight in enumerate(weights):
-        if turn in events:
-            types.append(events[turn])
-        elif turn in labels.productive:
-            types.append("productive")
-        else:
-            types.append("downstream" if weight < 0 else "neutral")
-    return types
 
 
 def _batch(masks: Sequence[Sequence[int]], rewards: Sequence[float], uids: Sequence[str]) -> DataProto:

@@ -15,13 +15,13 @@ from transformers import PreTrainedModel, ProcessorMixin
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 
 from verl_ext.credit import CreditParams
-from verl_ext.credit.labels import CreditLabels
+from verl_ext.credit.labels import CreditLabels, CreditType
 from verl_ext.credit.offline_judge import OfflinePathJudge, TaskPath
 from verl_ext.rollout.hf_generate import TransformersGenerateClient
 from verl_ext.rollout.record import TrajectoryRecord
 from verl_ext.tools.client import close_shared_clients
 from verl_ext.walkthrough.behaviour import Plan, ScriptedBehaviourPolicy, Variant, draw_plans
-from verl_ext.walkthrough.credit import CreditType, advantages, assess_group, turn_types
+from verl_ext.walkthrough.credit import advantages, assess_group
 from verl_ext.walkthrough.questions import Question
 from verl_ext.walkthrough.rollouts import RolloutSettings, run_group, trainer_config
 from verl_ext.walkthrough.scoring import reward_manager, score
@@ -148,7 +148,7 @@ async def run_walkthrough(
                 response_mask=list(out.response_mask),
                 logprobs=list(out.response_logprobs or []),
                 labels=row.labels,
-                types=turn_types(row.labels, params) if row.labels is not None and row.labels.assessed else None,
+                types=row.labels.turn_types(params) if row.labels is not None and row.labels.assessed else None,
                 advantages=adv,
                 grpo=base,
             )

@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 import numpy as np  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from verl_ext.walkthrough.credit import CREDIT_TYPES  # noqa: E402
+from verl_ext.credit.labels import CREDIT_TYPES  # noqa: E402
 from verl_ext.walkthrough.pipeline import Rollout, Walkthrough  # noqa: E402
 
 COLOURS = {

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from verl_ext.walkthrough.credit import CREDIT_TYPES
+from verl_ext.credit.labels import CREDIT_TYPES
 from verl_ext.walkthrough.pipeline import Rollout, Walkthrough
 from verl_ext.walkthrough.plots import showcase, write_all
 
