@@ -104,7 +104,7 @@ async def healthz(request: web.Request) -> web.Response:
 
 async def metrics(request: web.Request) -> web.Response:
     cache: TieredCache | None = request.app[CACHE]
-    mei = request.app[RUNNER].ctx.mei
+    mei, online = request.app[RUNNER].ctx.mei, request.app[RUNNER].ctx.online
     sessions: SessionStore = request.app[SESSIONS]
     text = request.app[METRICS].render(
         cache=cache.stats() if cache is not None else {},
@@ -112,6 +112,7 @@ async def metrics(request: web.Request) -> web.Response:
         mei=mei.counters() if hasattr(mei, "counters") else {},
         sessions=len(sessions),
         evicted=sessions.evicted,
+        online=online.counters() if online is not None else None,
     )
     return web.Response(text=text, content_type="text/plain", charset="utf-8", headers={"X-Format": "0.0.4"})
 

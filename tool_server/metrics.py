@@ -39,6 +39,7 @@ class Metrics:
         mei: dict[str, int],
         sessions: int,
         evicted: int,
+        online: dict[str, int] | None = None,
     ) -> str:
         out = ["# HELP tool_requests_total Tool calls by tool and HTTP status.", "# TYPE tool_requests_total counter"]
         out += [
@@ -89,4 +90,10 @@ class Metrics:
             "# TYPE sessions_evicted_total counter",
             f"sessions_evicted_total {evicted}",
         ]
+        if online is not None:
+            out += [
+                "# HELP online_events_total Online backends: API retries, page-reader failures fetched directly.",
+                "# TYPE online_events_total counter",
+            ]
+            out += [f'online_events_total{{event="{_label(k)}"}} {v}' for k, v in sorted(online.items())]
         return "\n".join(out) + "\n"

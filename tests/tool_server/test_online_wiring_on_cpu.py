@@ -239,6 +239,9 @@ async def test_a_failing_reader_falls_back_to_a_direct_fetch(serve, replay, worl
     assert visit["records"][0]["title"] == "Ada Lovelace | Replay"  # the HTML page's own title
     assert replay.hits["reader"] == 1 and replay.hits["/ada"] == 1
     assert client.server.app[RUNNER].ctx.online.reader_fallbacks == 1
+    metrics = await (await client.get("/metrics")).text()
+    assert 'online_events_total{event="reader_fallbacks"} 1' in metrics
+    assert 'online_events_total{event="reader_retries"} 0' in metrics  # NO_RETRY: the 500 was final
 
 
 async def test_question_images_by_url_load_through_the_safe_fetcher(serve, replay):

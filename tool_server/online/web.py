@@ -246,6 +246,15 @@ class OnlineBackends:
         except BackendError as e:
             raise ToolError("search_unavailable", f"reverse image search failed: {e}", field) from None
 
+    def counters(self) -> dict[str, int]:
+        """What ``/metrics`` reports: retries per API client and page-reader failures answered by a direct fetch."""
+        out = {"search_retries": self.search.http.retries, "reader_fallbacks": self.reader_fallbacks}
+        if self.lens is not None and self.lens is not self.search:  # usually one client for both engines
+            out["lens_retries"] = self.lens.http.retries
+        if self.reader is not None:
+            out["reader_retries"] = self.reader.http.retries
+        return out
+
     async def close(self) -> None:
         await self.fetcher.close()
         for client in {id(c): c for c in (self.search, self.lens, self.reader) if c is not None}.values():
