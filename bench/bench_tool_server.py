@@ -552,7 +552,9 @@ def part_loops(args, wl: Workload) -> dict:
     global LOOP
     conc, n, max_s = 64, 40_000, 8.0
     constant = json.dumps({"name": "TextSearch", "arguments": {}}).encode()
-    repeated = [json.dumps({"name": "TextSearch", "arguments": wl.args("TextSearch", True, i)}).encode() for i in range(8)]
+    repeated = [
+        json.dumps({"name": "TextSearch", "arguments": wl.args("TextSearch", True, i)}).encode() for i in range(8)
+    ]
 
     async def ours(base: str) -> dict:
         import aiohttp

@@ -23,11 +23,11 @@ from tool_server.mei.schema import EvidenceInterface
 from tool_server.metrics import Metrics
 from tool_server.offline.pixels import DEFAULT_MAX_PIXELS, decode_base64_image, set_pil_pixel_limit
 from tool_server.offline.world import OfflineWorld
+from tool_server.online.public import PUBLIC_PATH
 from tool_server.online.web import OnlineBackends
 from tool_server.protocol import PROTOCOL_OF, tool_schemas
 from tool_server.sessions import SessionStore
 from tool_server.tools import ToolContext, ToolRunner
-from tool_server.online.public import PUBLIC_PATH
 from tool_server.tools.ops import load_image
 
 log = logging.getLogger(__name__)

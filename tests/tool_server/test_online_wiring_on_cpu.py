@@ -70,7 +70,8 @@ class Replay:
                 results = [{"title": "Ada Lovelace", "link": f"{self.base}/ada", "snippet": "English mathematician."}]
                 return web.json_response({"organic_results": results})
             if engine == "google_images":
-                results = [{"original": f"{self.base}/portrait.png", "title": "Portrait of Ada", "link": f"{self.base}/ada"}]
+                image = {"original": f"{self.base}/portrait.png", "title": "Portrait of Ada", "link": f"{self.base}/ada"}
+                results = [image]
                 return web.json_response({"images_results": results})
             url = request.query["url"]
             self.lens_urls.append(url)

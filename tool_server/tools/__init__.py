@@ -48,7 +48,9 @@ class ToolRunner:
             )
         return observation
 
-    async def _call(self, session: Session, name: Any, arguments: Any, turn: int | None) -> Observation | CachedObservation:
+    async def _call(
+        self, session: Session, name: Any, arguments: Any, turn: int | None
+    ) -> Observation | CachedObservation:
         args = validate(name, arguments)
         if self.cache is None or name not in CACHED:
             return await HANDLERS[name](self.ctx, Call(session, args, turn))
