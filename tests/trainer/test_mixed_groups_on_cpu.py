@@ -11,14 +11,16 @@ the dataloader, as verl's own ``_save_checkpoint``/``_load_checkpoint`` do besid
 
 Scenario, B = 2 groups of G = 2, max_per_group 3, window 4, admission limit 8; the dataset's questions in order:
 q0 succeeds then fails (mixed at G); q1 fails, fails, then succeeds (homogeneous at G, rescued by one extra sample);
-q2 hangs (cancelled at the boundary, carried forward); q3 fails three times (extra sample, then deferred); q4 enters
-the window in q3's place and hangs. q1's success is held back until q3 is deferred, so every run takes the same path.
+q2's second sample crashes (aborted: the slot is freed, the sample still counts against max_per_group) and the
+others hang (cancelled at the boundary; q2 is carried forward); q3 fails three times (an extra sample, then deferred);
+q4 enters the window in q3's place and hangs. q1's success is held back until q3 is deferred, so every run takes the same path.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections import defaultdict
 
 import numpy as np
@@ -34,7 +36,7 @@ from verl.utils.dataset.rl_dataset import collate_fn
 
 from verl_ext.credit.labels import CREDIT_KEY, CreditLabels
 from verl_ext.rollout.record import RECORD_KEY, TrajectoryRecord
-from verl_ext.rollout.tq_worker import NeosAgentLoopWorker
+from verl_ext.rollout.tq_worker import NeosAgentLoopWorker, admission_key
 from verl_ext.trainer.mixed_groups import (
     CHECKPOINT_FILE,
     MixedGroupReplayBuffer,
@@ -44,12 +46,13 @@ from verl_ext.trainer.mixed_groups import (
 
 AGENT = "mixed_groups_scripted"
 B, G = 2, 2
-# question -> outcome of its k-th sample, per training step; None: the sample hangs until cancelled
-OUTCOMES: dict[int, dict[str, list[bool | None]]] = {
+# question -> outcome of its k-th sample, per training step; None: the sample hangs until cancelled; "error": the
+# agent loop raises (the session ends with a failure tag and no trajectory)
+OUTCOMES: dict[int, dict[str, list[bool | str | None]]] = {
     1: {
         "q0": [True, False],
         "q1": [False, False, True],
-        "q2": [None, None, None],
+        "q2": [None, "error", None],
         "q3": [False, False, False],
         "q4": [None, None, None],
     },
@@ -58,11 +61,14 @@ OUTCOMES: dict[int, dict[str, list[bool | None]]] = {
 
 
 class Script:
-    """What the scripted agent loop does, and what it saw (shared with the test)."""
+    """What the scripted agent loop saw and is told (shared by the loop, the test's transport and the test)."""
 
     def __init__(self) -> None:
         self.calls: dict[tuple[int, str], list[int]] = defaultdict(list)  # (step, question) -> session ids, in order
         self.uids: dict[str, str] = {}  # question text -> verl's uid of its row (the sampler's question id)
+        self.blocked: set[str] = set()  # admission keys of sessions waiting on purpose (hung or held back)
+        # (step, question) -> its session ids in admission order
+        self.sessions: dict[tuple[int, str], list[int]] = defaultdict(list)
         self.buffer: MixedGroupReplayBuffer | None = None
 
 
@@ -78,12 +84,18 @@ class ScriptedLoop(AgentLoopBase):
         calls = SCRIPT.calls[(step, question)]
         calls.append(int(kwargs["session_id"]))
         SCRIPT.uids[question] = str(kwargs["uid"])
-        outcome = OUTCOMES[step][question][len(calls) - 1]
+        key = admission_key(str(kwargs["uid"]), int(kwargs["session_id"]))
+        outcome = OUTCOMES[step][question][SCRIPT.sessions[(step, question)].index(int(kwargs["session_id"]))]
         if outcome is None:
+            SCRIPT.blocked.add(key)
             await asyncio.Event().wait()  # only cancellation ends it
-        if (step, question, len(calls)) == (1, "q1", 3):
+        if outcome == "error":
+            raise RuntimeError("scripted agent-loop crash")
+        if (step, question, len(calls)) == (1, "q1", 3):  # 8, q1's third: its first two have ended
+            SCRIPT.blocked.add(key)
             while not SCRIPT.buffer.sampler.stats.deferred:  # q3's deferral first: see the module docstring
                 await asyncio.sleep(0.01)
+            SCRIPT.blocked.discard(key)
         record = TrajectoryRecord(
             protocol="neos",
             question=question,
@@ -115,7 +127,18 @@ class LoopControl:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def dispatch(self, batch) -> None:
+        """Dispatch, then wait until every session dispatched has ended or is waiting on purpose, so the buffer's
+        next poll sees a fixed set of reports (the sampler's choices then do not depend on thread timing)."""
+        keys = [admission_key(u, s) for u, ss in zip(batch["uid"], batch["__session_ids__"]) for s in ss]
+        step = int(batch["global_steps"])
+        for prompt, sessions in zip(batch["raw_prompt"], batch["__session_ids__"]):
+            SCRIPT.sessions[(step, prompt[0]["content"])].extend(sessions)  # k-th admitted sample: OUTCOMES' k-th
         self._call(self.worker.generate_sequences(batch)).result()
+        while True:
+            listing = tq.kv_list("train")["train"]
+            if all(listing[k].get("status") in ("finished", "failure") or k in SCRIPT.blocked for k in keys):
+                return
+            time.sleep(0.01)
 
     def cancel(self, keys) -> None:
         self.cancelled.extend(keys)
@@ -221,6 +244,8 @@ async def test_mixed_groups_batch_topups_deferral_cancel_and_resume(
 ):
     SCRIPT.calls.clear()
     SCRIPT.uids.clear()
+    SCRIPT.blocked.clear()
+    SCRIPT.sessions.clear()
     config = make_config(tiny_vl_model_dir, tmp_path)
     trainer = make_trainer(config)
     worker = NeosAgentLoopWorker(config, None)  # the scripted loop never generates
@@ -228,16 +253,19 @@ async def test_mixed_groups_batch_topups_deferral_cancel_and_resume(
     trainer.replay_buffer.bind(control)
     batch, metrics = await sample(trainer, 1)
     uid_of = dict(SCRIPT.uids)
-    calls = {q: s for (step, q), s in SCRIPT.calls.items() if step == 1}
-    assert {q: len(s) for q, s in calls.items()} == {"q0": 2, "q1": 3, "q2": 3, "q3": 3, "q4": 3}
-    # Exactly B x G trajectories: q0's two; q1's first failure and its success (the second failure is discarded).
+    calls = {q: sorted(s) for (step, q), s in SCRIPT.calls.items() if step == 1}
+    # Sessions, hand-computed (admission limit 8, window 4): q0 0-1, q1 2-3, q2 4-5, q3 6-7; after their reports
+    # (q2's 5 aborted) the extras go to the homogeneous q1 (8) and q3 (9), then q2 lags (10); q3's 9 fails -> deferred;
+    # q4 enters: 11, 12 and a further 13; q1's 8 succeeds -> B = 2 mixed groups.
+    assert calls == {"q0": [0, 1], "q1": [2, 3, 8], "q2": [4, 5, 10], "q3": [6, 7, 9], "q4": [11, 12, 13]}
+    # Exactly B x G trajectories: q0's two; q1's lowest failure (2) and its success (8); 3 is discarded.
+    u = uid_of
+    assert sorted(batch.keys) == sorted([f"{u['q0']}_0_0", f"{u['q0']}_1_0", f"{u['q1']}_2_0", f"{u['q1']}_8_0"])
     data = tq.kv_batch_get(keys=batch.keys, partition_id="train", select_fields=["uid", "rm_scores", "extra_fields"])
     rows = list(zip(batch.keys, data["uid"], data["rm_scores"], data["extra_fields"], strict=True))
-    assert len(rows) == B * G
-    sessions = sorted((e[RECORD_KEY]["question"], int(k.rsplit("_", 2)[1]), float(r.sum())) for k, _, r, e in rows)
-    q0, q1 = calls["q0"], calls["q1"]
-    assert sessions == sorted([("q0", q0[0], 1.0), ("q0", q0[1], 0.0), ("q1", q1[0], 0.0), ("q1", q1[2], 1.0)])
-    assert {e[RECORD_KEY]["question"]: u for _, u, _, e in rows} == {"q0": uid_of["q0"], "q1": uid_of["q1"]}
+    rewards = {k: float(r.sum()) for k, _, r, _ in rows}
+    assert rewards == {f"{u['q0']}_0_0": 1.0, f"{u['q0']}_1_0": 0.0, f"{u['q1']}_2_0": 0.0, f"{u['q1']}_8_0": 1.0}
+    assert all(k.startswith(f"{uid}_") for k, uid, _, _ in rows)  # the group uid the estimator groups by
     # Each selected failure was judged before the batch came back; successes carry no labels.
     for _, _, reward, extra in rows:
         if float(reward.sum()) == 0.0:
@@ -246,14 +274,17 @@ async def test_mixed_groups_batch_topups_deferral_cancel_and_resume(
         else:
             assert CREDIT_KEY not in extra
     # The boundary: the hanging samples of q2 and q4 were cancelled; nothing but the batch is left in TransferQueue.
-    assert sorted(control.cancelled) == sorted(f"{uid_of[q]}-{s}" for q in ("q2", "q4") for s in calls[q])
+    assert sorted(control.cancelled) == sorted([f"{u['q2']}-4", f"{u['q2']}-10", *(f"{u['q4']}-{s}" for s in (11, 12, 13))])
     left = [k for k in tq.kv_list("train")["train"] if any(k.startswith(u) for u in uid_of.values())]
     assert sorted(left) == sorted(batch.keys)
     assert sorted(trainer.replay_buffer.rows) == sorted([uid_of["q2"], uid_of["q4"]])  # held for the next batch
     assert not worker._sessions
     assert metrics["neos_sampler/deferred"] == 1.0 and metrics["neos_sampler/rescued"] == 1.0
-    assert metrics["neos_sampler/extra_admitted"] == 4.0  # q1, q3, then q2's and q4's third samples
-    assert metrics["neos_sampler/cancelled"] == 6.0 and metrics["neos_sampler/discarded"] == 1.0
+    assert metrics["neos_sampler/aborted"] == 1.0 and metrics["neos_sampler/finished"] == 8.0  # q0 2, q1 3, q3 3
+    assert metrics["neos_sampler/admitted"] == 14.0 and metrics["neos_sampler/questions"] == 5.0
+    assert metrics["neos_sampler/extra_admitted"] == 4.0  # 8, 9, 10, 13
+    assert metrics["neos_sampler/reached_g"] == 3.0 and metrics["neos_sampler/homogeneous_at_g"] == 2.0
+    assert metrics["neos_sampler/cancelled"] == 5.0 and metrics["neos_sampler/discarded"] == 1.0
     assert metrics["neos_sampler/selected"] == 4.0 and metrics["neos_sampler/carried"] == 2.0
     assert metrics["neos_sampler/judged_failures"] == 3.0  # q0's one, q1's two
     tq.kv_clear(keys=batch.keys, partition_id="train")  # what verl's fit() does after the step
@@ -270,8 +301,9 @@ async def test_mixed_groups_batch_topups_deferral_cancel_and_resume(
     data = tq.kv_batch_get(keys=batch.keys, partition_id="train", select_fields=["extra_fields"])
     questions = sorted(e[RECORD_KEY]["question"] for e in data["extra_fields"])
     assert questions == ["q2", "q2", "q4", "q4"]
-    step2 = {q: s for (step, q), s in SCRIPT.calls.items() if step == 2}
-    assert set(step2) == {"q2", "q4", "q5", "q6"}
-    assert min(min(s) for s in step2.values()) > max(max(s) for s in calls.values())  # run-wide session indices
+    step2 = {q: sorted(s) for (step, q), s in SCRIPT.calls.items() if step == 2}
+    # The resumed sampler continues the run's session indices (14 on) and takes q5, q6 where the dataloader stopped.
+    assert step2 == {"q2": [14, 15], "q4": [16, 17], "q5": [18, 19], "q6": [20, 21]}
+    assert metrics["neos_sampler/cancelled"] == 4.0 and metrics["neos_sampler/selected"] == 4.0
     assert os.path.exists(tmp_path / "global_step_1" / CHECKPOINT_FILE)
     tq.kv_clear(keys=batch.keys, partition_id="train")
