@@ -225,12 +225,13 @@ def _instrument() -> None:
             if stats is None or stats.get(f"_in_{key}"):  # an override calling super(): count it once
                 return await original(*args, **kwargs)
             stats[f"_in_{key}"] = True
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             try:
                 return await original(*args, **kwargs)
             finally:
                 stats[f"_in_{key}"] = False
                 stats[key] = stats.get(key, 0.0) + time.perf_counter() - start
+                stats[f"{key}_cpu"] = stats.get(f"{key}_cpu", 0.0) + time.process_time() - start_cpu
 
         setattr(owner, name, timed)
 
@@ -310,9 +311,10 @@ def question(image) -> list[dict[str, Any]]:
 async def run_episode(loop, raw_prompt, uid: str, k: int = 0) -> dict[str, float]:
     stats: dict[str, float] = {"k": k}
     _EP.set(stats)
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.process_time()
     out = await loop.run({"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True}, raw_prompt=raw_prompt, uid=uid)
     stats["wall"] = time.perf_counter() - start
+    stats["cpu"] = time.process_time() - start_cpu  # all threads; meaningful when episodes run one at a time
     stats["end"] = time.perf_counter()
     stats["start"] = start
     stats["gen"] = float(out.metrics.generate_sequences)
@@ -471,6 +473,10 @@ def _overhead_row(kind: str, turns: int, images: bool, eps: list[dict[str, float
         "images": images,
         "n": len(eps),
         "overhead_ms_per_turn": med(lambda e: (e["wall"] - e["gen"] - e["tool"]) / turns),
+        # Process CPU of the episode less the CPU spent inside tool HTTP calls (the in-process server's work lands
+        # there): the driver's own work, text-merge and executor threads included. Less sensitive to a shared
+        # machine than wall time, which also counts other processes' turns on the cores.
+        "driver_cpu_ms_per_turn": med(lambda e: (e["cpu"] - e.get("http_cpu", 0.0)) / turns),
         "overhead_ex_session_ms_per_turn": med(lambda e: (e["wall"] - e["gen"] - e["tool"] - e.get("session", 0)) / turns),
         "ct_context_ms_per_turn": med(lambda e: e.get("ct_context", 0) / turns),
         "ct_assistant_ms_per_turn": med(lambda e: e.get("ct_assistant", 0) / turns),
@@ -488,7 +494,8 @@ def _overhead_row(kind: str, turns: int, images: bool, eps: list[dict[str, float
 def _fmt_overhead(r: dict[str, Any]) -> str:
     return (
         f"OVERHEAD {r['loop']:5s} {'images' if r['images'] else 'text  '} turns={r['turns']:<3d} "
-        f"{r['overhead_ms_per_turn']:6.2f} ms/turn (ex session open/close {r['overhead_ex_session_ms_per_turn']:.2f}) "
+        f"{r['overhead_ms_per_turn']:6.2f} ms/turn (ex session open/close {r['overhead_ex_session_ms_per_turn']:.2f}; "
+        f"driver CPU {r['driver_cpu_ms_per_turn']:.2f}) "
         f"[CT context {r['ct_context_ms_per_turn']:.2f} + CT assistant {r['ct_assistant_ms_per_turn']:.2f} ms/turn, "
         f"CT initial {r['ct_initial_ms']:.1f} ms, session {r['session_ms']:.1f} ms/episode] "
         f"tool {r['tool_ms_per_turn']:.2f} ms/turn (HTTP {r['tool_http_ms_per_turn']:.2f}), {r['response_tokens']} resp tokens, {r['images_out']} images, "
@@ -592,7 +599,8 @@ async def part_throughput(args, model_dir: Path, results: dict) -> None:
                 await _warm_cache(url, [c for ep in eps for c in ep])
                 reps = 1
                 for rep in range(reps):
-                    for kind in ("ours", "stock") if rep % 2 == 0 else ("stock", "ours"):
+                    order = ("ours", "stock") if rep % 2 == 0 else ("stock", "ours")
+                    for kind in (k for k in order if k in args.loops):
                         row = await _throughput_once(factory, kind, n, turns, images, scripts, gen, ideal, ideal_each, url, qimage)
                         row["rep"] = rep
                         rows.append(row)
@@ -611,11 +619,11 @@ async def _throughput_once(factory, kind, n, turns, images, scripts, gen, ideal,
     prompts = [question(qimage if images else None) for _ in range(n)]
     gc.collect()
     await _server_stats(url, reset=True)
-    cpu0 = time.process_time()
+    cpu0, loop_cpu0 = time.process_time(), time.thread_time()
     start = time.perf_counter()
     stats = await asyncio.gather(*(run_episode(loop, prompt, f"u{k}", k) for k, (loop, prompt) in enumerate(zip(loops, prompts))))
     makespan = time.perf_counter() - start
-    cpu = time.process_time() - cpu0
+    cpu, loop_cpu = time.process_time() - cpu0, time.thread_time() - loop_cpu0
     server = await _server_stats(url)
     assert client.calls == n * turns, (kind, client.calls, n * turns)
     busy = sum(s["wall"] for s in stats)
@@ -638,6 +646,7 @@ async def _throughput_once(factory, kind, n, turns, images, scripts, gen, ideal,
         "server_mean_in_flight_calls": server["area"] / makespan,
         "server_max_in_flight_calls": server["max"],
         "driver_cpu_s": cpu,
+        "event_loop_cpu_s": loop_cpu,  # the one thread every episode's async work shares
     }
 
 
@@ -648,7 +657,8 @@ def _fmt_throughput(r: dict[str, Any]) -> str:
         f"({r['episodes_per_s']:.1f} episodes/s); in flight {r['mean_in_flight']:.1f} of N (ideal "
         f"{r['ideal_mean_in_flight']:.1f}), {r['mean_in_driver']:.1f} in driver; driver {r['driver_ms_per_turn']:.2f} "
         f"ms/turn; tool time / drawn {r['tool_wait_over_drawn']:.2f}x (HTTP part {r['http_over_drawn']:.2f}x); server calls in flight mean "
-        f"{r['server_mean_in_flight_calls']:.1f} max {r['server_max_in_flight_calls']}; driver CPU {r['driver_cpu_s']:.1f} s"
+        f"{r['server_mean_in_flight_calls']:.1f} max {r['server_max_in_flight_calls']}; driver CPU {r['driver_cpu_s']:.1f} s "
+        f"(event-loop thread {r['event_loop_cpu_s']:.1f} s)"
     )
 
 
@@ -681,6 +691,8 @@ def main(argv: list[str] | None = None) -> int:
                    "episodes (default 16,64; --quick 8)")
     p.add_argument("--throughput-turns", type=int, default=None, help="throughput: turns per episode (10; --quick 5)")
     p.add_argument("--images", action="store_true", help="throughput: also the image workload")
+    p.add_argument("--loops", type=lambda v: v.split(","), default=["ours", "stock"], help="throughput: which "
+                   "loops (ours,stock; stock alone takes minutes at N=256)")
     p.add_argument("--seed", type=int, default=0, help="seed of the drawn tool latencies")
     p.add_argument("--json", type=Path, default=None, help="write all results here")
     p.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)

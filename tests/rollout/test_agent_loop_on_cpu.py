@@ -301,6 +301,34 @@ async def test_episodes_overlap_while_tools_run(tiny_vl_model_dir, tiny_vl_model
     assert order[:6] != [order[0]] * 6 and len(set(order[:6])) > 1
 
 
+
+async def test_long_text_merges_off_the_event_loop_give_the_same_tokens(
+    tiny_vl_model_dir, tiny_vl_model, processor, server, world, monkeypatch
+):
+    """Long media-free observations are tokenized on the text-merge thread; short ones inline: same stream."""
+    import verl_ext.rollout.agent_loop as agent_loop_module
+
+    used = []
+    executor = agent_loop_module.text_merge_executor
+    monkeypatch.setattr(agent_loop_module, "text_merge_executor", lambda: used.append(1) or executor())
+    outputs = []
+    for threshold in (10**9, 0):  # all inline, then every text merge on the thread
+        monkeypatch.setattr(agent_loop_module, "OFF_LOOP_MERGE_CHARS", threshold)
+        script = scripted(call("TextSearch", query=["flag of Mexico"]), call("TextSearch", query=["Paris"]), "Mexico")
+        client = TransformersGenerateClient(tiny_vl_model, processor, max_new_tokens=64, forced=script)
+        loop = make_loop("neos_search_agent", tiny_vl_model_dir, client, url_of(server))
+        out, record = await run(loop, question(world, "Which country?", image_id=None))
+        assert_well_formed(out, record, processor.tokenizer)
+        assert record.termination_reason == "answer" and [t.outcome for t in record.turns][:2] == ["call_ok"] * 2
+        outputs.append(out)
+        assert len(used) == (0 if threshold else 2)  # both observations' merges went to the thread, or none
+    inline, threaded = outputs
+    assert (threaded.prompt_ids, threaded.response_ids, threaded.response_mask) == (
+        inline.prompt_ids,
+        inline.response_ids,
+        inline.response_mask,
+    )
+
 FUNCTION_TOOLS = '''
 from PIL import Image
 from verl.tools.function_tool import function_tool

@@ -81,3 +81,13 @@ def test_fast_text_renders_match_verls_builder_at_every_turn(tiny_vl_processor):
 def test_a_builder_without_a_processor_is_left_alone(tiny_vl_processor):
     text_only = create_continuous_token_builder(tiny_vl_processor.tokenizer, hf_model_type="qwen3")
     assert fast_text_renders(text_only) is text_only and "FastText" not in type(text_only).__name__
+
+
+def test_text_chars_counts_string_contents_and_text_parts():
+    image = Image.new("RGB", (8, 8))
+    messages = [
+        {"role": "tool", "content": "abc"},
+        {"role": "tool", "content": [{"type": "text", "text": "de"}, {"type": "image", "image": image}]},
+        {"role": "assistant", "content": None, "tool_calls": []},
+    ]
+    assert tokens.text_chars(messages) == 5

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, ClassVar
 from uuid import uuid4
 
@@ -35,7 +36,13 @@ from verl_ext.rollout.record import (
     TurnRecord,
 )
 from verl_ext.rollout.settings import EpisodeSettings, resolve_settings
-from verl_ext.rollout.tokens import fast_text_renders, has_media
+from verl_ext.rollout.tokens import (
+    OFF_LOOP_MERGE_CHARS,
+    fast_text_renders,
+    has_media,
+    text_chars,
+    text_merge_executor,
+)
 from verl_ext.rollout.tool_backend import CallOutcome, ToolSession, tool_catalog
 from verl_ext.rollout.verl_tools_session import VerlToolsSession, verl_tool_catalog
 
@@ -113,14 +120,22 @@ class SearchAgentLoop(AgentLoopBase):
     async def ct_merge_context_msg(
         self, previous_messages, updated_messages, runtime_token_ids, response_mask, response_logprobs=None, tools=None
     ):
-        """verl's merge, run inline when the new messages carry no media: that render is a memo lookup or a
-        sub-millisecond tokenization (``tokens.py``), cheaper than the hop to a busy executor thread."""
-        if has_media(updated_messages[len(previous_messages) :]):
+        """verl's merge. Without media the render is a memo lookup or a tokenization (``tokens.py``): short texts
+        run inline, cheaper than any thread hop; long ones on the process's text-merge thread, where the tokenizer
+        releases the GIL and the event loop goes on serving other episodes."""
+        appended = updated_messages[len(previous_messages) :]
+        if has_media(appended):
             return await super().ct_merge_context_msg(
                 previous_messages, updated_messages, runtime_token_ids, response_mask, response_logprobs, tools=tools
             )
         builder = self.continuous_token_builder
-        merged = builder.merge_context_tokens(previous_messages, updated_messages, runtime_token_ids, tools=tools)
+        merge = partial(
+            builder.merge_context_tokens, previous_messages, updated_messages, runtime_token_ids, tools=tools
+        )
+        if text_chars(appended) < OFF_LOOP_MERGE_CHARS:
+            merged = merge()
+        else:
+            merged = await asyncio.get_running_loop().run_in_executor(text_merge_executor(), merge)
         mask, logprobs = builder.align_response_metadata(merged, response_mask, response_logprobs)
         return merged, mask, logprobs
 
