@@ -13,7 +13,8 @@ Scenario, B = 2 groups of G = 2, max_per_group 3, window 4, admission limit 8; t
 q0 succeeds then fails (mixed at G); q1 fails, fails, then succeeds (homogeneous at G, rescued by one extra sample);
 q2's second sample crashes (aborted: the slot is freed, the sample still counts against max_per_group) and the
 others hang (cancelled at the boundary; q2 is carried forward); q3 fails three times (an extra sample, then deferred);
-q4 enters the window in q3's place and hangs. q1's success is held back until q3 is deferred, so every run takes the same path.
+q4 enters the window in q3's place and hangs. q1's success is held back until q3 is deferred, so every run takes the
+same path.
 """
 
 from __future__ import annotations
@@ -22,15 +23,19 @@ import asyncio
 import os
 import time
 from collections import defaultdict
+from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 import transfer_queue as tq
 from hydra import compose, initialize_config_module
 from torchdata.stateful_dataloader import StatefulDataLoader
-from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
-from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+from verl.experimental.agent_loop.agent_loop import (
+    AgentLoopBase,
+    AgentLoopMetrics,
+    AgentLoopOutput,
+    _agent_loop_registry,
+)
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.dataset.rl_dataset import collate_fn
 
@@ -161,7 +166,7 @@ class _FakeModelCheckpoint:
         torch.save(self.train_dataloader.state_dict(), os.path.join(folder, "data.pt"))
 
     def _load_checkpoint(self) -> None:
-        self.global_steps = int(open(os.path.join(self.config.trainer.default_local_dir, "latest")).read())
+        self.global_steps = int(Path(self.config.trainer.default_local_dir, "latest").read_text())
         folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
         self.train_dataloader.load_state_dict(torch.load(os.path.join(folder, "data.pt"), weights_only=False))
 
@@ -274,7 +279,8 @@ async def test_mixed_groups_batch_topups_deferral_cancel_and_resume(
         else:
             assert CREDIT_KEY not in extra
     # The boundary: the hanging samples of q2 and q4 were cancelled; nothing but the batch is left in TransferQueue.
-    assert sorted(control.cancelled) == sorted([f"{u['q2']}-4", f"{u['q2']}-10", *(f"{u['q4']}-{s}" for s in (11, 12, 13))])
+    cancelled = [f"{u['q2']}-4", f"{u['q2']}-10", *(f"{u['q4']}-{s}" for s in (11, 12, 13))]
+    assert sorted(control.cancelled) == sorted(cancelled)
     left = [k for k in tq.kv_list("train")["train"] if any(k.startswith(u) for u in uid_of.values())]
     assert sorted(left) == sorted(batch.keys)
     assert sorted(trainer.replay_buffer.rows) == sorted([uid_of["q2"], uid_of["q4"]])  # held for the next batch
@@ -307,3 +313,22 @@ async def test_mixed_groups_batch_topups_deferral_cancel_and_resume(
     assert metrics["neos_sampler/cancelled"] == 4.0 and metrics["neos_sampler/selected"] == 4.0
     assert os.path.exists(tmp_path / "global_step_1" / CHECKPOINT_FILE)
     tq.kv_clear(keys=batch.keys, partition_id="train")
+
+
+def test_bad_wiring_is_refused_with_a_clear_error(transfer_queue):
+    """No reward at sampling time, or a stock agent-loop manager (its workers cannot run single sessions)."""
+    from tensordict import TensorDict
+
+    from verl_ext.trainer.mixed_groups import RayRolloutControl
+
+    key = "noreward_3_0"
+    tq.kv_batch_put(keys=[key], partition_id="train", fields=TensorDict({"x": torch.zeros(1, 2)}, batch_size=1))
+    with pytest.raises(RuntimeError, match="rm_scores"):
+        MixedGroupReplayBuffer._rewards([key])
+    tq.kv_clear(keys=[key], partition_id="train")
+
+    class StockManager:
+        agent_loop_workers = [object()]
+
+    with pytest.raises(TypeError, match="NeosAgentLoopManagerTQ"):
+        RayRolloutControl(StockManager())

@@ -55,8 +55,9 @@ _TRAINER_JUDGES: ContextVar[bool] = ContextVar("neos_trainer_judges", default=Fa
 
 
 def admission_key(uid: str, session: int) -> str:
-    """TransferQueue key of one mixed-group session's status tag (verl's trajectory keys are ``{uid}_{session}_{i}``)."""
+    """TransferQueue key of a mixed-group session's status tag (its trajectories are ``{uid}_{session}_{i}``)."""
     return f"{uid}-{session}"
+
 
 _VerlWorker = AgentLoopWorkerTQ.__ray_metadata__.modified_class.__mro__[1]  # the class under verl's @ray.remote
 

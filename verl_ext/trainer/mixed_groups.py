@@ -60,7 +60,8 @@ _ENDED = ("finished", "failure")
 
 
 def mixed_group_settings(config: DictConfig, groups: int) -> tuple[SamplerConfig, float]:
-    """``SamplerConfig`` for B = ``groups`` and G = ``rollout.n`` from ``trainer.v1.neos.sampler``, and the poll interval."""
+    """``SamplerConfig`` (B = ``groups``, G = ``rollout.n``, the rest from ``trainer.v1.neos.sampler``) and the poll
+    interval."""
     options = (config.trainer.v1.get("neos") or {}).get("sampler") or {}
     options = OmegaConf.to_container(options, resolve=True) if isinstance(options, DictConfig) else dict(options)
     poll_interval = float(options.pop("poll_interval", 1.0))
@@ -84,7 +85,7 @@ class RolloutControl(Protocol):
 
 @dataclass
 class RayRolloutControl:
-    """The trainer's agent-loop manager (``NeosAgentLoopManagerTQ``) and, for aborting requests, its checkpoint manager."""
+    """The trainer's agent-loop manager (``NeosAgentLoopManagerTQ``) and its checkpoint manager (to abort requests)."""
 
     manager: Any
     checkpoint_manager: Any = None
@@ -152,7 +153,8 @@ class MixedGroupReplayBuffer(ReplayBuffer):
         if partition_id != TRAIN:
             return super().sample(global_steps, partition_id, batch_size)
         if batch_size != self.sampler.config.groups:
-            raise ValueError(f"asked for {batch_size} groups, the sampler makes batches of {self.sampler.config.groups}")
+            groups = self.sampler.config.groups
+            raise ValueError(f"asked for {batch_size} groups, the sampler makes batches of {groups}")
         if self.control is None:
             raise RuntimeError("MixedGroupReplayBuffer.bind() was not called: no rollout to dispatch to")
         while not self.sampler.ready():
@@ -258,7 +260,7 @@ class MixedGroupReplayBuffer(ReplayBuffer):
             return
         self._judged[question].update(new)
         row = self.rows[question]
-        task = {"extra_info": _row_value(row, "extra_info") or {}, "reward_model": _row_value(row, "reward_model") or {}}
+        task = {key: _row_value(row, key) or {} for key in ("extra_info", "reward_model")}
         self._assessments.append(
             self.control.assess(
                 self._final_key[(question, reference)], [self._final_key[(question, s)] for s in new], task
@@ -288,9 +290,8 @@ class MixedGroupReplayBuffer(ReplayBuffer):
         metrics = selection.stats.metrics(prefix=METRIC_PREFIX)
         metrics[f"{METRIC_PREFIX}carried"] = float(len(selection.carried))
         metrics[f"{METRIC_PREFIX}judged_failures"] = float(sum(len(s) for s in self._judged.values()))
-        metrics[f"{METRIC_PREFIX}selected_success_share"] = sum(
-            sum(g.outcomes) for g in selection.groups
-        ) / max(1, sum(len(g.outcomes) for g in selection.groups))
+        outcomes = [ok for g in selection.groups for ok in g.outcomes]
+        metrics[f"{METRIC_PREFIX}selected_success_share"] = sum(outcomes) / max(1, len(outcomes))
         return metrics
 
     # -------------------------------------------------------------- checkpoint
@@ -316,7 +317,7 @@ class MixedGroupReplayBuffer(ReplayBuffer):
 
 
 class MixedGroupSamplingMixin:
-    """Put before ``PPOTrainerSync`` in the bases (``class NeosTrainer(MixedGroupSamplingMixin, ..., PPOTrainerSync)``)."""
+    """Put before ``PPOTrainerSync``: ``class NeosTrainer(MixedGroupSamplingMixin, ..., PPOTrainerSync)``."""
 
     def _build_replay_buffer(self) -> MixedGroupReplayBuffer:
         config = self.config
