@@ -24,6 +24,7 @@ import os
 import time
 from collections import defaultdict
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -327,8 +328,6 @@ def test_bad_wiring_is_refused_with_a_clear_error(transfer_queue):
         MixedGroupReplayBuffer._rewards([key])
     tq.kv_clear(keys=[key], partition_id="train")
 
-    class StockManager:
-        agent_loop_workers = [object()]
-
+    stock_manager = SimpleNamespace(agent_loop_workers=[object()])  # a worker handle without cancel_sessions
     with pytest.raises(TypeError, match="NeosAgentLoopManagerTQ"):
-        RayRolloutControl(StockManager())
+        RayRolloutControl(stock_manager)
