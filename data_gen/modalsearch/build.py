@@ -59,7 +59,8 @@ class GraphBuilder:
         self.judge = OfflineConsistencyJudge(world)
         self.linker = OfflineImageLinker(world, kg)
 
-    async def build(self, name: str, seeds: Sequence[str], blocked: frozenset[str] = frozenset()) -> tuple[Graph, BuildStats]:
+    async def build(self, name: str, seeds: Sequence[str],
+                    blocked: frozenset[str] = frozenset()) -> tuple[Graph, BuildStats]:
         """Expand from ``seeds`` (page ids) until the queue empties or the graph holds ``max_nodes`` nodes."""
         rng = random.Random(f"{self.seed}:{name}")
         stats = BuildStats()

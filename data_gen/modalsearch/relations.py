@@ -103,7 +103,9 @@ class OfflineRelationProposer:
             masked = re.sub(rf"(?<!\w){re.escape(hits[0])}(?!\w)", "___", sentence, flags=re.IGNORECASE)
             if any(_count(n, masked) for n in names if len(n) >= 3):
                 continue
-            phrase = f"is the {NOUNS.get(target.kind, 'entity')} written as ___ in the sentence \u201c{masked.strip()}\u201d of the article on {{x}}"
+            quote = f"\u201c{masked.strip()}\u201d"
+            noun_ = NOUNS.get(target.kind, "entity")
+            phrase = f"is the {noun_} written as ___ in the sentence {quote} of the article on {{x}}"
             return Relation(phrase, unique=True, source="context_template")
         return None
 

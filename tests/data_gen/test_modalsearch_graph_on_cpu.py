@@ -92,7 +92,8 @@ def test_image_linking_verifies_depiction_and_kg_relations(world_kg):
     world, kg = world_kg
     linked = {l.page.id: l.relation for l in OfflineImageLinker(world, kg).link(world.images["map_fra"])}
     assert linked["France"].phrase == "is the country depicted in {x}" and linked["France"].source == "depiction"
-    assert linked["Western_Europe"].source == "kg_via_depiction" and "depicted in {x}" in linked["Western_Europe"].phrase
+    region = linked["Western_Europe"]
+    assert region.source == "kg_via_depiction" and "depicted in {x}" in region.phrase
 
 
 async def test_a_flag_caption_is_stably_retrievable_through_the_tool_server(world_kg, tool_server):
@@ -112,7 +113,8 @@ async def test_build_links_text_and_image_nodes_with_typed_edges(world_kg, tool_
     world, kg = world_kg
     async with ToolServerClient(str(tool_server.make_url("")).rstrip("/")) as client:
         search = ToolServerImageSearch(client)
-        graph, stats = await GraphBuilder(world, kg, search, config=BuildConfig(max_nodes=30)).build("train", ["France"])
+        builder = GraphBuilder(world, kg, search, config=BuildConfig(max_nodes=30))
+        graph, stats = await builder.build("train", ["France"])
         await search.close()
     assert len(graph.nodes) == 30 and graph.nodes[text_id("France")].kind == "text"
     assert graph.has_edge(text_id("France"), image_id("flag_fra"))

@@ -53,7 +53,8 @@ async def test_run_crash_resume_and_export(small_world, tool_server, tmp_path):
     verified = [json.loads(line) for line in after if json.loads(line)["status"] == "verified"]
     record = TrajectoryRecord.model_validate(verified[0]["trajectory"])
     assert record.protocol == "modalsearch" and record.final_answer == verified[0]["task"]["answer"]
-    assert {c.tool_name for t in record.turns for c in t.calls} <= {"t2t_search", "t2i_search", "i2i_search", "read_url"}
+    tools = {c.tool_name for t in record.turns for c in t.calls}
+    assert tools <= {"t2t_search", "t2i_search", "i2i_search", "read_url"}
 
 
 def test_a_directory_that_is_not_a_world_is_a_clear_error(tmp_path, capsys):
