@@ -30,6 +30,7 @@ import pytest
 import torch
 import transfer_queue as tq
 from hydra import compose, initialize_config_module
+from omegaconf import open_dict
 from torchdata.stateful_dataloader import StatefulDataLoader
 from verl.experimental.agent_loop.agent_loop import (
     AgentLoopBase,
@@ -237,6 +238,11 @@ def test_settings_come_from_trainer_v1_neos_sampler(tiny_vl_model_dir, tmp_path)
     assert (derived.window, derived.admission_limit) == (2 * B, 2 * B * G)  # SamplerConfig's defaults
     config.algorithm.filter_groups = {"enable": True, "metric": "acc"}
     with pytest.raises(ValueError, match="filter_groups"):
+        make_trainer(config)
+    config.algorithm.filter_groups.enable = False
+    with open_dict(config):
+        config.trainer.v1.sampler.custom_sampler = {"path": "my_buffer.py", "name": "MyBuffer"}
+    with pytest.raises(ValueError, match="custom_sampler"):
         make_trainer(config)
 
 

@@ -13,7 +13,8 @@ batch is ready and what it holds. This module is the verl layer around it:
 - Policy boundary: at selection every trajectory still running is cancelled, not waited for: the workers cancel the
   sessions' asyncio tasks (no further turns, tool calls or TransferQueue writes) and verl's
   ``CheckpointEngineManager.abort_replicas`` aborts their in-flight generate requests (then ``resume_generation``
-  reopens the replicas for the next round; the aborted requests' clients are gone, so nothing resumes them). Their
+  reopens the replicas for the next round; the aborted requests' clients are gone, so nothing resumes them; the
+  ``hf`` backend cannot interrupt a request, so there a cancelled request's generation runs out unseen). Their
   rows, completed trajectories not kept and every status tag of the batch are cleared from TransferQueue before
   ``sample()`` returns, so no old-policy trajectory reaches the next step; questions not selected go back to the
   front of the sampler's queue and are sampled afresh under the next policy. The judge calls of the batch are
@@ -317,13 +318,24 @@ class MixedGroupReplayBuffer(ReplayBuffer):
 
 
 class MixedGroupSamplingMixin:
-    """Put before ``PPOTrainerSync``: ``class NeosTrainer(MixedGroupSamplingMixin, ..., PPOTrainerSync)``."""
+    """Put before ``PPOTrainerSync``: ``class NeosTrainer(MixedGroupSamplingMixin, ..., PPOTrainerSync)``.
+
+    It replaces the replay buffer (``_build_replay_buffer`` does not call verl's, so a trainer override that sets
+    ``trainer_mode`` first and then calls ``super()`` still works), dispatches nothing in ``prepare_step``, binds the
+    agent-loop manager in ``fit`` and adds its state to ``_save_checkpoint``/``_load_checkpoint``; nothing else needs
+    calling. ``trainer.v1.sampler.custom_sampler`` and ``algorithm.filter_groups`` are refused (they pick groups too).
+    """
 
     def _build_replay_buffer(self) -> MixedGroupReplayBuffer:
         config = self.config
         filter_groups = config.algorithm.get("filter_groups") or {}
         if filter_groups.get("enable", False):
             raise ValueError("algorithm.filter_groups (DAPO) and Neos' mixed-group sampling both pick groups: use one")
+        custom = config.trainer.v1.sampler.get("custom_sampler") or {}
+        if custom.get("path") or custom.get("name"):
+            raise ValueError(
+                "trainer.v1.sampler.custom_sampler and Neos' mixed-group sampling both pick groups: use one"
+            )
         reward_model = config.reward.reward_model
         if reward_model.enable and not reward_model.enable_resource_pool:
             raise ValueError(
