@@ -1,5 +1,7 @@
 """Mask runs as turns, and the run-based batch path: same advantages as the token path and the scalar reference."""
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -70,8 +72,8 @@ def test_missing_turn_weights_and_a_chunk_without_policy_tokens():
 
 @pytest.mark.parametrize("dtype", [np.bool_, np.int8, np.int64, np.float32])
 def test_runs_are_the_same_in_any_chunking_and_dtype(monkeypatch, dtype):
-    """Rows go in chunks of a few MiB; a chunk of one row, of three rows (last one short) or all rows agree, and
-    every nonzero value counts as a policy token (2 next to 1 is one run)."""
+    """Rows go in chunks of a few MiB; a chunk of one row, of three rows (last one short) or all rows agree, on
+    one thread or on an executor's, and every nonzero value counts as a policy token (2 next to 1 is one run)."""
     import verl_ext.credit.runs as runs_module
 
     rng = np.random.default_rng(0)
@@ -83,3 +85,7 @@ def test_runs_are_the_same_in_any_chunking_and_dtype(monkeypatch, dtype):
         runs = mask_runs(mask.astype(dtype))
         np.testing.assert_array_equal(runs.expand(runs.turn, -1, np.int64), expected)
         assert runs.length.sum() == (mask != 0).sum()
+        with ThreadPoolExecutor(max_workers=2) as pool:  # the estimator's path: chunks on two threads
+            threaded = runs_module.submit_mask_runs(mask.astype(dtype), pool).result()
+        for name in ("bounds", "is_run", "row", "turn", "length"):
+            np.testing.assert_array_equal(getattr(threaded, name), getattr(runs, name))

@@ -10,7 +10,7 @@ run (it is plain GRPO); every other row fails loudly instead of silently trainin
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
 from typing import Any
 
@@ -20,7 +20,8 @@ from omegaconf import DictConfig, OmegaConf
 from verl.trainer.ppo.core_algos import register_adv_est
 
 from verl_ext.advantage.inputs import CreditRow, current_credit_inputs, mask_array
-from verl_ext.credit import CreditAblation, CreditParams, MaskRuns, mask_runs
+from verl_ext.credit import CreditAblation, CreditParams
+from verl_ext.credit.runs import PendingRuns, submit_mask_runs
 from verl_ext.credit.batch import run_credit_values
 from verl_ext.credit.weight_table import WeightTable
 
@@ -67,13 +68,13 @@ def outcome_advantage(
 
 
 def turn_credit_advantages(
-    base: torch.Tensor, runs: Future[MaskRuns], rows: Sequence[CreditRow], index: np.ndarray, params: CreditParams
+    base: torch.Tensor, pending: PendingRuns, rows: Sequence[CreditRow], index: np.ndarray, params: CreditParams
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """(bs, len) advantages (Eq. 7 over Eq. 3 weights for assessed rows, A_i elsewhere, 0 outside the mask) and
     their ``credit_metrics``.
 
-    ``runs`` are the response mask's runs, still being computed on another thread: the label work here (Python)
-    overlaps that memory-bound pass, which releases the GIL.
+    ``pending`` are the response mask's runs, still being computed on other threads: the label work and the Eq. 3
+    weights here overlap that memory-bound pass, which releases the GIL.
     """
     bs = base.shape[0]
     if len(rows) != bs:
@@ -87,7 +88,11 @@ def turn_credit_advantages(
     labels = [rows[i].labels for i in failures]
     num_turns = np.array([label.num_turns for label in labels], dtype=np.int64)
     table = WeightTable.from_labels([(label.num_turns, label.events, label.productive) for label in labels])
-    runs = runs.result()
+    try:  # computed before the runs are waited for; raised after the shape checks below, in the order they had
+        failure_weights, label_error = table.weights(params), None
+    except ValueError as error:
+        failure_weights, label_error = None, error
+    runs = pending.result()
     mask_turns = runs.turns_per_row()
     wrong_turns, positive = num_turns != mask_turns[failures], base_np[failures] > 0
     if (wrong_turns | positive).any():
@@ -99,7 +104,8 @@ def turn_credit_advantages(
                 f"has {mask_turns[i]} runs of policy tokens"
             )
         raise ValueError(f"credit row {i} (uid {row.uid}) has labels but outcome advantage {base_np[i]} > 0")
-    failure_weights = table.weights(params)
+    if label_error is not None:
+        raise label_error
     weights = np.full((bs, failure_weights.shape[1]), np.nan)
     weights[failures] = failure_weights
     values = run_credit_values(runs, weights, base_np, assessed, params)
@@ -144,9 +150,9 @@ def compute_turn_credit_advantage(
             )
         advantages = outcome_advantage(token_level_rewards, index, epsilon, norm)[:, None] * response_mask
     else:
-        # The mask pass (memory-bound numpy, GIL released) runs on a second core beside the GRPO base and the labels.
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            runs = pool.submit(mask_runs, mask_array(response_mask))
+        # The mask pass (memory-bound numpy, GIL released) runs on two threads beside the GRPO base and the labels.
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            runs = submit_mask_runs(mask_array(response_mask), pool)
             base = outcome_advantage(token_level_rewards, index, epsilon, norm)
             advantages, metrics = turn_credit_advantages(base, runs, inputs.rows, index, params)
         inputs.metrics.update(metrics)

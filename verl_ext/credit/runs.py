@@ -6,6 +6,7 @@ output with one ``np.repeat``); everything else happens on the ~(bs x turns) run
 
 from __future__ import annotations
 
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,29 +37,29 @@ class MaskRuns:
 _CHUNK_BYTES = 4 << 20  # rows per pass: an int64 chunk of 4 MiB plus its bool copies stay in L2/L3
 
 
-def mask_runs(mask: NDArray) -> MaskRuns:
-    """Runs of a 2-D mask (nonzero = policy token; any numeric or bool dtype).
-
-    Rows go in chunks of a few MiB, so the mask is read from memory once: the ``!= 0`` test, the boundary test and
-    the run starts of a chunk all work on cache-resident copies (on verl's int64 ``response_mask``, ~2x less CPU
-    than a whole-batch bool mask first).
-    """
+def _check(mask: NDArray) -> range:
+    """The first row of each chunk of ``mask``."""
     if mask.ndim != 2:
         raise ValueError(f"response_mask must be 2-D (bs, response_len), got shape {mask.shape}")
     bs, length = mask.shape
-    step = max(1, _CHUNK_BYTES // max(1, length * mask.itemsize))
-    starts, is_run = [], []
-    for first in range(0, bs, step):
-        chunk = mask[first : first + step]
-        policy = chunk if chunk.dtype == np.bool_ else chunk != 0
-        boundary = np.empty(policy.shape, dtype=np.bool_)
-        boundary[:, :1] = True  # every row starts a segment
-        np.not_equal(policy[:, 1:], policy[:, :-1], out=boundary[:, 1:])
-        local = np.flatnonzero(boundary)
-        is_run.append(policy.ravel()[local])
-        starts.append(local + first * length)
-    start = np.concatenate(starts) if starts else np.zeros(0, dtype=np.int64)
-    run = np.concatenate(is_run) if is_run else np.zeros(0, dtype=np.bool_)
+    return range(0, bs, max(1, _CHUNK_BYTES // max(1, length * mask.itemsize)))
+
+
+def _segments(mask: NDArray, first: int, rows: int) -> tuple[NDArray[np.int64], NDArray[np.bool_]]:
+    """Flat offsets of the segment starts in rows [first, first + rows), and which segments are runs of 1s."""
+    chunk = mask[first : first + rows]
+    policy = chunk if chunk.dtype == np.bool_ else chunk != 0
+    boundary = np.empty(policy.shape, dtype=np.bool_)
+    boundary[:, :1] = True  # every row starts a segment
+    np.not_equal(policy[:, 1:], policy[:, :-1], out=boundary[:, 1:])
+    local = np.flatnonzero(boundary)
+    return local + first * mask.shape[1], policy.ravel()[local]
+
+
+def _assemble(shape: tuple[int, int], parts: list[tuple[NDArray[np.int64], NDArray[np.bool_]]]) -> MaskRuns:
+    bs, length = shape
+    start = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
+    run = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, dtype=np.bool_)
     bounds = np.append(start, bs * length)
     run_starts = start[run]
     row = run_starts // max(length, 1)
@@ -72,3 +73,32 @@ def mask_runs(mask: NDArray) -> MaskRuns:
         turn=turn,
         length=bounds[1:][run] - run_starts,
     )
+
+
+def mask_runs(mask: NDArray) -> MaskRuns:
+    """Runs of a 2-D mask (nonzero = policy token; any numeric or bool dtype).
+
+    Rows go in chunks of a few MiB, so the mask is read from memory once: the ``!= 0`` test, the boundary test and
+    the run starts of a chunk all work on cache-resident copies (on verl's int64 ``response_mask``, ~2x less CPU
+    than a whole-batch bool mask first).
+    """
+    firsts = _check(mask)
+    return _assemble(mask.shape, [_segments(mask, first, firsts.step) for first in firsts])
+
+
+@dataclass(frozen=True)
+class PendingRuns:
+    """``mask_runs`` with its chunks running on an executor's threads (numpy releases the GIL in them)."""
+
+    shape: tuple[int, int]
+    chunks: list[Future]
+
+    def result(self) -> MaskRuns:
+        """Wait for the chunks and assemble the runs (equal to ``mask_runs`` of the same mask)."""
+        return _assemble(self.shape, [chunk.result() for chunk in self.chunks])
+
+
+def submit_mask_runs(mask: NDArray, executor: Executor) -> PendingRuns:
+    """Start ``mask_runs(mask)`` on ``executor``; ``mask`` must stay unchanged until ``result()`` returns."""
+    firsts = _check(mask)
+    return PendingRuns(mask.shape, [executor.submit(_segments, mask, first, firsts.step) for first in firsts])
