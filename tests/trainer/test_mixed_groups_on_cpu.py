@@ -26,6 +26,7 @@ from collections import defaultdict
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 import transfer_queue as tq
@@ -39,6 +40,7 @@ from verl.experimental.agent_loop.agent_loop import (
     _agent_loop_registry,
 )
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.utils import tensordict_utils as tu
 from verl.utils.dataset.rl_dataset import collate_fn
 
 from verl_ext.credit.labels import CREDIT_KEY, CreditLabels
@@ -337,3 +339,43 @@ def test_bad_wiring_is_refused_with_a_clear_error(transfer_queue):
     stock_manager = SimpleNamespace(agent_loop_workers=[object()])  # a worker handle without cancel_sessions
     with pytest.raises(TypeError, match="NeosAgentLoopManagerTQ"):
         RayRolloutControl(stock_manager)
+
+
+def test_ray_transport_reaches_the_worker_actor(transfer_queue, tiny_vl_model_dir, tmp_path):
+    """``RayRolloutControl`` against our worker as a real Ray actor (another process, the working tree on its path):
+    ``cancel_sessions`` and ``assess_failures`` through actor handles, the labels written from that process."""
+    import ray
+
+    from verl_ext.rollout.tq_worker import NeosAgentLoopWorkerTQ
+    from verl_ext.trainer.mixed_groups import RayRolloutControl
+
+    repo = str(Path(__file__).resolve().parents[2])
+    actor = NeosAgentLoopWorkerTQ.options(runtime_env={"env_vars": {"PYTHONPATH": repo}}).remote(
+        make_config(tiny_vl_model_dir, tmp_path), None
+    )
+    try:
+        control = RayRolloutControl(SimpleNamespace(agent_loop_workers=[actor]))
+        control.cancel(["raytransport-1"])  # nothing of that name runs there: a no-op, not an error
+        records = [
+            TrajectoryRecord(
+                protocol="neos",
+                question="q",
+                session_id=str(s),
+                group_id="raytransport",
+                mei_version=None,
+                termination_reason="answer",
+                final_answer=answer,
+            ).model_dump(mode="json")
+            for s, answer in ((0, "yes"), (1, "no"))
+        ]
+        keys = ["raytransport_0_0", "raytransport_1_0"]
+        extra = np.array([{RECORD_KEY: r} for r in records], dtype=object)
+        tq.kv_batch_put(keys=keys, partition_id="train", fields=tu.get_tensordict({"extra_fields": extra}))
+        control.wait([control.assess(keys[0], keys[1:], {"extra_info": {}, "reward_model": {"ground_truth": "yes"}})])
+        rows = list(tq.kv_batch_get(keys=keys, partition_id="train", select_fields=["extra_fields"])["extra_fields"])
+        assert CREDIT_KEY not in rows[0]
+        labels = CreditLabels.model_validate(rows[1][CREDIT_KEY])
+        assert (labels.judge, labels.fallback_reason) == ("offline_path", "no_task_path")  # the task has no path
+        tq.kv_clear(keys=keys, partition_id="train")
+    finally:
+        ray.kill(actor)
