@@ -4,7 +4,7 @@
     PYTHONPATH=. .venv/bin/python bench/bench_rollout.py [--part overhead|throughput|all] [--quick]
         [--world worlds/small] [--profile] [--json results.json]
 
-Both loops are built through verl's registry (``hydra.utils.instantiate(_agent_loop_registry[name], ...)``) with the
+Both loops are built through verl's registry (``verl_ext.rollout.instantiate.instantiate_agent_loop``) with the
 tiny Qwen2.5-VL processor/tokenizer (so verl's VL Continuous Token builder is what runs), and talk to a real tool
 server on the small world. Generation is :class:`CannedResponses`: pre-tokenized scripted turns (Hermes
 ``<tool_call>`` JSON, which both loops parse; the last turn is a plain-text answer), returned instantly or after a
@@ -281,23 +281,11 @@ class Factory:
             self.tools = initialize_tools_from_config(ROOT / "recipes" / "tools" / "neos_tools.yaml")
 
     def build(self, kind: str, client: CannedResponses):
-        import hydra
-        from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap, _agent_loop_registry
-        from verl.utils.dataset.rl_dataset import RLHFDataset
-
-        from verl_ext.models.tiny_vl import HF_MODEL_TYPE
+        from verl_ext.rollout.instantiate import instantiate_agent_loop
 
         name = {"ours": "neos_search_agent", "stock": "tool_agent"}[kind]
-        return hydra.utils.instantiate(
-            _agent_loop_registry[name],
-            trainer_config=DictConfigWrap(self.config),
-            server_manager=client,
-            tokenizer=self.tokenizer,
-            processor=self.processor,
-            dataset_cls=RLHFDataset,
-            data_config=DictConfigWrap(self.config.data),
-            hf_model_type=HF_MODEL_TYPE,
-            tools=ToolListWrap(self.tools if kind == "stock" else []),
+        return instantiate_agent_loop(
+            name, client, self.processor, self.config, self.tools if kind == "stock" else []
         )
 
 

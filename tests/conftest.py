@@ -51,7 +51,11 @@ def small_world() -> Path:
 @pytest.fixture(scope="session")
 def tiny_vl_model_dir() -> Path:
     """HF directory of the tiny Qwen2.5-VL (hf_model_type ``qwen2_5_vl``), built once into the source cache
-    (``~/.cache/neos-world/models/``) and reused until ``verl_ext/models`` or the tokenizer package changes."""
+    (``~/.cache/neos-world/models/``) and reused until ``verl_ext/models`` or the tokenizer package changes.
+    ``NEOS_TINY_VL_DIR`` names a prebuilt one instead (``python -m verl_ext.models build --out DIR``): the GPU
+    machine has no tokenizer package to build from."""
+    if os.environ.get("NEOS_TINY_VL_DIR"):
+        return Path(os.environ["NEOS_TINY_VL_DIR"]).resolve()
     from verl_ext.models.tiny_vl import cached_tiny_qwen_vl
 
     return cached_tiny_qwen_vl()
@@ -72,6 +76,40 @@ def tiny_vl_model(tiny_vl_model_dir: Path):
     from transformers import AutoModelForImageTextToText
 
     return AutoModelForImageTextToText.from_pretrained(tiny_vl_model_dir, dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="session")
+def verl_subprocess_env() -> dict[str, str]:
+    """Environment for a subprocess that runs verl (``main_ppo``, ``sft_trainer``) with our plugin from this
+    checkout: the repo on ``PYTHONPATH`` and ``VERL_USE_EXTERNAL_MODULES`` (the GPU machine has the package on the
+    path, not pip-installed); JAX kept off the GPU (the GPU image's JAX takes ~75% of it if anything initialises it)."""
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(REPO)) if p),
+        "VERL_USE_EXTERNAL_MODULES": "verl_ext.plugin",
+        "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+        "JAX_PLATFORMS": "cpu",
+    }
+
+
+@pytest.fixture(scope="session")
+def compose_ppo_config():
+    """``compose_ppo_config(model_dir, *overrides)``: verl's own ``ppo_trainer`` config as ``main_ppo`` composes it,
+    for the model at ``model_dir``, with ``rollout.name=vllm`` (it only names the engine: nothing here starts one)."""
+    from hydra import compose, initialize_config_module
+
+    def compose_config(model_dir: Path, *overrides: str):
+        with initialize_config_module(config_module="verl.trainer.config", version_base=None):
+            return compose(
+                config_name="ppo_trainer",
+                overrides=[
+                    f"actor_rollout_ref.model.path={model_dir}",
+                    "actor_rollout_ref.rollout.name=vllm",
+                    *overrides,
+                ],
+            )
+
+    return compose_config
 
 
 @pytest.fixture(scope="session")

@@ -13,24 +13,16 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import hydra
 import numpy as np
 import pytest
 import torch
 from aiohttp.test_utils import TestServer
 from omegaconf import OmegaConf
-from verl.experimental.agent_loop.agent_loop import (
-    AgentLoopOutput,
-    AgentLoopWorker,
-    DictConfigWrap,
-    ToolListWrap,
-    _agent_loop_registry,
-)
-from verl.utils.dataset.rl_dataset import RLHFDataset
+from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, AgentLoopWorker
 
 from tool_server.offline.world import OfflineWorld
-from verl_ext.models.tiny_vl import HF_MODEL_TYPE
 from verl_ext.rollout.hf_generate import GenerateCall, TransformersGenerateClient
+from verl_ext.rollout.instantiate import instantiate_agent_loop
 from verl_ext.rollout.prompts import final_turn_instruction
 from verl_ext.rollout.record import RECORD_KEY, TrajectoryRecord
 
@@ -70,7 +62,7 @@ def scripted(*turns: str) -> Callable[[GenerateCall], str | None]:
     return forced
 
 
-def make_loop(agent: str, model_dir: Path, client, url: str | None, *, response_length=4096, tools=(), **custom):
+def make_loop(agent: str, client, url: str | None, *, response_length=4096, tools=(), **custom):
     config = OmegaConf.create(
         {
             "actor_rollout_ref": {
@@ -84,18 +76,7 @@ def make_loop(agent: str, model_dir: Path, client, url: str | None, *, response_
             "data": {},
         }
     )
-    processor = client.processor
-    return hydra.utils.instantiate(
-        _agent_loop_registry[agent],
-        trainer_config=DictConfigWrap(config),
-        server_manager=client,
-        tokenizer=processor.tokenizer,
-        processor=processor,
-        dataset_cls=RLHFDataset,
-        data_config=DictConfigWrap(config.data),
-        hf_model_type=HF_MODEL_TYPE,
-        tools=ToolListWrap(list(tools)),
-    )
+    return instantiate_agent_loop(agent, client, client.processor, config, tools)
 
 
 def question(world: OfflineWorld, text: str, image_id: str | None = "flag_fra") -> list[dict]:
@@ -136,7 +117,7 @@ def assert_well_formed(out: AgentLoopOutput, record: TrajectoryRecord, tokenizer
 
 
 async def test_images_loaded_at_turn_k_are_in_every_later_generate_call_and_in_the_training_inputs(
-    tiny_vl_model_dir, tiny_vl_model, processor, server, world
+    tiny_vl_model, processor, server, world
 ):
     script = scripted(
         call("FetchImage", urls=[f"{ORIGIN}/media/flag_mex.png"]),
@@ -145,7 +126,7 @@ async def test_images_loaded_at_turn_k_are_in_every_later_generate_call_and_in_t
         "Mexico",
     )
     client = TransformersGenerateClient(tiny_vl_model, processor, max_new_tokens=64, forced=script)
-    loop = make_loop("neos_search_agent", tiny_vl_model_dir, client, url_of(server))
+    loop = make_loop("neos_search_agent", client, url_of(server))
     out, record = await run(loop, question(world, "Which country's flag has the emblem in the fetched image?"))
 
     # What the model saw: the question image, then + the fetched image, then + its crop, at every later call.
@@ -177,10 +158,10 @@ async def test_images_loaded_at_turn_k_are_in_every_later_generate_call_and_in_t
 
 @pytest.mark.parametrize("agent", ["neos_search_agent", "modalsearch_react_agent"])
 async def test_a_random_model_still_yields_a_well_formed_output(
-    tiny_vl_model_dir, tiny_vl_model, processor, server, world, agent
+    tiny_vl_model, processor, server, world, agent
 ):
     client = TransformersGenerateClient(tiny_vl_model, processor, max_new_tokens=24, seed=3)
-    loop = make_loop(agent, tiny_vl_model_dir, client, url_of(server), max_turns=4)
+    loop = make_loop(agent, client, url_of(server), max_turns=4)
     out, record = await run(loop, question(world, "What is shown?"))
     assert_well_formed(out, record, processor.tokenizer)
     assert 1 <= len(record.turns) <= 4
@@ -190,7 +171,7 @@ async def test_a_random_model_still_yields_a_well_formed_output(
 
 
 async def test_bad_calls_become_observations_the_policy_sees_and_are_classified_agent_caused(
-    tiny_vl_model_dir, tiny_vl_model, processor, server, world
+    tiny_vl_model, processor, server, world
 ):
     script = scripted(
         "<tool_call>{not json}</tool_call>",
@@ -200,7 +181,7 @@ async def test_bad_calls_become_observations_the_policy_sees_and_are_classified_
         "France",
     )
     client = TransformersGenerateClient(tiny_vl_model, processor, max_new_tokens=64, forced=script)
-    loop = make_loop("neos_search_agent", tiny_vl_model_dir, client, url_of(server))
+    loop = make_loop("neos_search_agent", client, url_of(server))
     out, record = await run(loop, question(world, "Which country?"))
     assert [(t.outcome, t.error_class, t.error_type) for t in record.turns[:4]] == [
         ("no_action", "agent", "malformed_call"),
@@ -218,7 +199,7 @@ async def test_bad_calls_become_observations_the_policy_sees_and_are_classified_
 
 
 async def test_three_consecutive_tool_failures_end_a_modalsearch_episode_as_tool_errors(
-    tiny_vl_model_dir, tiny_vl_model, processor, server, world
+    tiny_vl_model, processor, server, world
 ):
     event_loop = asyncio.get_running_loop()
 
@@ -228,7 +209,7 @@ async def test_three_consecutive_tool_failures_end_a_modalsearch_episode_as_tool
         return react("t2t_search", query="flag of France")
 
     client = TransformersGenerateClient(tiny_vl_model, processor, max_new_tokens=64, forced=forced)
-    loop = make_loop("modalsearch_react_agent", tiny_vl_model_dir, client, url_of(server))
+    loop = make_loop("modalsearch_react_agent", client, url_of(server))
     out, record = await run(loop, question(world, "Which country?"))
     assert record.termination_reason == "tool_errors" and record.error_class_ended == "tool"
     assert [(t.outcome, t.error_class) for t in record.turns] == [("call_error", "tool")] * 3
@@ -237,11 +218,11 @@ async def test_three_consecutive_tool_failures_end_a_modalsearch_episode_as_tool
 
 
 async def test_the_last_turn_disables_tools_and_asks_for_an_answer(
-    tiny_vl_model_dir, tiny_vl_model, processor, server, world
+    tiny_vl_model, processor, server, world
 ):
     script = scripted(call("TextSearch", query=["France"]), call("TextSearch", query=["again"]))
     client = TransformersGenerateClient(tiny_vl_model, processor, max_new_tokens=64, forced=script)
-    loop = make_loop("neos_search_agent", tiny_vl_model_dir, client, url_of(server), max_turns=2)
+    loop = make_loop("neos_search_agent", client, url_of(server), max_turns=2)
     out, record = await run(loop, question(world, "Which country?"))
     assert final_turn_instruction("neos") in processor.tokenizer.decode(client.calls[1].prompt_ids)
     assert final_turn_instruction("neos") not in processor.tokenizer.decode(client.calls[0].prompt_ids)
@@ -255,11 +236,11 @@ async def test_the_last_turn_disables_tools_and_asks_for_an_answer(
 
 
 async def test_an_observation_that_does_not_fit_is_withheld_and_ends_the_episode(
-    tiny_vl_model_dir, tiny_vl_model, processor, server, world
+    tiny_vl_model, processor, server, world
 ):
     script = scripted(call("TextSearch", query=["France", "Paris", "Mexico"]), "never reached")
     client = TransformersGenerateClient(tiny_vl_model, processor, max_new_tokens=64, forced=script)
-    loop = make_loop("neos_search_agent", tiny_vl_model_dir, client, url_of(server), response_length=200)
+    loop = make_loop("neos_search_agent", client, url_of(server), response_length=200)
     out, record = await run(loop, question(world, "Which country?"))
     assert record.termination_reason == "context"
     assert record.turns[0].observation_delivered_to_policy is False
@@ -270,24 +251,24 @@ async def test_an_observation_that_does_not_fit_is_withheld_and_ends_the_episode
 
 
 async def test_modalsearch_rollouts_of_one_group_share_tool_results(
-    tiny_vl_model_dir, tiny_vl_model, processor, server, world
+    tiny_vl_model, processor, server, world
 ):
     script = scripted(react("t2t_search", query="capital of France"), "<think>done</think><answer>Paris</answer>")
     client = TransformersGenerateClient(tiny_vl_model, processor, max_new_tokens=64, forced=script)
     cached = []
     for uid in ("g1", "g1", "g2"):
-        loop = make_loop("modalsearch_react_agent", tiny_vl_model_dir, client, url_of(server))
+        loop = make_loop("modalsearch_react_agent", client, url_of(server))
         _, record = await run(loop, question(world, "Capital?", image_id=None), uid=uid)
         assert record.group_id == uid and record.final_answer == "Paris"
         cached.append(record.turns[0].calls[0].cached)
     assert cached == [False, True, False]
 
 
-async def test_episodes_overlap_while_tools_run(tiny_vl_model_dir, tiny_vl_model, processor, server, world):
+async def test_episodes_overlap_while_tools_run(tiny_vl_model, processor, server, world):
     """Turn-level asynchrony: 6 concurrent episodes finish, each with its own session and register."""
     script = scripted(call("FetchImage", urls=[f"{ORIGIN}/media/flag_mex.png"]), "Mexico")
     client = TransformersGenerateClient(tiny_vl_model, processor, max_new_tokens=64, forced=script)
-    loops = [make_loop("neos_search_agent", tiny_vl_model_dir, client, url_of(server)) for _ in range(6)]
+    loops = [make_loop("neos_search_agent", client, url_of(server)) for _ in range(6)]
     results = await asyncio.gather(
         *(run(loop, question(world, "Which country?"), uid=f"u{i}") for i, loop in enumerate(loops))
     )
@@ -303,7 +284,7 @@ async def test_episodes_overlap_while_tools_run(tiny_vl_model_dir, tiny_vl_model
 
 
 async def test_long_text_merges_off_the_event_loop_give_the_same_tokens(
-    tiny_vl_model_dir, tiny_vl_model, processor, server, world, monkeypatch
+    tiny_vl_model, processor, server, world, monkeypatch
 ):
     """Long media-free observations are tokenized on the text-merge thread; short ones inline: same stream."""
     import verl_ext.rollout.agent_loop as agent_loop_module
@@ -316,7 +297,7 @@ async def test_long_text_merges_off_the_event_loop_give_the_same_tokens(
         monkeypatch.setattr(agent_loop_module, "OFF_LOOP_MERGE_CHARS", threshold)
         script = scripted(call("TextSearch", query=["flag of Mexico"]), call("TextSearch", query=["Paris"]), "Mexico")
         client = TransformersGenerateClient(tiny_vl_model, processor, max_new_tokens=64, forced=script)
-        loop = make_loop("neos_search_agent", tiny_vl_model_dir, client, url_of(server))
+        loop = make_loop("neos_search_agent", client, url_of(server))
         out, record = await run(loop, question(world, "Which country?", image_id=None))
         assert_well_formed(out, record, processor.tokenizer)
         assert record.termination_reason == "answer" and [t.outcome for t in record.turns][:2] == ["call_ok"] * 2
@@ -348,7 +329,7 @@ def swatch(colour: str) -> ToolResponse:
 
 
 async def test_the_loop_runs_a_projects_own_verl_tools(
-    tiny_vl_model_dir, tiny_vl_model, processor, server, world, tmp_path, monkeypatch
+    tiny_vl_model, processor, server, world, tmp_path, monkeypatch
 ):
     """tool_backend: verl: a verl FunctionTool (from function_tool_path) and our BaseTool YAML tools, as verl loads
     them for a worker; their images join the register and every later generate call; a raising tool is tool-caused."""
@@ -365,7 +346,7 @@ async def test_the_loop_runs_a_projects_own_verl_tools(
         "Mexico",
     )
     client = TransformersGenerateClient(tiny_vl_model, processor, max_new_tokens=64, forced=script)
-    loop = make_loop("neos_search_agent", tiny_vl_model_dir, client, None, tools=tools, tool_backend="verl")
+    loop = make_loop("neos_search_agent", client, None, tools=tools, tool_backend="verl")
     out, record = await run(loop, question(world, "Which country?"))
     assert [c.num_images for c in client.calls] == [1, 2, 2, 3]
     assert [(t.outcome, t.error_class) for t in record.turns] == [
@@ -393,17 +374,7 @@ def test_the_shipped_agent_loop_config_instantiates_each_loop_with_its_settings(
         {"actor_rollout_ref": {"rollout": {"prompt_length": 2048, "response_length": 4096}}, "data": {}}
     )
     for entry in entries:
-        loop = hydra.utils.instantiate(
-            entry,
-            trainer_config=DictConfigWrap(config),
-            server_manager=client,
-            tokenizer=processor.tokenizer,
-            processor=processor,
-            dataset_cls=RLHFDataset,
-            data_config=DictConfigWrap(config.data),
-            hf_model_type=HF_MODEL_TYPE,
-            tools=ToolListWrap([]),
-        )
+        loop = instantiate_agent_loop(entry, client, processor, config)
         expected = {k: v for k, v in OmegaConf.to_container(entry).items() if k not in ("name", "_target_")}
         assert {k: getattr(loop.settings, k) for k in expected} == expected
         assert loop.protocol == ("modalsearch" if "modalsearch" in entry.name else "neos")

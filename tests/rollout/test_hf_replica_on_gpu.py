@@ -38,7 +38,6 @@ remove-padding attention patch (``use_remove_padding=false``).
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -47,8 +46,6 @@ from pathlib import Path
 import pytest
 
 pytestmark = pytest.mark.gpu
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def overrides(model: Path, data: Path, out: Path) -> list[str]:
@@ -117,32 +114,21 @@ def write_data(data: Path) -> None:
     pd.DataFrame(rows[:2]).to_parquet(data / "val.parquet")
 
 
-def tiny_model_dir() -> Path:
-    if os.environ.get("NEOS_TINY_VL_DIR"):
-        return Path(os.environ["NEOS_TINY_VL_DIR"]).resolve()
-    from verl_ext.models.tiny_vl import cached_tiny_qwen_vl
-
-    return cached_tiny_qwen_vl()
-
-
-def test_two_ppo_steps_with_the_hf_rollout_backend(tmp_path):
+def test_two_ppo_steps_with_the_hf_rollout_backend(tmp_path, tiny_vl_model_dir, verl_subprocess_env):
     import torch
 
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     write_data(tmp_path / "data")
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(REPO)) if p),
-        "VERL_USE_EXTERNAL_MODULES": "verl_ext.plugin",
-    }
     command = [
         sys.executable,
         "-m",
         "verl.trainer.main_ppo",
-        *overrides(tiny_model_dir(), tmp_path / "data", tmp_path),
+        *overrides(tiny_vl_model_dir, tmp_path / "data", tmp_path),
     ]
-    run = subprocess.run(command, check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=540)
+    run = subprocess.run(
+        command, check=False, cwd=tmp_path, env=verl_subprocess_env, capture_output=True, text=True, timeout=540
+    )
     log = run.stdout + run.stderr
     assert run.returncode == 0, log[-8000:]
     assert re.search(r"step:2 - ", log), log[-8000:]  # verl's console logger line of the second step

@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 import torch
 import transfer_queue as tq
-from hydra import compose, initialize_config_module
 from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
@@ -48,52 +47,65 @@ def server_url(tool_server):
     return str(tool_server.make_url("")).rstrip("/")
 
 
-def trainer_config(model_dir, url):
-    with initialize_config_module(config_module="verl.trainer.config", version_base=None):
-        return compose(
-            config_name="ppo_trainer",
-            overrides=[
-                f"actor_rollout_ref.model.path={model_dir}",
-                "actor_rollout_ref.rollout.name=vllm",  # only names the engine; nothing here starts one
-                "actor_rollout_ref.rollout.n=2",
-                "actor_rollout_ref.rollout.prompt_length=2048",
-                "actor_rollout_ref.rollout.response_length=2048",
-                "actor_rollout_ref.rollout.agent.default_agent_loop=neos_search_agent",
-                f"+actor_rollout_ref.rollout.custom.neos_rollout.tool_server_url={url}",
-                "algorithm.adv_estimator=neos_turn_credit",
-                "+algorithm.neos_credit.ablation=full",
-                "algorithm.rollout_correction.bypass_mode=true",  # old log-probs = the rollout's (no actor here)
-            ],
-        )
+@pytest.fixture
+def config(compose_ppo_config, tiny_vl_model_dir, server_url):
+    return compose_ppo_config(
+        tiny_vl_model_dir,
+        "actor_rollout_ref.rollout.n=2",
+        "actor_rollout_ref.rollout.prompt_length=2048",
+        "actor_rollout_ref.rollout.response_length=2048",
+        "actor_rollout_ref.rollout.agent.default_agent_loop=neos_search_agent",
+        f"+actor_rollout_ref.rollout.custom.neos_rollout.tool_server_url={server_url}",
+        "algorithm.adv_estimator=neos_turn_credit",
+        "+algorithm.neos_credit.ablation=full",
+        "algorithm.rollout_correction.bypass_mode=true",  # old log-probs = the rollout's (no actor here)
+    )
 
 
-async def test_spans_and_labels_reach_neos_turn_credit_inside_the_v1_trainer(
-    transfer_queue, tiny_vl_model, tiny_vl_processor, tiny_vl_model_dir, server_url
-):
-    config = trainer_config(tiny_vl_model_dir, server_url)
+async def run_group(worker_cls, config, model, processor, uid: str, plans, **row) -> tuple[dict, list[str]]:
+    """One group (``rollout.n`` episodes of the neos loop) through ``worker_cls._run_prompt``, verl's code; episodes
+    take the scripted ``plans`` in the order they first generate. Returns the TransferQueue listing and the group's
+    keys ({uid}_{session}_{output}: the session's TransferQueue is shared, other tests' rows aside)."""
     scripts: dict[str, list[str]] = {}
 
     def forced(c: GenerateCall) -> str:
-        if c.request_id not in scripts:  # episodes take the scripts in the order they first generate
-            scripts[c.request_id] = list(SCRIPTS[len(scripts)])
+        if c.request_id not in scripts:
+            scripts[c.request_id] = list(plans[len(scripts)])
         return scripts[c.request_id].pop(0)
 
-    client = TransformersGenerateClient(tiny_vl_model, tiny_vl_processor, max_new_tokens=64, forced=forced)
-    worker = AgentLoopWorkerTQ.__ray_metadata__.modified_class(config, client)  # verl's worker, in this process
+    client = TransformersGenerateClient(model, processor, max_new_tokens=64, forced=forced)
     prompt = {
-        "uid": UID,
+        "uid": uid,
         "raw_prompt": [{"role": "user", "content": "What is the capital of France?"}],
         "index": 0,
         "global_steps": 1,
         "agent_name": "neos_search_agent",
+        **row,
     }
     trajectory = {"step": 1, "sample_index": 0, "rollout_n": 0, "validate": False}
     sampling = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
-    await worker._run_prompt(prompt, sampling, trajectory=trajectory)
-
+    await worker_cls(config, client)._run_prompt(prompt, sampling, trajectory=trajectory)
     listing = tq.kv_list("train")["train"]
-    assert listing[UID]["status"] == "finished"
-    keys = sorted(k for k in listing if k.startswith(f"{UID}_"))  # {uid}_{session}_{output}, other tests' rows aside
+    assert listing[uid]["status"] == "finished"
+    return listing, sorted(k for k in listing if k.startswith(f"{uid}_"))
+
+
+def compute_advantages(config, listing: dict, keys: list[str]) -> dict:
+    """verl's ``_compute_old_log_prob`` (bypass mode) and ``_compute_advantage`` over ``keys``; returns the metrics."""
+    trainer = object.__new__(_Trainer)
+    trainer.config = config
+    metrics: dict = {}
+    batch = KVBatchMeta(keys=keys, tags=[listing[k] for k in keys], partition_id="train")
+    trainer._compute_old_log_prob(batch, metrics)
+    trainer._compute_advantage(batch, metrics)
+    return metrics
+
+
+async def test_spans_and_labels_reach_neos_turn_credit_inside_the_v1_trainer(
+    transfer_queue, tiny_vl_model, tiny_vl_processor, config
+):
+    worker_cls = AgentLoopWorkerTQ.__ray_metadata__.modified_class  # verl's worker, in this process
+    listing, keys = await run_group(worker_cls, config, tiny_vl_model, tiny_vl_processor, UID, SCRIPTS)
     assert keys == [f"{UID}_0_0", f"{UID}_1_0"]
     data = tq.kv_batch_get(keys=keys, partition_id="train", select_fields=["response_mask", "extra_fields"])
     extra = list(data["extra_fields"])  # a LinkedList, NonTensorStack or array depending on the backend
@@ -124,13 +136,7 @@ async def test_spans_and_labels_reach_neos_turn_credit_inside_the_v1_trainer(
         keys=keys, partition_id="train", fields=tu.get_tensordict({"extra_fields": np.array(extra, dtype=object)})
     )
 
-    trainer = object.__new__(_Trainer)
-    trainer.config = config
-    metrics: dict = {}
-    tags = [listing[k] for k in keys]
-    batch = KVBatchMeta(keys=keys, tags=tags, partition_id="train")
-    trainer._compute_old_log_prob(batch, metrics)
-    trainer._compute_advantage(batch, metrics)
+    metrics = compute_advantages(config, listing, keys)
     advantages = [
         a.tolist()
         for a in tq.kv_batch_get(keys=keys, partition_id="train", select_fields=["advantages"])["advantages"].unbind()
@@ -170,39 +176,15 @@ class _ExactMatchScored(NeosAgentLoopWorker):
 
 
 async def test_the_neos_worker_labels_failures_as_soon_as_their_group_is_complete(
-    transfer_queue, tiny_vl_model, tiny_vl_processor, tiny_vl_model_dir, server_url
+    transfer_queue, tiny_vl_model, tiny_vl_processor, config
 ):
     """Group assessment inside verl's ``_run_prompt``: the failure's labels are in TransferQueue when the group is
     marked finished, and the estimator uses them."""
     uid = "grouplabels"
-    config = trainer_config(tiny_vl_model_dir, server_url)
     lyon = '<tool_call>\n{"name": "TextSearch", "arguments": {"query": ["Lyon"]}}\n</tool_call>'
-    scripts: dict[str, list[str]] = {}
+    row = {"extra_info": {"reasoning_path": ["capital of France"]}, "reward_model": {"ground_truth": "Paris"}}
     plans = ([SEARCH, "Paris"], [SEARCH, lyon, "Lyon"])
-
-    def forced(c: GenerateCall) -> str:
-        if c.request_id not in scripts:
-            scripts[c.request_id] = list(plans[len(scripts)])
-        return scripts[c.request_id].pop(0)
-
-    client = TransformersGenerateClient(tiny_vl_model, tiny_vl_processor, max_new_tokens=64, forced=forced)
-    worker = _ExactMatchScored(config, client)
-    prompt = {
-        "uid": uid,
-        "raw_prompt": [{"role": "user", "content": "What is the capital of France?"}],
-        "index": 0,
-        "global_steps": 1,
-        "agent_name": "neos_search_agent",
-        "extra_info": {"reasoning_path": ["capital of France"]},
-        "reward_model": {"ground_truth": "Paris"},
-    }
-    trajectory = {"step": 1, "sample_index": 0, "rollout_n": 0, "validate": False}
-    sampling = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
-    await worker._run_prompt(prompt, sampling, trajectory=trajectory)
-
-    listing = tq.kv_list("train")["train"]
-    assert listing[uid]["status"] == "finished"
-    keys = sorted(k for k in listing if k.startswith(f"{uid}_"))
+    listing, keys = await run_group(_ExactMatchScored, config, tiny_vl_model, tiny_vl_processor, uid, plans, **row)
     extra = list(tq.kv_batch_get(keys=keys, partition_id="train", select_fields=["extra_fields"])["extra_fields"])
     answers = [e[RECORD_KEY]["final_answer"] for e in extra]
     failure = extra[answers.index("Lyon")]
@@ -213,10 +195,5 @@ async def test_the_neos_worker_labels_failures_as_soon_as_their_group_is_complet
     assert labels.productive == {0: 1.0}
     assert [(e.turn, e.type) for e in labels.events] == [(1, "causal_error")]
 
-    trainer = object.__new__(_Trainer)
-    trainer.config = config
-    metrics: dict = {}
-    batch = KVBatchMeta(keys=keys, tags=[listing[k] for k in keys], partition_id="train")
-    trainer._compute_old_log_prob(batch, metrics)
-    trainer._compute_advantage(batch, metrics)
+    metrics = compute_advantages(config, listing, keys)
     assert metrics["neos_credit/assessed_share"] == 0.5

@@ -19,12 +19,18 @@ from verl_ext.models.tiny_vl import HF_MODEL_TYPE
 
 
 def instantiate_agent_loop(
-    name: str, server_manager: Any, processor: Any, trainer_config: DictConfig, tools: Sequence[Any] = ()
+    loop: str | DictConfig,
+    server_manager: Any,
+    processor: Any,
+    trainer_config: DictConfig,
+    tools: Sequence[Any] = (),
 ) -> Any:
-    """The registered loop ``name`` with verl's constructor arguments; ``trainer_config`` needs ``actor_rollout_ref``
-    and ``data`` sections. The model type is the tiny Qwen2.5-VL's (``verl_ext.models``), the only in-process model."""
+    """The loop ``loop`` with verl's constructor arguments: a registered name, or an entry of an
+    ``agent_loop_config_path`` file (``name``, ``_target_`` and the loop's settings), which verl's worker registers as
+    is. ``trainer_config`` needs ``actor_rollout_ref`` and ``data`` sections. The model type is the tiny Qwen2.5-VL's
+    (``verl_ext.models``), the only in-process model."""
     return hydra.utils.instantiate(
-        _agent_loop_registry[name],
+        _agent_loop_registry[loop] if isinstance(loop, str) else loop,
         trainer_config=DictConfigWrap(trainer_config),
         server_manager=server_manager,
         tokenizer=processor.tokenizer,
