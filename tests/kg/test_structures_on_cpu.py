@@ -20,14 +20,12 @@ from data_gen.kg import (
     identifiability,
 )
 
-# Figure 22's shape: ana is the one born in Kitakyushu who plays for Honda FC. Either fact alone leaves two people.
+from .test_dag_on_cpu import TRIPLES as DAG_TRIPLES
+
+# Figure 22's shape (the DAG test's facts): ana is the one born in Kitakyushu who plays for Honda FC. Either fact alone
+# leaves two people.
 TRIPLES = [
-    ("person:ana", "P19", "city:kita"), ("person:ben", "P19", "city:kita"), ("person:cy", "P19", "city:osaka"),
-    ("person:ana", "P54", "club:honda"), ("person:cy", "P54", "club:honda"),
-    ("person:ben", "P54", "club:giravanz"), ("person:cy", "P54", "club:giravanz"),
-    ("city:kita", "P17", "country:jp"), ("city:osaka", "P17", "country:jp"),
-    ("landmark:tower", "P131", "city:kita"), ("landmark:castle", "P131", "city:osaka"),
-    ("club:honda", "P115", "stadium:miyako"), ("club:giravanz", "P115", "stadium:mikuni"),
+    *DAG_TRIPLES,
     # A path: the song on the album that ana composed.
     ("work:chant", "P361", "album:best"), ("work:other", "P361", "album:best"), ("work:chant", "P86", "person:ana"),
 ]
