@@ -66,6 +66,7 @@ OUTCOMES: dict[int, dict[str, list[bool | str | None]]] = {
         "q4": [None, None, None],
     },
     2: {"q2": [True, False], "q4": [False, True], "q5": [None] * 3, "q6": [None] * 3},
+    3: {f"q{i}": [False] * 3 for i in range(8)},  # a policy that solves nothing
 }
 
 
@@ -232,11 +233,17 @@ def scripted_agent():
 
 def test_settings_come_from_trainer_v1_neos_sampler(tiny_vl_model_dir, tmp_path):
     config = make_config(tiny_vl_model_dir, tmp_path)
-    sampler, poll = mixed_group_settings(config, groups=B)
+    sampler, poll, max_deferred = mixed_group_settings(config, groups=B)
     assert (sampler.groups, sampler.group_size, sampler.max_per_group, sampler.window) == (2, 2, 3, 4)
-    assert (sampler.admission_limit, poll) == (8, 0.02)
+    assert (sampler.admission_limit, poll, max_deferred) == (8, 0.02, None)  # None: the dataset's size, later
     del config.trainer.v1.neos.sampler.window, config.trainer.v1.neos.sampler.admission_limit
-    derived, _ = mixed_group_settings(config, groups=B)
+    with open_dict(config):
+        config.trainer.v1.neos.sampler.max_deferred = 0
+    with pytest.raises(ValueError, match="max_deferred"):
+        mixed_group_settings(config, groups=B)
+    config.trainer.v1.neos.sampler.max_deferred = 5
+    derived, _, max_deferred = mixed_group_settings(config, groups=B)
+    assert max_deferred == 5
     assert (derived.window, derived.admission_limit) == (2 * B, 2 * B * G)  # SamplerConfig's defaults
     config.algorithm.filter_groups = {"enable": True, "metric": "acc"}
     with pytest.raises(ValueError, match="filter_groups"):
@@ -322,6 +329,22 @@ async def test_mixed_groups_batch_topups_deferral_cancel_and_resume(
     assert metrics["neos_sampler/cancelled"] == 4.0 and metrics["neos_sampler/selected"] == 4.0
     assert os.path.exists(tmp_path / "global_step_1" / CHECKPOINT_FILE)
     tq.kv_clear(keys=batch.keys, partition_id="train")
+
+
+async def test_a_policy_that_solves_nothing_stops_with_a_clear_error(
+    transfer_queue, tiny_vl_model_dir, tmp_path, scripted_agent
+):
+    """Every group fails 3 times (max_per_group) and is deferred; past ``max_deferred`` (2) the sampler gives up
+    instead of pulling questions forever from verl's repeating dataloader. Hand-computed: the window's q0-q3 get 2
+    samples each (8 = the admission limit), all fail, each gets its extra third, all fail: the poll that reports them
+    defers all 4 at once (12 judged)."""
+    SCRIPT.sessions.clear()
+    trainer = make_trainer(make_config(tiny_vl_model_dir, tmp_path))
+    trainer.replay_buffer.max_deferred = 2
+    trainer.replay_buffer.bind(LoopControl(NeosAgentLoopWorker(trainer.config, None), asyncio.get_running_loop()))
+    with pytest.raises(RuntimeError, match=r"4 questions deferred in one batch \(12 trajectories judged, 0 of 2 mixed groups\)"):
+        await sample(trainer, 3)
+    tq.kv_clear(keys=list(tq.kv_list("train")["train"]), partition_id="train")
 
 
 def test_bad_wiring_is_refused_with_a_clear_error(transfer_queue):

@@ -7,7 +7,7 @@ import torch
 from omegaconf import OmegaConf
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1 import get_trainer_cls
-from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
+from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils import tensordict_utils as tu
 
@@ -18,6 +18,7 @@ from verl_ext.credit.labels import CREDIT_KEY, CreditLabels, LabelEvent
 from verl_ext.mei.buffer import MEIBuffer
 from verl_ext.rollout.record import RECORD_KEY, CallRecord, TrajectoryRecord, TurnRecord
 from verl_ext.trainer.mei_coevolution import MEICoEvolutionMixin
+from verl_ext.trainer.mixed_groups import MixedGroupReplayBuffer, MixedGroupSamplingMixin
 from verl_ext.trainer.neos_trainer import NeosTrainer
 
 
@@ -32,6 +33,7 @@ def compose(*overrides: str):
 def test_registered_as_neos_with_our_hooks_before_verls_sync_trainer():
     assert get_trainer_cls("neos") is NeosTrainer
     mro = NeosTrainer.__mro__
+    assert mro.index(MixedGroupSamplingMixin) < mro.index(PPOTrainerSync)
     assert mro.index(MEICoEvolutionMixin) < mro.index(PPOTrainerSync)
     assert mro.index(TurnCreditAdvantageMixin) < mro.index(PPOTrainerSync)
 
@@ -44,7 +46,12 @@ def test_runs_verls_on_policy_branches_under_its_own_name(tmp_path, monkeypatch)
     trainer = NeosTrainer(config)
     # verl picks the async replay buffer (and TransferQueue checkpoints, re-issued prompts) for any mode but "sync"
     assert trainer.trainer_mode == "sync"
-    assert type(trainer.replay_buffer) is ReplayBuffer and not isinstance(trainer.replay_buffer, ReplayBufferAsync)
+    assert isinstance(trainer.replay_buffer, MixedGroupReplayBuffer)
+    assert not isinstance(trainer.replay_buffer, ReplayBufferAsync)
+    # The recipe's B and G reach the sampler: B = 2 groups of G = 4, window 2B, admission limit 2BG, 1.5G per group.
+    sampler = trainer.replay_buffer.sampler.config
+    assert (sampler.groups, sampler.group_size, sampler.window, sampler.admission_limit) == (2, 4, 4, 16)
+    assert sampler.max_per_group == 6
 
 
 def _turn(i: int, call_ids: list[str]) -> TurnRecord:

@@ -25,7 +25,8 @@ batch is ready and what it holds. This module is the verl layer around it:
   the dataset rows of queued questions) is saved next to verl's checkpoint and restored on resume.
 
 Config (``trainer.v1.neos.sampler``): ``max_per_group``, ``window``, ``admission_limit`` (defaults: 1.5G, 2B, 2BG
-from ``SamplerConfig``) and ``poll_interval`` (seconds between TransferQueue polls, default 1.0). B is
+from ``SamplerConfig``), ``max_deferred`` (deferrals in one batch before the run stops with an error; default the
+training set's size) and ``poll_interval`` (seconds between TransferQueue polls, default 1.0). B is
 ``data.train_batch_size`` (per ``parameter_sync_step``), G is ``actor_rollout_ref.rollout.n``. Rewards must be known
 at sampling time (a rule-based reward or ``reward.reward_model.enable_resource_pool``), and the agent-loop manager
 must be ``verl_ext.rollout.tq_worker.NeosAgentLoopManagerTQ``.
@@ -60,16 +61,19 @@ METRIC_PREFIX = "neos_sampler/"
 _ENDED = ("finished", "failure")
 
 
-def mixed_group_settings(config: DictConfig, groups: int) -> tuple[SamplerConfig, float]:
-    """``SamplerConfig`` (B = ``groups``, G = ``rollout.n``, the rest from ``trainer.v1.neos.sampler``) and the poll
-    interval."""
+def mixed_group_settings(config: DictConfig, groups: int) -> tuple[SamplerConfig, float, int | None]:
+    """``SamplerConfig`` (B = ``groups``, G = ``rollout.n``, the rest from ``trainer.v1.neos.sampler``), the poll
+    interval and ``max_deferred`` (None: the training set's size, known once the dataloader exists)."""
     options = (config.trainer.v1.get("neos") or {}).get("sampler") or {}
     options = OmegaConf.to_container(options, resolve=True) if isinstance(options, DictConfig) else dict(options)
+    max_deferred = options.pop("max_deferred", None)
+    if max_deferred is not None and int(max_deferred) < 1:
+        raise ValueError(f"trainer.v1.neos.sampler.max_deferred must be >= 1, got {max_deferred}")
     poll_interval = float(options.pop("poll_interval", 1.0))
     if poll_interval <= 0:
         raise ValueError(f"trainer.v1.neos.sampler.poll_interval must be > 0, got {poll_interval}")
     sampler = SamplerConfig(groups=groups, group_size=int(config.actor_rollout_ref.rollout.n), **options)
-    return sampler, poll_interval
+    return sampler, poll_interval, None if max_deferred is None else int(max_deferred)
 
 
 class RolloutControl(Protocol):
@@ -135,6 +139,7 @@ class MixedGroupReplayBuffer(ReplayBuffer):
         sampler_config: SamplerConfig,
         next_rows: Callable[[], TensorDict],
         poll_interval: float,
+        max_deferred: int | None = None,
         **replay_buffer_kwargs: Any,
     ) -> None:
         super().__init__(poll_interval=poll_interval, **replay_buffer_kwargs)
@@ -142,6 +147,7 @@ class MixedGroupReplayBuffer(ReplayBuffer):
         self.rows: dict[str, TensorDict] = {}  # question id (the row's uid) -> its one-row dataset batch
         self.sampler = MixedGroupSampler(sampler_config, self._questions())
         self.control: RolloutControl | None = None
+        self.max_deferred = max_deferred  # deferrals in one batch before sample() gives up (DAPO: max_num_gen_batches)
         self._reset_batch()
 
     def bind(self, control: RolloutControl) -> None:
@@ -162,6 +168,13 @@ class MixedGroupReplayBuffer(ReplayBuffer):
             self._dispatch(self.sampler.admit(self.sampler.config.admission_limit), global_steps)
             if self.sampler.exhausted():
                 raise RuntimeError("the question source cannot make another batch of mixed groups")
+            if self.max_deferred is not None and self.sampler.stats.deferred >= self.max_deferred:
+                raise RuntimeError(
+                    f"{self.sampler.stats.deferred} questions deferred in one batch ({self.sampler.stats.finished} "
+                    f"trajectories judged, {len(self.sampler.eligible())} of {self.sampler.config.groups} mixed "
+                    "groups): the policy solves all or none of them and a repeating dataloader would be sampled "
+                    "forever. Check the reward and the data, or raise trainer.v1.neos.sampler.max_deferred"
+                )
             if not self._poll():
                 time.sleep(self.poll_interval)
         return self._close_batch()
@@ -342,7 +355,7 @@ class MixedGroupSamplingMixin:
                 "mixed-group sampling judges each trajectory as it ends: a colocated reward model scores only after "
                 "sampling; use a rule-based reward or reward.reward_model.enable_resource_pool=True"
             )
-        sampler_config, poll_interval = mixed_group_settings(
+        sampler_config, poll_interval, self._max_deferred = mixed_group_settings(
             config, config.data.train_batch_size // self.parameter_sync_step
         )
         sampler = config.trainer.v1.sampler
@@ -350,6 +363,7 @@ class MixedGroupSamplingMixin:
             sampler_config=sampler_config,
             next_rows=lambda: self._next_train_batch(1),
             poll_interval=poll_interval,
+            max_deferred=self._max_deferred,
             trainer_mode=self.trainer_mode,
             trainer_config=config.trainer.v1.get(self.trainer_mode, {}),
             max_off_policy_threshold=sampler.max_off_policy_threshold,
@@ -361,6 +375,8 @@ class MixedGroupSamplingMixin:
     def _init_dataloader(self) -> None:
         self._one_question_per_fetch()
         super()._init_dataloader()  # type: ignore[misc]
+        if self._max_deferred is None:  # a whole pass over the data without B mixed groups
+            self.replay_buffer.max_deferred = len(self.train_dataloader.dataset)
 
     def _one_question_per_fetch(self) -> None:
         """``data.gen_batch_size = 1``: the dataloader's position then matches the questions the sampler took."""

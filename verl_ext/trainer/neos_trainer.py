@@ -1,14 +1,16 @@
 """The ``neos`` v1 trainer (``trainer.v1.trainer_mode=neos``): verl's synchronous PPO trainer plus Neos' parts.
 
+- Adaptive mixed-group sampling: ``MixedGroupSamplingMixin`` replaces the replay buffer with Neos' sampler (batches of
+  B mixed-outcome groups, surplus cancelled at the policy boundary, failures judged while the rest still run).
 - Turn credit: ``TurnCreditAdvantageMixin`` hands each row's judge labels (put beside the trajectory by
   ``NeosAgentLoopManagerTQ`` while the rest of the rollout runs) to the ``neos_turn_credit`` estimator.
 - MEI co-evolution: ``MEICoEvolutionMixin`` retains MEI calls after each update and fine-tunes MEI every K updates.
 - Diagnostics: the selected batch's tool-call mix and credit-type composition (``verl_ext.trainer.metrics``).
 - Everything else is verl's ``PPOTrainerSync``: colocated rollout and training, weights pushed after each step.
 
-verl branches on ``trainer_mode == "sync"`` for its on-policy semantics (the bufferless replay buffer that discards
-in-flight surplus at the policy boundary, no TransferQueue checkpoint, plain dataloader batches). Neos is on-policy
-(SPEC §4, "policy boundary"), so the trainer runs those branches under its own registered name.
+verl branches on ``trainer_mode == "sync"`` for its on-policy semantics (no TransferQueue checkpoint, no re-issued
+prompts, weights pushed every step). Neos is on-policy (SPEC §4, "policy boundary"), so the trainer runs those
+branches under its own registered name.
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ from verl_ext.advantage.estimator import credit_params_from_config
 from verl_ext.advantage.trainer_mixin import TurnCreditAdvantageMixin
 from verl_ext.trainer.mei_coevolution import MEICoEvolutionMixin
 from verl_ext.trainer.metrics import batch_metrics
+from verl_ext.trainer.mixed_groups import MixedGroupSamplingMixin
 from verl_ext.trainer.rows import selected_rows
 
 TRAINER_NAME = "neos"
 
 
 @register_trainer(TRAINER_NAME)
-class NeosTrainer(MEICoEvolutionMixin, TurnCreditAdvantageMixin, PPOTrainerSync):
+class NeosTrainer(MixedGroupSamplingMixin, MEICoEvolutionMixin, TurnCreditAdvantageMixin, PPOTrainerSync):
     def _build_replay_buffer(self):
         self.trainer_mode = "sync"  # read by verl right after this call and in every later branch: see module doc
         return super()._build_replay_buffer()
