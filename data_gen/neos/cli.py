@@ -1,5 +1,6 @@
 """``python -m data_gen neos --world DIR --out DIR [--limit N] [--seed S] [--ocr]``: the whole Neos pipeline,
-resumable (``OUT/results.jsonl`` is the append-only log), then the export and a statistics report."""
+resumable (``OUT/results.jsonl`` is the append-only log), then the export (policy data, MEI pairs in
+``OUT/mei_sft.jsonl``) and a statistics report."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from data_gen.neos.agents import (
     probe_text_only_answer,
     probe_text_only_search,
 )
-from data_gen.neos.export import export
+from data_gen.neos.export import export, mei_pairs
 from data_gen.neos.observer import PaletteObserver
 from data_gen.neos.schema import Outcome, Task
 from data_gen.neos.store import ResultLog
@@ -184,6 +185,7 @@ def main(args: argparse.Namespace) -> int:
     log.close()
     stats = statistics(outcomes)
     stats["splits"] = export(outcomes, args.world, args.out)
+    stats["mei_pairs"] = mei_pairs(outcomes, args.world, args.out, args.out / "tool_server_cache")
     stats["plots"] = plots(stats, args.out / "plots")
     stats["wall_seconds_this_run"] = round(time.perf_counter() - start, 1)
     (args.out / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")

@@ -1,5 +1,5 @@
 """Verified tasks -> verl parquet (one file per split), the expert's trajectories as SFT JSONL and verl SFT parquet,
-and the splits.
+MEI training pairs from the expert's calls (``mei_sft.jsonl``), and the splits.
 
 Splits are by answer entity (a hash of its id), so no answer of the benchmark occurs in training; duplicates
 (the same question over the same entry images) are dropped before splitting.
@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from data_gen.common.export import export_verified, image_cells, pick_split, user_prompt
+from data_gen.common.mei_pairs import Episode, export_mei_pairs
 from data_gen.common.sft import sft_parquet_from_jsonl, tool_call_message, tool_message
 from data_gen.neos.schema import AGENT_NAME, DATA_SOURCE, Outcome, Task
+from tool_server.offline.world import OfflineWorld
 from tool_server.protocol import tool_schemas
 from verl_ext.rollout.prompts import system_prompt
 
@@ -92,3 +94,16 @@ def export(outcomes: Sequence[Outcome], world_root: Path, out: Path) -> dict[str
     sizes = export_verified(dedupe(outcomes), [name for name, _ in SPLITS], split_of, row, sft_record, world_root, out)
     sft_parquet_from_jsonl(out / "sft.jsonl", world_root, out / "sft.parquet")
     return sizes
+
+
+def mei_pairs(outcomes: Sequence[Outcome], world_root: Path, out: Path, tool_dir: Path) -> dict[str, int]:
+    """``mei_sft.jsonl``: MEI SFT pairs from the expert's calls on every task outside the benchmark split (no
+    benchmark page or image may shape a trained model), inputs rebuilt from the world and checked against the MEI
+    log of the tool server that ran with cache directory ``tool_dir`` (``data_gen.common.mei_pairs``)."""
+    episodes = [Episode(o.trajectory, [e.image_id for e in o.task.entry_images])
+                for o in dedupe(outcomes) if split_of(o.task) != "benchmark" and o.trajectory]
+    world = OfflineWorld.load(world_root, cache_dir=tool_dir)
+    try:
+        return export_mei_pairs(episodes, tool_dir / "mei.jsonl", world, out / "mei_sft.jsonl")
+    finally:
+        world.close()

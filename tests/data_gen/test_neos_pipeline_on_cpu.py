@@ -21,6 +21,9 @@ from data_gen.neos.cli import main as neos_main
 from data_gen.neos.synth import Synthesizer
 from data_gen.world.store import World
 from tool_server.launch import served
+from tool_server.mei.log import BlobStore, MEILog, blobs_dir_of
+from verl_ext.mei.buffer import BufferedCall
+from verl_ext.mei.sft import sft_example, tokenize
 from verl_ext.credit.offline_judge import TaskPath
 from verl_ext.rollout.record import TrajectoryRecord
 from verl_ext.tools.client import ToolServerClient
@@ -128,11 +131,19 @@ def test_entry_image_probes_solve_one_hop_questions_but_not_the_checkpointed_tas
     assert asyncio.run(_run(probes)(server)) == (True, False)
 
 
-def test_cli_resumes_without_duplicates_and_exports_verl_parquet(small_world, tmp_path):
-    args = {"world": small_world, "out": tmp_path, "seed": 0, "ocr": False}
+@pytest.fixture(scope="module")
+def cli_out(small_world, tmp_path_factory):
+    """The CLI run to 2 verified tasks, then resumed to 4: (output directory, results.jsonl lines of the first run)."""
+    out = tmp_path_factory.mktemp("neos")
+    args = {"world": small_world, "out": out, "seed": 0, "ocr": False}
     assert neos_main(Namespace(limit=2, **args)) == 0
-    first = (tmp_path / "results.jsonl").read_text().splitlines()
+    first = (out / "results.jsonl").read_text().splitlines()
     assert neos_main(Namespace(limit=4, **args)) == 0
+    return out, first
+
+
+def test_cli_resumes_without_duplicates_and_exports_verl_parquet(cli_out):
+    tmp_path, first = cli_out
     lines = (tmp_path / "results.jsonl").read_text().splitlines()
     assert lines[: len(first)] == first
     keys = [json.loads(line)["key"] for line in lines]
@@ -148,3 +159,37 @@ def test_cli_resumes_without_duplicates_and_exports_verl_parquet(small_world, tm
     assert row["agent_name"] == "neos_search_agent" and row["prompt"][0]["content"].startswith("<image>\n")
     assert row["extra_info"]["reference_label"] == "success" and json.loads(row["extra_info"]["reasoning_path"])
     assert row["images"][0]["bytes"][:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_mei_pairs_are_the_experts_calls_and_tokenise_for_mei_sft(cli_out, tiny_vl_processor):
+    """Each MEI call of an expert episode outside the benchmark is one pair; its target is the evidence the tool
+    server's interface returned for that call, and it tokenises with the MEI model's processor (target = loss)."""
+    out, _ = cli_out
+    bench = pd.read_parquet(out / "benchmark.parquet")  # an empty split has no columns
+    benchmark = set(bench["extra_info"].map(lambda e: e["task_id"])) if len(bench) else set()
+    refs = [json.loads(line) for line in (out / "references.jsonl").read_text().splitlines()]
+    expected = {i for r in refs if r["task_id"] not in benchmark for t in r["trajectory"]["turns"]
+                for c in t["calls"] for i in c["mei_call_ids"]}
+    tool_log = {r.call_id: r for r in MEILog.read(out / "tool_server_cache" / "mei.jsonl").records}
+    # the same inputs answered twice (e.g. a page visited with the same goal, uncached) are one pair
+    distinct = {json.dumps([tool_log[i].method, tool_log[i].input], sort_keys=True) for i in expected}
+    read = MEILog.read(out / "mei_sft.jsonl")
+    stats = json.loads((out / "stats.json").read_text())
+    assert read.skipped_lines == [] and len(read.records) == len(distinct) == stats["mei_pairs"]["written"] > 0
+    assert {r.method for r in read.records} == {"web_visit", "reverse_image_search"}
+    returned = {(r.session_id, r.turn, r.method, json.dumps(r.input, sort_keys=True)): r.output
+                for r in tool_log.values()}
+    blobs = BlobStore(blobs_dir_of(out / "mei_sft.jsonl"))
+    tok = tiny_vl_processor.tokenizer
+    for record in read.records:
+        assert record.outcome == "extractive"
+        example = sft_example(BufferedCall(call=record, reason="success", trajectory_session=record.session_id,
+                                           turn=record.turn), blobs)
+        assert json.loads(example.target) == returned[(record.session_id, record.turn, record.method,
+                                                       json.dumps(record.input, sort_keys=True))]
+        item = tokenize(example, tiny_vl_processor)
+        assert tok.decode(item["input_ids"][item["loss_mask"] == 1]) == example.target + "<|im_end|>"
+        pixels = sum(1 for m in example.messages if isinstance(m["content"], list)
+                     for p in m["content"] if p["type"] == "image_url")
+        grids = item["multi_modal_inputs"].get("image_grid_thw")
+        assert (0 if grids is None else len(grids)) == pixels
