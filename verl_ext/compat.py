@@ -1,6 +1,7 @@
-"""A fix for a verl 0.9.1 bug that stops the actor update of every Qwen-VL model, applied on plugin load.
+"""Fixes for two verl 0.9.1 bugs that stop Qwen-VL training, applied on plugin load; each function verl calls is
+replaced by ours (marked ``_neos_fix``, which ``verl_ext.registrations`` checks). Delete a fix once verl has it.
 
-Qwen-VL rows carry 3-D ``position_ids`` (``(4, seq_len)`` per row), stored in TransferQueue as a jagged tensor whose
+1. ``maybe_fix_3d_position_ids`` (every actor update of a Qwen-VL model). Qwen-VL rows carry 3-D ``position_ids`` (``(4, seq_len)`` per row), stored in TransferQueue as a jagged tensor whose
 ragged dimension is the second one. On the H200 image (torch 2.11) the copy that reaches the actor worker's
 ``train_mini_batch`` has the right values (``(4, total_tokens)``) but wrong row offsets (``[4, 4, 4, 4]`` instead of the
 row lengths), so verl's mini-batch split dies in ``unbind`` (``split_with_sizes expects split_sizes to sum exactly to
@@ -10,6 +11,12 @@ rebuilds the jagged tensor from the values and ``input_ids``' offsets. A tensor 
 so the fix is a no-op wherever torch keeps the offsets (torch 2.14 on CPU does).
 
 verl imports the function by name into ``engine_workers`` and ``engine.base``; all three names are replaced.
+
+2. ``qwen2_vl._get_input_embeds`` (Qwen2-VL / Qwen2.5-VL, any micro-batch without images: MEI's WebVisit calls, a
+text-only policy turn). verl runs a dummy vision pass there so every FSDP rank's vision tower takes part in the
+backward, then calls ``.mean()`` on what ``model.visual`` returned: a tensor in transformers 4.x, a
+``BaseModelOutputWithPooling`` in 5.x, so the step dies with ``AttributeError``. Ours unpacks it with verl's own
+``unpack_visual_output`` (as verl's image branch already does) and otherwise delegates to verl's function.
 """
 
 from __future__ import annotations
@@ -19,9 +26,10 @@ import logging
 import torch
 
 log = logging.getLogger(__name__)
-_PATCHED = "_neos_checks_offsets"  # verl_ext.registrations looks for it
+FIX_MARK = "_neos_fix"  # verl_ext.registrations looks for it on the function verl calls
 _MODULES = ("verl.utils.tensordict_utils", "verl.workers.engine_workers", "verl.workers.engine.base")
 verl_original = None  # verl's own function, for the test that shows what it leaves broken
+verl_get_input_embeds = None  # verl's qwen2_vl._get_input_embeds
 
 
 def repaired_position_ids(position_ids: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor | None:
@@ -53,18 +61,52 @@ def maybe_fix_3d_position_ids(data) -> None:
         data["position_ids"] = fixed
 
 
-setattr(maybe_fix_3d_position_ids, _PATCHED, True)
+def get_input_embeds(
+    model,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    pixel_values: torch.Tensor | None = None,
+    pixel_values_videos: torch.Tensor | None = None,
+    image_grid_thw: torch.Tensor | None = None,
+    video_grid_thw: torch.Tensor | None = None,
+):
+    """verl's ``_get_input_embeds``; for a micro-batch without pixels, its dummy vision pass with the output unpacked."""
+    if pixel_values is not None or pixel_values_videos is not None:
+        return verl_get_input_embeds(
+            model, input_ids, attention_mask, pixel_values, pixel_values_videos, image_grid_thw, video_grid_thw
+        )
+    from verl.utils.transformers_compat import unpack_visual_output
+
+    inputs_embeds = model.get_input_embeddings()(input_ids)
+    vision = model.config.vision_config
+    patch_dim = vision.in_channels * vision.temporal_patch_size * vision.patch_size**2
+    dummy = torch.zeros((16, patch_dim), dtype=inputs_embeds.dtype, device=inputs_embeds.device)
+    grid = torch.tensor([[1, 4, 4]], dtype=torch.long, device=inputs_embeds.device)
+    image_embeds, _ = unpack_visual_output(model.visual(dummy, grid_thw=grid))
+    inputs_embeds = inputs_embeds + 0.0 * image_embeds.mean()
+    if attention_mask is not None:
+        attention_mask = attention_mask.to(inputs_embeds.device)
+    return inputs_embeds, attention_mask
+
+
+for _fix in (maybe_fix_3d_position_ids, get_input_embeds):
+    setattr(_fix, FIX_MARK, True)
 
 
 def apply() -> None:
     import importlib
 
-    global verl_original
+    from verl.models.transformers import qwen2_vl
+
+    global verl_original, verl_get_input_embeds
     modules = [importlib.import_module(name) for name in _MODULES]
     if verl_original is None:
         verl_original = modules[0].maybe_fix_3d_position_ids
     for module in modules:
         module.maybe_fix_3d_position_ids = maybe_fix_3d_position_ids
+    if verl_get_input_embeds is None:
+        verl_get_input_embeds = qwen2_vl._get_input_embeds
+    qwen2_vl._get_input_embeds = get_input_embeds  # looked up at call time by qwen2_vl_base_forward
 
 
 apply()

@@ -33,7 +33,8 @@ REGISTRATIONS: tuple[Registration, ...] = (
     Registration("adv_estimator", "neos_turn_credit", "verl_ext.advantage.estimator"),
     Registration("rollout_backend", "hf", "verl_ext.rollout.hf_replica"),
     Registration("trainer", "neos", "verl_ext.trainer.neos_trainer"),
-    Registration("verl_fix", "maybe_fix_3d_position_ids", "verl_ext.compat"),
+    Registration("verl_fix", "verl.workers.engine_workers.maybe_fix_3d_position_ids", "verl_ext.compat"),
+    Registration("verl_fix", "verl.models.transformers.qwen2_vl._get_input_embeds", "verl_ext.compat"),
 )
 
 
@@ -64,10 +65,9 @@ def is_registered(reg: Registration) -> bool:
         from verl.workers.rollout.replica import RolloutReplicaRegistry
 
         return reg.name in RolloutReplicaRegistry._registry and (reg.name, "async") in _ROLLOUT_REGISTRY
-    if reg.kind == "verl_fix":  # a verl 0.9.1 bug fixed on plugin load: the function verl calls is ours
-        from verl.workers import engine_workers
-
-        return getattr(getattr(engine_workers, reg.name), "_neos_checks_offsets", False)
+    if reg.kind == "verl_fix":  # a verl 0.9.1 bug fixed on plugin load: the function verl calls (module.name) is ours
+        module, name = reg.name.rsplit(".", 1)
+        return getattr(getattr(importlib.import_module(module), name), "_neos_fix", False)
     raise ValueError(f"unknown registration kind {reg.kind!r}")
 
 

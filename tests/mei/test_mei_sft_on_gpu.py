@@ -93,10 +93,6 @@ def test_one_mei_update_through_the_training_worker(tmp_path):
     assert any(not torch.equal(after[n], before[n]) for n in language)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "verl 0.9.1's Qwen2-VL forward runs a dummy vision pass on text-only micro-batches and calls .mean() on what "
-    "model.visual returns, a BaseModelOutputWithPooling under transformers 5.x (seen on the H200: AttributeError in "
-    "verl/models/transformers/qwen2_vl.py _get_input_embeds); strict, so the fix shows up as XPASS"))
 def test_text_only_micro_batches(tmp_path):
     """WebVisit calls carry no pixels; a micro-batch of only such calls must train too (2 of the 8 here)."""
     update = _update(lambda bench: bench.synthetic_web_examples(8) + bench.synthetic_examples(24), tmp_path)

@@ -1,5 +1,6 @@
-"""The verl 0.9.1 fix in ``verl_ext.compat``: the actor's mini-batch split survives Qwen-VL position ids whose row
-offsets arrive wrong (the H200 failure, rebuilt here with the same values and offsets)."""
+"""The verl 0.9.1 fixes in ``verl_ext.compat``: the actor's mini-batch split survives Qwen-VL position ids whose row
+offsets arrive wrong (the H200 failure, rebuilt here with the same values and offsets), and a text-only micro-batch
+gets through verl's Qwen2.5-VL forward under transformers 5 with the vision tower still in the backward."""
 
 from __future__ import annotations
 
@@ -61,3 +62,39 @@ def test_values_that_do_not_fit_input_ids_are_not_touched():
     before = data["position_ids"]
     compat.maybe_fix_3d_position_ids(data)
     assert data["position_ids"] is before  # 45 values but 10 tokens: not this bug, leave it to fail loudly
+
+
+@pytest.fixture(scope="module")
+def tiny_vl(tiny_vl_model_dir):
+    from transformers import AutoModelForImageTextToText
+
+    torch.manual_seed(0)
+    return AutoModelForImageTextToText.from_pretrained(tiny_vl_model_dir, dtype=torch.float32).model
+
+
+def test_verls_text_only_embeds_fail_under_transformers_5(tiny_vl):
+    # If this fails, verl (or transformers) fixed it: delete compat.get_input_embeds and its registration.
+    with pytest.raises(AttributeError, match="BaseModelOutputWithPooling"):
+        compat.verl_get_input_embeds(tiny_vl, torch.tensor([[1, 2, 3, 4]]))
+
+
+def test_text_only_embeds_are_the_token_embeddings_and_reach_the_vision_tower(tiny_vl):
+    from verl.models.transformers import qwen2_vl
+
+    assert qwen2_vl._get_input_embeds is compat.get_input_embeds  # what qwen2_vl_base_forward calls
+    tiny_vl.zero_grad()
+    ids, mask = torch.tensor([[1, 2, 3, 4]]), torch.ones(1, 4, dtype=torch.long)
+    embeds, out_mask = qwen2_vl._get_input_embeds(tiny_vl, ids, mask)
+    assert torch.equal(embeds, tiny_vl.get_input_embeddings()(ids)) and out_mask is mask
+    embeds.sum().backward()
+    vision_grads = [p.grad for p in tiny_vl.visual.parameters() if p.requires_grad]
+    assert vision_grads and all(g is not None for g in vision_grads)  # every rank's vision tower joins the backward
+    assert all(torch.count_nonzero(g) == 0 for g in vision_grads)  # ... with zero gradient (0.0 * mean)
+
+
+def test_batches_with_images_still_go_to_verls_function(tiny_vl, monkeypatch):
+    seen = []
+    monkeypatch.setattr(compat, "verl_get_input_embeds", lambda *args: seen.append(args) or ("embeds", "mask"))
+    pixels = torch.zeros(16, 3 * 2 * 14 * 14)
+    assert compat.get_input_embeds(tiny_vl, torch.tensor([[1]]), None, pixels) == ("embeds", "mask")
+    assert seen and seen[0][3] is pixels
