@@ -14,6 +14,8 @@ mode, ``_compute_advantage``) is verl's code.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -182,7 +184,8 @@ async def test_the_neos_worker_labels_failures_as_soon_as_their_group_is_complet
     marked finished, and the estimator uses them."""
     uid = "grouplabels"
     lyon = '<tool_call>\n{"name": "TextSearch", "arguments": {"query": ["Lyon"]}}\n</tool_call>'
-    row = {"extra_info": {"reasoning_path": ["capital of France"]}, "reward_model": {"ground_truth": "Paris"}}
+    path = {"question": "Which city is the capital of France?", "evidence": ["capital of France"], "answer": "Paris"}
+    row = {"extra_info": {"task_path": json.dumps(path)}, "reward_model": {"ground_truth": "Paris"}}
     plans = ([SEARCH, "Paris"], [SEARCH, lyon, "Lyon"])
     listing, keys = await run_group(_ExactMatchScored, config, tiny_vl_model, tiny_vl_processor, uid, plans, **row)
     extra = list(tq.kv_batch_get(keys=keys, partition_id="train", select_fields=["extra_fields"])["extra_fields"])

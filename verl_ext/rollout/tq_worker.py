@@ -9,7 +9,7 @@ overlaps with every other group's generation. ``TurnCreditAdvantageMixin`` then 
 
 Select it with ``actor_rollout_ref.rollout.agent.agent_loop_manager_class=verl_ext.rollout.tq_worker.NeosAgentLoopManagerTQ``
 and configure the judge under ``actor_rollout_ref.rollout.custom.neos_credit_judge``: ``{kind: offline}`` (the task's
-``extra_info.reasoning_path`` and ground truth, ``OfflinePathJudge``) or ``{kind: llm, url: ..., model: ...}``
+``extra_info.task_path``, ``OfflinePathJudge``) or ``{kind: llm, url: ..., model: ...}``
 (``JudgeConfig`` fields, ``CreditJudge``). Validation rollouts are not judged.
 
 Mixed-group sampling (``verl_ext.trainer.mixed_groups``) changes two things. A prompt row carrying
@@ -62,13 +62,18 @@ def admission_key(uid: str, session: int) -> str:
 _VerlWorker = AgentLoopWorkerTQ.__ray_metadata__.modified_class.__mro__[1]  # the class under verl's @ray.remote
 
 
-def _ground_truth_answer(reward_model: Any) -> str:
-    truth = (reward_model or {}).get("ground_truth", "")
-    if isinstance(truth, dict):
-        truth = truth.get("target", truth.get("answer", ""))
-    if isinstance(truth, (list, tuple)):
-        truth = truth[0] if truth else ""
-    return str(truth)
+def task_path(extra_info: Any) -> TaskPath | None:
+    """The row's verified path, ``extra_info.task_path``: the JSON text both data generators export (SPEC §6 step 8:
+    success references for credit; ``reasoning_path`` holds the steps themselves, not the judge's evidence list).
+    None, with a warning, when a row has none or a malformed one: its failures then keep the outcome advantage."""
+    raw = extra_info.get("task_path") if isinstance(extra_info, dict) else None
+    if raw is None:
+        return None
+    try:
+        return TaskPath.model_validate_json(raw) if isinstance(raw, (str, bytes)) else TaskPath.model_validate(raw)
+    except ValueError as e:  # pydantic's ValidationError is a ValueError
+        log.warning("extra_info.task_path is not a TaskPath, credit falls back to the outcome advantage: %s", e)
+        return None
 
 
 class NeosAgentLoopWorker(_VerlWorker):
@@ -89,12 +94,12 @@ class NeosAgentLoopWorker(_VerlWorker):
     def _assess_group(self, kwargs: dict[str, Any]):
         if self.llm_judge is not None:
             return self.llm_judge.assess_group
-        path = (kwargs.get("extra_info") or {}).get("reasoning_path")
-        answer = _ground_truth_answer(kwargs.get("reward_model"))
+        path = task_path(kwargs.get("extra_info"))
 
         async def offline(reference: TrajectoryRecord, failures: Sequence[TrajectoryRecord]) -> list[CreditLabels]:
-            """The task's own verified path; a row without one falls back (no_task_path) to the outcome advantage."""
-            paths = [TaskPath(question=reference.question, evidence=list(path), answer=answer)] if path else []
+            """The task's own verified path (keyed by the question as the policy saw it); a row without one falls
+            back (no_task_path) to the outcome advantage."""
+            paths = [path.model_copy(update={"question": reference.question})] if path else []
             return await OfflinePathJudge(paths).assess_group(reference, failures)
 
         return offline
