@@ -7,7 +7,7 @@ import torch
 from omegaconf import OmegaConf
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1 import get_trainer_cls
-from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync
+from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils import tensordict_utils as tu
 
@@ -52,6 +52,9 @@ def test_runs_verls_on_policy_branches_under_its_own_name(tmp_path, monkeypatch)
     sampler = trainer.replay_buffer.sampler.config
     assert (sampler.groups, sampler.group_size, sampler.window, sampler.admission_limit) == (2, 4, 4, 16)
     assert sampler.max_per_group == 6
+    # ... or verl's own on-policy batches when the sampler is switched off.
+    plain = NeosTrainer(compose("+recipe=neos_smoke", "+trainer.v1.neos.sampler.enable=false"))
+    assert type(plain.replay_buffer) is ReplayBuffer and plain.trainer_mode == "sync"
 
 
 def _turn(i: int, call_ids: list[str]) -> TurnRecord:

@@ -24,7 +24,8 @@ batch is ready and what it holds. This module is the verl layer around it:
   checkpoint) or done; ``prepare_step`` dispatches nothing (the buffer admits); the buffer's state (sampler state and
   the dataset rows of queued questions) is saved next to verl's checkpoint and restored on resume.
 
-Config (``trainer.v1.neos.sampler``): ``max_per_group``, ``window``, ``admission_limit`` (defaults: 1.5G, 2B, 2BG
+Config (``trainer.v1.neos.sampler``): ``enable`` (default true; false: verl's plain on-policy batches of B questions
+x G, e.g. for a smoke run whose policy solves all or none), ``max_per_group``, ``window``, ``admission_limit`` (defaults: 1.5G, 2B, 2BG
 from ``SamplerConfig``), ``max_deferred`` (deferrals in one batch before the run stops with an error; default the
 training set's size) and ``poll_interval`` (seconds between TransferQueue polls, default 1.0). B is
 ``data.train_batch_size`` (per ``parameter_sync_step``), G is ``actor_rollout_ref.rollout.n``. Rewards must be known
@@ -66,6 +67,7 @@ def mixed_group_settings(config: DictConfig, groups: int) -> tuple[SamplerConfig
     interval and ``max_deferred`` (None: the training set's size, known once the dataloader exists)."""
     options = (config.trainer.v1.get("neos") or {}).get("sampler") or {}
     options = OmegaConf.to_container(options, resolve=True) if isinstance(options, DictConfig) else dict(options)
+    options.pop("enable", None)
     max_deferred = options.pop("max_deferred", None)
     if max_deferred is not None and int(max_deferred) < 1:
         raise ValueError(f"trainer.v1.neos.sampler.max_deferred must be >= 1, got {max_deferred}")
@@ -337,9 +339,15 @@ class MixedGroupSamplingMixin:
     ``trainer_mode`` first and then calls ``super()`` still works), dispatches nothing in ``prepare_step``, binds the
     agent-loop manager in ``fit`` and adds its state to ``_save_checkpoint``/``_load_checkpoint``; nothing else needs
     calling. ``trainer.v1.sampler.custom_sampler`` and ``algorithm.filter_groups`` are refused (they pick groups too).
+    With ``trainer.v1.neos.sampler.enable=false`` every hook is verl's.
     """
 
-    def _build_replay_buffer(self) -> MixedGroupReplayBuffer:
+    def _mixed_groups(self) -> bool:
+        return bool(((self.config.trainer.v1.get("neos") or {}).get("sampler") or {}).get("enable", True))
+
+    def _build_replay_buffer(self) -> ReplayBuffer:
+        if not self._mixed_groups():
+            return super()._build_replay_buffer()  # type: ignore[misc]
         config = self.config
         filter_groups = config.algorithm.get("filter_groups") or {}
         if filter_groups.get("enable", False):
@@ -373,6 +381,8 @@ class MixedGroupSamplingMixin:
         )
 
     def _init_dataloader(self) -> None:
+        if not self._mixed_groups():
+            return super()._init_dataloader()  # type: ignore[misc]
         self._one_question_per_fetch()
         super()._init_dataloader()  # type: ignore[misc]
         if self._max_deferred is None:  # a whole pass over the data without B mixed groups
@@ -384,21 +394,26 @@ class MixedGroupSamplingMixin:
             self.config.data.gen_batch_size = 1
 
     def prepare_step(self) -> dict:
+        if not self._mixed_groups():
+            return super().prepare_step()  # type: ignore[misc]
         return {}  # the replay buffer admits trajectories itself
 
     def fit(self, agent_loop_manager: Any) -> None:
-        self.replay_buffer.bind(RayRolloutControl(agent_loop_manager, getattr(self, "checkpoint_manager", None)))
+        if self._mixed_groups():
+            self.replay_buffer.bind(RayRolloutControl(agent_loop_manager, getattr(self, "checkpoint_manager", None)))
         return super().fit(agent_loop_manager)  # type: ignore[misc]
 
     def _save_checkpoint(self) -> None:
         super()._save_checkpoint()  # type: ignore[misc]
+        if not self._mixed_groups():
+            return
         folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")  # verl's
         self.replay_buffer.save(os.path.join(folder, CHECKPOINT_FILE))
 
     def _load_checkpoint(self) -> None:
         super()._load_checkpoint()  # type: ignore[misc]
-        if not self.global_steps:
-            return  # training from scratch
+        if not self.global_steps or not self._mixed_groups():
+            return  # training from scratch, or verl's batches
         folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
         if self.config.trainer.resume_mode == "resume_path":
             folder = self.config.trainer.resume_from_path
