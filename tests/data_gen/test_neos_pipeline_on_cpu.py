@@ -22,7 +22,6 @@ from data_gen.neos.synth import Synthesizer
 from data_gen.world.store import World
 from tool_server.launch import served
 from tool_server.mei.log import BlobStore, MEILog, blobs_dir_of
-from verl_ext.mei.buffer import BufferedCall
 from verl_ext.mei.sft import sft_example, tokenize
 from verl_ext.credit.offline_judge import TaskPath
 from verl_ext.rollout.record import TrajectoryRecord
@@ -183,8 +182,7 @@ def test_mei_pairs_are_the_experts_calls_and_tokenise_for_mei_sft(cli_out, tiny_
     tok = tiny_vl_processor.tokenizer
     for record in read.records:
         assert record.outcome == "extractive"
-        example = sft_example(BufferedCall(call=record, reason="success", trajectory_session=record.session_id,
-                                           turn=record.turn), blobs)
+        example = sft_example(record, blobs)
         assert json.loads(example.target) == returned[(record.session_id, record.turn, record.method,
                                                        json.dumps(record.input, sort_keys=True))]
         item = tokenize(example, tiny_vl_processor)

@@ -71,7 +71,7 @@ async def test_retained_calls_train_on_exactly_what_the_mei_saw(tiny_vl_model, t
     buffer = MEIBuffer(tmp_path / "buffer")
     assert buffer.add(selection.retained, BlobStore(blobs_dir_of(log_path))) == 3
     pending = buffer.pending()
-    tokenized = tokenize_calls(pending.calls, buffer.blobs, tiny_vl_processor)
+    tokenized = tokenize_calls([b.call for b in pending.calls], buffer.blobs, tiny_vl_processor)
     assert tokenized.call_ids == [r.call.call_id for r in selection.retained] and not tokenized.skipped
     served_prompt = {r.call_id: p for r, p in zip(log.records, prompts, strict=True)}  # calls ran one at a time
     for call_id, item in zip(tokenized.call_ids, tokenized.items, strict=True):

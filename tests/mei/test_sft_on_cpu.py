@@ -16,7 +16,6 @@ from verl.workers.utils.losses import sft_loss
 from tool_server.mei.log import BlobStore, store_images
 from tool_server.mei.prompts import reverse_image_messages, web_visit_messages
 from tool_server.mei.schema import ImageView, PageView
-from verl_ext.mei.buffer import BufferedCall
 from verl_ext.mei.sft import SFTExample, SFTExampleError, collate, sft_example, target_text, tokenize, tokenize_calls
 
 from .conftest import mei_record
@@ -67,14 +66,13 @@ def test_text_only_example_and_limits(tiny_vl_processor):
         tokenize(ex, tiny_vl_processor, max_length=50)
 
 
-def test_buffered_calls_resolve_images_and_unavailable_ones_are_counted(tiny_vl_processor, tmp_path):
+def test_logged_calls_resolve_images_and_unavailable_ones_are_counted(tiny_vl_processor, tmp_path):
     blobs = BlobStore(tmp_path / "blobs")
     logged = store_images(reverse_example().messages, blobs)
-    ok = BufferedCall(call=mei_record("ok", messages=logged).model_copy(update={"output": OUTPUT}),
-                      reason="success", trajectory_session="s", turn=0)
+    ok = mei_record("ok", messages=logged).model_copy(update={"output": OUTPUT})
     assert sft_example(ok, blobs).messages == reverse_example().messages
     gone = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "blob:sha256:" + "0" * 64}}]}]
-    lost = BufferedCall(call=mei_record("lost", messages=gone), reason="success", trajectory_session="s", turn=0)
+    lost = mei_record("lost", messages=gone)
     out = tokenize_calls([ok, lost], blobs, tiny_vl_processor)
     assert out.call_ids == ["ok"] and dict(out.skipped) == {"unavailable_input": 1}
 

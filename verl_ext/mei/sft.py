@@ -1,4 +1,4 @@
-"""Retained MEI calls -> SFT examples -> the tensors verl's ``TrainingWorker`` trains on (Neos Eq. 5).
+"""Logged MEI calls (retained by co-evolution, or cold-start pairs from data generation) -> SFT examples -> the tensors verl's ``TrainingWorker`` trains on (Neos Eq. 5).
 
 One example per call: the chat messages the MEI model was sent, answered by the validated JSON it returned (the
 paper's "self-generated response targets"). Tokenisation renders prompt and prompt+target through the MEI model's
@@ -29,8 +29,7 @@ from verl.models.transformers.qwen2_vl import get_rope_index
 from verl.utils import tensordict_utils as tu
 from verl.utils.dataset.dataset_utils import DatasetPadMode, SFTTensorCollator
 
-from tool_server.mei.log import BlobStore, load_images
-from verl_ext.mei.buffer import BufferedCall
+from tool_server.mei.log import BlobStore, MEIRecord, load_images
 from verl_ext.mei.chat import ChatInputError, render
 
 MAX_SEQ_LEN = 32_768  # Neos Table 12, online MEI SFT
@@ -52,8 +51,7 @@ def target_text(output: dict[str, Any]) -> str:
     return json.dumps(output, ensure_ascii=False)
 
 
-def sft_example(buffered: BufferedCall, blobs: BlobStore) -> SFTExample:
-    call = buffered.call
+def sft_example(call: MEIRecord, blobs: BlobStore) -> SFTExample:
     if not call.messages:
         raise SFTExampleError(f"call {call.call_id} has no logged input messages")
     try:
@@ -112,14 +110,14 @@ class Tokenized:
 
 
 def tokenize_calls(
-    calls: list[BufferedCall], blobs: BlobStore, processor: Any, *, max_length: int = MAX_SEQ_LEN
+    calls: list[MEIRecord], blobs: BlobStore, processor: Any, *, max_length: int = MAX_SEQ_LEN
 ) -> Tokenized:
-    """Tokenise buffered calls, skipping (and counting) those that cannot be examples rather than failing the update."""
+    """Tokenise logged calls, skipping (and counting) those that cannot be examples rather than failing the update."""
     out = Tokenized()
-    for buffered in calls:
+    for call in calls:
         try:
-            out.items.append(tokenize(sft_example(buffered, blobs), processor, max_length=max_length))
-            out.call_ids.append(buffered.call.call_id)
+            out.items.append(tokenize(sft_example(call, blobs), processor, max_length=max_length))
+            out.call_ids.append(call.call_id)
         except SFTExampleError as e:
             kind = "too_long" if "more than" in str(e) else "unavailable_input" if "unavailable" in str(e) else "other"
             out.skipped[kind] += 1

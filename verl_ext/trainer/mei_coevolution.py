@@ -124,7 +124,7 @@ class MEICoEvolutionMixin:
         from verl_ext.mei.worker import train_mei
 
         pending = self.mei_buffer.pending()
-        tokenized = tokenize_calls(pending.calls, self.mei_buffer.blobs, self.mei_processor,
+        tokenized = tokenize_calls([b.call for b in pending.calls], self.mei_buffer.blobs, self.mei_processor,
                                    max_length=self.mei_settings.max_seq_len)
         for kind, count in tokenized.skipped.items():
             metrics[f"mei/skipped/{kind}"] = float(count)
