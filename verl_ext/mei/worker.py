@@ -177,11 +177,15 @@ def train_mei(
     out_dir: str | Path,
     pad_token_id: int,
     global_batch_size: int = 16,
+    epochs: int = 1,
 ) -> MEIUpdate:
-    """One MEI update: one epoch of SFT on ``items`` (from :func:`verl_ext.mei.sft.tokenize_calls`), then an HF
-    checkpoint at ``out_dir/<version>/huggingface``. Metrics: mean and last loss, steps, examples, tokens, target
-    tokens, seconds and tokens/s (all tokens through forward and backward, the training throughput)."""
-    plan = batches(len(items), global_batch_size, worker_group.world_size)
+    """One MEI update: ``epochs`` (the paper's online update: one) of SFT on ``items`` (from
+    :func:`verl_ext.mei.sft.tokenize_calls`), then an HF checkpoint at ``out_dir/<version>/huggingface``. Metrics: mean
+    and last loss, steps, examples, tokens, target tokens, seconds and tokens/s (all tokens through forward and
+    backward, the training throughput)."""
+    if epochs < 1:
+        raise ValueError(f"epochs must be >= 1, got {epochs}")
+    plan = batches(len(items), global_batch_size, worker_group.world_size) * epochs
     if not plan:
         raise ValueError(f"{len(items)} examples make no batch for {worker_group.world_size} data-parallel ranks")
     worker_group.begin_update(total_steps=len(plan))

@@ -1,0 +1,93 @@
+"""``python -m verl_ext.mei.warm_start``: its argument checks, the pairs it turns into examples, and ``train_mei``'s
+epochs (the worker group is a recording stand-in here: verl's FSDP engine needs a GPU; the real group runs in the
+GPU smoke, tests/trainer/test_neos_smoke_on_gpu.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from tool_server.mei.log import BlobStore, blobs_dir_of, store_images
+from verl_ext.mei import warm_start
+from verl_ext.mei.worker import train_mei
+
+from .conftest import mei_record
+
+IMAGE = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "blob:sha256:" + "0" * 64}}]}]
+
+
+def test_arguments_are_checked_before_anything_loads(tmp_path, tiny_vl_model_dir, capsys):
+    with pytest.raises(SystemExit):
+        warm_start.parse_args(["--model", str(tiny_vl_model_dir), "--pairs", str(tmp_path / "no.jsonl"),
+                               "--out", str(tmp_path)])
+    assert "no such file" in capsys.readouterr().err
+    pairs = tmp_path / "mei_sft.jsonl"
+    pairs.write_text("")
+    with pytest.raises(SystemExit):
+        warm_start.parse_args(["--model", str(tmp_path), "--pairs", str(pairs), "--out", str(tmp_path)])
+    assert "not an HF model directory" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        warm_start.parse_args(["--model", str(tiny_vl_model_dir), "--pairs", str(pairs), "--out", str(tmp_path),
+                               "--epochs", "0"])
+
+
+def test_pairs_become_examples_and_unusable_ones_are_counted(tmp_path, tiny_vl_processor):
+    pairs = tmp_path / "mei_sft.jsonl"
+    text_only = mei_record("page", outcome="extractive")
+    lost_image = mei_record("lost", outcome="extractive", messages=IMAGE)
+    store_images(text_only.messages, BlobStore(blobs_dir_of(pairs)))
+    pairs.write_text("".join(json.dumps(r.model_dump(mode="json")) + "\n" for r in (text_only, lost_image)))
+    tokenized = warm_start.load_pairs(pairs, tiny_vl_processor, max_length=4096)
+    assert tokenized.call_ids == ["page"] and dict(tokenized.skipped) == {"unavailable_input": 1}
+    item = tokenized.items[0]
+    target = tiny_vl_processor.tokenizer.decode(item["input_ids"][item["loss_mask"] == 1])
+    assert target == json.dumps(text_only.output, ensure_ascii=False) + "<|im_end|>"
+
+
+class TrainOutput:
+    """What ``train_batch(...)`` returns through Ray: ``.get()`` gives the worker's TensorDict with its metrics."""
+
+    def __init__(self, loss: float) -> None:
+        self.loss = loss
+
+    def get(self):
+        from tensordict import TensorDict
+        from verl.utils import tensordict_utils as tu
+
+        out = TensorDict({}, batch_size=[])
+        tu.assign_non_tensor_data(out, "metrics", {"loss": self.loss})
+        return out
+
+
+class RecordingGroup:
+    """Stand-in for the MEI worker group (GPU only): records the schedule and returns a loss per batch."""
+
+    world_size = 1
+
+    def __init__(self) -> None:
+        self.total_steps, self.batches, self.saved = None, [], None
+
+    def begin_update(self, total_steps: int) -> None:
+        self.total_steps = total_steps
+
+    def train_batch(self, batch):
+        self.batches.append(int(batch["input_ids"].size(0)))
+        return TrainOutput(1.0 / len(self.batches))
+
+    def save_checkpoint(self, local_path: str) -> None:
+        self.saved = local_path
+
+
+def test_epochs_repeat_the_plan_under_one_schedule(tmp_path):
+    items = [{"input_ids": torch.arange(5), "loss_mask": torch.tensor([0, 0, 1, 1, 1]),
+              "position_ids": torch.arange(5), "multi_modal_inputs": {}} for _ in range(3)]
+    group = RecordingGroup()
+    update = train_mei(group, items, "v0", out_dir=tmp_path, pad_token_id=0, global_batch_size=2, epochs=3)
+    assert group.batches == [2, 1] * 3 and group.total_steps == 6  # one LR schedule over all epochs
+    assert update.metrics["mei/steps"] == 6 and update.metrics["mei/final_loss"] == pytest.approx(1 / 6)
+    assert update.metrics["mei/tokens"] == 45 and update.metrics["mei/target_tokens"] == 27
+    assert group.saved == str(tmp_path / "v0") and update.checkpoint_dir == tmp_path / "v0" / "huggingface"
+    with pytest.raises(ValueError, match="epochs"):
+        train_mei(group, items, "v0", out_dir=tmp_path, pad_token_id=0, epochs=0)

@@ -1,0 +1,93 @@
+"""Cold-start MEI SFT: an MEI checkpoint trained on data generation's MEI pairs before RL starts.
+
+``python -m data_gen neos`` writes ``OUT/mei_sft.jsonl`` (the MEI log format, images in its blob store): the chat
+messages each of the offline expert's MEI calls would have sent a model, answered by evidence checked against the
+material. Training on them gives the first MEI version a model that already answers in the evidence schemas, so
+co-evolution has valid calls to retain from the first rollout round. Same worker group and loss as the online
+updates (``verl_ext.mei.worker``: verl's ``TrainingWorker``, masked SFT loss, vision tower frozen); only the
+schedule differs (several epochs, a higher learning rate for a small model trained from scratch).
+
+    python -m verl_ext.mei.warm_start --model DIR --pairs OUT/mei_sft.jsonl --out MEI_DIR --epochs 20 --lr 1e-3
+
+The checkpoint is ``MEI_DIR/<version>/huggingface`` (with the model's processor), ready for
+``python -m verl_ext.mei.server --model ... --version <version>``. Needs a GPU (verl's FSDP engine) and Ray.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+# The GPU image ships JAX; anything that initialised it would preallocate most of the GPU for XLA.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", required=True, type=Path, help="HF directory of the MEI model to start from")
+    p.add_argument("--pairs", required=True, type=Path, help="mei_sft.jsonl from `python -m data_gen neos`")
+    p.add_argument("--out", required=True, type=Path, help="directory for <version>/huggingface")
+    p.add_argument("--version", default="v0", help="the version name the MEI server will report")
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--lr", type=float, default=1e-6, help="the paper's online MEI lr; a model from scratch needs more")
+    p.add_argument("--global-batch-size", type=int, default=16)
+    p.add_argument("--micro-batch-size", type=int, default=1)
+    p.add_argument("--attn-implementation", default=None, help="e.g. sdpa where flash-attn is not installed")
+    p.add_argument("--no-remove-padding", action="store_true", help="verl's remove-padding patch off")
+    args = p.parse_args(argv)
+    if args.epochs < 1:
+        p.error(f"--epochs must be >= 1, got {args.epochs}")
+    if not args.pairs.is_file():
+        p.error(f"--pairs {args.pairs}: no such file (export it with `python -m data_gen neos --out DIR`)")
+    if not (args.model / "config.json").is_file():
+        p.error(f"--model {args.model}: not an HF model directory (no config.json)")
+    return args
+
+
+def load_pairs(path: Path, processor, max_length: int):
+    """The pairs tokenised; calls that cannot be examples (missing image, too long) are skipped and counted."""
+    from tool_server.mei.log import BlobStore, MEILog, blobs_dir_of
+    from verl_ext.mei.sft import tokenize_calls
+
+    read = MEILog.read(path)
+    return tokenize_calls(read.records, BlobStore(blobs_dir_of(path)), processor,
+                          max_length=max_length)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    import ray
+    from transformers import AutoProcessor
+
+    from verl_ext.mei.worker import MEITrainSettings, build_worker_group, train_mei
+
+    settings = MEITrainSettings(
+        model_path=str(args.model.resolve()), lr=args.lr, global_batch_size=args.global_batch_size,
+        micro_batch_size_per_gpu=args.micro_batch_size, attn_implementation=args.attn_implementation,
+        use_remove_padding=not args.no_remove_padding,
+    )
+    processor = AutoProcessor.from_pretrained(settings.model_path)
+    tokenized = load_pairs(args.pairs, processor, settings.max_seq_len)
+    if not tokenized.items:
+        print(f"no usable pairs in {args.pairs} (skipped: {dict(tokenized.skipped)})", file=sys.stderr)
+        return 2
+    ray.init(num_gpus=settings.n_gpus, include_dashboard=False)
+    try:
+        group = build_worker_group(settings)
+        update = train_mei(group, tokenized.items, args.version, out_dir=args.out.resolve(),
+                           pad_token_id=processor.tokenizer.pad_token_id,
+                           global_batch_size=settings.global_batch_size, epochs=args.epochs)
+    finally:
+        ray.shutdown()
+    processor.save_pretrained(update.checkpoint_dir)
+    print(json.dumps({"checkpoint": str(update.checkpoint_dir), "pairs": len(tokenized.items),
+                      "skipped": dict(tokenized.skipped), **update.metrics}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
