@@ -22,8 +22,9 @@ import hashlib
 import io
 import json
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -62,11 +63,19 @@ class _Skip(Exception):
 
 
 class _Rebuilder:
-    """Rebuilds a logged call's inputs from the world and the episode's question images."""
+    """Rebuilds a logged call's inputs from the world and the episode's question images. The world is loaded on
+    first use: a run whose tool server logged none of the episodes' calls never loads it."""
 
-    def __init__(self, world: OfflineWorld) -> None:
-        self.world = world
-        self._views = SimpleNamespace(world=world)  # the tool server's view builders read only ``ctx.world``
+    def __init__(self, world_of: Callable[[], OfflineWorld]) -> None:
+        self._world_of = world_of
+
+    @cached_property
+    def world(self) -> OfflineWorld:
+        return self._world_of()
+
+    @cached_property
+    def _views(self) -> SimpleNamespace:
+        return SimpleNamespace(world=self.world)  # the tool server's view builders read only ``ctx.world``
 
     def image(self, summary: dict[str, Any]) -> ImageView:
         record = self.world.image(summary["url"])
@@ -136,12 +145,15 @@ def _call_ids(episodes: Iterable[Episode]) -> Iterable[tuple[str, Episode]]:
                         yield call_id, episode
 
 
-def export_mei_pairs(episodes: Iterable[Episode], tool_log: Path, world: OfflineWorld, out: Path) -> dict[str, int]:
+def export_mei_pairs(
+    episodes: Iterable[Episode], tool_log: Path, world_of: Callable[[], OfflineWorld], out: Path
+) -> dict[str, int]:
     """Write ``out`` (an :class:`MEILog`, images in its blob store; replaced, not appended to) with one record per
-    distinct MEI call of ``episodes`` found in the tool server's log ``tool_log``. Returns ``written`` and
-    ``skipped_<reason>`` counts (a call repeated by a cached tool result is one call, counted once)."""
+    distinct MEI call of ``episodes`` found in the tool server's log ``tool_log``, inputs rebuilt from the world
+    ``world_of()`` returns. Returns ``written`` and ``skipped_<reason>`` counts (calls with equal inputs, e.g. a
+    call repeated through a cached tool result, are one call, counted once)."""
     logged = {r.call_id: r for r in MEILog.read(tool_log).records} if tool_log.exists() else {}
-    rebuild = _Rebuilder(world)
+    rebuild = _Rebuilder(world_of)
     counts: Counter[str] = Counter()
     seen: set[str] = set()
     out.unlink(missing_ok=True)
@@ -175,3 +187,20 @@ def export_mei_pairs(episodes: Iterable[Episode], tool_log: Path, world: Offline
     finally:
         log.close()
     return {"written": counts.pop("written", 0), **dict(sorted(counts.items()))}
+
+
+def write_mei_pairs(episodes: Iterable[Episode], world_root: Path, tool_dir: Path, out: Path) -> dict[str, int]:
+    """:func:`export_mei_pairs` for a pipeline run: ``out/mei_sft.jsonl`` from the MEI log of the tool server that
+    served ``world_root`` with cache directory ``tool_dir`` (its ``mei.jsonl``; its feature cache makes loading the
+    world cheap)."""
+    loaded: list[OfflineWorld] = []
+
+    def world_of() -> OfflineWorld:
+        loaded.append(OfflineWorld.load(world_root, cache_dir=tool_dir))
+        return loaded[0]
+
+    try:
+        return export_mei_pairs(episodes, tool_dir / "mei.jsonl", world_of, out / "mei_sft.jsonl")
+    finally:
+        for world in loaded:
+            world.close()

@@ -4,7 +4,8 @@ Two graphs from disjoint seed sets: ``benchmark`` first, then ``train``, which n
 graph is built once and saved (``OUT/graph_<name>.json``, atomically, keyed by a fingerprint of world, seed and
 settings). Sampling is deterministic given the graph and the accepted paths, so a restart replays the same sequence:
 paths already in ``OUT/results.jsonl`` (the append-only log) are skipped, re-accepting the verified ones so that
-``c(e)`` evolves as before; nothing is lost or done twice. Then the export and the statistics report with plots.
+``c(e)`` evolves as before; nothing is lost or done twice. Then the export (policy data, MEI pairs in
+``OUT/mei_sft.jsonl``) and the statistics report with plots.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from data_gen.common.store import ResultLog
 from data_gen.kg import KG
 from data_gen.modalsearch.build import BuildConfig, GraphBuilder
 from data_gen.modalsearch.expert import ModalSearchExpert
-from data_gen.modalsearch.export import export
+from data_gen.modalsearch.export import export, mei_pairs
 from data_gen.modalsearch.graph import Graph
 from data_gen.modalsearch.llm import LLMRelationProposer
 from data_gen.modalsearch.questions import QuestionWriter, Rejection, path_key
@@ -203,6 +204,7 @@ def report(args: argparse.Namespace, run_report: dict) -> dict:
     log.close()
     stats = statistics(outcomes, run_report)
     stats["splits"] = export(outcomes, args.world, args.out)
+    stats["mei_pairs"] = mei_pairs(outcomes, args.world, args.out, args.out / "tool_server_cache")
     stats["plots"] = plots(stats, args.out / "plots")
     return stats
 

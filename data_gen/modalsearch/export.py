@@ -1,5 +1,5 @@
 """Verified ModalSearch tasks -> verl parquet per split, policy-SFT JSONL (ReAct messages of the expert's
-episodes, train split) and success references.
+episodes, train split), success references and MEI training pairs from the expert's calls (``mei_sft.jsonl``).
 
 Splits: the benchmark graph's questions form ``benchmark`` (disjoint seeds, disjoint nodes); the training graph's
 go to ``train`` (SFT) or ``rl`` by a hash of the task id. Duplicate questions (same text, same input image) are
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from data_gen.common.export import export_verified, image_cells, pick_split, user_prompt
+from data_gen.common.mei_pairs import Episode, write_mei_pairs
 from data_gen.modalsearch.schema import AGENT_NAME, DATA_SOURCE, Outcome, Task
 
 TRAIN_SPLITS = (("train", 0.7), ("rl", 0.3))
@@ -76,3 +77,11 @@ def sft_record(task: Task, trajectory: dict[str, Any]) -> dict[str, Any]:
 def export(outcomes: Sequence[Outcome], world_root: Path, out: Path) -> dict[str, int]:
     """Write ``{split}.parquet``, ``sft.jsonl`` (train split) and ``references.jsonl`` (all); returns split sizes."""
     return export_verified(dedupe(outcomes), SPLIT_NAMES, split_of, row, sft_record, world_root, out)
+
+
+def mei_pairs(outcomes: Sequence[Outcome], world_root: Path, out: Path, tool_dir: Path) -> dict[str, int]:
+    """``mei_sft.jsonl``: MEI SFT pairs from the expert's ``read_url`` / ``t2i_search`` / ``i2i_search`` calls on
+    the training graph's tasks (the benchmark graph shapes no trained model); see :mod:`data_gen.common.mei_pairs`."""
+    episodes = [Episode(o.trajectory, [o.task.start_image_id] if o.task.start_image_id else [])
+                for o in dedupe(outcomes) if split_of(o.task) != "benchmark" and o.trajectory]
+    return write_mei_pairs(episodes, world_root, tool_dir, out)

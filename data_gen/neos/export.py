@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from data_gen.common.export import export_verified, image_cells, pick_split, user_prompt
-from data_gen.common.mei_pairs import Episode, export_mei_pairs
+from data_gen.common.mei_pairs import Episode, write_mei_pairs
 from data_gen.common.sft import sft_parquet_from_jsonl, tool_call_message, tool_message
 from data_gen.neos.schema import AGENT_NAME, DATA_SOURCE, Outcome, Task
-from tool_server.offline.world import OfflineWorld
 from tool_server.protocol import tool_schemas
 from verl_ext.rollout.prompts import system_prompt
 
@@ -98,12 +97,7 @@ def export(outcomes: Sequence[Outcome], world_root: Path, out: Path) -> dict[str
 
 def mei_pairs(outcomes: Sequence[Outcome], world_root: Path, out: Path, tool_dir: Path) -> dict[str, int]:
     """``mei_sft.jsonl``: MEI SFT pairs from the expert's calls on every task outside the benchmark split (no
-    benchmark page or image may shape a trained model), inputs rebuilt from the world and checked against the MEI
-    log of the tool server that ran with cache directory ``tool_dir`` (``data_gen.common.mei_pairs``)."""
+    benchmark page or image may shape a trained model); see :mod:`data_gen.common.mei_pairs`."""
     episodes = [Episode(o.trajectory, [e.image_id for e in o.task.entry_images])
                 for o in dedupe(outcomes) if split_of(o.task) != "benchmark" and o.trajectory]
-    world = OfflineWorld.load(world_root, cache_dir=tool_dir)
-    try:
-        return export_mei_pairs(episodes, tool_dir / "mei.jsonl", world, out / "mei_sft.jsonl")
-    finally:
-        world.close()
+    return write_mei_pairs(episodes, world_root, tool_dir, out)

@@ -79,7 +79,7 @@ def test_pairs_are_the_model_messages_and_logged_evidence_and_unfaithful_calls_a
         _episode([["query"]], [logged["other_id"]]),  # its query image is not among this episode's question images
     ]
     out = tmp_path / "pairs" / "mei_sft.jsonl"
-    counts = export_mei_pairs(episodes, logged["path"], world, out)
+    counts = export_mei_pairs(episodes, logged["path"], lambda: world, out)
     assert counts == {"written": 2, "skipped_check_failed": 1, "skipped_error_call": 1, "skipped_input_mismatch": 1,
                       "skipped_not_in_tool_log": 1, "skipped_query_image_not_found": 1, "skipped_schema": 1}
     read = MEILog.read(out)
@@ -103,9 +103,13 @@ def test_pairs_are_the_model_messages_and_logged_evidence_and_unfaithful_calls_a
 def test_export_replaces_the_previous_file_and_a_missing_log_writes_nothing(world, logged, tmp_path):
     out = tmp_path / "mei_sft.jsonl"
     episode = _episode([[logged["visit"].call_id]], [])
-    assert export_mei_pairs([episode], logged["path"], world, out) == {"written": 1}
-    assert export_mei_pairs([episode], logged["path"], world, out) == {"written": 1}
+    assert export_mei_pairs([episode], logged["path"], lambda: world, out) == {"written": 1}
+    assert export_mei_pairs([episode], logged["path"], lambda: world, out) == {"written": 1}
     assert len(MEILog.read(out).records) == 1
-    assert export_mei_pairs([episode], tmp_path / "absent.jsonl", world, out) == {"written": 0,
-                                                                                  "skipped_not_in_tool_log": 1}
+
+    def no_world():
+        raise AssertionError("the world is loaded only to rebuild a logged call")
+
+    assert export_mei_pairs([episode], tmp_path / "absent.jsonl", no_world, out) == {"written": 0,
+                                                                                     "skipped_not_in_tool_log": 1}
     assert MEILog.read(out).records == []
