@@ -220,25 +220,36 @@ def _instrument() -> None:
     def wrap(owner, name: str, key: str) -> None:
         original = getattr(owner, name)
 
-        async def timed(*args, **kwargs):
+        @contextlib.contextmanager
+        def timing():
             stats = _EP.get(None)
             if stats is None or stats.get(f"_in_{key}"):  # an override calling super(): count it once
-                return await original(*args, **kwargs)
+                yield
+                return
             stats[f"_in_{key}"] = True
             start, start_cpu = time.perf_counter(), time.process_time()
             try:
-                return await original(*args, **kwargs)
+                yield
             finally:
                 stats[f"_in_{key}"] = False
                 stats[key] = stats.get(key, 0.0) + time.perf_counter() - start
                 stats[f"{key}_cpu"] = stats.get(f"{key}_cpu", 0.0) + time.process_time() - start_cpu
 
-        setattr(owner, name, timed)
+        async def timed_async(*args, **kwargs):
+            with timing():
+                return await original(*args, **kwargs)
+
+        def timed(*args, **kwargs):
+            with timing():
+                return original(*args, **kwargs)
+
+        setattr(owner, name, timed_async if asyncio.iscoroutinefunction(original) else timed)
 
     wrap(AgentLoopBase, "ct_build_initial_tokens", "ct_initial")
-    wrap(AgentLoopBase, "ct_merge_context_msg", "ct_context")
-    wrap(SearchAgentLoop, "ct_merge_context_msg", "ct_context")  # ours overrides it (inline text merges)
+    wrap(AgentLoopBase, "ct_merge_context_msg", "ct_context")  # stock's merges
     wrap(AgentLoopBase, "ct_merge_assistant_token", "ct_assistant")
+    wrap(SearchAgentLoop, "_merge_context", "ct_context")  # ours: verl's merges, applied in place
+    wrap(SearchAgentLoop, "_merge_assistant", "ct_assistant")
     wrap(AgentLoopBase, "process_multi_modal_info", "mm_info")
     wrap(ToolSession, "open", "session")
     wrap(ToolSession, "close", "session")

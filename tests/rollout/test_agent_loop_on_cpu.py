@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, AgentLoopWorker
 
 from tool_server.offline.world import OfflineWorld
+from verl_ext.rollout.agent_loop import SearchAgentLoop
 from verl_ext.rollout.hf_generate import GenerateCall, TransformersGenerateClient
 from verl_ext.rollout.instantiate import instantiate_agent_loop
 from verl_ext.rollout.prompts import final_turn_instruction
@@ -286,29 +287,36 @@ async def test_episodes_overlap_while_tools_run(tiny_vl_model, processor, server
 async def test_long_text_merges_off_the_event_loop_give_the_same_tokens(
     tiny_vl_model, processor, server, world, monkeypatch
 ):
-    """Long media-free observations are tokenized on the text-merge thread; short ones inline: same stream."""
+    """Long media-free observations are tokenized on the text-merge thread while other episodes are in flight; short
+    ones, or any when the episode is alone, inline: the same stream either way."""
     import verl_ext.rollout.agent_loop as agent_loop_module
 
     used = []
     executor = agent_loop_module.text_merge_executor
     monkeypatch.setattr(agent_loop_module, "text_merge_executor", lambda: used.append(1) or executor())
     outputs = []
-    for threshold in (10**9, 0):  # all inline, then every text merge on the thread
+    # all inline; every text merge on the thread (as if another episode were in flight); alone: inline again
+    for threshold, min_episodes, hops in ((10**9, 1, 0), (0, 1, 2), (0, 2, 0)):
         monkeypatch.setattr(agent_loop_module, "OFF_LOOP_MERGE_CHARS", threshold)
+        monkeypatch.setattr(agent_loop_module, "OFF_LOOP_MIN_EPISODES", min_episodes)
         script = scripted(call("TextSearch", query=["flag of Mexico"]), call("TextSearch", query=["Paris"]), "Mexico")
         client = TransformersGenerateClient(tiny_vl_model, processor, max_new_tokens=64, forced=script)
         loop = make_loop("neos_search_agent", client, url_of(server))
+        used.clear()
         out, record = await run(loop, question(world, "Which country?", image_id=None))
         assert_well_formed(out, record, processor.tokenizer)
         assert record.termination_reason == "answer" and [t.outcome for t in record.turns][:2] == ["call_ok"] * 2
         outputs.append(out)
-        assert len(used) == (0 if threshold else 2)  # both observations' merges went to the thread, or none
-    inline, threaded = outputs
-    assert (threaded.prompt_ids, threaded.response_ids, threaded.response_mask) == (
-        inline.prompt_ids,
-        inline.response_ids,
-        inline.response_mask,
-    )
+        assert len(used) == hops  # both observations' merges went to the thread, or none
+    assert SearchAgentLoop.in_flight == 0
+    for other in outputs[1:]:
+        assert (other.prompt_ids, other.response_ids, other.response_mask, other.response_logprobs) == (
+            outputs[0].prompt_ids,
+            outputs[0].response_ids,
+            outputs[0].response_mask,
+            outputs[0].response_logprobs,
+        )
+
 
 FUNCTION_TOOLS = '''
 from PIL import Image

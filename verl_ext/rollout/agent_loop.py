@@ -36,8 +36,10 @@ from verl_ext.rollout.record import (
     TurnRecord,
 )
 from verl_ext.rollout.settings import EpisodeSettings, resolve_settings
+from verl_ext.rollout.splice import Splice, merge_tail
 from verl_ext.rollout.tokens import (
     OFF_LOOP_MERGE_CHARS,
+    OFF_LOOP_MIN_EPISODES,
     fast_text_renders,
     has_media,
     text_chars,
@@ -85,6 +87,7 @@ class SearchAgentLoop(AgentLoopBase):
     """The shared engine; subclasses fix the protocol. Settings: see ``settings.py``."""
 
     protocol: ClassVar[Protocol]
+    in_flight: ClassVar[int] = 0  # episodes of this process inside their turn loop (both protocols)
 
     def __init__(self, *args: Any, tools: Any = None, **kwargs: Any) -> None:
         # ``tools``: the worker's verl tools (multi_turn.tool_config_path / function_tool_path), used with
@@ -106,38 +109,39 @@ class SearchAgentLoop(AgentLoopBase):
             )
         return prompt_ids
 
-    async def ct_merge_assistant_token(
-        self, runtime_token_ids, assistant_token_ids, response_mask, response_logprobs=None, assistant_logprobs=None
-    ):
-        """verl's merge, inline: it concatenates two lists, cheaper than the wake-up of an executor thread."""
+    def _merge_assistant(self, ep: _Episode, token_ids: list[int], logprobs: list[float] | None) -> None:
+        """verl's assistant merge (a concatenation) in place, inline: cheaper than the wake-up of an executor thread."""
         builder = self.continuous_token_builder
-        merged = builder.merge_assistant_tokens(runtime_token_ids, assistant_token_ids)
-        mask, logprobs = builder.align_response_metadata(
-            merged, response_mask, response_logprobs, assistant_logprobs=assistant_logprobs
+        tracked = bool(ep.logprobs or logprobs)
+        splice = merge_tail(
+            builder,
+            ep.prompt_ids,
+            lambda tail: builder.merge_assistant_tokens(tail, token_ids),
+            logprobs=tracked,
+            assistant_logprobs=logprobs or None,
         )
-        return merged, mask, logprobs
+        splice.apply(ep.prompt_ids, ep.mask, ep.logprobs if tracked else None)
 
-    async def ct_merge_context_msg(
-        self, previous_messages, updated_messages, runtime_token_ids, response_mask, response_logprobs=None, tools=None
-    ):
-        """verl's merge. Without media the render is a memo lookup or a tokenization (``tokens.py``): short texts
-        run inline, cheaper than any thread hop; long ones on the process's text-merge thread, where the tokenizer
-        releases the GIL and the event loop goes on serving other episodes."""
-        appended = updated_messages[len(previous_messages) :]
-        if has_media(appended):
-            return await super().ct_merge_context_msg(
-                previous_messages, updated_messages, runtime_token_ids, response_mask, response_logprobs, tools=tools
-            )
+    async def _merge_context(self, ep: _Episode, new_messages: list[dict[str, Any]], tools: Any) -> Splice:
+        """verl's merge of ``new_messages`` after the stream. With media it runs on the default executor, as verl's
+        does (the processor renders the images). Without, the render is a memo lookup or a tokenization
+        (``tokens.py``): short texts inline; long ones on the process's text-merge thread, where the encoder releases
+        the GIL, while other episodes are in flight for the event loop to serve meanwhile (alone, a hop gains
+        nothing)."""
         builder = self.continuous_token_builder
+        previous, updated = ep.messages, ep.messages + new_messages
         merge = partial(
-            builder.merge_context_tokens, previous_messages, updated_messages, runtime_token_ids, tools=tools
+            merge_tail,
+            builder,
+            ep.prompt_ids,
+            lambda tail: builder.merge_context_tokens(previous, updated, tail, tools=tools),
+            logprobs=bool(ep.logprobs),
         )
-        if text_chars(appended) < OFF_LOOP_MERGE_CHARS:
-            merged = merge()
-        else:
-            merged = await asyncio.get_running_loop().run_in_executor(text_merge_executor(), merge)
-        mask, logprobs = builder.align_response_metadata(merged, response_mask, response_logprobs)
-        return merged, mask, logprobs
+        if has_media(new_messages):
+            return await asyncio.get_running_loop().run_in_executor(None, merge)
+        if text_chars(new_messages) >= OFF_LOOP_MERGE_CHARS and SearchAgentLoop.in_flight >= OFF_LOOP_MIN_EPISODES:
+            return await asyncio.get_running_loop().run_in_executor(text_merge_executor(), merge)
+        return merge()
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         s = self.settings
@@ -165,6 +169,7 @@ class SearchAgentLoop(AgentLoopBase):
         refs = await session.open(ep.images, group_id)
         session_id = session.session_id or ""
         ep.register = [ImageEntry(ref=r, source="question", turn=None, in_context=True) for r in refs]
+        SearchAgentLoop.in_flight += 1
         try:
             ep.prompt_ids = await self.ct_build_initial_tokens(
                 ep.messages, tools=native_tools, images=ep.images or None
@@ -172,6 +177,7 @@ class SearchAgentLoop(AgentLoopBase):
             ep.prompt_len = len(ep.prompt_ids)
             await self._loop(ep, session, sampling_params, native_tools, request_id)
         finally:
+            SearchAgentLoop.in_flight -= 1
             await session.close()
         return self._output(ep, kwargs, session_id, group_id)
 
@@ -188,6 +194,8 @@ class SearchAgentLoop(AgentLoopBase):
                 return
             start = len(ep.mask)
             with simple_timer("generate_sequences", ep.metrics):
+                # The stream is edited in place once this returns: a server copies what it keeps (verl's Ray call
+                # serializes it).
                 out = await self.server_manager.generate(
                     request_id=request_id,
                     prompt_ids=ep.prompt_ids,
@@ -195,15 +203,7 @@ class SearchAgentLoop(AgentLoopBase):
                     image_data=ep.images or None,
                 )
             self._merge_server_fields(ep, out.extra_fields or {})
-            merged, ep.mask, logprobs = await self.ct_merge_assistant_token(
-                ep.prompt_ids,
-                out.token_ids,
-                ep.mask,
-                ep.logprobs if (ep.logprobs or out.log_probs) else None,
-                assistant_logprobs=out.log_probs or None,
-            )
-            ep.prompt_ids = merged.token_ids
-            ep.logprobs = logprobs or []
+            self._merge_assistant(ep, out.token_ids, out.log_probs)
             span = _generated_span(ep.mask, start)
             text = self.tokenizer.decode(out.token_ids, skip_special_tokens=True)
             parsed = parse_turn(self.protocol, text, max_calls=s.max_parallel_calls)
@@ -268,16 +268,11 @@ class SearchAgentLoop(AgentLoopBase):
         """Render ``new_messages`` after the stream; False (state untouched) when they do not fit the budget."""
         if new_images:
             self._assert_mm_supported(True)
-        previous = list(ep.messages)
-        updated = previous + new_messages
-        merged, mask, logprobs = await self.ct_merge_context_msg(
-            previous, updated, ep.prompt_ids, ep.mask, ep.logprobs or None, tools=native_tools
-        )
-        if len(mask) >= self.settings.response_budget:
+        splice = await self._merge_context(ep, new_messages, native_tools)
+        if splice.mask_length(ep.mask) >= self.settings.response_budget:
             return False
-        ep.messages, ep.prompt_ids, ep.mask = updated, merged.token_ids, mask
-        if ep.logprobs:
-            ep.logprobs = logprobs or []
+        splice.apply(ep.prompt_ids, ep.mask, ep.logprobs or None)
+        ep.messages.extend(new_messages)
         ep.images.extend(new_images)
         ep.context_turns += 1
         return True
@@ -346,7 +341,7 @@ class SearchAgentLoop(AgentLoopBase):
 
     def _output(self, ep: _Episode, kwargs: dict[str, Any], session_id: str, group_id: str | None) -> AgentLoopOutput:
         budget = self.settings.response_budget
-        response_ids = ep.prompt_ids[ep.prompt_len :][:budget]
+        response_ids = ep.prompt_ids[ep.prompt_len : ep.prompt_len + budget]
         turns = [t.model_copy(update={"span": (min(t.span[0], budget), min(t.span[1], budget))}) for t in ep.turns]
         record = TrajectoryRecord(
             protocol=self.protocol,
