@@ -54,7 +54,7 @@ import pytest
 pytestmark = pytest.mark.gpu
 
 REPO = Path(__file__).resolve().parents[2]
-STEPS = 6
+STEPS = int(os.environ.get("NEOS_SFT_STEPS", 6))  # the RL smoke's warm start uses more (see test_neos_smoke_on_gpu)
 BATCH = 2
 LOSS = re.compile(r"step:(\d+) - .*?train/loss:([0-9.eE+-]+)")
 

@@ -1,25 +1,34 @@
-"""``python -m verl.trainer.main_ppo +recipe=neos_smoke`` on one GPU: the neos trainer, our agent loop against a real
-tool server whose model MEI is a real MEI server, 3 policy updates and an MEI update after the second (K=2).
+"""``python -m verl.trainer.main_ppo +recipe=neos_smoke`` on one GPU: the neos trainer (mixed-group sampling, turn
+credit, MEI co-evolution), our agent loop against a real tool server whose MEI is a real MEI server, 3 policy updates
+and an MEI update after the second (K=2).
 
 For the H200 machine (verl and Ray from ``/work/shared/gpu/verl_wheels.sh`` in ``/tmp/site``). Carry (``.gpu/``, git
-ignored): the tiny Qwen2.5-VL (``python -m verl_ext.models build --out .gpu/tiny-vl``; policy and first MEI), the
-small world (``python -m data_gen.world build --size small --out .gpu/world``) and its tasks
-(``python -m data_gen neos --world .gpu/world --out .gpu/tasks --limit 16``). Run::
+ignored): the tiny Qwen2.5-VL (``python -m verl_ext.models build --out .gpu/tiny-vl``) and the Neos data of the
+small world (``python -m data_gen neos --world worlds/small --out .gpu/neos-data --limit 24``; its ``train.parquet``,
+``rl.parquet``, ``sft.parquet`` and ``mei_sft.jsonl`` with its blobs). A randomly initialised policy never answers
+right and a random MEI never writes valid JSON, so both are warm-started first, as in the paper (cold-start SFT):
 
-    PYTHONPATH=/tmp/site:$PWD NEOS_TINY_VL_DIR=.gpu/tiny-vl NEOS_SMOKE_WORLD=.gpu/world NEOS_SMOKE_DATA=.gpu/tasks \\
+    # the policy: verl's SFT trainer on the cold-start trajectories (tests/data_gen/test_verl_sft_on_gpu.py)
+    NEOS_SFT_STEPS=60 NEOS_SFT_DATA=.gpu/neos-data NEOS_SFT_OUT=/tmp/neos-sft python -m pytest ... test_verl_sft_on_gpu.py
+    # the first MEI version: the MEI pairs
+    python -m verl_ext.mei.warm_start --model .gpu/tiny-vl --pairs .gpu/neos-data/mei_sft.jsonl --out /tmp/neos-mei \
+      --epochs 30 --lr 1e-3 --global-batch-size 8 --micro-batch-size 4 --attn-implementation sdpa --no-remove-padding
+    PYTHONPATH=/tmp/site:$PWD:$PWD/.gpu/extra NEOS_TINY_VL_DIR=.gpu/tiny-vl NEOS_SMOKE_DATA=.gpu/neos-data \
+      NEOS_SMOKE_POLICY=/tmp/neos-sft/global_step_60/huggingface NEOS_SMOKE_MEI=/tmp/neos-mei/v0/huggingface \
       python -m pytest -s -o python_files='test_*_on_gpu.py' -m gpu tests/trainer/test_neos_smoke_on_gpu.py
 
-It starts ``python -m verl_ext.mei.server`` (the tiny model as MEI v0) and ``python -m tool_server --mei-endpoint``
-on loopback, then the recipe with ``NEOS_TOOL_SERVER_URL``, ``NEOS_MEI_*`` and ``NEOS_SMOKE_*`` pointing at them.
-A random policy rarely answers right, so groups may all fail: then no credit labels are made (the offline judge
-needs a success as reference) and the run still has to complete its updates; with a policy warm-started by verl's
-SFT trainer on the tasks' cold-start data (``NEOS_SMOKE_POLICY``) mixed groups appear.
+It starts ``python -m verl_ext.mei.server`` (``NEOS_SMOKE_MEI`` as version v0) and ``python -m tool_server
+--mei-endpoint`` on the small world (``NEOS_SMOKE_WORLD``, default ``worlds/small``) on loopback, then the recipe with
+``NEOS_TOOL_SERVER_URL``, ``NEOS_MEI_*`` and ``NEOS_SMOKE_*`` pointing at them. Extra Hydra overrides for the run can
+be given in ``NEOS_SMOKE_OVERRIDES`` (space-separated), e.g. ``trainer.v1.neos.sampler.enable=false``.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
+import signal
 import socket
 import subprocess
 import sys
@@ -52,25 +61,23 @@ def _wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 300) -> Non
     raise TimeoutError(url)
 
 
-def test_three_policy_updates_and_one_mei_update(tmp_path):
+def test_three_policy_updates_and_one_mei_update(tmp_path, tiny_vl_model_dir, verl_subprocess_env):
     import torch
 
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
-    model = Path(os.environ["NEOS_TINY_VL_DIR"]).resolve()
-    policy = Path(os.environ.get("NEOS_SMOKE_POLICY", model)).resolve()
-    world = Path(os.environ["NEOS_SMOKE_WORLD"]).resolve()
+    if not os.environ.get("NEOS_SMOKE_DATA"):
+        pytest.skip("set NEOS_SMOKE_DATA to the `python -m data_gen neos` export (see the module docstring)")
+    policy = Path(os.environ.get("NEOS_SMOKE_POLICY", tiny_vl_model_dir)).resolve()
+    mei_model = Path(os.environ.get("NEOS_SMOKE_MEI", tiny_vl_model_dir)).resolve()
+    world = Path(os.environ.get("NEOS_SMOKE_WORLD", REPO / "worlds" / "small")).resolve()
     data = Path(os.environ["NEOS_SMOKE_DATA"]).resolve()
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(REPO)) if p),
-        "VERL_USE_EXTERNAL_MODULES": "verl_ext.plugin",  # our package is on PYTHONPATH, not pip-installed
-    }
+    env = dict(verl_subprocess_env)
     mei_port, tool_port = _free_port(), _free_port()
     mei_log = tmp_path / "mei" / "mei.jsonl"
     logs = {name: open(tmp_path / f"{name}.log", "w") for name in ("mei", "tools")}  # noqa: SIM115
-    mei = subprocess.Popen([sys.executable, "-m", "verl_ext.mei.server", "--model", str(model), "--version", "v0",
-                            "--port", str(mei_port), "--max-new-tokens", "256"],
+    mei = subprocess.Popen([sys.executable, "-m", "verl_ext.mei.server", "--model", str(mei_model), "--version", "v0",
+                            "--port", str(mei_port), "--max-new-tokens", "768"],
                            env=env, stdout=logs["mei"], stderr=subprocess.STDOUT)
     tools = subprocess.Popen([sys.executable, "-m", "tool_server", "--world", str(world), "--port", str(tool_port),
                               "--mei-endpoint", f"http://127.0.0.1:{mei_port}/v1", "--mei-log", str(mei_log),
@@ -78,19 +85,34 @@ def test_three_policy_updates_and_one_mei_update(tmp_path):
     try:
         _wait_ready(f"http://127.0.0.1:{mei_port}/admin/version", mei)
         _wait_ready(f"http://127.0.0.1:{tool_port}/healthz", tools)
-        env.update(NEOS_SMOKE_DATA=str(data), NEOS_SMOKE_MODEL=str(policy), NEOS_MEI_MODEL=str(model),
+        env.update(NEOS_SMOKE_DATA=str(data), NEOS_SMOKE_MODEL=str(policy), NEOS_MEI_MODEL=str(mei_model),
                    NEOS_MEI_LOG=str(mei_log), NEOS_MEI_SERVER_URL=f"http://127.0.0.1:{mei_port}",
                    NEOS_TOOL_SERVER_URL=f"http://127.0.0.1:{tool_port}")
         command = [sys.executable, "-m", "verl.trainer.main_ppo", "+recipe=neos_smoke",
-                   f"trainer.default_local_dir={tmp_path}/checkpoints"]
-        run = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=560)
+                   f"trainer.default_local_dir={tmp_path}/checkpoints",
+                   *os.environ.get("NEOS_SMOKE_OVERRIDES", "").split()]
+        print("command:", shlex.join(command))
+        with open(tmp_path / "main_ppo.log", "w") as out:
+            run = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+            try:
+                run.wait(timeout=float(os.environ.get("NEOS_SMOKE_TIMEOUT", 540)))
+            except subprocess.TimeoutExpired:
+                os.killpg(run.pid, signal.SIGKILL)  # the driver and the Ray processes it started
+                run.wait()
     finally:
         for proc in (tools, mei):
             proc.terminate()
             proc.wait(timeout=30)
-    log = run.stdout + run.stderr
-    print(log[-6000:])
-    assert run.returncode == 0, log[-8000:]
-    assert re.search(r"step:3 - ", log), log[-8000:]
+    log = (tmp_path / "main_ppo.log").read_text(errors="replace")
+    for line in log.splitlines():  # the key lines: each step's metrics, MEI updates, sampler give-ups
+        if re.search(r"step:\d+ - |MEI v\d+ trained|questions deferred|Error|Traceback", line):
+            print(line[:4000])
+    if run.returncode != 0:
+        for name in ("tools", "mei"):
+            print(f"--- {name}.log tail\n" + (tmp_path / f"{name}.log").read_text(errors="replace")[-3000:])
+    print("--- main_ppo.log tail\n" + log[-6000:])
+    assert run.returncode == 0, f"main_ppo exited with {run.returncode}"
+    assert re.search(r"step:3 - ", log)
     assert "neos_credit/assessed_share" in log  # the estimator saw the rows' labels (or their absence)
     assert re.search(r"mei/version_index:1\b", log), "no MEI update after K=2 policy updates"
