@@ -52,8 +52,11 @@ def test_sigkill_mid_run_then_resume_loses_nothing_and_repeats_nothing(small_wor
     before = data[: data.rfind(b"\n") + 1].decode().splitlines()  # what was fully written (a torn tail is allowed)
 
     assert _run(small_world, killed).wait(timeout=300) == 0  # resumed
-    # the uninterrupted run, sharing only the tool server's feature cache (pure function of the world's images)
+    # the uninterrupted run, given the saved graphs (built before any path is judged, written atomically, reused only
+    # when their fingerprint matches) and the tool server's feature cache, so it repeats the judging, not the builds
     shutil.copytree(killed / "tool_server_cache" / "features", whole / "tool_server_cache" / "features")
+    for graph in killed.glob("graph_*.json"):
+        shutil.copy(graph, whole / graph.name)
     assert _run(small_world, whole).wait(timeout=300) == 0
 
     after = results.read_text().splitlines()
