@@ -207,3 +207,23 @@ async def test_concurrent_calls_all_complete_one_at_a_time(client, tiny_vl_proce
     )
     assert len({tuple(o.token_ids) for o in outs}) == 1 and all(o.token_ids for o in outs)
     assert sorted(c.request_id for c in client.calls) == [f"r{i}" for i in range(6)] and peak == 1
+
+
+async def test_abort_stops_running_and_queued_calls_and_later_calls_run(tiny_vl_model, tiny_vl_processor):
+    """The policy boundary: the running call returns at its next token, a queued one at once, both "aborted"; a call
+    made after the abort is untouched. Greedy on the tiny model never ends before 400 tokens here (asserted)."""
+    client = TransformersGenerateClient(tiny_vl_model, tiny_vl_processor, max_new_tokens=400, record_calls=True)
+    ids = _ids(_inputs(tiny_vl_processor, []))
+    reference = await client.generate("ref", prompt_ids=ids, sampling_params=GREEDY)
+    assert (len(reference.token_ids), reference.stop_reason) == (400, "length")
+    running = asyncio.create_task(client.generate("running", prompt_ids=ids, sampling_params=GREEDY))
+    queued = asyncio.create_task(client.generate("queued", prompt_ids=ids, sampling_params=GREEDY))
+    while len(client.calls) < 2:  # "running" has entered the worker thread
+        await asyncio.sleep(0.005)
+    assert await client.abort() == 2
+    running_out, queued_out = await running, await queued
+    assert running_out.stop_reason == "aborted" and 1 <= len(running_out.token_ids) < 400
+    assert running_out.token_ids == reference.token_ids[: len(running_out.token_ids)]  # what it had, unchanged
+    assert (queued_out.stop_reason, queued_out.token_ids) == ("aborted", [])
+    after = await client.generate("after", prompt_ids=ids, sampling_params=GREEDY)
+    assert after.token_ids == reference.token_ids and after.stop_reason == "length"

@@ -8,7 +8,11 @@ GPU, no vLLM wheel): it has the signature of verl's ``LLMServerClient.generate``
 What it does like the servers: prompt ids arrive with image placeholders already expanded by verl's processor path;
 images go through the model's own processor; vision placeholder tokens are never sampled (vLLM bans them);
 the output keeps the stop token; ``stop_reason`` is ``"stop"`` or ``"length"`` as SGLang reports it (verl's vLLM
-server folds both into ``"completed"``; agent loops only act on ``"aborted"``); ``extra_fields`` carries ``global_steps``. Where a server would silently misbehave it
+server folds both into ``"completed"``; agent loops only act on ``"aborted"``); ``extra_fields`` carries ``global_steps``.
+``abort()`` is the servers' ``abort_all_requests``: every call accepted before it (running or queued) returns at its
+next token with what it has and ``stop_reason="aborted"``; calls after it run normally. That is what the policy
+boundary of mixed-group sampling needs: a cancelled trajectory's request must not keep the model busy, nor run while
+the colocated actor trains. Where a server would silently misbehave it
 raises instead: placeholders that do not match the images (the multi-turn image-drop bug class of verl #4613),
 sampling parameters it does not implement, video or audio inputs.
 
@@ -116,6 +120,8 @@ class TransformersGenerateClient:
         self._record_calls = record_calls
         self._rng = torch.Generator().manual_seed(seed)
         self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
+        self._epoch = 0  # abort() generation: a call started under an older one stops at its next token
+        self._accepted = 0  # calls running or waiting for the lock
         config = model.config
         self._image_token_id = int(config.image_token_id)
         self._video_token_id = int(config.video_token_id)
@@ -157,18 +163,35 @@ class TransformersGenerateClient:
             raise ValueError(
                 f"sampling parameters {sorted(unsupported)} are not implemented by TransformersGenerateClient"
             )
+        epoch = self._epoch
         loop = asyncio.get_running_loop()
-        lock = self._locks.setdefault(loop, asyncio.Lock())
-        async with lock:
-            return await loop.run_in_executor(
-                None,
-                self._generate,
-                request_id,
-                list(prompt_ids),
-                dict(sampling_params),
-                list(image_data or []),
-                mm_processor_kwargs,
-            )
+        self._accepted += 1
+        try:
+            async with self._lock(loop):
+                return await loop.run_in_executor(
+                    None,
+                    self._generate,
+                    request_id,
+                    list(prompt_ids),
+                    dict(sampling_params),
+                    list(image_data or []),
+                    mm_processor_kwargs,
+                    epoch,
+                )
+        finally:
+            self._accepted -= 1
+
+    async def abort(self) -> int:
+        """Stop every call accepted so far (each returns ``stop_reason="aborted"``) and wait until none runs; returns
+        how many were running or queued."""
+        self._epoch += 1
+        pending = self._accepted
+        # Queued calls return at once, the running one at its next token; then the lock is free.
+        async with self._lock(asyncio.get_running_loop()):
+            return pending
+
+    def _lock(self, loop: asyncio.AbstractEventLoop) -> asyncio.Lock:
+        return self._locks.setdefault(loop, asyncio.Lock())
 
     # -- in the worker thread ---------------------------------------------------------------------------------------
 
@@ -179,7 +202,10 @@ class TransformersGenerateClient:
         sampling: dict[str, Any],
         images: list[Image.Image],
         mm_processor_kwargs: dict[str, Any] | None,
+        epoch: int,
     ) -> TokenOutput:
+        if epoch != self._epoch:
+            return self._output([], [], "aborted", sampling)
         vision = self._vision_inputs(prompt_ids, images, mm_processor_kwargs)
         grid = vision.get("image_grid_thw")
         call = GenerateCall(
@@ -204,7 +230,12 @@ class TransformersGenerateClient:
             if text is not None:
                 token_ids, log_probs, stop_reason = self._score_forced(prompt_ids, vision, text, temperature, limit)
             else:
-                token_ids, log_probs, stop_reason = self._sample(prompt_ids, vision, sampling, temperature, limit)
+                token_ids, log_probs, stop_reason = self._sample(
+                    prompt_ids, vision, sampling, temperature, limit, epoch
+                )
+        return self._output(token_ids, log_probs, stop_reason, sampling)
+
+    def _output(self, token_ids: list[int], log_probs: list[float], stop_reason: str, sampling: dict) -> TokenOutput:
         return TokenOutput(
             token_ids=token_ids,
             log_probs=log_probs if sampling.get("logprobs", True) else None,
@@ -287,6 +318,7 @@ class TransformersGenerateClient:
         sampling: dict[str, Any],
         temperature: float,
         limit: int,
+        epoch: int,
     ) -> tuple[list[int], list[float], str]:
         greedy = temperature <= 0.0
         top_k = int(sampling.get("top_k", -1) or -1)
@@ -323,6 +355,8 @@ class TransformersGenerateClient:
                 return tokens, log_probs, "stop"
             if len(tokens) >= limit:
                 return tokens, log_probs, "length"
+            if epoch != self._epoch:
+                return tokens, log_probs, "aborted"
             context = torch.cat([context, torch.tensor([[token]], device=device)], dim=1)
             position = torch.full((3, 1, 1), context.shape[1] - 1 + delta, device=device)
             out = self.model(input_ids=context[:, -1:], position_ids=position, past_key_values=cache, use_cache=True)

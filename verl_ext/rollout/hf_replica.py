@@ -145,12 +145,13 @@ class HFRolloutServer:
             self.client.model.to(self.device)
 
     async def abort_all_requests(self, reject_request: bool = False) -> dict[str, Any]:
-        """No-op: a request cannot be interrupted mid-generation here, each runs to its end (the sync trainer never
-        aborts; partial rollout needs vLLM/SGLang)."""
-        return {"aborted_count": 0, "request_ids": []}
+        """Every request accepted so far returns at its next token with ``stop_reason="aborted"`` (mixed-group
+        sampling's policy boundary); returns once none runs, so the actor can take the GPU. New requests are never
+        parked or rejected (``reject_request`` is moot): only requests from before the call are aborted."""
+        return {"aborted_count": await self.client.abort(), "request_ids": []}
 
     async def resume_generation(self) -> None:
-        """No-op: nothing is ever paused (see ``abort_all_requests``)."""
+        """No-op: nothing is paused (``abort_all_requests`` stops old requests, it does not close a gate)."""
 
     async def clear_kv_cache(self) -> None:
         """No-op: no KV cache outlives its request (each generate builds and drops its own)."""
