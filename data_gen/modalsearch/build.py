@@ -22,7 +22,7 @@ from data_gen.modalsearch.visual import (
     assess,
     offline_stability_screen,
 )
-from data_gen.neos.observer import IMAGE_KINDS
+from data_gen.neos.observer import IMAGE_KINDS, rapid_ocr
 from data_gen.world.store import World
 
 
@@ -30,6 +30,7 @@ from data_gen.world.store import World
 class BuildConfig:
     max_nodes: int = 1200
     k_cand: int = K_CAND
+    ocr: bool = False  # image linking also reads the text in images (RapidOCR); part of a saved graph's fingerprint
 
 
 @dataclass
@@ -57,7 +58,7 @@ class GraphBuilder:
         self.relations = relations or OfflineRelationProposer(world, kg)
         self.visual = OfflineVisualProposer(world)
         self.judge = OfflineConsistencyJudge(world)
-        self.linker = OfflineImageLinker(world, kg)
+        self.linker = OfflineImageLinker(world, kg, ocr=rapid_ocr() if config.ocr else None)
 
     async def build(self, name: str, seeds: Sequence[str],
                     blocked: frozenset[str] = frozenset()) -> tuple[Graph, BuildStats]:
@@ -92,6 +93,7 @@ class GraphBuilder:
         stats.counts.update(deferred_edges_completed=asm.deferred_completed, nodes_reused=asm.reused,
                             deferred_edges_dropped=sum(len(v) for v in asm.deferred.values()),
                             i2t_recognized=self.linker.counts.recognized,
+                            i2t_recognized_by_ocr=self.linker.counts.recognized_by_ocr,
                             i2t_unverified=self.linker.counts.unverified)
         return graph, stats
 

@@ -1,4 +1,5 @@
-"""``python -m data_gen modalsearch --world DIR --out DIR [--limit N] [--seed S]``: the whole ModalSearch pipeline.
+"""``python -m data_gen modalsearch --world DIR --out DIR [--limit N] [--seed S] [--ocr]``: the whole ModalSearch
+pipeline.
 
 Two graphs from disjoint seed sets: ``benchmark`` first, then ``train``, which never enters a benchmark node. Each
 graph is built once and saved (``OUT/graph_<name>.json``, atomically, keyed by a fingerprint of world, seed and
@@ -63,6 +64,7 @@ def parser(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--benchmark-nodes", type=int, default=300, help="node budget of the benchmark graph")
     p.add_argument("--seeds", type=int, default=40, help="seed articles of the training graph (benchmark: a quarter)")
     p.add_argument("--attempts", type=int, default=3000, help="path draws per graph at most")
+    p.add_argument("--ocr", action="store_true", help="let image linking also read the text in images (RapidOCR)")
     p.add_argument("--llm-url", default=None, help="OpenAI-compatible base URL for relation proposal (default: "
                    "offline KG/context templates, no model)")
     p.add_argument("--llm-model", default="relation-writer", help="model name sent to --llm-url")
@@ -128,8 +130,8 @@ async def run(args: argparse.Namespace, url: str) -> dict:
             relations = LLMRelationProposer(JudgeConfig(url=args.llm_url, model=args.llm_model), http, relations)
         report["relation_proposer"] = relations.name
         for name, seeds, budget in plan:
-            builder = GraphBuilder(world, kg, search, seed=args.seed, config=BuildConfig(max_nodes=budget),
-                                   relations=relations)
+            config = BuildConfig(max_nodes=budget, ocr=args.ocr)
+            builder = GraphBuilder(world, kg, search, seed=args.seed, config=config, relations=relations)
             fingerprint = hashlib.sha256(json.dumps(
                 [GRAPH_VERSION, world.manifest.get("content_hash"), args.seed, name, seeds, budget, sorted(blocked),
                  asdict(builder.config), relations.name, args.llm_url and args.llm_model]).encode()).hexdigest()[:20]

@@ -2,16 +2,19 @@
 most 5), link each to an article, verify the link, and relate image and article.
 
 :class:`OfflineImageLinker` is the **offline default and uses no model**: recognition reads the image's metadata
-``c_i`` (caption, alt text, source-page title) with the world's mention linker (``data_gen.world.linking.Linker``
-over entity labels and aliases: a surface form naming two articles is ambiguous and links neither, so ambiguous
-matches are discarded rather than forced). Verification is the offline stand-in for cross-image comparison: an
-article is verified when it is the depicted entity's and carries this very image, or when the KG holds a fact
-between the depicted entity and the article's entity (the article body corroborates the relation); otherwise the
-candidate is dropped.
+``c_i`` (caption, alt text, source-page title) and, when an ``ocr`` reader is given, the text in its pixels, with the
+world's mention linker (``data_gen.world.linking.Linker`` over entity labels and aliases: a surface form naming two
+articles is ambiguous and links neither, so ambiguous matches are discarded rather than forced). OCR is what
+recognises an entity an image shows in writing but its metadata does not name (a labelled map, a stamp, a
+wordmark); entities found only through it are counted in ``recognized_by_ocr``. Verification is the offline
+stand-in for cross-image comparison: an article is verified when it is the depicted entity's and carries this very
+image, or when the KG holds a fact between the depicted entity and the article's entity (the article body
+corroborates the relation); otherwise the candidate is dropped.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from data_gen.kg import KG
@@ -34,6 +37,7 @@ class Linked:
 @dataclass
 class LinkCounts:
     recognized: int = 0
+    recognized_by_ocr: int = 0  # of ``recognized``: named in the pixels' text only, not in the metadata
     unverified: int = 0
     verified: int = 0
 
@@ -41,9 +45,10 @@ class LinkCounts:
 class OfflineImageLinker:
     name = "offline_metadata_linker"
 
-    def __init__(self, world: World, kg: KG) -> None:
+    def __init__(self, world: World, kg: KG, *, ocr: Callable[[bytes], str] | None = None) -> None:
         self.world = world
         self.kg = kg
+        self._ocr = ocr
         forms = []
         for entity in world.entities.values():
             if entity.page_id in world.pages:
@@ -55,7 +60,13 @@ class OfflineImageLinker:
     def link(self, image: Image) -> list[Linked]:
         source = self.world.pages.get(image.page_id) if image.page_id else None
         text = " . ".join(t for t in (image.caption, image.alt, source.title if source else "") if t)
-        candidates = self._linker.mentions(text)[:MAX_ENTITIES]
+        named = self._linker.mentions(text)
+        by_ocr: list[str] = []
+        if self._ocr is not None:  # metadata names first: they carry the caption's intent
+            written = self._ocr(self.world.image_path(image.id).read_bytes()).splitlines()
+            by_ocr = [c for c in self._linker.mentions(" . ".join(written)) if c not in named]
+        candidates = (named + by_ocr)[:MAX_ENTITIES]
+        self.counts.recognized_by_ocr += sum(1 for c in candidates if c in by_ocr)
         self.counts.recognized += len(candidates)
         out = []
         for page_id in candidates:

@@ -24,7 +24,7 @@ from data_gen.neos.agents import (
     probe_text_only_search,
 )
 from data_gen.neos.export import export, mei_pairs
-from data_gen.neos.observer import PaletteObserver
+from data_gen.neos.observer import PaletteObserver, rapid_ocr
 from data_gen.neos.schema import Outcome, Task
 from data_gen.neos.store import ResultLog
 from data_gen.neos.synth import Candidate, Synthesizer
@@ -82,7 +82,7 @@ async def _judge(client: ToolServerClient, expert: ProgrammaticExpert, cand: Can
 
 async def run(world_dir: Path, out: Path, url: str, *, seed: int, limit: int | None, ocr: bool) -> None:
     world = World.load(world_dir)
-    observer = PaletteObserver(_ocr() if ocr else None)
+    observer = PaletteObserver(rapid_ocr() if ocr else None)
     synth = Synthesizer(world, seed=seed, observer=observer)
     log = ResultLog(out / "results.jsonl")
     verified = sum(1 for o in log.outcomes() if o.status == "verified")
@@ -129,12 +129,6 @@ def _image_texts(world: World, image_id: str, observer: PaletteObserver) -> list
     """What an image reader could take from an entry image by itself: its caption, alt text and OCR words."""
     image = world.images[image_id]
     return [image.caption, image.alt, " ".join(observer.read_text(world.image_path(image_id)))]
-
-
-def _ocr():
-    from tool_server.mei.ocr import OCR
-
-    return OCR().text_sync
 
 
 def statistics(outcomes: Sequence[Outcome]) -> dict:

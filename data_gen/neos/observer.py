@@ -79,10 +79,17 @@ def palette(pixels: Image.Image) -> tuple[str, ...]:
     return tuple(names[i] for i in ranked[:MAX_COLOURS])
 
 
+def rapid_ocr() -> Callable[[bytes], str]:
+    """The OCR the pipelines read image text with: PNG bytes -> recognised lines (RapidOCR, loaded on first use)."""
+    from tool_server.mei.ocr import OCR
+
+    return OCR().text_sync
+
+
 class PaletteObserver:
     """Offline observer, no model: image kind from metadata + pixel palette (+ OCR words when ``ocr`` is given).
 
-    ``ocr`` maps PNG bytes to recognised text (``tool_server.mei.ocr.OCR().text_sync`` is the one we use).
+    ``ocr`` maps PNG bytes to recognised text (:func:`rapid_ocr` is the one we use).
     """
 
     def __init__(self, ocr: Callable[[bytes], str] | None = None) -> None:

@@ -35,12 +35,14 @@ async def logged(world, tmp_path):
     page = _page_with_images(world)
     view, _ = world_page_view(ctx, page)
     question = world.page_images(page)[0]
-    query = ImageView(url="img_1", png=encode_png(Image.open(io.BytesIO(world.image_bytes(question.id))).convert("RGB")))
+    registered = Image.open(io.BytesIO(world.image_bytes(question.id))).convert("RGB")  # as a session registers it
+    query = ImageView(url="img_1", png=encode_png(registered))
     others = [im for im in world.world.images.values() if im.id != question.id][:2]
     candidates = [world_image_view(ctx, question.id, pixels=True, match_score=0.9),
                   world_image_view(ctx, others[0].id, pixels=True, match_score=0.1)]
     mei = build_interface(MEIConfig(log_path=tmp_path / "tool" / "mei.jsonl", ocr=False))
-    visit = await mei.web_visit(goal="what is shown", page=view, ctx=MEIContext(session_id="s1", turn=1, tool="WebVisit"))
+    visit = await mei.web_visit(goal="what is shown", page=view,
+                                ctx=MEIContext(session_id="s1", turn=1, tool="WebVisit"))
     rev = await mei.reverse_image_search(goal="which page", query_image=query, candidates=candidates,
                                          ctx=MEIContext(session_id="s1", turn=0, tool="ReverseImageSearch"))
     await mei.close()

@@ -1,6 +1,8 @@
 """The interleaved graph: Eq. 3's retrievability rule, node reuse with deferred edge completion, persistence, and
 the offline text/visual/image expansion on the small world (visual expansion through the real tool server)."""
 
+from dataclasses import replace
+
 import pytest
 
 from data_gen.kg import KG
@@ -15,6 +17,7 @@ from data_gen.modalsearch.visual import (
     assess,
     stably_retrievable,
 )
+from data_gen.neos.observer import rapid_ocr
 from data_gen.world.model import Page
 from data_gen.world.store import World
 from verl_ext.tools.client import ToolServerClient
@@ -123,3 +126,18 @@ async def test_build_links_text_and_image_nodes_with_typed_edges(world_kg, tool_
     assert counts["t2t"] and counts["t2i"] and counts["i2t"] and stats.counts["deferred_edges_completed"] > 0
     assert all(n.stable == any(e.target == n.id and e.kind == "t2i" for e in graph.edges())
                for n in graph.nodes.values() if n.kind == "image")
+
+
+def test_ocr_links_an_entity_the_pixels_name_and_the_metadata_does_not(world_kg):
+    """A map whose metadata is blanked: only the real OCR reads the country's name written on it (RapidOCR)."""
+    world, kg = world_kg
+    blank = replace(world.images["map_fra"], caption="", alt="", page_id=None)
+    assert OfflineImageLinker(world, kg).link(blank) == []
+    linker = OfflineImageLinker(world, kg, ocr=rapid_ocr())
+    linked = {l.page.id: l.relation for l in linker.link(blank)}
+    assert linked["France"].phrase == "is the country depicted in {x}" and linked["France"].source == "depiction"
+    assert linker.counts.recognized_by_ocr == linker.counts.recognized >= 1
+    # with its metadata, OCR adds nothing new: the caption already names France
+    with_metadata = OfflineImageLinker(world, kg, ocr=rapid_ocr())
+    with_metadata.link(world.images["map_fra"])
+    assert with_metadata.counts.recognized_by_ocr == 0
