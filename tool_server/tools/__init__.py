@@ -55,6 +55,8 @@ class ToolRunner:
         if self.cache is None or name not in CACHED:
             return await HANDLERS[name](self.ctx, Call(session, args, turn))
         tool = name if self.ctx.online is None else f"{name}@online"  # web results never answer world queries
+        if name in neos.MEI_BACKED:  # a trajectory's MEI calls carry one version: never an older checkpoint's cache
+            tool = f"{tool}@mei={self.ctx.mei.version}"
         key = cache_key(tool, self._cache_arguments(session, name, args), scope=session.group_id)
         computed: Observation | None = None
 

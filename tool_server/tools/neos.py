@@ -212,3 +212,5 @@ HANDLERS = {
     "CropImage": crop_image,
 }
 CACHED = frozenset({"TextSearch", "WebVisit", "ImageSearch", "ReverseImageSearch"})
+# Tools whose result is the MEI's evidence: their cache entries are per MEI version (a new checkpoint answers afresh).
+MEI_BACKED = frozenset({"WebVisit", "ImageSearch", "ReverseImageSearch"})
