@@ -14,7 +14,8 @@ Config (``trainer.v1.neos.mei``): ``enable``, ``update_every`` (K, paper 10), ``
 server writes, ``--mei-log``), ``server_url`` (the MEI server, ``python -m verl_ext.mei.server``), ``model_path`` (the
 initial MEI checkpoint), ``buffer_dir`` (default ``<trainer.default_local_dir>/mei``), ``train``
 (``MEITrainSettings`` fields other than ``model_path``). Resume: the buffer directory holds the MEI version, the
-checkpoint it came from and the retained calls not yet trained on.
+checkpoint it came from and the retained calls not yet trained on; ``init`` makes the MEI server serve that
+checkpoint again before the first rollout.
 """
 
 from __future__ import annotations
@@ -57,6 +58,16 @@ def rollout_results(rows: list[dict[str, Any]], scores: list[float]) -> list[Rol
     return results
 
 
+async def resume_served_version(buffer: MEIBuffer, server_url: str) -> str | None:
+    """On resume, make the MEI server serve the buffer's latest MEI checkpoint (a restarted server starts from the
+    initial one); returns the served version, or None before the first MEI update."""
+    from verl_ext.mei.server import activate
+
+    if not buffer.state.checkpoint:
+        return None
+    return await activate(server_url, buffer.state.checkpoint, buffer.state.mei_version)
+
+
 class MEICoEvolutionMixin:
     """Put before verl's trainer class in the bases (``NeosTrainer``); a no-op unless ``...neos.mei.enable``."""
 
@@ -87,6 +98,9 @@ class MEICoEvolutionMixin:
         from transformers import AutoProcessor
 
         self.mei_processor = AutoProcessor.from_pretrained(self.mei_settings.model_path)
+        served = asyncio.run(resume_served_version(self.mei_buffer, cfg.server_url))
+        if served is not None:
+            log.info("MEI server now serves the resumed %s (%s)", served, self.mei_buffer.state.checkpoint)
         log.info("MEI co-evolution on: version %s, K=%d, buffer %s", self.mei_buffer.state.mei_version,
                  self.mei_every, buffer_dir)
 
