@@ -30,7 +30,6 @@ import numpy as np
 import pytest
 import torch
 import transfer_queue as tq
-from hydra import compose, initialize_config_module
 from omegaconf import open_dict
 from torchdata.stateful_dataloader import StatefulDataLoader
 from verl.experimental.agent_loop.agent_loop import (
@@ -180,23 +179,19 @@ class _Trainer(MixedGroupSamplingMixin, _FakeModelCheckpoint, PPOTrainerSync):
     """The mixin over verl's sync trainer, as ``NeosTrainer`` composes it."""
 
 
-def make_config(model_dir, ckpt_dir):
-    with initialize_config_module(config_module="verl.trainer.config", version_base=None):
-        return compose(
-            config_name="ppo_trainer",
-            overrides=[
-                f"actor_rollout_ref.model.path={model_dir}",
-                "actor_rollout_ref.rollout.name=vllm",  # only names the engine; nothing here starts one
-                f"actor_rollout_ref.rollout.n={G}",
-                f"data.train_batch_size={B}",
-                f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT}",
-                "+trainer.v1.neos.sampler.max_per_group=3",
-                "+trainer.v1.neos.sampler.window=4",
-                "+trainer.v1.neos.sampler.admission_limit=8",
-                "+trainer.v1.neos.sampler.poll_interval=0.02",
-                f"trainer.default_local_dir={ckpt_dir}",
-            ],
-        )
+@pytest.fixture
+def config(compose_ppo_config, tiny_vl_model_dir, tmp_path):
+    return compose_ppo_config(
+        tiny_vl_model_dir,
+        f"actor_rollout_ref.rollout.n={G}",
+        f"data.train_batch_size={B}",
+        f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT}",
+        "+trainer.v1.neos.sampler.max_per_group=3",
+        "+trainer.v1.neos.sampler.window=4",
+        "+trainer.v1.neos.sampler.admission_limit=8",
+        "+trainer.v1.neos.sampler.poll_interval=0.02",
+        f"trainer.default_local_dir={tmp_path}",
+    )
 
 
 DATASET = [
@@ -231,8 +226,7 @@ def scripted_agent():
     _agent_loop_registry.pop(AGENT, None)
 
 
-def test_settings_come_from_trainer_v1_neos_sampler(tiny_vl_model_dir, tmp_path):
-    config = make_config(tiny_vl_model_dir, tmp_path)
+def test_settings_come_from_trainer_v1_neos_sampler(config):
     sampler, poll, max_deferred = mixed_group_settings(config, groups=B)
     assert (sampler.groups, sampler.group_size, sampler.max_per_group, sampler.window) == (2, 2, 3, 4)
     assert (sampler.admission_limit, poll, max_deferred) == (8, 0.02, None)  # None: the dataset's size, later
@@ -261,13 +255,12 @@ async def sample(trainer, step: int):
 
 
 async def test_mixed_groups_batch_topups_deferral_cancel_and_resume(
-    transfer_queue, tiny_vl_model_dir, tmp_path, scripted_agent
+    transfer_queue, config, tmp_path, scripted_agent
 ):
     SCRIPT.calls.clear()
     SCRIPT.uids.clear()
     SCRIPT.blocked.clear()
     SCRIPT.sessions.clear()
-    config = make_config(tiny_vl_model_dir, tmp_path)
     trainer = make_trainer(config)
     worker = NeosAgentLoopWorker(config, None)  # the scripted loop never generates
     control = LoopControl(worker, asyncio.get_running_loop())
@@ -331,15 +324,13 @@ async def test_mixed_groups_batch_topups_deferral_cancel_and_resume(
     tq.kv_clear(keys=batch.keys, partition_id="train")
 
 
-async def test_a_policy_that_solves_nothing_stops_with_a_clear_error(
-    transfer_queue, tiny_vl_model_dir, tmp_path, scripted_agent
-):
+async def test_a_policy_that_solves_nothing_stops_with_a_clear_error(transfer_queue, config, scripted_agent):
     """Every group fails 3 times (max_per_group) and is deferred; past ``max_deferred`` (2) the sampler gives up
     instead of pulling questions forever from verl's repeating dataloader. Hand-computed: the window's q0-q3 get 2
     samples each (8 = the admission limit), all fail, each gets its extra third, all fail: the poll that reports them
     defers all 4 at once (12 judged)."""
     SCRIPT.sessions.clear()
-    trainer = make_trainer(make_config(tiny_vl_model_dir, tmp_path))
+    trainer = make_trainer(config)
     trainer.replay_buffer.max_deferred = 2
     trainer.replay_buffer.bind(LoopControl(NeosAgentLoopWorker(trainer.config, None), asyncio.get_running_loop()))
     with pytest.raises(RuntimeError, match=r"4 questions deferred in one batch \(12 trajectories judged, 0 of 2 mixed groups\)"):
@@ -364,7 +355,7 @@ def test_bad_wiring_is_refused_with_a_clear_error(transfer_queue):
         RayRolloutControl(stock_manager)
 
 
-def test_ray_transport_reaches_the_worker_actor(transfer_queue, tiny_vl_model_dir, tmp_path):
+def test_ray_transport_reaches_the_worker_actor(transfer_queue, config):
     """``RayRolloutControl`` against our worker as a real Ray actor (another process, the working tree on its path):
     ``cancel_sessions`` and ``assess_failures`` through actor handles, the labels written from that process."""
     import ray
@@ -374,7 +365,7 @@ def test_ray_transport_reaches_the_worker_actor(transfer_queue, tiny_vl_model_di
 
     repo = str(Path(__file__).resolve().parents[2])
     actor = NeosAgentLoopWorkerTQ.options(runtime_env={"env_vars": {"PYTHONPATH": repo}}).remote(
-        make_config(tiny_vl_model_dir, tmp_path), None
+        config, None
     )
     try:
         control = RayRolloutControl(SimpleNamespace(agent_loop_workers=[actor]))
