@@ -1,7 +1,7 @@
 """Rollout-worker benchmark: driver overhead per turn and throughput vs ideal of our agent loop, beside stock verl's
 ``ToolAgentLoop`` on the same workload.
 
-    PYTHONPATH=. .venv/bin/python bench/bench_rollout.py [--part overhead|throughput|all] [--quick]
+    PYTHONPATH=. .venv/bin/python bench/bench_rollout.py [--part overhead|throughput|all] [--quick] [--reps N]
         [--world worlds/small] [--profile] [--json results.json]
 
 Both loops are built through verl's registry (``verl_ext.rollout.instantiate.instantiate_agent_loop``) with the
@@ -383,7 +383,7 @@ async def part_overhead(args, model_dir: Path, results: dict) -> None:
     image_urls = [i.url for i in list(world.world.images.values())[:256]]
     qimage = world.load_pixels("flag_fra", max_pixels=4_000_000)
     turn_list = [5, 10] if args.quick else [5, 20, 50]
-    reps = 2 if args.quick else 3
+    reps = args.reps or (2 if args.quick else 3)
     rows = results.setdefault("overhead", [])
     try:
         for images in (False, True):
@@ -686,6 +686,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="fewer turns, repetitions and episodes (< 60 s)")
     p.add_argument("--world", type=Path, default=ROOT / "worlds" / "small")
     p.add_argument("--profile", action="store_true", help="cProfile a 50-turn image episode of our loop")
+    p.add_argument("--reps", type=int, default=None, help="overhead: episodes per loop and workload, after one "
+                   "warm-up (default 3; --quick 2)")
     p.add_argument("--n", type=lambda v: [int(x) for x in v.split(",")], default=None, help="throughput: concurrent "
                    "episodes (default 16,64; --quick 8)")
     p.add_argument("--throughput-turns", type=int, default=None, help="throughput: turns per episode (10; --quick 5)")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from PIL import Image
 from verl.utils.tokenizer.continuous_token_wiring import create_continuous_token_builder
 
@@ -91,3 +93,65 @@ def test_text_chars_counts_string_contents_and_text_parts():
         {"role": "assistant", "content": None, "tool_calls": []},
     ]
     assert tokens.text_chars(messages) == 5
+
+
+OBSERVATIONS = [
+    "1. Flag of Japan",
+    "",
+    "  leading and trailing blanks \n\n",
+    '<tool_response>nested</tool_response> "quoted" & {{ braces }} {% raw %}',
+    "Zürich — 東京 — 🇫🇷\r\n\tend",
+]
+
+
+def test_observations_from_the_template_skeleton_match_verls_builder(tiny_vl_processor):
+    """Tool observations are tokenized from the template's skeleton (no render per turn): the same ids as verl's
+    builder for contents a template could treat specially, alone and two at once."""
+    reference, fast = _builder(tiny_vl_processor), fast_text_renders(_builder(tiny_vl_processor))
+    tokenizer = tiny_vl_processor.tokenizer
+    messages = [{"role": "system", "content": "rules"}, {"role": "user", "content": "Which flag?"}]
+    stream = reference.build_initial_tokens(messages, tools=TOOLS)
+    stream = reference.merge_assistant_tokens(stream, tokenizer.encode("<tool_call>{}</tool_call><|im_end|>")).token_ids
+    call = {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "x"}}]}
+    groups = [[{"role": "tool", "content": text}] for text in OBSERVATIONS] + [
+        [{"role": "tool", "content": OBSERVATIONS[2]}, {"role": "tool", "content": OBSERVATIONS[3]}]
+    ]
+    for group in groups:
+        previous, updated = [*messages, call], [*messages, call, *group]
+        expected = reference.merge_context_tokens(previous, updated, stream, tools=TOOLS).token_ids
+        assert fast.merge_context_tokens(previous, updated, stream, tools=TOOLS).token_ids == expected
+    skeletons = [parts for parts in tokens._skeletons.values() if parts is not None]
+    assert ("<|im_start|>user\n<tool_response>\n", "\n</tool_response><|im_end|>\n<|im_start|>assistant\n") in skeletons
+
+
+def _render_with(template):
+    """A toy chat template: each message as ``<|im_start|>role:`` + template(content) + ``<|im_end|>``."""
+
+    def render(messages, add_generation_prompt):
+        text = "".join(f"<|im_start|>{m['role']}:{template(m['content'])}<|im_end|>" for m in messages)
+        return text + ("<|im_start|>assistant:" if add_generation_prompt else "")
+
+    return render
+
+
+SPECIAL = ("<|im_start|>", "<|im_end|>")
+PREFIX = [{"role": "user", "content": "q"}]
+
+
+def test_template_skeleton_splits_around_each_content():
+    tools = [{"role": "tool", "content": "a"}, {"role": "tool", "content": "b"}]
+    parts = tokens.template_skeleton(_render_with(str), PREFIX, tools, True, SPECIAL)
+    assert parts == ("<|im_start|>tool:", "<|im_end|><|im_start|>tool:", "<|im_end|><|im_start|>assistant:")
+    filled = [{"role": "tool", "content": "x"}, {"role": "tool", "content": "y"}]
+    prefix_text = "<|im_start|>user:q<|im_end|>"
+    assert prefix_text + tokens.fill_skeleton(parts, ["x", "y"]) == _render_with(str)(PREFIX + filled, True)
+
+
+def test_templates_that_change_or_branch_on_the_content_have_no_skeleton():
+    tool = [{"role": "tool", "content": "a"}]
+    assert tokens.template_skeleton(_render_with(str.strip), PREFIX, tool, False, SPECIAL) is None  # trims
+    assert tokens.template_skeleton(_render_with(json.dumps), PREFIX, tool, False, SPECIAL) is None  # JSON
+    assert tokens.template_skeleton(_render_with(lambda c: c + c), PREFIX, tool, False, SPECIAL) is None  # twice
+    assert tokens.template_skeleton(_render_with(lambda c: ""), PREFIX, tool, False, SPECIAL) is None  # dropped
+    # The added text must start at a special token: here it would start with plain text.
+    assert tokens.template_skeleton(_render_with(str), PREFIX, tool, False, ("<|im_end|>",)) is None

@@ -20,6 +20,14 @@ observation. Checked the same way, once per builder class and per kind (with or 
 Third, ``text_merge_executor``: one thread per process for the media-free merges of long observations. The encoder
 call used here (``encode_batch_fast``) releases the GIL, so tokenizing a long observation there runs beside the
 event loop, which meanwhile serves the other episodes (their generate calls, tool replies and short merges).
+
+Fourth, tool observations with text content skip the template altogether: per builder class and message shape the
+template's text around each content is found once (``template_skeleton``: rendered with sentinels; refused for
+templates that trim, escape, drop or repeat the content, which a probe content shows, or whose added text does not
+start at a special token), and each observation is that text filled in and tokenized, the observation alone. The
+first use of each skeleton is checked against verl's two renders, and a skeleton that differs is dropped. What it
+cannot see is a template that renders a tool message differently depending on what its text says; Qwen2.5-VL's
+inserts it verbatim.
 """
 
 from __future__ import annotations
@@ -28,7 +36,9 @@ import json
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 from verl.utils.tokenizer.chat_template import apply_chat_template
@@ -41,6 +51,9 @@ _lock = threading.Lock()  # renders run in the default executor's threads
 _verified: dict[tuple, bool] = {}
 _tools_free: dict[tuple[type, bool], bool] = {}
 _fast_classes: dict[type, type] = {}
+_skeletons: dict[str, tuple[str, ...] | None] = {}  # None: the template is not of that kind for these messages
+_MISSING = object()
+_PROBE = ' \n  <p a="1">\'x\' & {{ y }}</p>\t\n '
 _executor: ThreadPoolExecutor | None = None
 
 # Media-free text (characters) above which a merge leaves the event loop: ~1,000 characters take ~0.5 ms to
@@ -116,16 +129,7 @@ class _TextRenderMemo:
             if hit is not None:
                 _memo.move_to_end(key)
                 return list(hit)
-        template_kwargs = dict(self.chat_template_kwargs)
-        if tools:
-            template_kwargs["tools"] = tools
-        # The tokenizer's template and its Rust encoder directly: ~4x cheaper than the processor's template and the
-        # Python tokenizer call; the check below catches a tokenizer template that differs from the processor's.
-        owner = self.tokenizer if getattr(self.tokenizer, "chat_template", None) else self.processor
-        text = apply_chat_template(
-            owner, messages, tokenize=False, add_generation_prompt=add_generation_prompt, **template_kwargs
-        )
-        ids = _encode(self.tokenizer, text)
+        ids = _encode(self.tokenizer, self._render_text(messages, add_generation_prompt, tools))
         if shape not in _verified:
             same = ids == slow(messages, images, **kwargs)
             _verified[shape] = same
@@ -138,21 +142,121 @@ class _TextRenderMemo:
                 _memo.popitem(last=False)
         return list(ids)
 
+    def _render_text(self, messages: list[dict[str, Any]], add_generation_prompt: bool, tools: Any) -> str:
+        """The tokenizer's template directly (with its Rust encoder, ~4x cheaper than the processor's template and
+        the Python tokenizer call); the checks against verl's renders catch a template that differs."""
+        template_kwargs = dict(self.chat_template_kwargs)
+        if tools:
+            template_kwargs["tools"] = tools
+        owner = self.tokenizer if getattr(self.tokenizer, "chat_template", None) else self.processor
+        return apply_chat_template(
+            owner, messages, tokenize=False, add_generation_prompt=add_generation_prompt, **template_kwargs
+        )
+
     def render_delta_token_id(self, prefix_messages, appended_messages, *, add_generation_prompt=False, tools=None):
-        slow = super().render_delta_token_id  # type: ignore[misc]
+        delta = partial(self._delta, prefix_messages, appended_messages, add_generation_prompt)
         if not tools:
-            return slow(prefix_messages, appended_messages, add_generation_prompt=add_generation_prompt)
+            return delta(None)
         kind = (type(self), has_media(appended_messages))
         if _tools_free.get(kind) is False:
-            return slow(prefix_messages, appended_messages, add_generation_prompt=add_generation_prompt, tools=tools)
-        delta = slow(prefix_messages, appended_messages, add_generation_prompt=add_generation_prompt)
+            return delta(tools)
+        ids = delta(None)
         if kind not in _tools_free:
-            full = slow(prefix_messages, appended_messages, add_generation_prompt=add_generation_prompt, tools=tools)
-            _tools_free[kind] = delta == full
-            if delta != full:
+            full = delta(tools)
+            _tools_free[kind] = ids == full
+            if ids != full:
                 log.warning("%s renders observations differently with tool schemas; keeping them", type(self))
                 return full
-        return delta
+        return ids
+
+    def _delta(self, prefix: list[dict], appended: list[dict], add_generation_prompt: bool, tools: Any) -> list[int]:
+        """Tool observations with text content: the template's skeleton for these messages filled with their
+        contents, tokenized (no template render per turn, and no prefix to tokenize); anything else, or a skeleton
+        that does not give verl's ids on its first use, through verl's two renders."""
+        slow = partial(
+            super().render_delta_token_id,  # type: ignore[misc]
+            prefix,
+            appended,
+            add_generation_prompt=add_generation_prompt,
+            tools=tools,
+        )
+        if not appended or not all(m.get("role") == "tool" and isinstance(m.get("content"), str) for m in appended):
+            return slow()
+        contents = [m["content"] for m in appended]
+        shape = [{**m, "content": None} for m in appended]
+        key = json.dumps(
+            [id(self.processor), prefix, shape, tools, add_generation_prompt, self.chat_template_kwargs],
+            sort_keys=True,
+            default=str,
+        )
+        with _lock:
+            parts = _skeletons.get(key, _MISSING)
+        if parts is None:
+            return slow()
+        if parts is not _MISSING:
+            return _encode(self.tokenizer, fill_skeleton(parts, contents))
+        parts = template_skeleton(
+            lambda messages, generation: self._render_text(messages, generation, tools),
+            prefix,
+            appended,
+            add_generation_prompt,
+            _special_tokens(self.tokenizer),
+        )
+        ids = slow()
+        if parts is not None and _encode(self.tokenizer, fill_skeleton(parts, contents)) != ids:
+            log.warning("%s: the template skeleton of %s messages differs from its renders", type(self), "tool")
+            parts = None
+        with _lock:
+            _skeletons[key] = parts
+            if len(_skeletons) > _MEMO_ITEMS:
+                _skeletons.pop(next(iter(_skeletons)))
+        return ids
+
+
+def _special_tokens(tokenizer: Any) -> tuple[str, ...]:
+    decoder = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+    return tuple(t.content for t in decoder.values() if getattr(t, "special", False))
+
+
+def template_skeleton(
+    render: Callable[[list[dict[str, Any]], bool], str],
+    prefix: list[dict[str, Any]],
+    appended: list[dict[str, Any]],
+    add_generation_prompt: bool,
+    special_tokens: tuple[str, ...],
+) -> tuple[str, ...] | None:
+    """The text the template adds after ``prefix`` for ``appended``, split around each message's content: ``parts``
+    such that ``fill_skeleton(parts, contents)`` is that text for any contents; None when the template is not of
+    that kind. ``render(messages, add_generation_prompt)`` renders to text.
+
+    Required: each content appears exactly once, in order, and verbatim (a probe with whitespace at both ends,
+    quotes, markup and braces renders as the skeleton says: no trim, escaping or JSON); the prefix renders
+    unchanged; and the added text starts at a special token, where the tokenizer splits before any merge, so its ids
+    do not depend on the prefix's."""
+    prefix_text = render(prefix, False)
+    sentinels = [f"\x00neos-content-{i}\x00" for i in range(len(appended))]
+    full = render(prefix + [{**m, "content": c} for m, c in zip(appended, sentinels)], add_generation_prompt)
+    if not full.startswith(prefix_text):
+        return None
+    added = full[len(prefix_text) :]
+    if not any(added.startswith(t) for t in special_tokens):
+        return None
+    if any(added.count(sentinel) != 1 for sentinel in sentinels):
+        return None
+    parts, rest = [], added
+    for sentinel in sentinels:
+        head, found, rest = rest.partition(sentinel)
+        if not found:  # out of order
+            return None
+        parts.append(head)
+    parts.append(rest)
+    probe = [_PROBE] * len(appended)
+    probed = render(prefix + [{**m, "content": c} for m, c in zip(appended, probe)], add_generation_prompt)
+    return tuple(parts) if probed == prefix_text + fill_skeleton(parts, probe) else None
+
+
+def fill_skeleton(parts: tuple[str, ...], contents: list[str]) -> str:
+    return parts[0] + "".join(content + part for content, part in zip(contents, parts[1:]))
 
 
 def fast_text_renders(builder: Any) -> Any:
