@@ -1,6 +1,6 @@
-"""``python -m data_gen neos --world DIR --out DIR [--limit N] [--seed S] [--ocr]``: the whole Neos pipeline,
-resumable (``OUT/results.jsonl`` is the append-only log), then the export (policy data, MEI pairs in
-``OUT/mei_sft.jsonl``) and a statistics report."""
+"""``python -m data_gen neos --world DIR --out DIR [--limit N] [--seed S] [--ocr] [--llm-url URL --llm-model M]``:
+the whole Neos pipeline, resumable (``OUT/results.jsonl`` is the append-only log), then the export (policy data,
+MEI pairs in ``OUT/mei_sft.jsonl``) and a statistics report."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+import aiohttp
 from tqdm import tqdm
 
 from data_gen.common.report import bar_charts
@@ -24,12 +25,14 @@ from data_gen.neos.agents import (
     probe_text_only_search,
 )
 from data_gen.neos.export import export, mei_pairs
+from data_gen.neos.llm import LLMTextOnlyProbe, ProbeUnavailable
 from data_gen.neos.observer import PaletteObserver, rapid_ocr
 from data_gen.neos.schema import Outcome, Task
 from data_gen.neos.store import ResultLog
 from data_gen.neos.synth import Candidate, Synthesizer
 from data_gen.world.store import World
 from tool_server.launch import served
+from verl_ext.reward.judge import JudgeConfig
 from verl_ext.tools.client import ToolServerClient, ToolServerUnavailable
 
 # The filters in pipeline order; a candidate reaching one has passed all before it.
@@ -44,22 +47,31 @@ def parser(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=None, help="stop once this many tasks are verified")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--ocr", action="store_true", help="let the blind observer also read image text (RapidOCR)")
+    p.add_argument("--llm-url", default=None, help="OpenAI-compatible base URL: probe 1 also asks this model to "
+                   "answer each question closed-book (default: the programmatic probe alone, no model)")
+    p.add_argument("--llm-model", default="probe", help="model name sent to --llm-url")
     return p
 
 
 async def _judge(client: ToolServerClient, expert: ProgrammaticExpert, cand: Candidate, image_texts: list[str],
-                 seconds: dict[str, float]) -> Outcome:
-    """Steps 7-8 for a synthesized task: the four probes in order, then the expert; the first that decides ends it."""
+                 seconds: dict[str, float], llm_probe: LLMTextOnlyProbe | None) -> Outcome:
+    """Steps 7-8 for a synthesized task: the four probes in order, then the expert; the first that decides ends it.
+    Probe 1 is the programmatic check, then (when configured) the model's closed-book answer."""
     task = cand.task
     assert task is not None
     probes: dict[str, bool] = {}
 
-    def rejected(name: str) -> Outcome:
-        return Outcome(key=cand.key, status="rejected", filter=name, task=task, probes=probes, seconds=seconds)
+    def rejected(name: str, detail: str = "") -> Outcome:
+        return Outcome(key=cand.key, status="rejected", filter=name, detail=detail, task=task, probes=probes,
+                       seconds=seconds)
 
     probes["text_only_answer"] = probe_text_only_answer(task)
     if probes["text_only_answer"]:
-        return rejected("text_only_answer")
+        return rejected("text_only_answer", "the question names the answer")
+    if llm_probe is not None:
+        probes["text_only_answer"] = await llm_probe.solves(task)
+        if probes["text_only_answer"]:
+            return rejected("text_only_answer", f"{llm_probe.name} ({llm_probe.config.model}) answered it")
     t = time.perf_counter()
     probes["text_only_search"] = await probe_text_only_search(client, task)
     seconds["text_only_search"] = time.perf_counter() - t
@@ -80,15 +92,18 @@ async def _judge(client: ToolServerClient, expert: ProgrammaticExpert, cand: Can
                    detail=why, task=task, trajectory=record.model_dump(mode="json"), probes=probes, seconds=seconds)
 
 
-async def run(world_dir: Path, out: Path, url: str, *, seed: int, limit: int | None, ocr: bool) -> None:
+async def run(world_dir: Path, out: Path, url: str, *, seed: int, limit: int | None, ocr: bool,
+              llm: JudgeConfig | None = None) -> None:
     world = World.load(world_dir)
     observer = PaletteObserver(rapid_ocr() if ocr else None)
     synth = Synthesizer(world, seed=seed, observer=observer)
     log = ResultLog(out / "results.jsonl")
     verified = sum(1 for o in log.outcomes() if o.status == "verified")
     seeds = synth.seeds()
-    async with ToolServerClient(url) as client:
+    timeout = aiohttp.ClientTimeout(total=llm.timeout_s if llm else None)
+    async with ToolServerClient(url) as client, aiohttp.ClientSession(timeout=timeout) as http:
         expert = ProgrammaticExpert(client)
+        llm_probe = LLMTextOnlyProbe(llm, http) if llm else None
         bar = tqdm(seeds, desc="neos seeds", unit="seed")
         for seed_entity in bar:
             if limit is not None and verified >= limit:
@@ -109,8 +124,8 @@ async def run(world_dir: Path, out: Path, url: str, *, seed: int, limit: int | N
                     continue
                 texts = [t for e in cand.task.entry_images for t in _image_texts(world, e.image_id, observer)]
                 try:
-                    outcome = await _judge(client, expert, cand, texts, seconds)
-                except ToolServerUnavailable as err:
+                    outcome = await _judge(client, expert, cand, texts, seconds, llm_probe)
+                except (ToolServerUnavailable, ProbeUnavailable) as err:
                     errors += 1
                     outcome = Outcome(key=cand.key, status="error", detail=str(err), task=cand.task, seconds=seconds)
                 log.append(outcome)
@@ -173,7 +188,8 @@ def main(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     with served(args.world, "--cache-dir", str(args.out / "tool_server_cache")) as url:
-        asyncio.run(run(args.world, args.out, url, seed=args.seed, limit=args.limit, ocr=args.ocr))
+        llm = JudgeConfig(url=args.llm_url, model=args.llm_model) if args.llm_url else None
+        asyncio.run(run(args.world, args.out, url, seed=args.seed, limit=args.limit, ocr=args.ocr, llm=llm))
     log = ResultLog(args.out / "results.jsonl")
     outcomes = log.outcomes()
     log.close()
