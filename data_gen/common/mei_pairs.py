@@ -38,7 +38,6 @@ from tool_server.mei.schema import (
     ImageSearchEvidence,
     ImageView,
     MEIContext,
-    PageView,
     ReverseImageEvidence,
     WebVisitEvidence,
 )
@@ -136,6 +135,13 @@ def _same(rebuilt: dict[str, Any], logged: dict[str, Any]) -> None:
         raise _Skip("input_mismatch")
 
 
+def _context(record: MEIRecord) -> MEIContext:
+    try:
+        return MEIContext(session_id=record.session_id, turn=record.turn, tool=record.tool)
+    except ValidationError:
+        raise _Skip("malformed_input") from None
+
+
 def _call_ids(episodes: Iterable[Episode]) -> Iterable[tuple[str, Episode]]:
     for episode in episodes:
         for turn in episode.trajectory["turns"]:
@@ -170,17 +176,17 @@ def export_mei_pairs(
                     raise _Skip("not_in_tool_log")
                 if record.outcome == "error":
                     raise _Skip("error_call")
+                ctx = _context(record)
                 messages = rebuild.messages(record, episode.question_image_ids)
             except ValidationError:  # the output does not validate against the strict evidence schema
                 counts["skipped_schema"] += 1
                 continue
-            except KeyError:  # a summary without the keys the tool server writes
+            except (KeyError, TypeError):  # a summary without the keys or shapes the tool server writes
                 counts["skipped_malformed_input"] += 1
                 continue
             except _Skip as skip:
                 counts[f"skipped_{skip}"] += 1
                 continue
-            ctx = MEIContext(session_id=record.session_id, turn=record.turn, tool=record.tool)
             log.append(ctx=ctx, method=record.method, mei_version=record.mei_version, outcome="extractive",
                        latency_s=record.latency_s, input=record.input, output=record.output, messages=messages)
             counts["written"] += 1

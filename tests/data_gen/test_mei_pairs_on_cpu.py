@@ -1,7 +1,8 @@
 """MEI training pairs from logged extractive calls (``data_gen.common.mei_pairs``): the messages are exactly those a
 model-backed MEI is sent for the call's real inputs, the target is the logged evidence, and every call that cannot
 be a faithful pair (inputs that do not rebuild to the logged summary, an output that fails the client's checks or
-schema, a call missing from the log, an error, an unknown query image) is skipped and counted, never written."""
+schema, a call missing from the log, an error, an unknown query image, a malformed record) is skipped and counted,
+never written."""
 
 import io
 import json
@@ -60,6 +61,8 @@ async def logged(world, tmp_path):
         "error": v.model_copy(update={"call_id": "error", "input": {**v.input, "goal": "error"}, "outcome": "error",
                                       "output": {"error": "boom"}}),
         "query": r.model_copy(update={"call_id": "query", "input": {**r.input, "goal": "another goal"}}),
+        "tool": v.model_copy(update={"call_id": "tool", "input": {**v.input, "goal": "tool"}, "tool": "Telnet"}),
+        "shape": v.model_copy(update={"call_id": "shape", "input": {"goal": "shape", "page": None}}),
     }
     with path.open("a") as fh:
         for record in tampered.values():
@@ -76,14 +79,16 @@ def _episode(call_ids, question_ids):
 def test_pairs_are_the_model_messages_and_logged_evidence_and_unfaithful_calls_are_skipped(world, logged, tmp_path):
     v, r = logged["visit"], logged["rev"]
     episodes = [
-        _episode([[r.call_id], [v.call_id], [v.call_id], ["check", "input"], ["schema", "missing", "error"]],
+        _episode([[r.call_id], [v.call_id], [v.call_id], ["check", "input"], ["schema", "missing", "error"],
+                  ["tool", "shape"]],
                  [logged["question_id"]]),
         _episode([["query"]], [logged["other_id"]]),  # its query image is not among this episode's question images
     ]
     out = tmp_path / "pairs" / "mei_sft.jsonl"
     counts = export_mei_pairs(episodes, logged["path"], lambda: world, out)
     assert counts == {"written": 2, "skipped_check_failed": 1, "skipped_error_call": 1, "skipped_input_mismatch": 1,
-                      "skipped_not_in_tool_log": 1, "skipped_query_image_not_found": 1, "skipped_schema": 1}
+                      "skipped_not_in_tool_log": 1, "skipped_query_image_not_found": 1, "skipped_schema": 1,
+                      "skipped_malformed_input": 2}
     read = MEILog.read(out)
     assert read.skipped_lines == []
     rev_pair, visit_pair = read.records
