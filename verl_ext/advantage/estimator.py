@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -21,8 +21,8 @@ from verl.trainer.ppo.core_algos import register_adv_est
 
 from verl_ext.advantage.inputs import CreditRow, current_credit_inputs, mask_array
 from verl_ext.credit import CreditAblation, CreditParams
-from verl_ext.credit.runs import PendingRuns, submit_mask_runs
 from verl_ext.credit.batch import run_credit_values
+from verl_ext.credit.runs import MaskRuns, submit_mask_runs
 from verl_ext.credit.weight_table import WeightTable
 
 ESTIMATOR = "neos_turn_credit"
@@ -44,16 +44,28 @@ def credit_params_from_config(config: Any) -> CreditParams:
     return CreditParams(**values)
 
 
+def row_scores(token_level_rewards: torch.Tensor) -> np.ndarray:
+    """(bs,) float64 sum of each row's token rewards, summed by torch as verl's GRPO sums them."""
+    return token_level_rewards.sum(dim=-1).detach().cpu().double().numpy()
+
+
 def outcome_advantage(
     token_level_rewards: torch.Tensor, index: np.ndarray, epsilon: float, norm_adv_by_std_in_grpo: bool
 ) -> torch.Tensor:
-    """(bs,) GRPO advantage A_i per row, with the semantics of verl's ``compute_grpo_outcome_advantage``.
+    """(bs,) GRPO advantage A_i per row, with the semantics of verl's ``compute_grpo_outcome_advantage``."""
+    scores = row_scores(token_level_rewards)
+    return grouped_advantage(scores, index, epsilon, norm_adv_by_std_in_grpo, like=token_level_rewards)
 
-    Same statistics (group mean, unbiased std, ``epsilon`` added to the std; a group of one has mean 0 and std 1),
-    computed with one ``np.unique`` and ``bincount`` instead of verl's Python loop over rows, which alone cost more than
-    the whole credit computation on a 4,096-row batch. ``test_estimator_on_cpu`` pins equality with verl's function.
+
+def grouped_advantage(
+    scores: np.ndarray, index: np.ndarray, epsilon: float, norm_adv_by_std_in_grpo: bool, like: torch.Tensor
+) -> torch.Tensor:
+    """GRPO advantage from the rows' scores, as a tensor of ``like``'s dtype and device.
+
+    Same statistics as verl (group mean, unbiased std, ``epsilon`` added to the std; a group of one has mean 0 and
+    std 1), computed with one ``np.unique`` and ``bincount`` instead of verl's Python loop over rows, which alone cost
+    more than the whole credit computation on a 4,096-row batch. ``test_estimator_on_cpu`` pins equality with verl.
     """
-    scores = token_level_rewards.sum(dim=-1).detach().cpu().double().numpy()
     _, group = np.unique(np.asarray(index, dtype=object).astype(str), return_inverse=True)
     count = np.bincount(group)
     mean = np.bincount(group, weights=scores) / count
@@ -64,37 +76,48 @@ def outcome_advantage(
     advantage = scores - mean[group]
     if norm_adv_by_std_in_grpo:
         advantage = advantage / (std[group] + epsilon)
-    return torch.from_numpy(advantage).to(dtype=token_level_rewards.dtype, device=token_level_rewards.device)
+    return torch.from_numpy(advantage).to(dtype=like.dtype, device=like.device)
 
 
-def turn_credit_advantages(
-    base: torch.Tensor, pending: PendingRuns, rows: Sequence[CreditRow], index: np.ndarray, params: CreditParams
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """(bs, len) advantages (Eq. 7 over Eq. 3 weights for assessed rows, A_i elsewhere, 0 outside the mask) and
-    their ``credit_metrics``.
+@dataclass(frozen=True)
+class LabelledFailures:
+    """The batch's assessed failures and their Eq. 3 weights, computed from the labels before the mask is read."""
 
-    ``pending`` are the response mask's runs, still being computed on other threads: the label work and the Eq. 3
-    weights here overlap that memory-bound pass, which releases the GIL.
-    """
-    bs = base.shape[0]
+    assessed: np.ndarray  # (bs,) bool
+    rows: np.ndarray  # (F,) batch rows of the assessed failures
+    num_turns: np.ndarray  # (F,) turns each failure is labelled for
+    weights: np.ndarray | None  # (F, max turns) Eq. 3 weights, NaN-padded; None when the labels break a rule
+    error: ValueError | None  # that rule's error, raised only after the shape checks against the mask
+
+
+def labelled_failures(rows: Sequence[CreditRow], index: np.ndarray, bs: int, params: CreditParams) -> LabelledFailures:
+    """Check the credit rows line up with verl's batch, then Eq. 3 weights for every assessed failure at once."""
     if len(rows) != bs:
         raise ValueError(f"credit inputs hold {len(rows)} rows for a batch of {bs}")
     for i, row in enumerate(rows):
         if row.uid != str(index[i]):
             raise ValueError(f"credit row {i} has uid {row.uid!r} but verl's batch row {i} has {index[i]!r}")
-    base_np = base.detach().cpu().double().numpy()
     assessed = np.array([row.labels is not None and row.labels.assessed for row in rows], dtype=bool)
     failures = np.flatnonzero(assessed)
     labels = [rows[i].labels for i in failures]
-    num_turns = np.array([label.num_turns for label in labels], dtype=np.int64)
     table = WeightTable.from_labels([(label.num_turns, label.events, label.productive) for label in labels])
-    try:  # computed before the runs are waited for; raised after the shape checks below, in the order they had
-        failure_weights, label_error = table.weights(params), None
-    except ValueError as error:
-        failure_weights, label_error = None, error
-    runs = pending.result()
+    try:
+        weights, error = table.weights(params), None
+    except ValueError as label_error:
+        weights, error = None, label_error
+    return LabelledFailures(assessed, failures, table.num_turns, weights, error)
+
+
+def turn_credit_advantages(
+    base: torch.Tensor, runs: MaskRuns, rows: Sequence[CreditRow], labelled: LabelledFailures, params: CreditParams
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """(bs, len) advantages (Eq. 7 over Eq. 3 weights for assessed rows, A_i elsewhere, 0 outside the mask) and
+    their ``credit_metrics``; turn i of a row is the i-th run of its response mask."""
+    bs = base.shape[0]
+    base_np = base.detach().cpu().double().numpy()
+    failures = labelled.rows
     mask_turns = runs.turns_per_row()
-    wrong_turns, positive = num_turns != mask_turns[failures], base_np[failures] > 0
+    wrong_turns, positive = labelled.num_turns != mask_turns[failures], base_np[failures] > 0
     if (wrong_turns | positive).any():
         first = int(np.flatnonzero(wrong_turns | positive)[0])
         i, row = int(failures[first]), rows[failures[first]]
@@ -104,11 +127,11 @@ def turn_credit_advantages(
                 f"has {mask_turns[i]} runs of policy tokens"
             )
         raise ValueError(f"credit row {i} (uid {row.uid}) has labels but outcome advantage {base_np[i]} > 0")
-    if label_error is not None:
-        raise label_error
-    weights = np.full((bs, failure_weights.shape[1]), np.nan)
-    weights[failures] = failure_weights
-    values = run_credit_values(runs, weights, base_np, assessed, params)
+    if labelled.error is not None:
+        raise labelled.error
+    weights = np.full((bs, labelled.weights.shape[1]), np.nan)
+    weights[failures] = labelled.weights
+    values = run_credit_values(runs, weights, base_np, labelled.assessed, params)
     advantages = torch.from_numpy(runs.expand(values.astype(np.float32), 0.0, np.float32))
     return advantages.to(device=base.device, dtype=base.dtype), credit_metrics(values, runs.length, rows)
 
@@ -150,10 +173,16 @@ def compute_turn_credit_advantage(
             )
         advantages = outcome_advantage(token_level_rewards, index, epsilon, norm)[:, None] * response_mask
     else:
-        # The mask pass (memory-bound numpy, GIL released) runs on two threads beside the GRPO base and the labels.
+        # Order matters on two cores. The label work is Python and holds the GIL, so it runs beside the one GIL-free
+        # torch reduction of the rewards; the mask pass (numpy on two threads) starts only after it, because threads
+        # that must retake the GIL between numpy calls stall behind Python on the main thread (run beside the label
+        # work, it cost ~9% more wall and CPU time on the benchmark batch, docs/benchmarks.md).
         with ThreadPoolExecutor(max_workers=2) as pool:
-            runs = submit_mask_runs(mask_array(response_mask), pool)
-            base = outcome_advantage(token_level_rewards, index, epsilon, norm)
-            advantages, metrics = turn_credit_advantages(base, runs, inputs.rows, index, params)
+            scores = pool.submit(row_scores, token_level_rewards)
+            labelled = labelled_failures(inputs.rows, index, token_level_rewards.shape[0], params)
+            pending = submit_mask_runs(mask_array(response_mask), pool)
+            base = grouped_advantage(scores.result(), index, epsilon, norm, like=token_level_rewards)
+            runs = pending.result()
+        advantages, metrics = turn_credit_advantages(base, runs, inputs.rows, labelled, params)
         inputs.metrics.update(metrics)
     return advantages, advantages
