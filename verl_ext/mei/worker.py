@@ -34,6 +34,7 @@ from verl.workers.config.engine import TrainingWorkerConfig
 from verl.workers.engine_workers import TrainingWorker
 from verl.workers.utils.losses import sft_loss
 
+import verl_ext.compat  # noqa: F401  verl 0.9.1 fixes, also in the Ray worker processes that unpickle this module
 from verl_ext.mei.sft import MAX_SEQ_LEN, collate
 
 # Sub-modules that are the vision encoder or the vision->language projector in the VLM families we serve as MEI

@@ -38,7 +38,6 @@ from verl.workers.config import HFModelConfig, RolloutConfig
 from verl.workers.rollout.base import _ROLLOUT_REGISTRY, BaseRollout
 from verl.workers.rollout.replica import RolloutMode, RolloutReplica, RolloutReplicaRegistry, TokenOutput
 
-from verl_ext.rollout.hf_generate import TransformersGenerateClient
 
 NAME = "hf"
 
@@ -88,6 +87,10 @@ class HFRolloutServer:
             dtype=PrecisionType.to_dtype(config.dtype),
             trust_remote_code=model_config.trust_remote_code,
         )
+        # Imported here, not at module level: this module is imported by the plugin on `import verl`, and
+        # hf_generate imports verl, so `python -m` of anything importing hf_generate first would be circular.
+        from verl_ext.rollout.hf_generate import TransformersGenerateClient
+
         self.client = TransformersGenerateClient(
             model.to(self.device),
             model_config.processor,
