@@ -248,8 +248,12 @@ def _instrument() -> None:
     wrap(AgentLoopBase, "ct_build_initial_tokens", "ct_initial")
     wrap(AgentLoopBase, "ct_merge_context_msg", "ct_context")  # stock's merges
     wrap(AgentLoopBase, "ct_merge_assistant_token", "ct_assistant")
-    wrap(SearchAgentLoop, "_merge_context", "ct_context")  # ours: verl's merges, applied in place
-    wrap(SearchAgentLoop, "_merge_assistant", "ct_assistant")
+    # Ours: verl's merges applied in place; before that (a checkout of older code on PYTHONPATH), its ct_* overrides.
+    for name, key in (("_merge_context", "ct_context"), ("_merge_assistant", "ct_assistant")):
+        if hasattr(SearchAgentLoop, name):
+            wrap(SearchAgentLoop, name, key)
+    if "ct_merge_context_msg" in vars(SearchAgentLoop):
+        wrap(SearchAgentLoop, "ct_merge_context_msg", "ct_context")
     wrap(AgentLoopBase, "process_multi_modal_info", "mm_info")
     wrap(ToolSession, "open", "session")
     wrap(ToolSession, "close", "session")
@@ -392,9 +396,9 @@ async def part_overhead(args, model_dir: Path, results: dict) -> None:
                 rng = random.Random(turns * 2 + images)
                 eps = [episode_calls(rng, turns, images, queries, image_urls) for _ in range(reps + 1)]
                 scripts = tokenize_scripts(factory.tokenizer, eps)
-                per_kind: dict[str, list[dict[str, float]]] = {"ours": [], "stock": []}
+                per_kind: dict[str, list[dict[str, float]]] = {kind: [] for kind in args.loops}
                 for rep in range(reps + 1):  # rep 0 warms up (catalog fetch, caches)
-                    for kind in ("ours", "stock") if rep % 2 == 0 else ("stock", "ours"):
+                    for kind in args.loops if rep % 2 == 0 else args.loops[::-1]:
                         client = CannedResponses([scripts[rep]])
                         loop = factory.build(kind, client)
                         stats = await run_episode(loop, question(qimage if images else None), f"u{rep}")
@@ -692,8 +696,8 @@ def main(argv: list[str] | None = None) -> int:
                    "episodes (default 16,64; --quick 8)")
     p.add_argument("--throughput-turns", type=int, default=None, help="throughput: turns per episode (10; --quick 5)")
     p.add_argument("--images", action="store_true", help="throughput: also the image workload")
-    p.add_argument("--loops", type=lambda v: v.split(","), default=["ours", "stock"], help="throughput: which "
-                   "loops (ours,stock; stock alone takes minutes at N=256)")
+    p.add_argument("--loops", type=lambda v: v.split(","), default=["ours", "stock"], help="which loops (ours,stock; "
+                   "stock alone takes minutes at N=256)")
     p.add_argument("--seed", type=int, default=0, help="seed of the drawn tool latencies")
     p.add_argument("--json", type=Path, default=None, help="write all results here")
     p.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)
