@@ -94,17 +94,18 @@ def verl_subprocess_env() -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def compose_ppo_config():
-    """``compose_ppo_config(model_dir, *overrides)``: verl's own ``ppo_trainer`` config as ``main_ppo`` composes it,
-    for the model at ``model_dir``, with ``rollout.name=vllm`` (it only names the engine: nothing here starts one)."""
+    """``compose_ppo_config(model_dir, *overrides, rollout="vllm")``: verl's own ``ppo_trainer`` config as ``main_ppo``
+    composes it, for the model at ``model_dir`` and the rollout engine ``rollout`` (vllm only names one: nothing here
+    starts it; our ``hf`` engine is the one a test can run)."""
     from hydra import compose, initialize_config_module
 
-    def compose_config(model_dir: Path, *overrides: str):
+    def compose_config(model_dir: Path, *overrides: str, rollout: str = "vllm"):
         with initialize_config_module(config_module="verl.trainer.config", version_base=None):
             return compose(
                 config_name="ppo_trainer",
                 overrides=[
                     f"actor_rollout_ref.model.path={model_dir}",
-                    "actor_rollout_ref.rollout.name=vllm",
+                    f"actor_rollout_ref.rollout.name={rollout}",
                     *overrides,
                 ],
             )

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import pytest
 import ray
 import torch
-from hydra import compose, initialize_config_module
 from omegaconf import DictConfig, OmegaConf
 from PIL import Image
 from verl.single_controller.base import Worker
@@ -47,23 +46,6 @@ def _prompt_ids(processor) -> list[int]:
     return processor(text=[text], images=[_image()], return_tensors="pt")["input_ids"][0].tolist()
 
 
-def _config(model_dir, prompt_length: int) -> DictConfig:
-    with initialize_config_module(config_module="verl.trainer.config", version_base=None):
-        return compose(
-            config_name="ppo_trainer",
-            overrides=[
-                f"actor_rollout_ref.model.path={model_dir}",
-                "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
-                "actor_rollout_ref.rollout.name=hf",
-                "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
-                "actor_rollout_ref.rollout.dtype=float32",
-                f"actor_rollout_ref.rollout.prompt_length={prompt_length}",
-                f"actor_rollout_ref.rollout.response_length={RESPONSE_LENGTH}",
-                "trainer.n_gpus_per_node=1",
-            ],
-        )
-
-
 @dataclass
 class Backend:
     config: DictConfig
@@ -74,10 +56,19 @@ class Backend:
 
 
 @pytest.fixture(scope="module")
-def backend(ray_cluster, tiny_vl_model_dir, tiny_vl_processor) -> Iterator[Backend]:
+def backend(ray_cluster, compose_ppo_config, tiny_vl_model_dir, tiny_vl_processor) -> Iterator[Backend]:
     prompt_ids = _prompt_ids(tiny_vl_processor)
     # prompt_length + response_length - len(prompt) = 4 < response_length: the server must apply the tighter bound
-    config = _config(tiny_vl_model_dir, prompt_length=len(prompt_ids) - 2)
+    config = compose_ppo_config(
+        tiny_vl_model_dir,
+        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        "actor_rollout_ref.rollout.dtype=float32",
+        f"actor_rollout_ref.rollout.prompt_length={len(prompt_ids) - 2}",
+        f"actor_rollout_ref.rollout.response_length={RESPONSE_LENGTH}",
+        "trainer.n_gpus_per_node=1",
+        rollout="hf",
+    )
     rollout, model = config.actor_rollout_ref.rollout, config.actor_rollout_ref.model
     with pytest.MonkeyPatch.context() as env:
         env.setenv("RANK", "0")  # verl's worker group sets it in the worker that builds the adapter
