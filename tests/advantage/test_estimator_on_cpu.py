@@ -189,3 +189,41 @@ def test_outcome_advantage_equals_verls_grpo_on_random_groups(norm):
     )
     got = outcome_advantage(rewards, index, 1e-6, norm)
     np.testing.assert_allclose(got.numpy(), expected[:, 0].numpy(), rtol=1e-5, atol=1e-6)
+
+
+def _broken_labels(num_turns: int) -> CreditLabels:
+    """Labels that break an Eq. 3 input rule (a recovery with no error before it), built without validation, as a
+    stale or hand-edited label file could arrive."""
+    recovery = LabelEvent(turn=2, type="recovery", severity=0.0, confidence=1.0)
+    return CreditLabels.model_construct(
+        schema_version=1, assessed=True, judge="t", num_turns=num_turns, events=[recovery], productive={},
+        fallback_reason=None,
+    )
+
+
+def test_label_rule_errors_come_after_the_checks_against_the_mask() -> None:
+    """The Eq. 3 weights are computed before the mask is read, but their error is raised only after the row's turn
+    count was checked against the mask: a row labelled for the wrong number of turns reports that first."""
+    rows = _rows()
+    rows[1] = CreditRow("g1", _broken_labels(num_turns=7))
+    with pytest.raises(ValueError, match="labelled for 7 turns but its response_mask has 6"):
+        _through_verl("full", rows)
+    rows[1] = CreditRow("g1", _broken_labels(num_turns=6))
+    with pytest.raises(ValueError, match="recovery at turn 2 has no unrecovered error before it"):
+        _through_verl("full", rows)
+
+
+def test_labelled_failures_by_hand() -> None:
+    """Which rows are assessed failures, their labelled turn counts and Eq. 3 weights (row 1 of the batch above:
+    w = 0.1, -0.5, -0.2, 0.3, -0.9, -0.45 under the full row), before any mask is read."""
+    from verl_ext.advantage.estimator import labelled_failures
+
+    _, _, uid = _batch()
+    labelled = labelled_failures(_rows(), uid, 4, CreditParams())
+    assert labelled.assessed.tolist() == [False, True, False, False]
+    assert labelled.rows.tolist() == [1] and labelled.num_turns.tolist() == [6] and labelled.error is None
+    np.testing.assert_allclose(labelled.weights, [[0.1, -0.5, -0.2, 0.3, -0.9, -0.45]], rtol=1e-12)
+    broken = _rows()
+    broken[1] = CreditRow("g1", _broken_labels(num_turns=6))
+    labelled = labelled_failures(broken, uid, 4, CreditParams())
+    assert labelled.weights is None and "no unrecovered error" in str(labelled.error)
