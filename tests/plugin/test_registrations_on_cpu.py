@@ -14,14 +14,21 @@ from verl_ext.registrations import REGISTRATIONS, Registration, is_registered
 CHECK = "import json\nfrom verl_ext.registrations import missing\nprint(json.dumps([r.name for r in missing()]))\n"
 
 
-# A module of ours imported first, before verl (``python -m verl_ext.mei.server``): verl's plugin load then runs
-# while that module is half-initialised, and must not need it (a circular import that broke the MEI server once).
-@pytest.mark.parametrize("first", ["verl", "verl_ext.rollout.hf_generate", "verl_ext.mei.server"])
-def test_every_registration_present_after_plain_import_in_fresh_process(first):
-    code = f"import {first}\n{CHECK}"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+# Modules a process may import before verl: ``python -m verl_ext.mei.server``, and Ray workers that unpickle their
+# actor class (the agent-loop worker, the MEI SFT worker, the rollout server). verl's plugin load then runs while that
+# module is half-initialised and must not need it: circular imports of this kind stopped the MEI server and the
+# agent-loop workers on the GPU machine.
+FIRST_IMPORTS = ("verl", "verl_ext.rollout.hf_generate", "verl_ext.mei.server", "verl_ext.rollout.tq_worker",
+                 "verl_ext.mei.worker", "verl_ext.rollout.hf_replica", "verl_ext.trainer.neos_trainer")
+
+
+def test_every_registration_present_whichever_module_a_fresh_process_imports_first():
+    procs = {first: subprocess.Popen([sys.executable, "-c", f"import {first}\n{CHECK}"], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True) for first in FIRST_IMPORTS}
+    for first, proc in procs.items():  # started together: ~20 s each of mostly torch/verl import time
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, f"import {first} first:\n{err[-3000:]}"
+        assert json.loads(out.strip().splitlines()[-1]) == [], first
 
 
 def test_plugin_is_loaded_through_verls_entry_point_not_by_us():

@@ -44,7 +44,8 @@ from verl.utils.dataset.rl_dataset import collate_fn
 
 from verl_ext.credit.labels import CREDIT_KEY, CreditLabels
 from verl_ext.rollout.record import RECORD_KEY, TrajectoryRecord
-from verl_ext.rollout.tq_worker import NeosAgentLoopWorker, admission_key
+from verl_ext.rollout.admission import admission_key
+from verl_ext.rollout.tq_worker import NeosAgentLoopWorker
 from verl_ext.trainer.mixed_groups import (
     CHECKPOINT_FILE,
     MixedGroupReplayBuffer,

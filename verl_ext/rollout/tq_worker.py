@@ -41,22 +41,15 @@ from verl_ext.credit.judge import CreditJudge
 from verl_ext.credit.labels import CREDIT_KEY, CreditLabels
 from verl_ext.credit.offline_judge import OfflinePathJudge, TaskPath
 from verl_ext.reward.judge import JudgeConfig
+from verl_ext.rollout.admission import SESSIONS_KEY, SUCCESS_THRESHOLD, TRAIN, admission_key
 from verl_ext.rollout.record import RECORD_KEY, TrajectoryRecord
 
 log = logging.getLogger(__name__)
 JUDGE_KEY = "neos_credit_judge"
-SESSIONS_KEY = "__session_ids__"
-SUCCESS_THRESHOLD = 0.5  # the outcome reward at or above which a trajectory counts as a success (GroupAssessor's)
-TRAIN = "train"
 
 # Set inside a mixed-group prompt's session tasks (each task copies the context it was created in): the trainer
 # judges those groups, so ``_agent_loop_postprocess`` must not wait for a fixed-size group.
 _TRAINER_JUDGES: ContextVar[bool] = ContextVar("neos_trainer_judges", default=False)
-
-
-def admission_key(uid: str, session: int) -> str:
-    """TransferQueue key of a mixed-group session's status tag (its trajectories are ``{uid}_{session}_{i}``)."""
-    return f"{uid}-{session}"
 
 
 _VerlWorker = AgentLoopWorkerTQ.__ray_metadata__.modified_class.__mro__[1]  # the class under verl's @ray.remote

@@ -6,7 +6,7 @@ batch is ready and what it holds. This module is the verl layer around it:
 - :class:`MixedGroupReplayBuffer` (a verl ``ReplayBuffer``) owns the sampler for the ``train`` partition. Its
   ``sample()`` admits trajectories as prompt rows with ``__session_ids__`` (run-wide session indices; the worker runs
   exactly those, see ``verl_ext.rollout.tq_worker``), polls TransferQueue for each session's status tag, reports each
-  ended trajectory (success: the final output's ``rm_scores`` sum >= 0.5, ``tq_worker.SUCCESS_THRESHOLD``), asks a
+  ended trajectory (success: the final output's ``rm_scores`` sum >= 0.5, ``admission.SUCCESS_THRESHOLD``), asks a
   worker to judge a group's new failures whenever the sampler says the group is eligible, and once ``ready()`` returns
   the selection: exactly B x G trajectories (their keys, one per single-output session). Validation batches go to
   verl's own ``sample()``.
@@ -53,7 +53,7 @@ from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 from verl.utils import tensordict_utils as tu
 
-from verl_ext.rollout.tq_worker import SESSIONS_KEY, SUCCESS_THRESHOLD, TRAIN, admission_key
+from verl_ext.rollout.admission import SESSIONS_KEY, SUCCESS_THRESHOLD, TRAIN, admission_key
 from verl_ext.trainer.sampler import Admission, GroupStatus, MixedGroupSampler, SamplerConfig, Selection
 
 log = logging.getLogger(__name__)
