@@ -6,6 +6,7 @@ end (int64 torch mask in, our GRPO base, labels -> ``WeightTable`` Eq. 3 weights
 turn weights alone: ``turn_weights`` per failure vs ``WeightTable`` for all of them.
 Run from the repository root, pinned to two cores:
     PYTHONPATH=. taskset -c 0,1 python bench/bench_credit.py [--dtype int16]
+To time older code, put a copy of its ``verl_ext`` first on PYTHONPATH instead (docs/benchmarks.md, "Turn credit").
 Prints one line: median wall-clock (and CPU) milliseconds of each, and the estimator's ratio to verl's GRPO.
 """
 
