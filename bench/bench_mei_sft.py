@@ -89,8 +89,8 @@ def main() -> None:
             global_batch_size=args.batch, micro_batch_size_per_gpu=args.micro))
         with tempfile.TemporaryDirectory() as out:
             for k in range(args.updates):
-                m = train_mei(group, items, f"v{k + 1}", out_dir=out,
-                              pad_token_id=processor.tokenizer.pad_token_id).metrics
+                m = train_mei(group, items, f"v{k + 1}", out_dir=out, pad_token_id=processor.tokenizer.pad_token_id,
+                              global_batch_size=args.batch, micro_batch_size=args.micro).metrics
                 rates.append(m["mei/tokens_per_s"])
                 print(f"update {k + 1}: {m['mei/steps']:.0f} steps, {m['mei/tokens']:.0f} tokens "
                       f"({m['mei/target_tokens']:.0f} target), {m['mei/seconds']:.2f} s, "

@@ -65,7 +65,8 @@ def _update(examples_of, out_dir: Path):
         settings = MEITrainSettings(model_path=str(_model_dir()), attn_implementation="sdpa", use_remove_padding=False,
                                     global_batch_size=16, micro_batch_size_per_gpu=4)
         group = build_worker_group(settings)
-        return train_mei(group, items, "v1", out_dir=out_dir, pad_token_id=processor.tokenizer.pad_token_id)
+        return train_mei(group, items, "v1", out_dir=out_dir, pad_token_id=processor.tokenizer.pad_token_id,
+                         global_batch_size=16, micro_batch_size=4)
     finally:
         ray.shutdown()
 

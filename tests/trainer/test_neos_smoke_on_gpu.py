@@ -2,18 +2,20 @@
 credit, MEI co-evolution), our agent loop against a real tool server whose MEI is a real MEI server, 3 policy updates
 and an MEI update after the second (K=2).
 
-For the H200 machine (verl and Ray from ``/work/shared/gpu/verl_wheels.sh`` in ``/tmp/site``). Carry (``.gpu/``, git
-ignored): the tiny Qwen2.5-VL (``python -m verl_ext.models build --out .gpu/tiny-vl``) and the Neos data of the
-small world (``python -m data_gen neos --world worlds/small --out .gpu/neos-data --limit 24``; its ``train.parquet``,
-``rl.parquet``, ``sft.parquet`` and ``mei_sft.jsonl`` with its blobs). A randomly initialised policy never answers
-right and a random MEI never writes valid JSON, so both are warm-started first, as in the paper (cold-start SFT):
+For the H200 machine (verl and Ray from ``/work/shared/gpu/verl_wheels.sh`` in ``/tmp/site``). Carry (git ignored):
+the tiny Qwen2.5-VL (``python -m verl_ext.models build --out .gpu/tiny-vl``), the Neos data of the small world
+(``python -m data_gen neos --world worlds/small --out .gpu/neos-data --limit 24``; its ``train.parquet``,
+``rl.parquet``, ``sft.parquet`` and ``mei_sft.jsonl`` with ``mei_sft.blobs``), ``.gpu/extra`` (json_repair, bm25s) and,
+in a second call (the two exceed one call's carry limit; carried paths stay on a warm machine), ``worlds/small``.
+A randomly initialised policy never answers right and a random MEI never writes valid JSON, so both are warm-started
+first, as in the paper (cold-start SFT; ~2.5 min and ~1.5 min on the H200)::
 
     # the policy: verl's SFT trainer on the cold-start trajectories (tests/data_gen/test_verl_sft_on_gpu.py)
     NEOS_SFT_STEPS=60 NEOS_SFT_DATA=.gpu/neos-data NEOS_SFT_OUT=/tmp/neos-sft python -m pytest ... test_verl_sft_on_gpu.py
-    # the first MEI version: the MEI pairs
+    # the first MEI version: the MEI pairs (39 for --limit 24; ~9k tokens/s, so keep epochs x tokens small)
     python -m verl_ext.mei.warm_start --model .gpu/tiny-vl --pairs .gpu/neos-data/mei_sft.jsonl --out /tmp/neos-mei \
-      --epochs 30 --lr 1e-3 --global-batch-size 8 --micro-batch-size 4 --attn-implementation sdpa --no-remove-padding
-    PYTHONPATH=/tmp/site:$PWD:$PWD/.gpu/extra NEOS_TINY_VL_DIR=.gpu/tiny-vl NEOS_SMOKE_DATA=.gpu/neos-data \
+      --epochs 15 --lr 2e-3 --global-batch-size 16 --micro-batch-size 8 --attn-implementation sdpa --no-remove-padding
+    PYTHONPATH=/tmp/site:$PWD:$PWD/.gpu/extra NEOS_TINY_VL_DIR=$PWD/.gpu/tiny-vl NEOS_SMOKE_DATA=$PWD/.gpu/neos-data \
       NEOS_SMOKE_POLICY=/tmp/neos-sft/global_step_60/huggingface NEOS_SMOKE_MEI=/tmp/neos-mei/v0/huggingface \
       python -m pytest -s -o python_files='test_*_on_gpu.py' -m gpu tests/trainer/test_neos_smoke_on_gpu.py
 

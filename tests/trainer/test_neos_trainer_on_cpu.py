@@ -53,7 +53,7 @@ def test_runs_verls_on_policy_branches_under_its_own_name(tmp_path, monkeypatch)
     assert (sampler.groups, sampler.group_size, sampler.window, sampler.admission_limit) == (2, 4, 4, 16)
     assert sampler.max_per_group == 6
     # ... or verl's own on-policy batches when the sampler is switched off.
-    plain = NeosTrainer(compose("+recipe=neos_smoke", "+trainer.v1.neos.sampler.enable=false"))
+    plain = NeosTrainer(compose("+recipe=neos_smoke", "trainer.v1.neos.sampler.enable=false"))
     assert type(plain.replay_buffer) is ReplayBuffer and plain.trainer_mode == "sync"
 
 

@@ -80,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         group = build_worker_group(settings)
         update = train_mei(group, tokenized.items, args.version, out_dir=args.out.resolve(),
                            pad_token_id=processor.tokenizer.pad_token_id,
-                           global_batch_size=settings.global_batch_size, epochs=args.epochs)
+                           global_batch_size=settings.global_batch_size,
+                           micro_batch_size=settings.micro_batch_size_per_gpu, epochs=args.epochs)
     finally:
         ray.shutdown()
     processor.save_pretrained(update.checkpoint_dir)

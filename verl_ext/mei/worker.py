@@ -160,11 +160,12 @@ class MEIUpdate:
     metrics: dict[str, float]
 
 
-def batches(n: int, global_batch_size: int, dp_size: int) -> list[range]:
-    """One epoch of index ranges; the last batch is cut to a multiple of ``dp_size`` (at most dp_size-1 dropped)."""
+def batches(n: int, global_batch_size: int, multiple_of: int) -> list[range]:
+    """One epoch of index ranges; the last batch is cut to a multiple of ``multiple_of`` (data-parallel ranks times
+    the micro-batch size: verl's engine splits a batch into equal micro-batches), dropping at most multiple_of-1."""
     out = []
     for start in range(0, n, global_batch_size):
-        size = min(global_batch_size, n - start) // dp_size * dp_size
+        size = min(global_batch_size, n - start) // multiple_of * multiple_of
         if size:
             out.append(range(start, start + size))
     return out
@@ -178,6 +179,7 @@ def train_mei(
     out_dir: str | Path,
     pad_token_id: int,
     global_batch_size: int = 16,
+    micro_batch_size: int = 1,
     epochs: int = 1,
 ) -> MEIUpdate:
     """One MEI update: ``epochs`` (the paper's online update: one) of SFT on ``items`` (from
@@ -186,9 +188,10 @@ def train_mei(
     backward, the training throughput)."""
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
-    plan = batches(len(items), global_batch_size, worker_group.world_size) * epochs
+    plan = batches(len(items), global_batch_size, worker_group.world_size * micro_batch_size) * epochs
     if not plan:
-        raise ValueError(f"{len(items)} examples make no batch for {worker_group.world_size} data-parallel ranks")
+        raise ValueError(f"{len(items)} examples make no batch for {worker_group.world_size} data-parallel ranks "
+                         f"x micro-batches of {micro_batch_size}")
     worker_group.begin_update(total_steps=len(plan))
     losses: list[float] = []
     tokens = target_tokens = 0

@@ -142,13 +142,14 @@ class MEICoEvolutionMixin:
                                    max_length=self.mei_settings.max_seq_len)
         for kind, count in tokenized.skipped.items():
             metrics[f"mei/skipped/{kind}"] = float(count)
-        if len(tokenized.items) < self.mei_group.world_size:
+        if len(tokenized.items) < self.mei_group.world_size * self.mei_settings.micro_batch_size_per_gpu:
             log.warning("MEI update due but only %d usable calls: kept for the next one", len(tokenized.items))
             return
         version = f"v{self.mei_buffer.state.mei_updates + 1}"
         update = train_mei(self.mei_group, tokenized.items, version, out_dir=self.mei_buffer.root / "checkpoints",
                            pad_token_id=self.mei_processor.tokenizer.pad_token_id,
-                           global_batch_size=self.mei_settings.global_batch_size)
+                           global_batch_size=self.mei_settings.global_batch_size,
+                           micro_batch_size=self.mei_settings.micro_batch_size_per_gpu)
         served = asyncio.run(activate(self._mei_config().server_url, update.checkpoint_dir, version))
         self.mei_buffer.mark_mei_update(served, end_offset=pending.end_offset, checkpoint=str(update.checkpoint_dir))
         metrics.update(update.metrics)
