@@ -171,6 +171,15 @@ async def test_a_random_model_still_yields_a_well_formed_output(
         assert [t.error_type for t in record.turns] == ["bad_format"] * 3
 
 
+async def test_max_turn_tokens_bounds_every_turn(tiny_vl_model, processor, server, world):
+    client = TransformersGenerateClient(tiny_vl_model, processor, max_new_tokens=200, seed=3)
+    loop = make_loop("neos_search_agent", client, url_of(server), max_turns=3, max_turn_tokens=5)
+    out, record = await run(loop, question(world, "What is shown?"))
+    assert_well_formed(out, record, processor.tokenizer)
+    assert [c.sampling_params["max_tokens"] for c in client.calls] == [5] * len(record.turns)
+    assert all(0 < end - start <= 5 for start, end in (t.span for t in record.turns))
+
+
 async def test_bad_calls_become_observations_the_policy_sees_and_are_classified_agent_caused(
     tiny_vl_model, processor, server, world
 ):

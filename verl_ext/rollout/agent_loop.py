@@ -185,6 +185,8 @@ class SearchAgentLoop(AgentLoopBase):
         self, ep: _Episode, session: Any, sampling_params: dict[str, Any], native_tools: Any, request_id: str
     ) -> None:
         s = self.settings
+        if s.max_turn_tokens is not None:
+            sampling_params = {**sampling_params, "max_tokens": s.max_turn_tokens}  # servers clamp it to the budget
         for turn in range(s.max_turns):
             final = turn == s.max_turns - 1
             if final and not await self._append_context(

@@ -44,6 +44,9 @@ class EpisodeSettings(BaseModel):
     max_consecutive_errors: int | None = Field(None, ge=1)
     group_cache: bool = False  # open sessions with the group uid: rollouts of one question share tool results
     response_budget: int = Field(ge=1)  # response tokens (verl pads to rollout.response_length)
+    # Tokens one assistant turn may generate (None: up to what is left of the response budget, the server's cap): a
+    # turn is a short reasoning step and one call, and a policy that rambles should not spend a turn's whole budget.
+    max_turn_tokens: int | None = Field(None, ge=1)
     final_instruction: str = ""  # appended before the last turn; "" means the protocol's default
     system_prompt: str | None = None  # None: the protocol's default when the dataset prompt has no system message
 
