@@ -1,6 +1,9 @@
-"""``python -m data_gen neos --world DIR --out DIR [--limit N] [--seed S] [--ocr] [--llm-url URL --llm-model M]``:
-the whole Neos pipeline, resumable (``OUT/results.jsonl`` is the append-only log), then the export (policy data,
-MEI pairs in ``OUT/mei_sft.jsonl``) and a statistics report."""
+"""``python -m data_gen neos --world DIR --out DIR [--limit N] [--seed S] [--ocr] [--llm-url URL --llm-model M]
+[--vlm-url URL --vlm-model M]``: the whole Neos pipeline, resumable (``OUT/results.jsonl`` is the append-only log),
+then the export (policy data, MEI pairs in ``OUT/mei_sft.jsonl``) and a statistics report.
+
+With ``--llm-url`` a model also answers probe 1 closed-book and rewords the template questions; with ``--vlm-url``
+(default: the LLM's) a VLM is the blind observer. Without them every step is offline and uses no model."""
 
 from __future__ import annotations
 
@@ -10,11 +13,13 @@ import json
 import time
 from collections import Counter
 from collections.abc import Sequence
+from contextlib import ExitStack
 from pathlib import Path
 
 import aiohttp
 from tqdm import tqdm
 
+from data_gen.common.llm import SyncChat
 from data_gen.common.report import bar_charts
 from data_gen.common.stats import filter_rates, stage_rates
 from data_gen.neos.agents import (
@@ -25,7 +30,7 @@ from data_gen.neos.agents import (
     probe_text_only_search,
 )
 from data_gen.neos.export import export, mei_pairs
-from data_gen.neos.llm import LLMTextOnlyProbe, ProbeUnavailable
+from data_gen.neos.llm import LLMRewriter, LLMTextOnlyProbe, ProbeUnavailable, VLMObserver
 from data_gen.neos.observer import PaletteObserver, rapid_ocr
 from data_gen.neos.schema import Outcome, Task
 from data_gen.neos.store import ResultLog
@@ -47,10 +52,22 @@ def parser(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=None, help="stop once this many tasks are verified")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--ocr", action="store_true", help="let the blind observer also read image text (RapidOCR)")
-    p.add_argument("--llm-url", default=None, help="OpenAI-compatible base URL: probe 1 also asks this model to "
-                   "answer each question closed-book (default: the programmatic probe alone, no model)")
+    p.add_argument("--llm-url", default=None, help="OpenAI-compatible base URL: this model rewords each template "
+                   "question and probe 1 also asks it to answer closed-book (default: templates and the programmatic "
+                   "probe alone, no model)")
     p.add_argument("--llm-model", default="probe", help="model name sent to --llm-url")
+    p.add_argument("--vlm-url", default=None, help="OpenAI-compatible base URL of the blind observer's VLM "
+                   "(default: --llm-url; with neither, the offline palette/OCR observer, no model)")
+    p.add_argument("--vlm-model", default=None, help="model name sent to --vlm-url (default: --llm-model)")
     return p
+
+
+def model_configs(args: argparse.Namespace) -> tuple[JudgeConfig | None, JudgeConfig | None]:
+    """(LLM, VLM) endpoints from the flags; the VLM defaults to the LLM. Rewrites need more tokens than verdicts."""
+    llm = JudgeConfig(url=args.llm_url, model=args.llm_model, max_tokens=1024) if args.llm_url else None
+    vlm_url = args.vlm_url or args.llm_url
+    vlm = JudgeConfig(url=vlm_url, model=args.vlm_model or args.llm_model) if vlm_url else None
+    return llm, vlm
 
 
 async def _judge(client: ToolServerClient, expert: ProgrammaticExpert, cand: Candidate, image_texts: list[str],
@@ -93,10 +110,22 @@ async def _judge(client: ToolServerClient, expert: ProgrammaticExpert, cand: Can
 
 
 async def run(world_dir: Path, out: Path, url: str, *, seed: int, limit: int | None, ocr: bool,
-              llm: JudgeConfig | None = None) -> None:
-    world = World.load(world_dir)
-    observer = PaletteObserver(rapid_ocr() if ocr else None)
-    synth = Synthesizer(world, seed=seed, observer=observer)
+              llm: JudgeConfig | None = None, rewrite: JudgeConfig | None = None,
+              vlm: JudgeConfig | None = None) -> dict:
+    """The pipeline; ``llm``: probe 1's model, ``rewrite``: the rewriter's, ``vlm``: the observer's (the CLI passes
+    its LLM as both ``llm`` and ``rewrite``). Returns what each model step did in this run."""
+    with ExitStack() as models:
+        world = World.load(world_dir)
+        observer = PaletteObserver(rapid_ocr() if ocr else None)
+        vlm_observer = VLMObserver(models.enter_context(SyncChat(vlm)), observer) if vlm else None
+        rewriter = LLMRewriter(models.enter_context(SyncChat(rewrite))) if rewrite else None
+        synth = Synthesizer(world, seed=seed, observer=vlm_observer or observer, rewriter=rewriter)
+        await _pipeline(world, synth, observer, out, url, limit=limit, llm=llm)
+        return {step.name: step.usage.report() for step in (vlm_observer, rewriter) if step is not None}
+
+
+async def _pipeline(world: World, synth: Synthesizer, observer: PaletteObserver, out: Path, url: str, *,
+                    limit: int | None, llm: JudgeConfig | None) -> None:
     log = ResultLog(out / "results.jsonl")
     verified = sum(1 for o in log.outcomes() if o.status == "verified")
     seeds = synth.seeds()
@@ -187,9 +216,10 @@ def plots(stats: dict, out: Path) -> list[str]:
 def main(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
+    llm, vlm = model_configs(args)
     with served(args.world, "--cache-dir", str(args.out / "tool_server_cache")) as url:
-        llm = JudgeConfig(url=args.llm_url, model=args.llm_model) if args.llm_url else None
-        asyncio.run(run(args.world, args.out, url, seed=args.seed, limit=args.limit, ocr=args.ocr, llm=llm))
+        models = asyncio.run(run(args.world, args.out, url, seed=args.seed, limit=args.limit, ocr=args.ocr,
+                                 llm=llm, rewrite=llm, vlm=vlm))
     log = ResultLog(args.out / "results.jsonl")
     outcomes = log.outcomes()
     log.close()
@@ -197,6 +227,7 @@ def main(args: argparse.Namespace) -> int:
     stats["splits"] = export(outcomes, args.world, args.out)
     stats["mei_pairs"] = mei_pairs(outcomes, args.world, args.out, args.out / "tool_server_cache")
     stats["plots"] = plots(stats, args.out / "plots")
+    stats["model_steps_this_run"] = models
     stats["wall_seconds_this_run"] = round(time.perf_counter() - start, 1)
     (args.out / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
     print(json.dumps(stats, indent=2))

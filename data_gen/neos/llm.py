@@ -7,15 +7,28 @@ Its reply is matched with the reward's rule matcher (``answer_matches``, aliases
 body that is not a chat completion, after ``1 + max_retries`` attempts, is an infrastructure failure
 (:class:`ProbeUnavailable`): the pipeline records the candidate as an error, excluded from every rate and retried on
 restart, never accepted unprobed.
+
+The rewriter (step 6) and the blind observer (step 5) run inside the synchronous synthesizer through
+:class:`data_gen.common.llm.SyncChat`; a reply they cannot use falls back to the offline step (template text,
+palette/OCR description) and is counted, never rejected or retried.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
+import mimetypes
+from collections.abc import Callable, Collection, Sequence
+from pathlib import Path
 
 import aiohttp
+from pydantic import Field
 
+from data_gen.common.llm import StrictReply, SyncChat, Usage
+from data_gen.neos.observer import COLOURS, IMAGE_KINDS, MAX_COLOURS, Description, Observer, unnamed, words_of
 from data_gen.neos.schema import Task
+from data_gen.neos.verbalize import Verbalization
 from verl_ext.reward.answers import answer_matches
 from verl_ext.reward.judge import JudgeConfig, JudgeReplyError, chat_completion
 
@@ -54,3 +67,97 @@ class LLMTextOnlyProbe:
                 continue
             return answer_matches(reply, task.ground_truth())
         raise ProbeUnavailable(f"{self.name} ({self.config.model}): {error}")
+
+
+_REWRITE = (
+    "You polish multi-hop puzzle questions. You get a question built from templates, in which letters stand for "
+    "unnamed entities, and a list of phrases. Reword it so that it reads naturally, under these rules: keep every "
+    "sentence that starts with \"Let <letter> be\" as one sentence starting that way, and keep inside it, word for "
+    "word, every listed phrase that it contains; keep every phrase of the list word for word; keep the final "
+    "question, which starts with \"Which\" and ends with \"is <letter>?\"; add no names and no facts. Reply with JSON "
+    "only: {\"question\": \"...\"}."
+)
+
+
+class Rewritten(StrictReply):
+    question: str = Field(min_length=1, max_length=2000)
+
+
+class LLMRewriter:
+    """Step 6 with a model: rewords the template question (:class:`data_gen.neos.verbalize.Rewriter`)."""
+
+    name = "llm_rewriter"
+
+    def __init__(self, chat: SyncChat) -> None:
+        self.chat = chat
+        self.usage = Usage()
+
+    def rewrite(self, verbalization: Verbalization, keep: Sequence[str],
+                check: Callable[[str], str | None]) -> Verbalization:
+        phrases = [*verbalization.spans, *keep]
+
+        def usable(reply: Rewritten) -> str | None:
+            if any(p not in reply.question for p in phrases):
+                return "dropped_phrase"
+            return None if check(reply.question) is None else "coverage"
+
+        user = json.dumps({"question": verbalization.question, "phrases": phrases}, ensure_ascii=False)
+        reply = self.chat.ask([{"role": "system", "content": _REWRITE}, {"role": "user", "content": user}],
+                              Rewritten, self.usage, usable)
+        if reply is None:
+            return verbalization
+        return Verbalization(reply.question, verbalization.spans, verbalization.letters)
+
+
+_OBSERVE = (
+    "Describe the image you are shown by what you see alone. Name its dominant colours, largest area first, at "
+    "most {n}, each one of: {palette}; ignore colours covering less than a few percent. List the words written in "
+    "it, if any, exactly as written. Reply with JSON only: {{\"colours\": [...], \"text\": [...]}}."
+)
+
+
+class Observed(StrictReply):
+    colours: list[str] = Field(min_length=1, max_length=MAX_COLOURS)
+    text: list[str] = Field(max_length=50)
+
+
+class VLMObserver:
+    """Step 5 with a model (:class:`data_gen.neos.observer.Observer`): a VLM sees the image as a data URL, with no
+    caption, file name or entity name, and answers in the offline observer's terms (palette colours by decreasing
+    area, written words). The kind still comes from the image metadata, as offline; withheld names are removed from
+    the words afterwards. Replies are cached per image: grounding asks about the same distractors again and again.
+    """
+
+    name = "vlm_observer"
+
+    def __init__(self, chat: SyncChat, fallback: Observer) -> None:
+        self.chat = chat
+        self.fallback = fallback
+        self.usage = Usage()
+        self._seen: dict[Path, Observed | None] = {}
+        self._system = _OBSERVE.format(n=MAX_COLOURS, palette=", ".join(COLOURS))
+
+    def describe(self, path: Path, source: str, withheld: Collection[str]) -> Description | None:
+        kind = IMAGE_KINDS.get(source)
+        if kind is None:
+            return None
+        if path not in self._seen:
+            self._seen[path] = self.chat.ask(self._messages(path), Observed, self.usage, _palette_only)
+        seen = self._seen[path]
+        if seen is None:
+            return self.fallback.describe(path, source, withheld)
+        words = unnamed((w for line in seen.text for w in words_of(line)), withheld)
+        return Description(kind, tuple(seen.colours), words)
+
+    def _messages(self, path: Path) -> list[dict]:
+        mime = mimetypes.guess_type(path.name)[0] or "image/png"
+        url = f"data:{mime};base64,{base64.b64encode(path.read_bytes()).decode()}"
+        return [{"role": "system", "content": self._system},
+                {"role": "user", "content": [{"type": "text", "text": "Describe this image."},
+                                             {"type": "image_url", "image_url": {"url": url}}]}]
+
+
+def _palette_only(reply: Observed) -> str | None:
+    if any(c not in COLOURS for c in reply.colours) or len(set(reply.colours)) != len(reply.colours):
+        return "unknown_colour"
+    return None

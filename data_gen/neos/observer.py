@@ -4,7 +4,7 @@ checkpoint only if that description singles it out among the entities the questi
 :class:`PaletteObserver` is the **offline default and uses no model**: its description is the image kind from the
 world's image metadata (the image source, e.g. "national flag", never the caption, which names the entity), the
 dominant named colours of the pixels in decreasing order of area, and (optionally) words read by OCR, minus any
-withheld name. A VLM observer plugs in through the :class:`Observer` protocol.
+withheld name. A VLM observer (``data_gen.neos.llm.VLMObserver``) plugs in through the :class:`Observer` protocol.
 """
 
 from __future__ import annotations
@@ -100,10 +100,7 @@ class PaletteObserver:
         if kind is None:
             return None
         colours = _palette_of(path)
-        words = self.read_text(path)
-        blocked = {w.lower() for name in withheld for w in re.findall(r"\w+", name)}
-        words = tuple(w for w in words if w.lower() not in blocked)
-        return Description(kind, colours, words) if colours else None
+        return Description(kind, colours, unnamed(self.read_text(path), withheld)) if colours else None
 
     def read_text(self, path: Path) -> tuple[str, ...]:
         """OCR words of the image (none without OCR)."""
@@ -118,7 +115,18 @@ def _palette_of(path: Path) -> tuple[str, ...]:
 
 
 def _ocr_words(ocr: Callable[[bytes], str], path: Path) -> tuple[str, ...]:
-    return tuple(w for w in re.findall(r"[A-Za-z]{3,}", ocr(path.read_bytes())))
+    return words_of(ocr(path.read_bytes()))
+
+
+def words_of(text: str) -> tuple[str, ...]:
+    """The words an observer reports from image text: runs of 3+ Latin letters."""
+    return tuple(re.findall(r"[A-Za-z]{3,}", text))
+
+
+def unnamed(words: Iterable[str], withheld: Collection[str]) -> tuple[str, ...]:
+    """``words`` minus any word of a withheld name (any case): the description must not name a path entity."""
+    blocked = {w.lower() for name in withheld for w in re.findall(r"\w+", name)}
+    return tuple(w for w in words if w.lower() not in blocked)
 
 
 @dataclass(frozen=True, slots=True)

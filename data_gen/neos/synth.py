@@ -23,7 +23,7 @@ from data_gen.kg import (
 from data_gen.kg.distinguish import TAXONOMIC_RELATIONS
 from data_gen.neos.observer import IMAGE_KINDS, Description, Observer, PaletteObserver, ground
 from data_gen.neos.schema import EntryImage, Step, Task
-from data_gen.neos.verbalize import TemplateVerbalizer, Verbalizer, check_coverage
+from data_gen.neos.verbalize import Rewriter, TemplateVerbalizer, Verbalizer, check_coverage
 from data_gen.world.model import page_url
 from data_gen.world.store import World
 
@@ -69,12 +69,14 @@ class Synthesizer:
     """Holds the world's KG and image index; :meth:`seeds` orders the seeds, :meth:`synthesize` runs steps 2-6."""
 
     def __init__(self, world: World, seed: int = 0, config: SynthConfig = SynthConfig(),
-                 observer: Observer | None = None, verbalizer: Verbalizer | None = None) -> None:
+                 observer: Observer | None = None, verbalizer: Verbalizer | None = None,
+                 rewriter: Rewriter | None = None) -> None:
         self.world = world
         self.seed = seed
         self.config = config
         self.observer = observer or PaletteObserver()
         self.verbalizer = verbalizer or TemplateVerbalizer()
+        self.rewriter = rewriter
         self.world_hash = world.manifest.get("content_hash", "")
         # Entity-only facts: a literal (a code, a population) can never be an anchor or checkpoint, and a unique
         # literal would win every distinguishing set and cut the DAG off from image-bearing neighbours.
@@ -161,6 +163,11 @@ class Synthesizer:
         reason = check_coverage(verbal.question, structure, verbal, names)
         if reason is not None:
             return Candidate(key, structure, None, "coverage", reason)
+        if self.rewriter is not None:
+            images = ["the image"] if len(structure.anchors) == 1 else [
+                f"image {i}" for i in range(1, len(structure.anchors) + 1)]
+            keep = [*images, *(d.render() for d in bound.values())]
+            verbal = self.rewriter.rewrite(verbal, keep, lambda q: check_coverage(q, structure, verbal, names))
         steps = [self._step(i, e, verbal.spans[i], grounded, bound) for i, e in enumerate(structure.edges)]
         answer = self.world.entities[structure.answer]
         task = Task(

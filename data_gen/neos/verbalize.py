@@ -2,15 +2,16 @@
 
 :class:`TemplateVerbalizer` is the **offline default and uses no model**: deterministic English templates, one
 sentence per entity of the structure ("Let B be a country that shares a border with A; ..."), each path entity a
-letter, never a name. An LLM verbalizer/rewriter plugs in through the :class:`Verbalizer` protocol; whatever writes
-the text, :func:`check_coverage` then verifies it against the structure.
+letter, never a name. A model-backed verbalizer plugs in through the :class:`Verbalizer` protocol, and a
+:class:`Rewriter` (``data_gen.neos.llm.LLMRewriter``) may then reword the text; whatever writes it,
+:func:`check_coverage` verifies it against the structure, and a rewrite that fails falls back to the template.
 """
 
 from __future__ import annotations
 
 import re
 import string
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -64,6 +65,14 @@ class Verbalizer(Protocol):
         ambiguous: Collection[str],
     ) -> Verbalization:
         """``anchor_images``: each anchor's image kind; ``ambiguous``: entities the text alone leaves open."""
+        ...
+
+
+class Rewriter(Protocol):
+    def rewrite(self, verbalization: Verbalization, keep: Sequence[str],
+                check: Callable[[str], str | None]) -> Verbalization:
+        """A reworded ``verbalization`` that still contains every ``keep`` phrase and passes ``check`` (the
+        coverage check: None or a reason), else ``verbalization`` itself."""
         ...
 
 
