@@ -1,5 +1,6 @@
-"""``python -m data_gen modalsearch --world DIR --out DIR [--limit N] [--seed S] [--ocr]``: the whole ModalSearch
-pipeline.
+"""``python -m data_gen modalsearch --world DIR --out DIR [--limit N] [--seed S] [--ocr] [--llm-url URL
+--llm-model M]``: the whole ModalSearch pipeline; with ``--llm-url`` a model proposes t->t relations and words the
+terminal questions and backward rewrites, else every step is offline and uses no model.
 
 Two graphs from disjoint seed sets: ``benchmark`` first, then ``train``, which never enters a benchmark node. Each
 graph is built once and saved (``OUT/graph_<name>.json``, atomically, keyed by a fingerprint of world, seed and
@@ -21,6 +22,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import asdict
 from pathlib import Path
 
@@ -28,6 +30,7 @@ import aiohttp
 from tqdm import tqdm
 
 from data_gen.common.export import hash_unit
+from data_gen.common.llm import SyncChat
 from data_gen.common.report import bar_charts
 from data_gen.common.stats import filter_rates, stage_rates
 from data_gen.common.store import ResultLog
@@ -36,7 +39,7 @@ from data_gen.modalsearch.build import BuildConfig, GraphBuilder
 from data_gen.modalsearch.expert import ModalSearchExpert
 from data_gen.modalsearch.export import export, mei_pairs
 from data_gen.modalsearch.graph import Graph
-from data_gen.modalsearch.llm import LLMRelationProposer
+from data_gen.modalsearch.llm import LLMRelationProposer, LLMWording
 from data_gen.modalsearch.questions import QuestionWriter, Rejection, path_key
 from data_gen.modalsearch.relations import OfflineRelationProposer
 from data_gen.modalsearch.sampler import PathSampler
@@ -65,8 +68,8 @@ def parser(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, default=40, help="seed articles of the training graph (benchmark: a quarter)")
     p.add_argument("--attempts", type=int, default=3000, help="path draws per graph at most")
     p.add_argument("--ocr", action="store_true", help="let image linking also read the text in images (RapidOCR)")
-    p.add_argument("--llm-url", default=None, help="OpenAI-compatible base URL for relation proposal (default: "
-                   "offline KG/context templates, no model)")
+    p.add_argument("--llm-url", default=None, help="OpenAI-compatible base URL for relation proposal and question "
+                   "wording (default: offline KG/context templates and question templates, no model)")
     p.add_argument("--llm-model", default="relation-writer", help="model name sent to --llm-url")
     return p
 
@@ -119,8 +122,24 @@ async def run(args: argparse.Namespace, url: str) -> dict:
             ("train", train_seeds[: args.seeds], args.max_nodes))
     quotas = _quotas(args.limit)
     log = ResultLog(args.out / "results.jsonl", Outcome)
-    writer = QuestionWriter(world, kg, seed=args.seed)
     report: dict = {"graphs": {}, "sampler": {}}
+    with ExitStack() as models:
+        wording = None
+        if args.llm_url:
+            config = JudgeConfig(url=args.llm_url, model=args.llm_model, max_tokens=512)
+            wording = LLMWording(models.enter_context(SyncChat(config)))
+        writer = QuestionWriter(world, kg, seed=args.seed, wording=wording)
+        report["question_wording"] = writer.wording.name
+        await _sample(args, url, world, kg, plan, quotas, log, writer, report)
+        if wording is not None:
+            report["llm_wording"] = wording.usage.report()
+    log.close()
+    return report
+
+
+async def _sample(args: argparse.Namespace, url: str, world: World, kg: KG, plan, quotas: dict[str, int | None],
+                  log: ResultLog, writer: QuestionWriter, report: dict) -> None:
+    """Graphs, then paths and questions on each, into ``log``; sampler and relation counts into ``report``."""
     async with ToolServerClient(url) as client, aiohttp.ClientSession() as http:
         search = ToolServerImageSearch(client)
         blocked: frozenset[str] = frozenset()
@@ -160,8 +179,6 @@ async def run(args: argparse.Namespace, url: str) -> dict:
         await search.close()
         if isinstance(relations, LLMRelationProposer):
             report["llm_relations"] = {"calls": relations.calls, "fallbacks": relations.fallbacks}
-    log.close()
-    return report
 
 
 def _quotas(limit: int | None) -> dict[str, int | None]:

@@ -1,5 +1,6 @@
-"""LLM relation proposal and filtering for text expansion (App. A.1), through the project's one
-OpenAI-compatible chat client (``verl_ext.reward.judge.chat_completion``, configured by URL and model name).
+"""ModalSearch steps with a model, through the project's one OpenAI-compatible chat client
+(``verl_ext.reward.judge.chat_completion``, configured by URL and model name): relation proposal and filtering for
+text expansion (App. A.1), and the wording of the terminal question and of each backward rewrite (App. A.5-A.6).
 
 The model gets the source article's title, the sentences of w(a) that mention the candidate, and the candidate's
 title, and replies with strict JSON ``{"keep": bool, "relation": str, "reason": str}``: ``keep`` false for weak,
@@ -7,6 +8,12 @@ ambiguous or non-entity links (the filter); ``relation`` describes the candidate
 standing for the source. A reply that is not that JSON, a relation without ``{x}``, one that names the candidate,
 or a transport failure falls back to the offline proposer (counted in ``fallbacks``), so a flaky endpoint never
 stalls graph construction.
+
+:class:`LLMWording` words the terminal question (strict JSON ``{"question": ...}`` with ``{REF}`` once, ending
+with "?", not containing the answer) and each backward step ``R`` (``{"question": ...}`` holding the next mark once
+and the replaced one no more). It runs inside the synchronous question writer through
+:class:`data_gen.common.llm.SyncChat`; an unusable reply falls back to the template wording, counted by reason.
+The fact or visual ask it words was chosen and verified by the writer beforehand, and the leak check runs after.
 """
 
 from __future__ import annotations
@@ -15,9 +22,12 @@ import json
 import re
 
 import aiohttp
+from pydantic import Field
 
 from data_gen.common.episode import found
+from data_gen.common.llm import StrictReply, SyncChat, Usage, parse_reply
 from data_gen.modalsearch.graph import Relation
+from data_gen.modalsearch.questions import TerminalContext, TemplateWording
 from data_gen.modalsearch.relations import OfflineRelationProposer
 from data_gen.world.model import Page
 from verl_ext.reward.judge import JudgeConfig, JudgeReplyError, chat_completion
@@ -58,15 +68,70 @@ class LLMRelationProposer:
         return Relation(phrase, unique=True, source="llm") if keep else None
 
 
+class _Proposal(StrictReply):
+    keep: bool
+    relation: str = ""
+    reason: str = ""
+
+
 def _parse(reply: str, target_title: str) -> tuple[bool, str]:
-    body = reply.strip().removeprefix("```json").removeprefix("```").removesuffix("```").strip()
-    try:
-        data = json.loads(body)
-    except json.JSONDecodeError as exc:
-        raise JudgeReplyError(f"not JSON: {reply[:120]!r}") from exc
-    if not isinstance(data, dict) or not isinstance(data.get("keep"), bool):
-        raise JudgeReplyError(f"no boolean 'keep': {reply[:120]!r}")
-    phrase = data.get("relation")
-    if data["keep"] and (not isinstance(phrase, str) or "{x}" not in phrase or found(target_title, phrase)):
-        raise JudgeReplyError(f"relation must contain {{x}} and not name the target: {phrase!r}")
-    return data["keep"], phrase or ""
+    data = parse_reply(reply, _Proposal)
+    if data.keep and ("{x}" not in data.relation or found(target_title, data.relation)):
+        raise JudgeReplyError(f"relation must contain {{x}} and not name the target: {data.relation!r}")
+    return data.keep, data.relation
+
+
+_TERMINAL = (
+    "You write quiz questions. You get a question template about an entity, written {REF} (a placeholder), what it "
+    "asks, the evidence that answers it and the answer. Reword the template into one natural question asking "
+    "exactly the same thing: keep {REF} exactly once, in place of the entity; do not reveal the answer; end with a "
+    "question mark. Reply with JSON only: {\"question\": \"...\"}."
+)
+_REWRITE = (
+    "You rewrite multi-hop questions backwards. You get a question, a placeholder in it (like \u27e8v2\u27e9), and "
+    "a description of that entity through another one, which contains the other entity's placeholder. Replace the "
+    "first placeholder by the description, rephrased so that the whole question reads naturally: keep its meaning "
+    "exactly, keep the other placeholder exactly once and unchanged, add no names, end with a question mark. Reply "
+    "with JSON only: {\"question\": \"...\"}."
+)
+
+
+class _Question(StrictReply):
+    question: str = Field(min_length=1, max_length=1000)
+
+
+class LLMWording:
+    """The question writer's wording by a model (:class:`data_gen.modalsearch.questions.Wording`)."""
+
+    name = "llm_wording"
+
+    def __init__(self, chat: SyncChat) -> None:
+        self.chat = chat
+        self.offline = TemplateWording()
+        self.usage = Usage()
+
+    def terminal(self, template: str, context: TerminalContext) -> str:
+        def usable(reply: _Question) -> str | None:
+            q = reply.question
+            if q.count("{REF}") != 1 or not q.endswith("?"):
+                return "form"
+            return "reveals_answer" if any(found(a, q.replace("{REF}", "")) for a in context.answers) else None
+
+        user = {"template": template, "entity_kind": context.noun, "asks": context.asks,
+                "evidence": context.evidence, "answer": context.answers[0]}
+        reply = self._ask(_TERMINAL, user, usable)
+        return reply.question if reply else self.offline.terminal(template, context)
+
+    def rewrite(self, question: str, mark: str, reference: str, keep: str) -> str:
+        def usable(reply: _Question) -> str | None:
+            q = reply.question
+            ok = mark not in q and q.count(keep) == 1 and q.endswith("?") and "{REF}" not in q
+            return None if ok else "form"
+
+        reply = self._ask(_REWRITE, {"question": question, "placeholder": mark, "description": reference}, usable)
+        return reply.question if reply else self.offline.rewrite(question, mark, reference, keep)
+
+    def _ask(self, system: str, user: dict, check) -> _Question | None:
+        messages = [{"role": "system", "content": system},
+                    {"role": "user", "content": json.dumps(user, ensure_ascii=False)}]
+        return self.chat.ask(messages, _Question, self.usage, check)

@@ -18,6 +18,11 @@ Offline defaults, **no model**, deterministic templates:
 
 A hop whose relation does not single out its target (``unique`` false) is rejected (``ambiguous_hop``); a final
 question naming a path entity or the answer is rejected (``leak``).
+
+The words of the terminal question and of each backward rewrite come from a :class:`Wording`:
+:class:`TemplateWording` (the templates above, no model) or ``data_gen.modalsearch.llm.LLMWording``. The choice of
+fact or visual ask, its verification (closed-book and path checks, the ``T = 3`` trials) and the leak check are the
+same whoever writes the words.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import hashlib
 import random
 import re
 from dataclasses import dataclass
+from typing import Protocol
 
 from data_gen.common.episode import found
 from data_gen.kg import KG, NotDistinguishable, distinguishing_set
@@ -65,6 +71,39 @@ _SKIP_RELATIONS = frozenset({*TAXONOMIC_RELATIONS, "P625", "x:vital_topic", "x:l
 class Rejection:
     filter: str
     detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class TerminalContext:
+    """What a writer of the terminal question gets: the node's noun, what is asked (a relation label or a visual
+    ask), the evidence it is answered from, and the answer's forms (the question must not contain them)."""
+
+    noun: str
+    asks: str
+    evidence: str
+    answers: tuple[str, ...]
+
+
+class Wording(Protocol):
+    def terminal(self, template: str, context: TerminalContext) -> str:
+        """q_L with ``{REF}`` standing for ``v_L``: ``template`` itself or a rewording of it."""
+        ...
+
+    def rewrite(self, question: str, mark: str, reference: str, keep: str) -> str:
+        """``R``: ``question`` with ``mark`` replaced by ``reference`` (which contains the mark ``keep``)."""
+        ...
+
+
+class TemplateWording:
+    """Offline wording, no model: the template, and the reference put in place of the mark."""
+
+    name = "templates"
+
+    def terminal(self, template: str, context: TerminalContext) -> str:
+        return template
+
+    def rewrite(self, question: str, mark: str, reference: str, keep: str) -> str:
+        return question.replace(mark, reference)
 
 
 def path_key(graph_name: str, path: Path) -> str:
@@ -110,10 +149,11 @@ def reference(hop: PathHop, node: Node, source_ref: str) -> str:
 
 
 class QuestionWriter:
-    def __init__(self, world: World, kg: KG, seed: int = 0) -> None:
+    def __init__(self, world: World, kg: KG, seed: int = 0, wording: Wording | None = None) -> None:
         self.world = world
         self.kg = kg
         self.seed = seed
+        self.wording = wording or TemplateWording()
         self.prior = PriorAnswerer(world)
         self.pixels = PixelAnswerer()
         self.blind = BlindImageAnswerer(world)
@@ -140,7 +180,8 @@ class QuestionWriter:
         question = term.template.replace("{REF}", marks[-1])
         rewrites = [term.question]
         for n in range(len(hops), 0, -1):  # backward: replace v_n by its description through v_{n-1}
-            question = question.replace(marks[n], reference(hops[n - 1], hop_nodes[n], marks[n - 1]))
+            question = self.wording.rewrite(question, marks[n], reference(hops[n - 1], hop_nodes[n], marks[n - 1]),
+                                            marks[n - 1])
             rewrites.append(question)
         start = nodes[0]
         if start.kind == "image":
@@ -192,7 +233,8 @@ class QuestionWriter:
                                               "path checks")
         t, forms, sentence = min(kept, key=lambda c: c[0].literal)  # entity-valued first (stable: keeps rng order)
         label = self.world.relations[t.p].label if t.p in self.world.relations else t.p
-        template = QUESTION_TEMPLATES.get(t.p, f"What is the {label} of {{REF}}?")
+        template = self.wording.terminal(QUESTION_TEMPLATES.get(t.p, f"What is the {label} of {{REF}}?"),
+                                         TerminalContext(node.noun, label, sentence.strip(), tuple(forms)))
         answer_type = "literal:" + ("number" if t.o.isdigit() else "text") if t.literal \
             else self.world.entities[t.o].kind
         term = Terminal(modality="text", template=template, question=template.replace("{REF}", node.name),
@@ -213,7 +255,8 @@ class QuestionWriter:
         if not passing:
             return Rejection("terminal_image", f"{len(scored)} candidates, none has C_with = T and C_without < T")
         ask, gold, c_with, c_without = min(passing, key=lambda s: s[3])
-        term = Terminal(modality="image", template=ask[1], question=ask[1].replace("{REF}", f"the {node.noun} "
+        template = self.wording.terminal(ask[1], TerminalContext(node.noun, ask[1], "the image's pixels", (gold,)))
+        term = Terminal(modality="image", template=template, question=template.replace("{REF}", f"the {node.noun} "
                         f"({node.description})"), answer=gold, evidence=f"pixels of {node.url}",
                         candidates=len(scored), passed=len(passing), c_with=c_with, c_without=c_without)
         return gold, [], "colour" if ask[0] != "colour_count" else "count", term

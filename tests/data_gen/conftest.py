@@ -1,5 +1,6 @@
-"""A real chat-completions server (aiohttp) on loopback, on its own thread: the model steps that run inside the
-synchronous synthesizers block their caller, so their server cannot share the test's event loop."""
+"""Shared fixtures of the data-generation tests: a real chat-completions server (aiohttp) on loopback, on its own
+thread (the model steps that run inside the synchronous synthesizers block their caller, so their server cannot
+share the test's event loop), and a hand-built ModalSearch graph on the small world with a path helper."""
 
 from __future__ import annotations
 
@@ -10,6 +11,14 @@ from dataclasses import dataclass, field
 
 import pytest
 from aiohttp import web
+
+from data_gen.kg import KG
+from data_gen.modalsearch.build import GraphBuilder, image_id, text_id
+from data_gen.modalsearch.graph import Graph, GraphEdge, Relation
+from data_gen.modalsearch.linking import OfflineImageLinker
+from data_gen.modalsearch.relations import OfflineRelationProposer
+from data_gen.modalsearch.sampler import Path
+from data_gen.world.store import World
 
 
 @dataclass
@@ -53,3 +62,41 @@ def threaded_chat():
     loop.call_soon_threadsafe(loop.stop)
     thread.join()
     loop.close()
+
+
+@pytest.fixture(scope="module")
+def modalsearch_graph(small_world):
+    """(world, kg, graph): France, Spain, Western Europe, France's flag and locator map, and the edges among them."""
+    return asyncio.run(_graph(small_world))
+
+
+@pytest.fixture(scope="session")
+def path_through():
+    """``path_through(graph, *node_ids)``: the sampler's Path along those nodes."""
+    return lambda graph, *nodes: Path(tuple(nodes), tuple(graph.out[a][b] for a, b in zip(nodes, nodes[1:])))
+
+
+async def _graph(small_world):
+    world = World.load(small_world)
+    kg = KG.from_triples((t.s, t.p, t.o) for t in world.triples if not t.literal)
+    builder = GraphBuilder(world, kg, search=None)
+    graph = Graph("train")
+    for page in ("France", "Spain", "Western_Europe"):
+        graph.add_node(builder.text_node(page))
+    graph.add_node(builder.image_node("flag_fra", "national flag of France"))
+    graph.add_node(builder.image_node("map_fra", "locator map of France, highlighted in red"))
+    rel = OfflineRelationProposer(world, kg)
+    linker = {(i, l.page.id): l.relation for i in ("flag_fra", "map_fra")
+              for l in OfflineImageLinker(world, kg).link(world.images[i])}
+    t2i = Relation("is the {kind} of {x}", unique=True, source="retrievability")
+    edges = [
+        GraphEdge(text_id("France"), text_id("Spain"), "t2t",
+                  await rel.propose(world.pages["France"], world.pages["Spain"])),
+        GraphEdge(text_id("France"), image_id("flag_fra"), "t2i", t2i),
+        GraphEdge(text_id("France"), image_id("map_fra"), "t2i", t2i),
+        GraphEdge(image_id("flag_fra"), text_id("France"), "i2t", linker[("flag_fra", "France")]),
+        GraphEdge(image_id("map_fra"), text_id("Western_Europe"), "i2t", linker[("map_fra", "Western_Europe")]),
+    ]
+    for e in edges:
+        graph.add_edge(e)
+    return world, kg, graph

@@ -1,59 +1,22 @@
 """Question synthesis on hand-picked paths of the small world: depiction from an input image, a composed t2i2t hop,
 a terminal image question with the T = 3 with/without-image verification, backward rewriting and labels."""
 
-import asyncio
-
 import pytest
 
-from data_gen.kg import KG
 from data_gen.modalsearch.answerers import READ_SIDES, T, VISUAL_QUESTIONS, BlindImageAnswerer, read_palette
-from data_gen.modalsearch.build import GraphBuilder, image_id, text_id
-from data_gen.modalsearch.graph import Graph, GraphEdge, Relation
-from data_gen.modalsearch.linking import OfflineImageLinker
+from data_gen.modalsearch.build import image_id, text_id
 from data_gen.modalsearch.questions import QuestionWriter, Rejection, modality
-from data_gen.modalsearch.relations import OfflineRelationProposer
-from data_gen.modalsearch.sampler import Path
-from data_gen.world.store import World
 
 
 @pytest.fixture(scope="module")
-def setup(small_world):
-    return asyncio.run(_setup(small_world))
-
-
-async def _setup(small_world):
-    world = World.load(small_world)
-    kg = KG.from_triples((t.s, t.p, t.o) for t in world.triples if not t.literal)
-    builder = GraphBuilder(world, kg, search=None)
-    graph = Graph("train")
-    for page in ("France", "Spain", "Western_Europe"):
-        graph.add_node(builder.text_node(page))
-    graph.add_node(builder.image_node("flag_fra", "national flag of France"))
-    graph.add_node(builder.image_node("map_fra", "locator map of France, highlighted in red"))
-    rel = OfflineRelationProposer(world, kg)
-    linker = {(i, l.page.id): l.relation for i in ("flag_fra", "map_fra")
-              for l in OfflineImageLinker(world, kg).link(world.images[i])}
-    t2i = Relation("is the {kind} of {x}", unique=True, source="retrievability")
-    edges = [
-        GraphEdge(text_id("France"), text_id("Spain"), "t2t",
-                  await rel.propose(world.pages["France"], world.pages["Spain"])),
-        GraphEdge(text_id("France"), image_id("flag_fra"), "t2i", t2i),
-        GraphEdge(text_id("France"), image_id("map_fra"), "t2i", t2i),
-        GraphEdge(image_id("flag_fra"), text_id("France"), "i2t", linker[("flag_fra", "France")]),
-        GraphEdge(image_id("map_fra"), text_id("Western_Europe"), "i2t", linker[("map_fra", "Western_Europe")]),
-    ]
-    for e in edges:
-        graph.add_edge(e)
+def setup(modalsearch_graph):
+    world, kg, graph = modalsearch_graph
     return world, graph, QuestionWriter(world, kg, seed=0)
 
 
-def _path(graph, *nodes):
-    return Path(tuple(nodes), tuple(graph.out[a][b] for a, b in zip(nodes, nodes[1:])))
-
-
-def test_input_image_start_is_this_image_and_the_answer_is_stated_in_the_article(setup):
+def test_input_image_start_is_this_image_and_the_answer_is_stated_in_the_article(setup, path_through):
     world, graph, writer = setup
-    task = writer.write(graph, _path(graph, image_id("flag_fra"), text_id("France")))
+    task = writer.write(graph, path_through(graph, image_id("flag_fra"), text_id("France")))
     assert not isinstance(task, Rejection), task
     assert "the country depicted in this image" in task.question and "France" not in task.question
     assert (task.modality, task.label, task.start_image_id) == ("I-T", "input_only", "flag_fra")
@@ -63,9 +26,9 @@ def test_input_image_start_is_this_image_and_the_answer_is_stated_in_the_article
     assert len(task.rewrites) == 2 and task.rewrites[1].count("\u27e8v0\u27e9") == 1
 
 
-def test_text_image_text_is_composed_into_one_relation_and_needs_search(setup):
+def test_text_image_text_is_composed_into_one_relation_and_needs_search(setup, path_through):
     world, graph, writer = setup
-    task = writer.write(graph, _path(graph, text_id("France"), image_id("map_fra"), text_id("Western_Europe")))
+    task = writer.write(graph, path_through(graph, text_id("France"), image_id("map_fra"), text_id("Western_Europe")))
     assert not isinstance(task, Rejection), task
     assert [h.kind for h in task.hops] == ["t2i2t"] and task.hops[0].via == image_id("map_fra")
     assert "depicted in the locator map of" in task.question and "image" not in task.question
@@ -74,9 +37,9 @@ def test_text_image_text_is_composed_into_one_relation_and_needs_search(setup):
         assert name not in task.question
 
 
-def test_terminal_image_question_passes_t_trials_with_and_fewer_without_the_image(setup):
+def test_terminal_image_question_passes_t_trials_with_and_fewer_without_the_image(setup, path_through):
     world, graph, writer = setup
-    task = writer.write(graph, _path(graph, text_id("France"), image_id("map_fra")))
+    task = writer.write(graph, path_through(graph, text_id("France"), image_id("map_fra")))
     assert not isinstance(task, Rejection), task
     term = task.terminal
     # the map reads (light blue, white, red) at every size; blind, the commonest map answer is "white"
@@ -87,25 +50,25 @@ def test_terminal_image_question_passes_t_trials_with_and_fewer_without_the_imag
     assert task.label == "search_required"
 
 
-def test_an_image_whose_reading_changes_with_resolution_or_is_guessable_blind_is_rejected(setup):
+def test_an_image_whose_reading_changes_with_resolution_or_is_guessable_blind_is_rejected(setup, path_through):
     world, graph, writer = setup
     # France's flag: three equal stripes, so the area ranking flips between reading sizes, and the questions that
     # do not depend on the ranking (the count, 3) are what a blind guesser answers for flags anyway
     path = world.image_path("flag_fra")
     assert len({read_palette(path, side) for side in READ_SIDES}) > 1
     assert BlindImageAnswerer(world).answer("national flag", VISUAL_QUESTIONS[4]) == "3"
-    result = writer.write(graph, _path(graph, text_id("France"), image_id("flag_fra")))
+    result = writer.write(graph, path_through(graph, text_id("France"), image_id("flag_fra")))
     assert isinstance(result, Rejection) and result.filter == "terminal_image"
 
 
-def test_a_hop_that_does_not_single_out_its_target_is_rejected(setup):
+def test_a_hop_that_does_not_single_out_its_target_is_rejected(setup, path_through):
     _, graph, writer = setup
-    result = writer.write(graph, _path(graph, text_id("France"), text_id("Spain")))  # Switzerland: also "S"
+    result = writer.write(graph, path_through(graph, text_id("France"), text_id("Spain")))  # Switzerland: also "S"
     assert isinstance(result, Rejection) and result.filter == "ambiguous_hop"
 
 
-def test_labels_follow_where_images_sit_on_the_path(setup):
+def test_labels_follow_where_images_sit_on_the_path(setup, path_through):
     _, graph, _ = setup
-    assert modality(graph, _path(graph, image_id("flag_fra"), text_id("France"))) == ("I-T", "input_only")
-    assert modality(graph, _path(graph, text_id("France"), image_id("flag_fra"))) == ("T-I", "search_required")
-    assert modality(graph, _path(graph, text_id("France"), text_id("Spain"))) == ("T-T", "text_only")
+    assert modality(graph, path_through(graph, image_id("flag_fra"), text_id("France"))) == ("I-T", "input_only")
+    assert modality(graph, path_through(graph, text_id("France"), image_id("flag_fra"))) == ("T-I", "search_required")
+    assert modality(graph, path_through(graph, text_id("France"), text_id("Spain"))) == ("T-T", "text_only")
