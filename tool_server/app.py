@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
-import orjson
 from aiohttp import web
 
 from tool_server.cache import TieredCache
+from tool_server.calls import CALL_FIELDS, CallMemo, check_keys, json_object, parse_call
 from tool_server.errors import ToolError
 from tool_server.loop import loop_name
 from tool_server.mei.schema import EvidenceInterface
@@ -31,6 +32,8 @@ from tool_server.tools import ToolContext, ToolRunner
 from tool_server.tools.ops import load_image
 
 log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 MAX_BODY_BYTES = 64 * 2**20  # question images arrive base64 in the session body
 
@@ -47,46 +50,43 @@ def _error(status: int, type_: str, message: str, field: str | None = None) -> w
     return web.json_response({"error": {"type": type_, "message": message, "field": field}}, status=status)
 
 
-@web.middleware
-async def _errors(request: web.Request, handler) -> web.StreamResponse:
-    metrics: Metrics = request.app[METRICS]
-    try:
-        return await handler(request)
-    except ToolError as e:
-        metrics.error(e.type)
-        return web.json_response({"error": e.to_json()}, status=e.status)
-    except web.HTTPException as e:
-        if e.status < 400:
-            raise
-        type_ = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}.get(e.status, "http_error")
-        metrics.error(type_)
-        return _error(e.status, type_, e.reason or type_)
-    except Exception:
-        log.exception("unexpected error in %s %s", request.method, request.path)
-        metrics.error("internal_error")
-        return _error(500, "internal_error", "the server failed on this request; the failure has been logged")
+def _json_errors(handler: Handler) -> Handler:
+    """``handler`` with every failure answered as a JSON error body.
+
+    Per handler rather than as an app middleware: any middleware makes aiohttp run each request through two extra
+    layers (it adds its own current-app fixer), a measurable share of a cached call's CPU.
+    """
+
+    @functools.wraps(handler)
+    async def answer(request: web.Request) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except ToolError as e:
+            request.app[METRICS].error(e.type)
+            return web.json_response({"error": e.to_json()}, status=e.status)
+        except web.HTTPException as e:
+            if e.status < 400:
+                raise
+            type_ = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}.get(e.status, "http_error")
+            request.app[METRICS].error(type_)
+            return _error(e.status, type_, e.reason or type_)
+        except Exception:
+            log.exception("unexpected error in %s %s", request.method, request.path)
+            request.app[METRICS].error("internal_error")
+            return _error(500, "internal_error", "the server failed on this request; the failure has been logged")
+
+    return answer
 
 
-async def _json_body(request: web.Request, *, optional: bool) -> dict[str, Any]:
-    raw = await request.read()
-    if not raw.strip():
-        if optional:
-            return {}
-        raise ToolError("invalid_request", "request body must be a JSON object", "body")
-    try:
-        body = orjson.loads(raw)  # a fifth of json.loads' cost; NaN and Infinity are not JSON here either
-    except orjson.JSONDecodeError as e:
-        raise ToolError("invalid_request", f"request body is not valid JSON: {e}", "body") from None
-    if not isinstance(body, dict):
-        raise ToolError("invalid_request", "request body must be a JSON object", "body")
-    return body
-
-
-def _check_keys(body: dict[str, Any], allowed: set[str]) -> None:
-    if extra := sorted(set(body) - allowed):
-        raise ToolError(
-            "invalid_request", f"unexpected field {extra[0]!r}; allowed: {', '.join(sorted(allowed))}", extra[0]
-        )
+async def _no_route(request: web.Request) -> web.Response:
+    """Every request no route takes: 405 where another route has the path, else 404 (as aiohttp's router says)."""
+    allowed: set[str] = set()
+    for resource in request.app.router.resources():
+        if resource is not request.match_info.route.resource:
+            allowed |= (await resource.resolve(request))[1]
+    if allowed:
+        raise web.HTTPMethodNotAllowed(request.method, allowed)
+    raise web.HTTPNotFound()
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -125,8 +125,8 @@ async def tools(request: web.Request) -> web.Response:
 
 
 async def create_session(request: web.Request) -> web.Response:
-    body = await _json_body(request, optional=True)
-    _check_keys(body, {"images", "group_id"})
+    body = json_object(await request.read(), optional=True)
+    check_keys(body, {"images", "group_id"})
     images, group_id = body.get("images", []), body.get("group_id")
     settings: ServerSettings = request.app[SETTINGS]
     if not isinstance(images, list) or not all(isinstance(i, str) for i in images):
@@ -157,20 +157,26 @@ async def delete_session(request: web.Request) -> web.Response:
 
 async def call_tool(request: web.Request) -> web.Response:
     start = time.perf_counter()
-    session = request.app[SESSIONS].get(request.match_info["session_id"])
-    body = await _json_body(request, optional=False)
-    _check_keys(body, {"name", "arguments", "turn", "include_pixels"})
-    name, turn, include_pixels = body.get("name"), body.get("turn"), body.get("include_pixels", False)
-    label = name if isinstance(name, str) and name in PROTOCOL_OF else "unknown"
+    app = request.app
+    session = app[SESSIONS].get(request.match_info["session_id"])
+    raw = await request.read()
+    call = app[CALLS].get(raw)
+    if call is None:
+        body = json_object(raw, optional=False)
+        check_keys(body, CALL_FIELDS)
+        try:
+            call = parse_call(body)
+        except ToolError as e:
+            name = body.get("name")
+            label = name if isinstance(name, str) and name in PROTOCOL_OF else "unknown"
+            app[METRICS].observe(label, e.status, time.perf_counter() - start)
+            raise
+        app[CALLS].put(raw, call)
     status, cached = 200, False
     try:
-        if turn is not None and (not isinstance(turn, int) or isinstance(turn, bool) or turn < 0):
-            raise ToolError("invalid_request", "turn must be a non-negative integer", "turn")
-        if not isinstance(include_pixels, bool):
-            raise ToolError("invalid_request", "include_pixels must be true or false", "include_pixels")
-        observation = await request.app[RUNNER].call(session, name, body.get("arguments", {}), turn)
+        observation = await app[RUNNER].run(session, call)
         cached = observation.cached
-        return web.Response(body=observation.body(include_pixels=include_pixels), content_type="application/json")
+        return web.Response(body=observation.body(include_pixels=call.include_pixels), content_type="application/json")
     except ToolError as e:
         status = e.status
         raise
@@ -178,7 +184,7 @@ async def call_tool(request: web.Request) -> web.Response:
         status = 500
         raise
     finally:
-        request.app[METRICS].observe(label, status, time.perf_counter() - start, cached=cached)
+        app[METRICS].observe(call.name, status, time.perf_counter() - start, cached=cached)
 
 
 WORLD = web.AppKey("world", OfflineWorld)
@@ -187,6 +193,7 @@ RUNNER = web.AppKey("runner", ToolRunner)
 CACHE = web.AppKey("cache", object)
 METRICS = web.AppKey("metrics", Metrics)
 SETTINGS = web.AppKey("settings", ServerSettings)
+CALLS = web.AppKey("calls", CallMemo)
 
 
 def create_app(
@@ -199,7 +206,7 @@ def create_app(
 ) -> web.Application:
     """The server; ``online`` backends (closed with the app) answer web search and non-world URLs."""
     set_pil_pixel_limit(settings.max_pixels)
-    app = web.Application(middlewares=[_errors], client_max_size=MAX_BODY_BYTES)
+    app = web.Application(client_max_size=MAX_BODY_BYTES)
     app[WORLD] = world
     app[SESSIONS] = SessionStore(
         ttl_s=settings.session_ttl_s, max_sessions=settings.max_sessions, max_images=settings.max_register_images
@@ -210,14 +217,17 @@ def create_app(
     app[CACHE] = cache
     app[METRICS] = Metrics()
     app[SETTINGS] = settings
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/metrics", metrics)
-    app.router.add_get("/v1/tools", tools)
-    app.router.add_post("/v1/sessions", create_session)
-    app.router.add_delete("/v1/sessions/{session_id}", delete_session)
-    app.router.add_post("/v1/sessions/{session_id}/call", call_tool)
+    app[CALLS] = CallMemo()
+    router, wrap = app.router, _json_errors
+    router.add_post("/v1/sessions/{session_id}/call", wrap(call_tool))  # the router tries it first under /v1/sessions
+    router.add_get("/healthz", wrap(healthz))
+    router.add_get("/metrics", wrap(metrics))
+    router.add_get("/v1/tools", wrap(tools))
+    router.add_post("/v1/sessions", wrap(create_session))
+    router.add_delete("/v1/sessions/{session_id}", wrap(delete_session))
     if online is not None and online.public is not None:  # query images for the reverse-image API
-        app.router.add_get(PUBLIC_PATH + "{name}", online.public.handle)
+        router.add_get(PUBLIC_PATH + "{name}", wrap(online.public.handle))
+    router.add_route("*", "/{tail:.*}", wrap(_no_route))  # last: what no other route takes
 
     async def lifecycle(app: web.Application):
         evictor = asyncio.create_task(app[SESSIONS].run_evictor())

@@ -79,11 +79,14 @@ class MemoryLevel:
         self._items: OrderedDict[str, bytes] = OrderedDict()
         self._max = max_items
 
-    async def get(self, key: str) -> bytes | None:
+    def lookup(self, key: str) -> bytes | None:
         value = self._items.get(key)
         if value is not None:
             self._items.move_to_end(key)
         return value
+
+    async def get(self, key: str) -> bytes | None:
+        return self.lookup(key)
 
     async def set(self, key: str, value: bytes) -> None:
         self._items[key] = value
@@ -186,6 +189,7 @@ class TieredCache:
         if not levels:
             raise ValueError("TieredCache needs at least one level")
         self._levels = levels
+        self._memory = levels[0] if isinstance(levels[0], MemoryLevel) else None  # looked up synchronously
         self._stats = {
             lv.name: {"hits": 0, "misses": 0, "errors": 0, "sets": 0, "get_latency_s": 0.0, "set_latency_s": 0.0}
             for lv in levels
@@ -215,8 +219,24 @@ class TieredCache:
             levels.append(RedisLevel(redis_url, ttl_s=redis_ttl_s))
         return cls(levels)
 
+    def _memory_get(self, key: str) -> bytes | None:
+        """The memory level's lookup, without a coroutine: a hit there is the cached call's whole cache path."""
+        stats = self._stats[MemoryLevel.name]
+        start = time.perf_counter()
+        value = self._memory.lookup(key)
+        stats["get_latency_s"] += time.perf_counter() - start
+        stats["misses" if value is None else "hits"] += 1
+        return value
+
     async def get(self, key: str) -> bytes | None:
-        for depth, level in enumerate(self._levels):
+        if self._memory is None:
+            return await self._get_from(0, key)
+        value = self._memory_get(key)  # a memory hit returns without awaiting anything
+        return value if value is not None else await self._get_from(1, key)
+
+    async def _get_from(self, first: int, key: str) -> bytes | None:
+        for depth in range(first, len(self._levels)):
+            level = self._levels[depth]
             stats = self._stats[level.name]
             start = time.perf_counter()
             try:

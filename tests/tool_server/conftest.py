@@ -27,3 +27,23 @@ async def loopback():
     yield start
     for runner in runners:
         await runner.cleanup()
+
+
+@pytest.fixture
+async def client(world, tmp_path):
+    """A test client of our app on the small world: extractive MEI without OCR, memory cache, 64-image registers."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from tool_server.app import ServerSettings, create_app
+    from tool_server.cache import TieredCache
+    from tool_server.mei import MEIConfig, build_interface
+
+    mei = build_interface(MEIConfig(log_path=tmp_path / "mei.jsonl", ocr=False))
+    app = create_app(
+        world=world,
+        mei=mei,
+        cache=TieredCache.from_config(memory_items=1000),
+        settings=ServerSettings(max_register_images=64),
+    )
+    async with TestClient(TestServer(app)) as c:
+        yield c

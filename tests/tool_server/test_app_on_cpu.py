@@ -14,14 +14,11 @@ import sys
 import urllib.request
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from tool_server.app import CACHE, ServerSettings, create_app
-from tool_server.cache import TieredCache
-from tool_server.mei import MEIConfig, build_interface
+from tool_server.app import CACHE
 from tool_server.protocol import tool_schemas
 from tool_server.tools import ops
 
@@ -37,19 +34,6 @@ def _png_b64(colour: tuple[int, int, int], size: tuple[int, int] = (8, 6)) -> st
 
 def _pixels(item: dict) -> Image.Image:
     return Image.open(io.BytesIO(base64.b64decode(item["png_base64"]))).convert("RGB")
-
-
-@pytest.fixture
-async def client(world, tmp_path):
-    mei = build_interface(MEIConfig(log_path=tmp_path / "mei.jsonl", ocr=False))
-    app = create_app(
-        world=world,
-        mei=mei,
-        cache=TieredCache.from_config(memory_items=1000),
-        settings=ServerSettings(max_register_images=64),
-    )
-    async with TestClient(TestServer(app)) as c:
-        yield c
 
 
 async def _session(client, **body) -> str:

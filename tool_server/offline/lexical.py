@@ -35,10 +35,10 @@ def tokens(text: str) -> list[str]:
 
 @lru_cache(maxsize=SNIPPET_MEMO_TEXTS)
 def _sentence_terms(text: str) -> tuple[list[str], dict[str, tuple[int, ...]]]:
-    """A text's sentences, and for each token the sentences holding it. Memoised: tokenizing the sentences of every
-    hit page again on every query was half the cost of a search; page texts are the same objects each time, so a
-    lookup is one hash."""
-    sentences = [s for s in _SENTENCE.split(text) if s.strip()] or [text]
+    """A text's sentences (whitespace runs made single spaces), and for each token the sentences holding it.
+    Memoised: tokenizing the sentences of every hit page again on every query was half the cost of a search; page
+    texts are the same objects each time, so a lookup is one hash."""
+    sentences = [" ".join(s.split()) for s in _SENTENCE.split(text) if s.strip()] or [" ".join(text.split())]
     where: dict[str, list[int]] = {}
     for i, sentence in enumerate(sentences):
         for token in set(tokens(sentence)):
@@ -54,7 +54,6 @@ def snippet(text: str, query_terms: set[str], max_chars: int = 240) -> str:
         for i in where.get(term, ()):
             shared[i] = shared.get(i, 0) + 1
     best = sentences[min(shared, key=lambda i: (-shared[i], i))] if shared else sentences[0]
-    best = " ".join(best.split())
     return best if len(best) <= max_chars else best[: max_chars - 1].rstrip() + "…"
 
 

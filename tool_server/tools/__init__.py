@@ -1,4 +1,4 @@
-"""Tool dispatch: validate, consult the result cache, run the handler of either protocol."""
+"""Tool dispatch of checked calls: consult the result cache, run the handler of either protocol."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from tool_server.cache import TieredCache, cache_key
-from tool_server.protocol import validate
+from tool_server.calls import ToolCall
 from tool_server.sessions import Session
 from tool_server.tools import modal, neos
 from tool_server.tools.base import CachedObservation, Call, Observation, ToolContext, pixels_digest
@@ -38,34 +38,45 @@ class ToolRunner:
             return {**args, "image": pixels_digest(register.get(args["image"], "arguments/image"))}
         return args
 
-    async def call(
-        self, session: Session, name: Any, arguments: Any, turn: int | None = None
-    ) -> Observation | CachedObservation:
-        observation = await self._call(session, name, arguments, turn)
+    def _key(self, session: Session, call: ToolCall) -> str:
+        """The cache key; memoised on ``call`` when it does not depend on the session's register."""
+        # web results never answer world queries; a trajectory's MEI calls carry one version, never an older
+        # checkpoint's cache
+        tool = call.name if self.ctx.online is None else f"{call.name}@online"
+        if call.name in neos.MEI_BACKED:
+            tool = f"{tool}@mei={self.ctx.mei.version}"
+        scope = session.group_id
+        memo = call.key
+        if memo is not None and memo[0] == tool and memo[1] == scope:
+            return memo[2]
+        args = self._cache_arguments(session, call.name, call.arguments)
+        key = cache_key(tool, args, scope=scope)
+        if args is call.arguments:  # no register image in the key: the same for every session of this scope
+            call.key = (tool, scope, key)
+        return key
+
+    async def run(self, session: Session, call: ToolCall) -> Observation | CachedObservation:
+        """Run a checked call (:func:`tool_server.calls.parse_call`), answering from the cache where it may."""
+        name = call.name
+        if self.cache is None or name not in CACHED:
+            observation = await HANDLERS[name](self.ctx, Call(session, call.arguments, call.turn))
+        else:
+            observation = await self._cached(session, call)
         if self.ctx.online is not None and name in modal.HANDLERS:  # later calls may name these web resources by id
             self.ctx.online.ids.learn(
                 observation.records if isinstance(observation, Observation) else json.loads(observation.blob)["records"]
             )
         return observation
 
-    async def _call(
-        self, session: Session, name: Any, arguments: Any, turn: int | None
-    ) -> Observation | CachedObservation:
-        args = validate(name, arguments)
-        if self.cache is None or name not in CACHED:
-            return await HANDLERS[name](self.ctx, Call(session, args, turn))
-        tool = name if self.ctx.online is None else f"{name}@online"  # web results never answer world queries
-        if name in neos.MEI_BACKED:  # a trajectory's MEI calls carry one version: never an older checkpoint's cache
-            tool = f"{tool}@mei={self.ctx.mei.version}"
-        key = cache_key(tool, self._cache_arguments(session, name, args), scope=session.group_id)
+    async def _cached(self, session: Session, call: ToolCall) -> Observation | CachedObservation:
         computed: Observation | None = None
 
         async def compute() -> bytes | None:
             nonlocal computed
-            computed = await HANDLERS[name](self.ctx, Call(session, args, turn))
+            computed = await HANDLERS[call.name](self.ctx, Call(session, call.arguments, call.turn))
             return None if computed.images else computed.to_cache()  # register entries are this session's own
 
-        blob = await self.cache.get_or_compute(key, compute)
+        blob = await self.cache.get_or_compute(self._key(session, call), compute)
         if computed is not None:
             return computed
         assert blob is not None  # get_or_compute returns None only from a compute() of this caller
