@@ -77,7 +77,9 @@ class ModalSearchExpert:
             return ""
         if loaded is None:
             return "the terminal image was not loaded"
-        ask = next(q for q in VISUAL_QUESTIONS if q[1] == task.terminal.template)
+        ask = next((q for q in VISUAL_QUESTIONS if q[0] == task.terminal.ask), None)
+        if ask is None:
+            return f"unknown visual ask {task.terminal.ask!r}"
         with PILImage.open(io.BytesIO(loaded)) as im:
             read = ask[2](palette(im))
         return "" if read == task.answer else f"the fetched pixels read {read!r}, not {task.answer!r}"

@@ -258,7 +258,8 @@ class QuestionWriter:
         template = self.wording.terminal(ask[1], TerminalContext(node.noun, ask[1], "the image's pixels", (gold,)))
         term = Terminal(modality="image", template=template, question=template.replace("{REF}", f"the {node.noun} "
                         f"({node.description})"), answer=gold, evidence=f"pixels of {node.url}",
-                        candidates=len(scored), passed=len(passing), c_with=c_with, c_without=c_without)
+                        candidates=len(scored), passed=len(passing), c_with=c_with, c_without=c_without,
+                        ask=ask[0])
         return gold, [], "colour" if ask[0] != "colour_count" else "count", term
 
     # -- the start node -----------------------------------------------------------------------------------------

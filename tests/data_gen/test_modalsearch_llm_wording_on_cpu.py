@@ -6,11 +6,13 @@ falls back to the template wording, counted by reason."""
 from __future__ import annotations
 
 import json
+from argparse import Namespace
 
 import pytest
 
 from data_gen.common.llm import SyncChat
 from data_gen.modalsearch.build import image_id, text_id
+from data_gen.modalsearch.cli import run
 from data_gen.modalsearch.llm import LLMWording
 from data_gen.modalsearch.questions import QuestionWriter, Rejection
 from verl_ext.reward.judge import JudgeConfig
@@ -102,3 +104,25 @@ def test_an_unreachable_model_falls_back(modalsearch_graph, offline):
     path, base = offline
     task, usage = _write(modalsearch_graph, path, "http://127.0.0.1:9/v1", "m")
     assert task.question == base.question and usage.fallbacks == {"transport": 2}
+
+
+def _pipeline_model(body: dict) -> str:
+    """Words every question as "fluent" does; answers relation proposals with prose (so they fall back, counted)."""
+    user = json.loads(body["messages"][1]["content"])
+    if "source_title" in user:
+        return "These articles are related."
+    return _reply({**body, "model": "fluent"})
+
+
+async def test_a_pipeline_run_with_a_model_verifies_questions_in_its_words(small_world, tool_server, threaded_chat,
+                                                                          tmp_path):
+    threaded_chat.reply = _pipeline_model
+    args = Namespace(world=small_world, out=tmp_path, limit=3, seed=0, max_nodes=30, benchmark_nodes=16, seeds=4,
+                     attempts=400, llm_url=threaded_chat.url, llm_model="m", ocr=False)
+    report = await run(args, str(tool_server.make_url("")).rstrip("/"))
+    verified = [json.loads(line)["task"] for line in (tmp_path / "results.jsonl").read_text().splitlines()
+                if json.loads(line)["status"] == "verified"]
+    assert len(verified) == 3 and all(t["question"].startswith(("Tell me: ", "Please tell me: ")) for t in verified)
+    assert all(t["terminal"]["template"].startswith("Tell me: ") for t in verified)
+    assert report["question_wording"] == "llm_wording" and report["llm_wording"]["fallbacks"] == 0
+    assert report["llm_relations"]["calls"] == report["llm_relations"]["fallbacks"] > 0
