@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import aiohttp
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from verl_ext.reward.judge import JudgeConfig, JudgeReplyError, chat_completion
 
@@ -51,6 +51,12 @@ def parse_reply(reply: str, schema: type[M]) -> M:
 
 class StrictReply(BaseModel, extra="forbid", strict=True):
     """Base of every reply schema: no extra keys, no type coercion."""
+
+
+class QuestionReply(StrictReply):
+    """The reply of every step that writes or rewords a question."""
+
+    question: str = Field(min_length=1, max_length=2000)
 
 
 class SyncChat:

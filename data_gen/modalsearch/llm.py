@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 
 import aiohttp
-from pydantic import Field
 
 from data_gen.common.episode import found
-from data_gen.common.llm import StrictReply, SyncChat, Usage, parse_reply
+from data_gen.common.llm import QuestionReply, StrictReply, SyncChat, Usage, parse_reply
 from data_gen.modalsearch.graph import Relation
 from data_gen.modalsearch.questions import TerminalContext, TemplateWording
 from data_gen.modalsearch.relations import OfflineRelationProposer
@@ -96,10 +96,6 @@ _REWRITE = (
 )
 
 
-class _Question(StrictReply):
-    question: str = Field(min_length=1, max_length=1000)
-
-
 class LLMWording:
     """The question writer's wording by a model (:class:`data_gen.modalsearch.questions.Wording`)."""
 
@@ -111,7 +107,7 @@ class LLMWording:
         self.usage = Usage()
 
     def terminal(self, template: str, context: TerminalContext) -> str:
-        def usable(reply: _Question) -> str | None:
+        def usable(reply: QuestionReply) -> str | None:
             q = reply.question
             if q.count("{REF}") != 1 or not q.endswith("?"):
                 return "form"
@@ -123,7 +119,7 @@ class LLMWording:
         return reply.question if reply else self.offline.terminal(template, context)
 
     def rewrite(self, question: str, mark: str, reference: str, keep: str) -> str:
-        def usable(reply: _Question) -> str | None:
+        def usable(reply: QuestionReply) -> str | None:
             q = reply.question
             ok = mark not in q and q.count(keep) == 1 and q.endswith("?") and "{REF}" not in q
             return None if ok else "form"
@@ -131,7 +127,7 @@ class LLMWording:
         reply = self._ask(_REWRITE, {"question": question, "placeholder": mark, "description": reference}, usable)
         return reply.question if reply else self.offline.rewrite(question, mark, reference, keep)
 
-    def _ask(self, system: str, user: dict, check) -> _Question | None:
+    def _ask(self, system: str, user: dict, check: Callable[[QuestionReply], str | None]) -> QuestionReply | None:
         messages = [{"role": "system", "content": system},
                     {"role": "user", "content": json.dumps(user, ensure_ascii=False)}]
-        return self.chat.ask(messages, _Question, self.usage, check)
+        return self.chat.ask(messages, QuestionReply, self.usage, check)

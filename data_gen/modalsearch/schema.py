@@ -50,7 +50,7 @@ class Terminal(_Model):
     passed: int
     c_with: int | None = None
     c_without: int | None = None
-    ask: str | None = None  # the visual ask verified (``answerers.VISUAL_QUESTIONS`` name): ``template`` may be reworded
+    ask: str | None = None  # the verified visual ask by name (VISUAL_QUESTIONS); the template may be reworded
 
 
 class Task(_Model):

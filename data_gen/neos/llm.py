@@ -25,7 +25,7 @@ from pathlib import Path
 import aiohttp
 from pydantic import Field
 
-from data_gen.common.llm import StrictReply, SyncChat, Usage
+from data_gen.common.llm import QuestionReply, StrictReply, SyncChat, Usage
 from data_gen.neos.observer import COLOURS, IMAGE_KINDS, MAX_COLOURS, Description, Observer, unnamed, words_of
 from data_gen.neos.schema import Task
 from data_gen.neos.verbalize import Verbalization
@@ -79,10 +79,6 @@ _REWRITE = (
 )
 
 
-class Rewritten(StrictReply):
-    question: str = Field(min_length=1, max_length=2000)
-
-
 class LLMRewriter:
     """Step 6 with a model: rewords the template question (:class:`data_gen.neos.verbalize.Rewriter`)."""
 
@@ -96,14 +92,14 @@ class LLMRewriter:
                 check: Callable[[str], str | None]) -> Verbalization:
         phrases = [*verbalization.spans, *keep]
 
-        def usable(reply: Rewritten) -> str | None:
+        def usable(reply: QuestionReply) -> str | None:
             if any(p not in reply.question for p in phrases):
                 return "dropped_phrase"
             return None if check(reply.question) is None else "coverage"
 
         user = json.dumps({"question": verbalization.question, "phrases": phrases}, ensure_ascii=False)
         reply = self.chat.ask([{"role": "system", "content": _REWRITE}, {"role": "user", "content": user}],
-                              Rewritten, self.usage, usable)
+                              QuestionReply, self.usage, usable)
         if reply is None:
             return verbalization
         return Verbalization(reply.question, verbalization.spans, verbalization.letters)

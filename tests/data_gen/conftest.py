@@ -86,8 +86,8 @@ async def _graph(small_world):
     graph.add_node(builder.image_node("flag_fra", "national flag of France"))
     graph.add_node(builder.image_node("map_fra", "locator map of France, highlighted in red"))
     rel = OfflineRelationProposer(world, kg)
-    linker = {(i, l.page.id): l.relation for i in ("flag_fra", "map_fra")
-              for l in OfflineImageLinker(world, kg).link(world.images[i])}
+    linker = {(i, link.page.id): link.relation for i in ("flag_fra", "map_fra")
+              for link in OfflineImageLinker(world, kg).link(world.images[i])}
     t2i = Relation("is the {kind} of {x}", unique=True, source="retrievability")
     edges = [
         GraphEdge(text_id("France"), text_id("Spain"), "t2t",

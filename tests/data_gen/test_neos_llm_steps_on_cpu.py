@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 
 from data_gen.common.llm import SyncChat
-from data_gen.kg import KG, Edge, Structure
+from data_gen.kg import Edge, Structure
 from data_gen.neos.cli import model_configs, parser, run
 from data_gen.neos.llm import LLMRewriter, VLMObserver
 from data_gen.neos.observer import Description, PaletteObserver, ground, palette
