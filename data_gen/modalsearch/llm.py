@@ -10,8 +10,8 @@ or a transport failure falls back to the offline proposer (counted in ``fallback
 stalls graph construction.
 
 :class:`LLMWording` words the terminal question (strict JSON ``{"question": ...}`` with ``{REF}`` once, ending
-with "?", not containing the answer) and each backward step ``R`` (``{"question": ...}`` holding the next mark once
-and the replaced one no more). It runs inside the synchronous question writer through
+with "?", not containing the answer or a node placeholder) and each backward step ``R`` (``{"question": ...}``
+holding the next node's placeholder once and no other). It runs inside the synchronous question writer through
 :class:`data_gen.common.llm.SyncChat`; an unusable reply falls back to the template wording, counted by reason.
 The fact or visual ask it words was chosen and verified by the writer beforehand, and the leak check runs after.
 """
@@ -41,6 +41,7 @@ _SYSTEM = (
     "{\"keep\": true or false, \"relation\": \"...\", \"reason\": \"...\"}."
 )
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
+_MARK = re.compile("\u27e8v\\d+\u27e9")  # the writer's placeholders for path nodes (questions.write)
 
 
 class LLMRelationProposer:
@@ -109,7 +110,7 @@ class LLMWording:
     def terminal(self, template: str, context: TerminalContext) -> str:
         def usable(reply: QuestionReply) -> str | None:
             q = reply.question
-            if q.count("{REF}") != 1 or not q.endswith("?"):
+            if q.count("{REF}") != 1 or not q.endswith("?") or _MARK.search(q):
                 return "form"
             return "reveals_answer" if any(found(a, q.replace("{REF}", "")) for a in context.answers) else None
 
@@ -121,7 +122,7 @@ class LLMWording:
     def rewrite(self, question: str, mark: str, reference: str, keep: str) -> str:
         def usable(reply: QuestionReply) -> str | None:
             q = reply.question
-            ok = mark not in q and q.count(keep) == 1 and q.endswith("?") and "{REF}" not in q
+            ok = _MARK.findall(q) == [keep] and q.endswith("?") and "{REF}" not in q
             return None if ok else "form"
 
         reply = self._ask(_REWRITE, {"question": question, "placeholder": mark, "description": reference}, usable)

@@ -21,6 +21,7 @@ import json
 import mimetypes
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
+from typing import Annotated
 
 import aiohttp
 from pydantic import Field
@@ -114,7 +115,7 @@ _OBSERVE = (
 
 class Observed(StrictReply):
     colours: list[str] = Field(min_length=1, max_length=MAX_COLOURS)
-    text: list[str] = Field(max_length=50)
+    text: list[Annotated[str, Field(max_length=200)]] = Field(max_length=50)
 
 
 class VLMObserver:

@@ -32,6 +32,7 @@ def _reply(body: dict) -> str:
             "no_ref": json.dumps({"question": "Which colour covers the largest area of the map?"}),
             "reveals": json.dumps({"question": f"Is {{REF}} mostly {user['answer']}?"}),
             "prose": "Which colour covers the largest area of {REF}?",
+            "marks": json.dumps({"question": "Which colour covers the largest area of {REF} near \u27e8v3\u27e9?"}),
         }[model]
     rewritten = user["question"].replace(user["placeholder"], user["description"])
     return {
@@ -40,6 +41,7 @@ def _reply(body: dict) -> str:
         "no_ref": json.dumps({"question": user["question"]}),  # the replaced mark is still there
         "reveals": json.dumps({"question": rewritten.rstrip("?")}),  # not a question
         "prose": rewritten,
+        "marks": json.dumps({"question": rewritten.replace("?", " and of \u27e8v3\u27e9?")}),
     }[model]
 
 
@@ -91,7 +93,7 @@ def test_a_rewrite_that_names_the_answer_is_still_rejected_by_the_leak_check(mod
 
 
 @pytest.mark.parametrize(("model", "reasons"), [
-    ("no_ref", {"form": 2}), ("reveals", {"reveals_answer": 1, "form": 1}), ("prose", {"invalid": 2})])
+    ("no_ref", {"form": 2}), ("reveals", {"reveals_answer": 1, "form": 1}), ("prose", {"invalid": 2}), ("marks", {"form": 2})])
 def test_unusable_wordings_fall_back_to_the_templates(modalsearch_graph, offline, threaded_chat, model, reasons):
     path, base = offline
     threaded_chat.reply = _reply

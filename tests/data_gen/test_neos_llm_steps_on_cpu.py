@@ -128,6 +128,7 @@ def test_the_vlm_observer_reports_in_the_offline_schema_without_names_and_asks_o
     (json.dumps({"colours": [], "text": []}), "invalid"),
     (json.dumps({"colours": ["red", "white", "blue", "green", "black"], "text": []}), "invalid"),
     (json.dumps({"colours": "red", "text": []}), "invalid"),
+    (json.dumps({"colours": ["red"], "text": ["x" * 201]}), "invalid"),
     ("a red and white flag", "invalid")])
 def test_an_unusable_observation_falls_back_to_the_palette_observer(tmp_path, threaded_chat, reply, reason):
     path = _flag(tmp_path / "x.png", [(210, 20, 40), (255, 255, 255)])
