@@ -1,4 +1,6 @@
-"""Probe 1 with a model (SPEC §6 step 7, text-only answering): an LLM answers the question closed-book, no tools and
+"""Neos steps with a model: probe 1, the rewriter and the blind observer.
+
+Probe 1 with a model (SPEC §6 step 7, text-only answering): an LLM answers the question closed-book, no tools and
 no images, through the project's one OpenAI-compatible chat client (``verl_ext.reward.judge.chat_completion``,
 configured by URL and model name). A question it answers correctly gives its answer away in text and is rejected,
 as the programmatic probe 1 (the answer's name in the question) rejects it; the pipeline runs both.
@@ -9,8 +11,9 @@ body that is not a chat completion, after ``1 + max_retries`` attempts, is an in
 restart, never accepted unprobed.
 
 The rewriter (step 6) and the blind observer (step 5) run inside the synchronous synthesizer through
-:class:`data_gen.common.llm.SyncChat`; a reply they cannot use falls back to the offline step (template text,
-palette/OCR description) and is counted, never rejected or retried.
+:class:`data_gen.common.llm.SyncChat`; a reply they cannot use (after the client's retries, for transport failures)
+falls back to the offline step for that item (template text, palette/OCR description) and is counted: no task is
+rejected or left unfinished because of the model.
 """
 
 from __future__ import annotations
