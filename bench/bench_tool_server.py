@@ -419,7 +419,7 @@ def _counts(quick: bool, conc: int, tool: str, cached: bool) -> tuple[int, float
 def _fmt(r: dict) -> str:
     return (
         f"{r['rps']:8.0f} req/s  p50 {r['p50_ms']:7.1f} ms  p99 {r['p99_ms']:7.1f} ms  server CPU "
-        f"{r['cpu_ms_per_req']:6.2f} ms/req, client {r['client_cpu_ms_per_req']:5.2f}  (n={r['n']}, err={r['errors']})"
+        f"{r['cpu_ms_per_req']:6.3f} ms/req, client {r['client_cpu_ms_per_req']:5.3f}  (n={r['n']}, err={r['errors']})"
     )
 
 
@@ -524,9 +524,15 @@ async def part_baseline(args, wl: Workload) -> dict:
             ("trivial", "trivial", "trivial"),
         )
     }
+    cpu_ratios = {
+        "uncached_vs_baseline": cpu["baseline"] / cpu["ours_uncached"],
+        "cached_vs_trivial": cpu["ours_cached"] / cpu["trivial"],
+    }
     print(
         "server CPU ms/req (load-independent; 1000/x = req/s on one dedicated core): "
-        + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items()),
+        + ", ".join(f"{k} {v:.3f}" for k, v in cpu.items())
+        + f"; baseline / ours uncached {cpu_ratios['uncached_vs_baseline']:.2f}x, ours cached / trivial "
+        f"{cpu_ratios['cached_vs_trivial']:.2f}x",
         flush=True,
     )
     print(
@@ -541,6 +547,7 @@ async def part_baseline(args, wl: Workload) -> dict:
         "cached_rps": cached_rps,
         "trivial_rps": trivial_rps,
         "cpu_ms_per_req": cpu,
+        "cpu_ratios": cpu_ratios,
     }
     out["rounds"] = rounds
     return out
