@@ -2,7 +2,7 @@
 ``ToolAgentLoop`` on the same workload.
 
     PYTHONPATH=. .venv/bin/python bench/bench_rollout.py [--part overhead|throughput|all] [--quick] [--reps N]
-        [--world worlds/small] [--profile] [--json results.json]
+        [--world worlds/small] [--profile] [--torch-threads 1] [--json results.json]
 
 Both loops are built through verl's registry (``verl_ext.rollout.instantiate.instantiate_agent_loop``) with the
 tiny Qwen2.5-VL processor/tokenizer (so verl's VL Continuous Token builder is what runs), and talk to a real tool
@@ -700,6 +700,8 @@ def main(argv: list[str] | None = None) -> int:
                    "stock alone takes minutes at N=256)")
     p.add_argument("--seed", type=int, default=0, help="seed of the drawn tool latencies")
     p.add_argument("--json", type=Path, default=None, help="write all results here")
+    p.add_argument("--torch-threads", type=int, default=1, help="torch intra-op threads of the driver (default 1, "
+                   "as in verl's agent-loop workers: Ray actors without num_cpus run with OMP_NUM_THREADS=1)")
     p.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.serve is not None:
@@ -710,6 +712,11 @@ def main(argv: list[str] | None = None) -> int:
 
     import logging
 
+    import torch
+
+    # The image processor's small tensor ops (resize, normalize, patchify of one observation image) are what an image
+    # turn costs; with intra-op threads on a busy 2-core box they take 5-15x longer than on one thread.
+    torch.set_num_threads(args.torch_threads)
     logging.disable(logging.WARNING)  # verl warns per call about things the bench does on purpose
     import verl  # noqa: F401  (loads our plugins: registers neos_search_agent)
     import verl.experimental.agent_loop.tool_agent_loop  # noqa: F401  (registers tool_agent)
@@ -718,7 +725,9 @@ def main(argv: list[str] | None = None) -> int:
 
     model_dir = cached_tiny_qwen_vl()
     _instrument()
-    results: dict[str, Any] = {"cpus": os.cpu_count(), "load_avg_start": os.getloadavg()}
+    results: dict[str, Any] = {
+        "cpus": os.cpu_count(), "torch_threads": args.torch_threads, "load_avg_start": os.getloadavg()
+    }
     t0 = time.perf_counter()
 
     async def run() -> None:
