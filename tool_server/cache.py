@@ -24,11 +24,14 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import orjson
 
 log = logging.getLogger(__name__)
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 def _non_finite(value: Any) -> bool:
@@ -69,6 +72,32 @@ class Level(Protocol):
     async def close(self) -> None: ...
 
 
+class LRU(Generic[K, V]):
+    """A bounded map that forgets its least recently used entry first."""
+
+    def __init__(self, max_items: int) -> None:
+        self._items: OrderedDict[K, V] = OrderedDict()
+        self._max = max_items
+
+    def get(self, key: K) -> V | None:
+        value = self._items.get(key)
+        if value is not None:
+            self._items.move_to_end(key)
+        return value
+
+    def put(self, key: K, value: V) -> None:
+        self._items[key] = value
+        self._items.move_to_end(key)
+        while len(self._items) > self._max:
+            self._items.popitem(last=False)
+
+    def clear(self) -> None:
+        self._items.clear()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
 class MemoryLevel:
     name = "memory"
     errors: tuple[type[BaseException], ...] = ()
@@ -76,23 +105,16 @@ class MemoryLevel:
     def __init__(self, max_items: int) -> None:
         if max_items < 1:
             raise ValueError(f"memory_items must be >= 1, got {max_items}")
-        self._items: OrderedDict[str, bytes] = OrderedDict()
-        self._max = max_items
+        self._items: LRU[str, bytes] = LRU(max_items)
 
     def lookup(self, key: str) -> bytes | None:
-        value = self._items.get(key)
-        if value is not None:
-            self._items.move_to_end(key)
-        return value
+        return self._items.get(key)
 
     async def get(self, key: str) -> bytes | None:
-        return self.lookup(key)
+        return self._items.get(key)
 
     async def set(self, key: str, value: bytes) -> None:
-        self._items[key] = value
-        self._items.move_to_end(key)
-        while len(self._items) > self._max:
-            self._items.popitem(last=False)
+        self._items.put(key, value)
 
     async def close(self) -> None:
         self._items.clear()

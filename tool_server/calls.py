@@ -8,12 +8,12 @@ checked call depends on its body alone, never on the session, so sharing it betw
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
+from tool_server.cache import LRU
 from tool_server.errors import ToolError
 from tool_server.protocol import validate
 
@@ -65,26 +65,19 @@ def parse_call(body: dict[str, Any]) -> ToolCall:
 
 
 class CallMemo:
-    """LRU map from a body's bytes to its checked :class:`ToolCall`; bodies over ``max_body`` bytes are not kept,
+    """The checked :class:`ToolCall` of recent bodies, by their bytes; bodies over ``max_body`` bytes are not kept,
     so the memo holds at most ``max_items * max_body`` bytes of keys."""
 
     def __init__(self, max_items: int = 4096, max_body: int = 4096) -> None:
-        self._calls: OrderedDict[bytes, ToolCall] = OrderedDict()
-        self._max_items = max_items
+        self._calls: LRU[bytes, ToolCall] = LRU(max_items)
         self._max_body = max_body
 
     def get(self, raw: bytes) -> ToolCall | None:
-        call = self._calls.get(raw)
-        if call is not None:
-            self._calls.move_to_end(raw)
-        return call
+        return self._calls.get(raw)
 
     def put(self, raw: bytes, call: ToolCall) -> None:
-        if len(raw) > self._max_body:
-            return
-        self._calls[raw] = call
-        if len(self._calls) > self._max_items:
-            self._calls.popitem(last=False)
+        if len(raw) <= self._max_body:
+            self._calls.put(raw, call)
 
     def __len__(self) -> int:
         return len(self._calls)
