@@ -3,7 +3,8 @@
 then the export (policy data, MEI pairs in ``OUT/mei_sft.jsonl``) and a statistics report.
 
 With ``--llm-url`` a model also answers probe 1 closed-book and rewords the template questions; with ``--vlm-url``
-(default: the LLM's) a VLM is the blind observer. Without them every step is offline and uses no model."""
+(default: the LLM's) a VLM is the blind observer and also answers probe 3 from the entry images. Without them every
+step is offline and uses no model."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from data_gen.neos.agents import (
     probe_text_only_search,
 )
 from data_gen.neos.export import export, mei_pairs
-from data_gen.neos.llm import LLMRewriter, LLMTextOnlyProbe, ProbeUnavailable, VLMObserver
+from data_gen.neos.llm import LLMRewriter, LLMTextOnlyProbe, ProbeUnavailable, VLMEntryImageProbe, VLMObserver
 from data_gen.neos.observer import PaletteObserver, rapid_ocr
 from data_gen.neos.schema import Outcome, Task
 from data_gen.neos.store import ResultLog
@@ -56,8 +57,9 @@ def parser(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    "question and probe 1 also asks it to answer closed-book (default: templates and the programmatic "
                    "probe alone, no model)")
     p.add_argument("--llm-model", default="probe", help="model name sent to --llm-url")
-    p.add_argument("--vlm-url", default=None, help="OpenAI-compatible base URL of the blind observer's VLM "
-                   "(default: --llm-url; with neither, the offline palette/OCR observer, no model)")
+    p.add_argument("--vlm-url", default=None, help="OpenAI-compatible base URL of a VLM: the blind observer, and "
+                   "probe 3 also asks it to answer from the entry images (default: --llm-url; with neither, the "
+                   "offline palette/OCR observer and programmatic probe 3, no model)")
     p.add_argument("--vlm-model", default=None, help="model name sent to --vlm-url (default: --llm-model)")
     return p
 
@@ -71,9 +73,10 @@ def model_configs(args: argparse.Namespace) -> tuple[JudgeConfig | None, JudgeCo
 
 
 async def _judge(client: ToolServerClient, expert: ProgrammaticExpert, cand: Candidate, image_texts: list[str],
-                 seconds: dict[str, float], llm_probe: LLMTextOnlyProbe | None) -> Outcome:
+                 seconds: dict[str, float], llm_probe: LLMTextOnlyProbe | None,
+                 vqa_probe: VLMEntryImageProbe | None) -> Outcome:
     """Steps 7-8 for a synthesized task: the four probes in order, then the expert; the first that decides ends it.
-    Probe 1 is the programmatic check, then (when configured) the model's closed-book answer."""
+    Probes 1 and 3 are the programmatic checks, then (when configured) the model's answer."""
     task = cand.task
     assert task is not None
     probes: dict[str, bool] = {}
@@ -97,6 +100,10 @@ async def _judge(client: ToolServerClient, expert: ProgrammaticExpert, cand: Can
     probes["entry_image_vqa"] = probe_entry_image_vqa(task, image_texts)
     if probes["entry_image_vqa"]:
         return rejected("entry_image_vqa")
+    if vqa_probe is not None:
+        probes["entry_image_vqa"] = await vqa_probe.solves(task)
+        if probes["entry_image_vqa"]:
+            return rejected("entry_image_vqa", f"{vqa_probe.name} ({vqa_probe.config.model}) answered it")
     t = time.perf_counter()
     probes["short_multimodal_search"] = await probe_short_multimodal_search(client, task)
     seconds["short_multimodal_search"] = time.perf_counter() - t
@@ -112,27 +119,28 @@ async def _judge(client: ToolServerClient, expert: ProgrammaticExpert, cand: Can
 async def run(world_dir: Path, out: Path, url: str, *, seed: int, limit: int | None, ocr: bool,
               llm: JudgeConfig | None = None, rewrite: JudgeConfig | None = None,
               vlm: JudgeConfig | None = None) -> dict:
-    """The pipeline; ``llm``: probe 1's model, ``rewrite``: the rewriter's, ``vlm``: the observer's (the CLI passes
-    its LLM as both ``llm`` and ``rewrite``). Returns what each model step did in this run."""
+    """The pipeline; ``llm``: probe 1's model, ``rewrite``: the rewriter's, ``vlm``: the observer's and probe 3's
+    (the CLI passes its LLM as both ``llm`` and ``rewrite``). Returns what each synthesis model step did."""
     with ExitStack() as models:
         world = World.load(world_dir)
         observer = PaletteObserver(rapid_ocr() if ocr else None)
         vlm_observer = VLMObserver(models.enter_context(SyncChat(vlm)), observer) if vlm else None
         rewriter = LLMRewriter(models.enter_context(SyncChat(rewrite))) if rewrite else None
         synth = Synthesizer(world, seed=seed, observer=vlm_observer or observer, rewriter=rewriter)
-        await _pipeline(world, synth, observer, out, url, limit=limit, llm=llm)
+        await _pipeline(world, synth, observer, out, url, limit=limit, llm=llm, vlm=vlm)
         return {step.name: step.usage.report() for step in (vlm_observer, rewriter) if step is not None}
 
 
 async def _pipeline(world: World, synth: Synthesizer, observer: PaletteObserver, out: Path, url: str, *,
-                    limit: int | None, llm: JudgeConfig | None) -> None:
+                    limit: int | None, llm: JudgeConfig | None, vlm: JudgeConfig | None) -> None:
     log = ResultLog(out / "results.jsonl")
     verified = sum(1 for o in log.outcomes() if o.status == "verified")
     seeds = synth.seeds()
-    timeout = aiohttp.ClientTimeout(total=llm.timeout_s if llm else None)
+    timeout = aiohttp.ClientTimeout(total=max((c.timeout_s for c in (llm, vlm) if c), default=None))
     async with ToolServerClient(url) as client, aiohttp.ClientSession(timeout=timeout) as http:
         expert = ProgrammaticExpert(client)
         llm_probe = LLMTextOnlyProbe(llm, http) if llm else None
+        vqa_probe = VLMEntryImageProbe(vlm, http, world.image_path) if vlm else None
         bar = tqdm(seeds, desc="neos seeds", unit="seed")
         for seed_entity in bar:
             if limit is not None and verified >= limit:
@@ -153,7 +161,7 @@ async def _pipeline(world: World, synth: Synthesizer, observer: PaletteObserver,
                     continue
                 texts = [t for e in cand.task.entry_images for t in _image_texts(world, e.image_id, observer)]
                 try:
-                    outcome = await _judge(client, expert, cand, texts, seconds, llm_probe)
+                    outcome = await _judge(client, expert, cand, texts, seconds, llm_probe, vqa_probe)
                 except (ToolServerUnavailable, ProbeUnavailable) as err:
                     errors += 1
                     outcome = Outcome(key=cand.key, status="error", detail=str(err), task=cand.task, seconds=seconds)

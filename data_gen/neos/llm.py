@@ -1,4 +1,4 @@
-"""Neos steps with a model: probe 1, the rewriter and the blind observer.
+"""Neos steps with a model: probes 1 and 3, the rewriter and the blind observer.
 
 Probe 1 with a model (SPEC §6 step 7, text-only answering): an LLM answers the question closed-book, no tools and
 no images, through the project's one OpenAI-compatible chat client (``verl_ext.reward.judge.chat_completion``,
@@ -8,7 +8,8 @@ as the programmatic probe 1 (the answer's name in the question) rejects it; the 
 Its reply is matched with the reward's rule matcher (``answer_matches``, aliases included). A transport failure or a
 body that is not a chat completion, after ``1 + max_retries`` attempts, is an infrastructure failure
 (:class:`ProbeUnavailable`): the pipeline records the candidate as an error, excluded from every rate and retried on
-restart, never accepted unprobed.
+restart, never accepted unprobed. Probe 3 with a model (entry-image VQA) works the same way, a VLM answering from
+the question and the entry images alone (data URLs), after the programmatic probe 3.
 
 The rewriter (step 6) and the blind observer (step 5) run inside the synchronous synthesizer through
 :class:`data_gen.common.llm.SyncChat`; a reply they cannot use (after the client's retries, for transport failures)
@@ -51,14 +52,17 @@ class LLMTextOnlyProbe:
 
     def __init__(self, config: JudgeConfig, session: aiohttp.ClientSession) -> None:
         if not config.url:
-            raise ValueError("the LLM probe needs a chat-completions base URL")
+            raise ValueError("a model probe needs a chat-completions base URL")
         self.config = config
         self.session = session
         self.calls = 0
 
+    def messages(self, task: Task) -> list[dict]:
+        return [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": task.question}]
+
     async def solves(self, task: Task) -> bool:
-        """Whether the model's closed-book answer to the question text matches the task's answer or an alias."""
-        messages = [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": task.question}]
+        """Whether the model's answer (to :meth:`messages`) matches the task's answer or an alias."""
+        messages = self.messages(task)
         error = ""
         for attempt in range(1 + self.config.max_retries):
             if attempt:
@@ -71,6 +75,35 @@ class LLMTextOnlyProbe:
                 continue
             return answer_matches(reply, task.ground_truth())
         raise ProbeUnavailable(f"{self.name} ({self.config.model}): {error}")
+
+
+_VQA = (
+    "Answer the question from the image(s) you are shown and your own knowledge; you cannot search. "
+    "Reply with the answer's name only, or with your best guess if you are unsure."
+)
+
+
+class VLMEntryImageProbe(LLMTextOnlyProbe):
+    """Probe 3 with a model: the question and the entry images (``image_path(image_id)``), nothing else."""
+
+    name = "vlm_entry_image_answer"
+
+    def __init__(self, config: JudgeConfig, session: aiohttp.ClientSession,
+                 image_path: Callable[[str], Path]) -> None:
+        super().__init__(config, session)
+        self.image_path = image_path
+
+    def messages(self, task: Task) -> list[dict]:
+        images = [image_part(self.image_path(e.image_id)) for e in task.entry_images]
+        return [{"role": "system", "content": _VQA},
+                {"role": "user", "content": [{"type": "text", "text": task.question}, *images]}]
+
+
+def image_part(path: Path) -> dict:
+    """An image as a chat message part: a data URL, so the model gets the pixels and not the file's name."""
+    mime = mimetypes.guess_type(path.name)[0] or "image/png"
+    data = base64.b64encode(path.read_bytes()).decode()
+    return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}"}}
 
 
 _REWRITE = (
@@ -150,11 +183,8 @@ class VLMObserver:
         return Description(kind, tuple(seen.colours), words)
 
     def _messages(self, path: Path) -> list[dict]:
-        mime = mimetypes.guess_type(path.name)[0] or "image/png"
-        url = f"data:{mime};base64,{base64.b64encode(path.read_bytes()).decode()}"
         return [{"role": "system", "content": self._system},
-                {"role": "user", "content": [{"type": "text", "text": "Describe this image."},
-                                             {"type": "image_url", "image_url": {"url": url}}]}]
+                {"role": "user", "content": [{"type": "text", "text": "Describe this image."}, image_part(path)]}]
 
 
 def _palette_only(reply: Observed) -> str | None:

@@ -1,7 +1,8 @@
-"""Neos' rewriter and blind observer with a model, against a real chat-completions server on loopback (its own
-thread): usable replies are taken, every unusable one (prose, extra keys, a dropped phrase, a broken step, a leaked
-name, an off-palette colour, HTTP 503) falls back to the offline step and is counted under its reason; and a
-pipeline run with both model steps verifies tasks whose question is the model's wording."""
+"""Neos' rewriter, blind observer and probe 3 with a model, against a real chat-completions server on loopback (its
+own thread): usable replies are taken, every unusable one (prose, extra keys, a dropped phrase, a broken step, a
+leaked name, an off-palette colour, HTTP 503) falls back to the offline step and is counted under its reason; probe 3
+sends the question and the entry images' pixels only; and a pipeline run with all of them verifies tasks whose
+question is the model's wording."""
 
 from __future__ import annotations
 
@@ -10,15 +11,18 @@ import io
 import json
 from pathlib import Path
 
+import aiohttp
 import pytest
 from PIL import Image
 
 from data_gen.common.llm import SyncChat
 from data_gen.kg import Edge, Structure
 from data_gen.neos.cli import model_configs, parser, run
-from data_gen.neos.llm import LLMRewriter, VLMObserver
+from data_gen.neos.llm import LLMRewriter, ProbeUnavailable, VLMEntryImageProbe, VLMObserver
 from data_gen.neos.observer import Description, PaletteObserver, ground, palette
+from data_gen.neos.synth import Synthesizer
 from data_gen.neos.verbalize import TemplateVerbalizer, check_coverage
+from data_gen.world.store import World
 from verl_ext.reward.judge import JudgeConfig
 
 STRUCTURE = Structure(
@@ -150,8 +154,35 @@ def test_the_vlm_defaults_to_the_llm():
     assert model_configs(args) == (None, None)
 
 
+@pytest.fixture(scope="module")
+def first_task(small_world):
+    synth = Synthesizer(World.load(small_world), seed=0)
+    return synth.world, next(c.task for s in synth.seeds() for c in synth.synthesize(s).candidates if c.task)
+
+
+async def test_the_vqa_probe_sends_the_question_and_entry_pixels_only(first_task, threaded_chat):
+    world, task = first_task
+    threaded_chat.reply = lambda body: {"knows": task.answer, "guesses": "Atlantis", "down": 503}[
+        body["model"]]
+    async with aiohttp.ClientSession() as http:
+        probes = {m: VLMEntryImageProbe(JudgeConfig(url=threaded_chat.url, model=m, max_retries=0), http,
+                                        world.image_path) for m in ("knows", "guesses", "down")}
+        assert await probes["knows"].solves(task) and not await probes["guesses"].solves(task)
+        with pytest.raises(ProbeUnavailable, match="vlm_entry_image_answer \\(down\\): ClientResponseError: 503"):
+            await probes["down"].solves(task)
+    user = threaded_chat.seen[0]["messages"][1]["content"]
+    assert user[0] == {"type": "text", "text": task.question} and len(user) == 1 + len(task.entry_images)
+    assert _image_of(threaded_chat.seen[0]) == world.image_path(task.entry_images[0].image_id).read_bytes()
+    sent = json.dumps(threaded_chat.seen[0])
+    assert task.answer not in sent and task.entry_images[0].image_id not in sent  # pixels, not names or ids
+
+
 def _model(body: dict) -> str:
-    """Rewriter ("writer"): the template with its question reworded; observer ("eye"): the image's true palette."""
+    """Rewriter ("writer"): the template with its question reworded; observer ("eye"): the image's true palette;
+    probe 3 (also "eye", asked a question): no answer."""
+    content = body["messages"][1]["content"]
+    if isinstance(content, list) and content[0]["text"] != "Describe this image.":
+        return "I cannot tell."
     if body["model"] == "writer":
         question = json.loads(body["messages"][1]["content"])["question"]
         return json.dumps({"question": "Puzzle: " + question.replace(" Which ", " So, which ")})
@@ -173,3 +204,6 @@ async def test_a_run_with_both_model_steps_verifies_reworded_questions(small_wor
     assert report["vlm_observer"]["fallbacks"] == 0 and report["vlm_observer"]["calls"] >= 1
     writes = [b for b in threaded_chat.seen if b["model"] == "writer"]
     assert len(writes) == report["llm_rewriter"]["calls"]
+    asked = [b["messages"][1]["content"][0]["text"] for b in threaded_chat.seen
+             if b["model"] == "eye" and b["messages"][1]["content"][0]["text"] != "Describe this image."]
+    assert verified[0]["question"] in asked  # probe 3 asked the VLM about the reworded question
