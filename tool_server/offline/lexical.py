@@ -107,10 +107,8 @@ class PageIndex:
 
     def search(self, query: str, k: int = 10) -> list[TextHit]:
         q = tokens(query)
-        scores = self._bm25.scores(q)
-        return [
-            TextHit(self._pages[i], float(scores[i]), snippet(self._pages[i].text, set(q))) for i in _top(scores, k)
-        ]
+        scores, terms = self._bm25.scores(q), set(q)
+        return [TextHit(self._pages[i], float(scores[i]), snippet(self._pages[i].text, terms)) for i in _top(scores, k)]
 
 
 class ImageIndex:
