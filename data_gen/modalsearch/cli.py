@@ -1,6 +1,8 @@
 """``python -m data_gen modalsearch --world DIR --out DIR [--limit N] [--seed S] [--ocr] [--llm-url URL
---llm-model M]``: the whole ModalSearch pipeline; with ``--llm-url`` a model proposes t->t relations and words the
-terminal questions and backward rewrites, else every step is offline and uses no model.
+--llm-model M] [--teacher-url URL --teacher-model M]``: the whole ModalSearch pipeline; with ``--llm-url`` a model
+proposes t->t relations and words the terminal questions and backward rewrites, with ``--teacher-url`` a model runs
+the expert episodes (``data_gen.common.teacher``; the programmatic expert takes over where its episode cannot be
+kept), else every step is offline and uses no model.
 
 Two graphs from disjoint seed sets: ``benchmark`` first, then ``train``, which never enters a benchmark node. Each
 graph is built once and saved (``OUT/graph_<name>.json``, atomically, keyed by a fingerprint of world, seed and
@@ -30,14 +32,16 @@ import aiohttp
 from tqdm import tqdm
 
 from data_gen.common.export import hash_unit
+from data_gen.common.episode import Expert
 from data_gen.common.llm import SyncChat
 from data_gen.common.report import bar_charts
 from data_gen.common.stats import filter_rates, stage_rates
 from data_gen.common.store import ResultLog
+from data_gen.common.teacher import TeacherExpert, TeacherSettings, add_teacher_flags
 from data_gen.kg import KG
 from data_gen.modalsearch.build import BuildConfig, GraphBuilder
-from data_gen.modalsearch.expert import ModalSearchExpert
-from data_gen.modalsearch.export import export, mei_pairs
+from data_gen.modalsearch.expert import ModalSearchExpert, teacher_brief
+from data_gen.modalsearch.export import export, mei_pairs, sft_record
 from data_gen.modalsearch.graph import Graph
 from data_gen.modalsearch.llm import LLMRelationProposer, LLMWording
 from data_gen.modalsearch.questions import QuestionWriter, Rejection, path_key
@@ -71,6 +75,7 @@ def parser(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--llm-url", default=None, help="OpenAI-compatible base URL for relation proposal and question "
                    "wording (default: offline KG/context templates and question templates, no model)")
     p.add_argument("--llm-model", default="relation-writer", help="model name sent to --llm-url")
+    add_teacher_flags(p)
     return p
 
 
@@ -97,7 +102,7 @@ async def _graph(builder: GraphBuilder, name: str, seeds: Sequence[str], blocked
     return graph, info
 
 
-async def _judge(writer: QuestionWriter, expert: ModalSearchExpert, graph: Graph, path, key: str) -> Outcome:
+async def _judge(writer: QuestionWriter, expert: Expert, graph: Graph, path, key: str) -> Outcome:
     t = time.perf_counter()
     result = writer.write(graph, path)
     seconds = {"synthesis": time.perf_counter() - t}
@@ -143,7 +148,11 @@ async def _sample(args: argparse.Namespace, url: str, world: World, kg: KG, plan
     async with ToolServerClient(url) as client, aiohttp.ClientSession() as http:
         search = ToolServerImageSearch(client)
         blocked: frozenset[str] = frozenset()
-        expert = ModalSearchExpert(client)
+        expert: Expert = ModalSearchExpert(client)
+        teacher = TeacherSettings.from_args(args)
+        if teacher is not None:
+            expert = teacher.expert(client, http, "modalsearch", expert, lambda task: teacher_brief(world, task),
+                                    sft_record)
         relations = OfflineRelationProposer(world, kg)
         if args.llm_url:
             relations = LLMRelationProposer(JudgeConfig(url=args.llm_url, model=args.llm_model), http, relations)
@@ -179,6 +188,8 @@ async def _sample(args: argparse.Namespace, url: str, world: World, kg: KG, plan
         await search.close()
         if isinstance(relations, LLMRelationProposer):
             report["llm_relations"] = {"calls": relations.calls, "fallbacks": relations.fallbacks}
+        if isinstance(expert, TeacherExpert):
+            report["teacher"] = expert.report()
 
 
 def _quotas(limit: int | None) -> dict[str, int | None]:

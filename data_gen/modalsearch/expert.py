@@ -22,8 +22,10 @@ from PIL import Image as PILImage
 
 from data_gen.common.episode import Episode, expert_episode, found
 from data_gen.modalsearch.answerers import VISUAL_QUESTIONS
+from data_gen.common.teacher import Brief
 from data_gen.modalsearch.schema import PathNode, Task
 from data_gen.neos.observer import palette
+from data_gen.world.store import World
 from verl_ext.rollout.record import TrajectoryRecord
 from verl_ext.tools.client import ToolServerClient
 
@@ -97,3 +99,10 @@ class ModalSearchExpert:
 
 def _mentions(text: str, node: PathNode) -> bool:
     return found(node.name, text)
+
+
+def teacher_brief(world: World, task: Task) -> Brief:
+    """The task as the model-backed teacher gets it: the question and the start image, if any (URL and pixels)."""
+    start = [(task.start_image_url, task.start_image_id)] if task.start_image_url and task.start_image_id else []
+    return Brief(task.id, task.question, [url for url, _ in start], [world.image_path(i) for _, i in start],
+                 task.ground_truth())

@@ -31,7 +31,9 @@ from PIL import Image
 from data_gen.common.episode import Episode, expert_episode
 from data_gen.common.episode import found as _found
 from data_gen.neos.observer import palette
+from data_gen.common.teacher import Brief
 from data_gen.neos.schema import Task
+from data_gen.world.store import World
 from verl_ext.reward.answers import answer_matches
 from verl_ext.rollout.record import TrajectoryRecord
 from verl_ext.tools.client import ToolServerClient
@@ -191,3 +193,9 @@ class ProgrammaticExpert:
             return ""
         result = await episode.call("WebVisit", {"url": [url], "goal": goal})
         return result.text if result else ""
+
+
+def teacher_brief(world: World, task: Task) -> Brief:
+    """The task as the model-backed teacher gets it: the question and the entry images (world URLs and pixels)."""
+    return Brief(task.id, task.question, [e.url for e in task.entry_images],
+                 [world.image_path(e.image_id) for e in task.entry_images], task.ground_truth())

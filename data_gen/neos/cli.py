@@ -1,10 +1,12 @@
 """``python -m data_gen neos --world DIR --out DIR [--limit N] [--seed S] [--ocr] [--llm-url URL --llm-model M]
-[--vlm-url URL --vlm-model M]``: the whole Neos pipeline, resumable (``OUT/results.jsonl`` is the append-only log),
-then the export (policy data, MEI pairs in ``OUT/mei_sft.jsonl``) and a statistics report.
+[--vlm-url URL --vlm-model M] [--teacher-url URL --teacher-model M]``: the whole Neos pipeline, resumable
+(``OUT/results.jsonl`` is the append-only log), then the export (policy data, MEI pairs in ``OUT/mei_sft.jsonl``) and
+a statistics report.
 
 With ``--llm-url`` a model also answers probe 1 closed-book and rewords the template questions; with ``--vlm-url``
-(default: the LLM's) a VLM is the blind observer and also answers probe 3 from the entry images. Without them every
-step is offline and uses no model."""
+(default: the LLM's) a VLM is the blind observer and also answers probe 3 from the entry images; with
+``--teacher-url`` a model runs the expert episodes (``data_gen.common.teacher``), the programmatic expert taking
+over where its episode cannot be kept. Without them every step is offline and uses no model."""
 
 from __future__ import annotations
 
@@ -20,17 +22,20 @@ from pathlib import Path
 import aiohttp
 from tqdm import tqdm
 
+from data_gen.common.episode import Expert
 from data_gen.common.llm import SyncChat
 from data_gen.common.report import bar_charts
 from data_gen.common.stats import filter_rates, stage_rates
+from data_gen.common.teacher import TeacherExpert, TeacherSettings, add_teacher_flags
 from data_gen.neos.agents import (
     ProgrammaticExpert,
     probe_entry_image_vqa,
     probe_short_multimodal_search,
     probe_text_only_answer,
     probe_text_only_search,
+    teacher_brief,
 )
-from data_gen.neos.export import export, mei_pairs
+from data_gen.neos.export import check_exportable, export, mei_pairs
 from data_gen.neos.llm import LLMRewriter, LLMTextOnlyProbe, ProbeUnavailable, VLMEntryImageProbe, VLMObserver
 from data_gen.neos.observer import PaletteObserver, rapid_ocr
 from data_gen.neos.schema import Outcome, Task
@@ -61,6 +66,7 @@ def parser(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    "probe 3 also asks it to answer from the entry images (default: --llm-url; with neither, the "
                    "offline palette/OCR observer and programmatic probe 3, no model)")
     p.add_argument("--vlm-model", default=None, help="model name sent to --vlm-url (default: --llm-model)")
+    add_teacher_flags(p)
     return p
 
 
@@ -72,7 +78,7 @@ def model_configs(args: argparse.Namespace) -> tuple[JudgeConfig | None, JudgeCo
     return llm, vlm
 
 
-async def _judge(client: ToolServerClient, expert: ProgrammaticExpert, cand: Candidate, image_texts: list[str],
+async def _judge(client: ToolServerClient, expert: Expert, cand: Candidate, image_texts: list[str],
                  seconds: dict[str, float], llm_probe: LLMTextOnlyProbe | None,
                  vqa_probe: VLMEntryImageProbe | None) -> Outcome:
     """Steps 7-8 for a synthesized task: the four probes in order, then the expert; the first that decides ends it.
@@ -118,27 +124,35 @@ async def _judge(client: ToolServerClient, expert: ProgrammaticExpert, cand: Can
 
 async def run(world_dir: Path, out: Path, url: str, *, seed: int, limit: int | None, ocr: bool,
               llm: JudgeConfig | None = None, rewrite: JudgeConfig | None = None,
-              vlm: JudgeConfig | None = None) -> dict:
+              vlm: JudgeConfig | None = None, teacher: TeacherSettings | None = None) -> dict:
     """The pipeline; ``llm``: probe 1's model, ``rewrite``: the rewriter's, ``vlm``: the observer's and probe 3's
-    (the CLI passes its LLM as both ``llm`` and ``rewrite``). Returns what each synthesis model step did."""
+    (the CLI passes its LLM as both ``llm`` and ``rewrite``), ``teacher``: the expert's. Returns what the synthesis
+    model steps and the teacher did."""
     with ExitStack() as models:
         world = World.load(world_dir)
         observer = PaletteObserver(rapid_ocr() if ocr else None)
         vlm_observer = VLMObserver(models.enter_context(SyncChat(vlm)), observer) if vlm else None
         rewriter = LLMRewriter(models.enter_context(SyncChat(rewrite))) if rewrite else None
         synth = Synthesizer(world, seed=seed, observer=vlm_observer or observer, rewriter=rewriter)
-        await _pipeline(world, synth, observer, out, url, limit=limit, llm=llm, vlm=vlm)
-        return {step.name: step.usage.report() for step in (vlm_observer, rewriter) if step is not None}
+        taught = await _pipeline(world, synth, observer, out, url, limit=limit, llm=llm, vlm=vlm, teacher=teacher)
+        steps = {step.name: step.usage.report() for step in (vlm_observer, rewriter) if step is not None}
+        return {**steps, "teacher": taught} if taught else steps
 
 
 async def _pipeline(world: World, synth: Synthesizer, observer: PaletteObserver, out: Path, url: str, *,
-                    limit: int | None, llm: JudgeConfig | None, vlm: JudgeConfig | None) -> None:
+                    limit: int | None, llm: JudgeConfig | None, vlm: JudgeConfig | None,
+                    teacher: TeacherSettings | None) -> dict | None:
+    """Steps 7-8 over the seeds, into the log; returns the teacher's report (None without a teacher)."""
     log = ResultLog(out / "results.jsonl")
     verified = sum(1 for o in log.outcomes() if o.status == "verified")
     seeds = synth.seeds()
-    timeout = aiohttp.ClientTimeout(total=max((c.timeout_s for c in (llm, vlm) if c), default=None))
+    configs = (llm, vlm, teacher.chat if teacher else None)
+    timeout = aiohttp.ClientTimeout(total=max((c.timeout_s for c in configs if c), default=None))
     async with ToolServerClient(url) as client, aiohttp.ClientSession(timeout=timeout) as http:
-        expert = ProgrammaticExpert(client)
+        expert: Expert = ProgrammaticExpert(client)
+        if teacher is not None:
+            expert = teacher.expert(client, http, "neos", expert, lambda task: teacher_brief(world, task),
+                                    check_exportable)
         llm_probe = LLMTextOnlyProbe(llm, http) if llm else None
         vqa_probe = VLMEntryImageProbe(vlm, http, world.image_path) if vlm else None
         bar = tqdm(seeds, desc="neos seeds", unit="seed")
@@ -175,6 +189,7 @@ async def _pipeline(world: World, synth: Synthesizer, observer: PaletteObserver,
                                        seconds={"synthesis": share if not result.candidates else 0.0}))
             bar.set_postfix(verified=verified)
     log.close()
+    return expert.report() if isinstance(expert, TeacherExpert) else None
 
 
 def _image_texts(world: World, image_id: str, observer: PaletteObserver) -> list[str]:
@@ -227,7 +242,7 @@ def main(args: argparse.Namespace) -> int:
     llm, vlm = model_configs(args)
     with served(args.world, "--cache-dir", str(args.out / "tool_server_cache")) as url:
         models = asyncio.run(run(args.world, args.out, url, seed=args.seed, limit=args.limit, ocr=args.ocr,
-                                 llm=llm, rewrite=llm, vlm=vlm))
+                                 llm=llm, rewrite=llm, vlm=vlm, teacher=TeacherSettings.from_args(args)))
     log = ResultLog(args.out / "results.jsonl")
     outcomes = log.outcomes()
     log.close()

@@ -14,7 +14,7 @@ from typing import Any
 
 from data_gen.common.export import export_verified, image_cells, pick_split, user_prompt
 from data_gen.common.mei_pairs import Episode, write_mei_pairs
-from data_gen.common.sft import sft_parquet_from_jsonl, tool_call_message, tool_message
+from data_gen.common.sft import SFTRecord, sft_parquet_from_jsonl, tool_call_message, tool_message
 from data_gen.neos.schema import AGENT_NAME, DATA_SOURCE, Outcome, Task
 from tool_server.protocol import tool_schemas
 from verl_ext.rollout.prompts import system_prompt
@@ -85,6 +85,12 @@ def sft_record(task: Task, trajectory: dict[str, Any]) -> dict[str, Any]:
             messages.append(tool_message(call["observation"], loaded))
     return {"id": task.id, "images": urls, "image_ids": [pixels[u] for u in urls], "messages": messages,
             "tools": schemas, "ground_truth": task.ground_truth(), "trajectory": trajectory}
+
+
+def check_exportable(task: Task, trajectory: dict[str, Any]) -> None:
+    """Raises ``ValueError`` when :func:`sft_record` cannot make a valid SFT row of ``trajectory`` (a model-backed
+    teacher's episode is checked before it is kept)."""
+    SFTRecord.model_validate(sft_record(task, trajectory))
 
 
 def export(outcomes: Sequence[Outcome], world_root: Path, out: Path) -> dict[str, int]:

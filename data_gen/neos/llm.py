@@ -20,9 +20,7 @@ rejected or left unfinished because of the model.
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
-import mimetypes
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Annotated
@@ -30,7 +28,7 @@ from typing import Annotated
 import aiohttp
 from pydantic import Field
 
-from data_gen.common.llm import QuestionReply, StrictReply, SyncChat, Usage
+from data_gen.common.llm import QuestionReply, StrictReply, SyncChat, Usage, image_part
 from data_gen.neos.observer import COLOURS, IMAGE_KINDS, MAX_COLOURS, Description, Observer, unnamed, words_of
 from data_gen.neos.schema import Task
 from data_gen.neos.verbalize import Verbalization
@@ -97,13 +95,6 @@ class VLMEntryImageProbe(LLMTextOnlyProbe):
         images = [image_part(self.image_path(e.image_id)) for e in task.entry_images]
         return [{"role": "system", "content": _VQA},
                 {"role": "user", "content": [{"type": "text", "text": task.question}, *images]}]
-
-
-def image_part(path: Path) -> dict:
-    """An image as a chat message part: a data URL, so the model gets the pixels and not the file's name."""
-    mime = mimetypes.guess_type(path.name)[0] or "image/png"
-    data = base64.b64encode(path.read_bytes()).decode()
-    return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}"}}
 
 
 _REWRITE = (

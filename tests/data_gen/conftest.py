@@ -23,10 +23,11 @@ from data_gen.world.store import World
 
 @dataclass
 class ChatServer:
-    """``reply(body) -> str`` answers each request (an ``int`` is sent as that HTTP status); ``seen`` logs bodies."""
+    """``reply(body) -> str`` answers each request (an ``int`` is sent as that HTTP status, a ``dict`` as the whole
+    assistant message, e.g. with native ``tool_calls``); ``seen`` logs bodies."""
 
     url: str = ""
-    reply: Callable[[dict], str | int] = lambda body: "{}"
+    reply: Callable[[dict], str | int | dict] = lambda body: "{}"
     seen: list[dict] = field(default_factory=list)
 
 
@@ -43,7 +44,8 @@ def threaded_chat():
         content = server.reply(body)
         if isinstance(content, int):
             return web.Response(status=content, text="unavailable")
-        return web.json_response({"choices": [{"message": {"role": "assistant", "content": content}}]})
+        message = content if isinstance(content, dict) else {"role": "assistant", "content": content}
+        return web.json_response({"choices": [{"message": message}]})
 
     async def start() -> web.AppRunner:
         app = web.Application()

@@ -13,7 +13,7 @@ from verl_ext.rollout.record import TrajectoryRecord
 
 def _args(world, out, limit):
     return Namespace(world=world, out=out, limit=limit, seed=0, max_nodes=30, benchmark_nodes=16, seeds=4,
-                     attempts=400, llm_url=None, llm_model="m", ocr=False)
+                     attempts=400, llm_url=None, llm_model="m", ocr=False, teacher_url=None)
 
 
 def _keys(out):

@@ -135,7 +135,7 @@ def cli_out(small_world, tmp_path_factory):
     """The CLI run to 2 verified tasks, then resumed to 4: (output directory, results.jsonl lines of the first run)."""
     out = tmp_path_factory.mktemp("neos")
     args = {"world": small_world, "out": out, "seed": 0, "ocr": False, "llm_url": None, "llm_model": "probe",
-            "vlm_url": None, "vlm_model": None}
+            "vlm_url": None, "vlm_model": None, "teacher_url": None}
     assert neos_main(Namespace(limit=2, **args)) == 0
     first = (out / "results.jsonl").read_text().splitlines()
     assert neos_main(Namespace(limit=4, **args)) == 0

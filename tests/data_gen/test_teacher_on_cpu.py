@@ -1,0 +1,214 @@
+"""The model-backed teacher of both pipelines against a real chat-completions server on loopback (its own thread),
+scripted turn by turn, and a real tool server: an episode that reaches the gold answer is kept in the programmatic
+expert's form and becomes the SFT row (messages checked by hand); a wrong answer, a malformed turn, a refused call,
+an unexportable episode, a turn limit without an answer and an unreachable model each fall back to the programmatic
+expert, counted by reason; a pipeline run reports the teacher's counts."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+
+import aiohttp
+import pytest
+
+from data_gen.common.sft import tool_call_message, tool_message
+from data_gen.common.teacher import ModelTeacher, TeacherExpert, TeacherSettings
+from data_gen.modalsearch.build import image_id, text_id
+from data_gen.modalsearch.expert import ModalSearchExpert
+from data_gen.modalsearch.expert import teacher_brief as modalsearch_brief
+from data_gen.modalsearch.export import sft_record as modalsearch_sft_record
+from data_gen.modalsearch.questions import QuestionWriter
+from data_gen.neos.agents import ProgrammaticExpert, teacher_brief
+from data_gen.neos.cli import parser, run
+from data_gen.neos.export import check_exportable, sft_record
+from data_gen.neos.synth import Synthesizer
+from data_gen.world.store import World
+from tool_server.protocol import tool_schemas
+from verl_ext.reward.judge import JudgeConfig
+from verl_ext.rollout.prompts import final_turn_instruction, system_prompt
+from verl_ext.tools.client import ToolServerClient
+
+
+@pytest.fixture(scope="module")
+def neos_task(small_world):
+    """The first task of seed 0 (the programmatic expert solves it: test_neos_pipeline_on_cpu)."""
+    synth = Synthesizer(World.load(small_world), seed=0)
+    return synth.world, next(c.task for s in synth.seeds() for c in synth.synthesize(s).candidates if c.task)
+
+
+def _turn(body: dict) -> int:
+    return sum(m["role"] == "assistant" for m in body["messages"])
+
+
+def _native(name: str, arguments: dict | str, call_id: str = "c1") -> dict:
+    args = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
+
+
+def _script(*turns):
+    """A model that gives ``turns[i]`` at its i-th turn (a str is the content, a dict the whole message)."""
+    return lambda body: turns[min(_turn(body), len(turns) - 1)]
+
+
+async def _solve(tool_server, url, world, task, *, max_turns=None, retries=0):
+    async with ToolServerClient(str(tool_server.make_url("")).rstrip("/")) as client:
+        async with aiohttp.ClientSession() as http:
+            config = JudgeConfig(url=url, model="teacher", max_retries=retries, retry_backoff_s=0.0)
+            teacher = ModelTeacher(client, config, http, "neos", max_turns=max_turns)
+            expert = TeacherExpert(teacher, ProgrammaticExpert(client), lambda t: teacher_brief(world, t),
+                                   check_exportable)
+            return await expert.solve(task), expert.report()
+
+
+async def test_a_teacher_that_reaches_the_answer_is_kept_and_becomes_the_sft_row(neos_task, tool_server,
+                                                                                threaded_chat):
+    world, task = neos_task
+    query = {"query": [f"{task.answer} capital"]}
+    threaded_chat.reply = _script(
+        {"role": "assistant", "content": "<think>Search first.</think>", "tool_calls": [_native("TextSearch", query)]},
+        f"<think>The pages agree.</think>{task.answer}")
+    (solved, record, why), report = await _solve(tool_server, threaded_chat.url, world, task)
+    assert (solved, why, record.final_answer) == (True, "", task.answer)
+    assert report == {"model": "teacher", "episodes": 1, "kept": 1, "calls": 2, "fallbacks": 0, "by_reason": {}}
+    call, answer = record.turns
+    assert call.outcome == "call_ok" and call.calls[0].tool_name == "TextSearch" and call.calls[0].arguments == query
+    assert call.text == ('<think>Search first.</think><tool_call>{"name": "TextSearch", "arguments": '
+                         f'{{"query": ["{task.answer} capital"]}}}}</tool_call>')
+    assert (answer.outcome, answer.text) == ("answer", f"<think>The pages agree.</think>{task.answer}")
+    observation = call.calls[0].observation
+    assert task.answer in observation
+
+    first, second = threaded_chat.seen
+    schemas = tool_schemas("neos")
+    assert first["tools"] == schemas and first["messages"][0] == {"role": "system",
+                                                                  "content": system_prompt("neos", schemas)}
+    user = first["messages"][1]["content"]
+    assert user[-1] == {"type": "text", "text": task.question} and len(user) == len(task.entry_images) + 1
+    head, data = user[0]["image_url"]["url"].split(",", 1)
+    assert head == "data:image/png;base64"
+    assert base64.b64decode(data) == world.image_path(task.entry_images[0].image_id).read_bytes()
+    assert second["messages"][2:] == [
+        {"role": "assistant", "content": "<think>Search first.</think>",
+         "tool_calls": [_native("TextSearch", json.dumps(query))]},
+        {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": observation}]}]
+
+    row = sft_record(task, record.model_dump(mode="json"))
+    assert row["messages"] == [
+        {"role": "system", "content": system_prompt("neos", schemas)},
+        {"role": "user", "content": "<image>\n" * len(task.entry_images) + task.question},
+        tool_call_message("TextSearch", query), tool_message(observation),
+        {"role": "assistant", "content": f"<think>The pages agree.</think>{task.answer}"}]
+    assert row["images"] == [e.url for e in task.entry_images]
+
+
+async def test_fetched_pixels_go_back_to_the_teacher_and_into_the_sft_row(neos_task, tool_server, threaded_chat):
+    world, task = neos_task
+    step = next(s for s in task.steps if s.checkpoint)
+    threaded_chat.reply = _script(
+        {"role": "assistant", "content": None, "tool_calls": [_native("FetchImage", {"urls": [step.checkpoint_image_url]})]},
+        task.answer)
+    (solved, record, _), _ = await _solve(tool_server, threaded_chat.url, world, task)
+    assert solved and record.turns[0].calls[0].images_added == ["img_2"]
+    tool_turn = threaded_chat.seen[1]["messages"][3]["content"]
+    assert tool_turn[0] == {"type": "text", "text": "img_2:"} and tool_turn[1]["type"] == "image_url"
+    row = sft_record(task, record.model_dump(mode="json"))
+    assert row["messages"][3]["content"].startswith("img_2:<image>")
+    assert row["image_ids"] == [*(e.image_id for e in task.entry_images), step.checkpoint_image_id]
+
+
+GOLD = "<the task's answer>"  # replaced by the task's answer when the script runs
+CROP = {"role": "assistant", "content": "",
+        "tool_calls": [_native("CropImage", {"crop_config": {"img_1": [0, 0, 500, 500]}})]}
+
+
+@pytest.mark.parametrize(("turns", "reason", "calls"), [
+    (("Atlantis",), "wrong_answer", 1),
+    (("<tool_call>{not json</tool_call>",), "malformed_turn:malformed_call", 1),
+    (({"role": "assistant", "content": "", "tool_calls": [_native("TextSearch", {"query": ["a"]}),
+                                                          _native("TextSearch", {"query": ["b"]}, "c2")]},),
+     "malformed_turn:too_many_calls", 1),
+    (("   ",), "malformed_turn:empty_turn", 1),
+    (({"role": "assistant", "content": "", "tool_calls": [{"function": "TextSearch"}]},),
+     "malformed_turn:malformed_call", 1),
+    (({"role": "assistant", "content": "", "tool_calls": [_native("Teleport", {"to": "x"})]},), "call_error", 1),
+    (({"role": "assistant", "content": "", "tool_calls": [_native("TextSearch", {"query": "not a list"})]},),
+     "call_error", 1),
+    ((503,), "transport", 2),
+    ((CROP, GOLD), "not_exportable", 2),  # a crop's pixels cannot be exported
+])
+async def test_an_unusable_teacher_episode_falls_back_to_the_programmatic_expert(neos_task, tool_server,
+                                                                                threaded_chat, turns, reason, calls):
+    world, task = neos_task
+    threaded_chat.reply = _script(*(task.answer if t == GOLD else t for t in turns))
+    (solved, record, why), report = await _solve(tool_server, threaded_chat.url, world, task, retries=1)
+    assert report == {"model": "teacher", "episodes": 1, "kept": 0, "calls": calls, "fallbacks": 1,
+                      "by_reason": {reason: 1}}
+    async with ToolServerClient(str(tool_server.make_url("")).rstrip("/")) as client:
+        alone = await ProgrammaticExpert(client).solve(task)
+    assert (solved, why, record.final_answer) == (True, "", task.answer)
+    assert [t.text for t in record.turns] == [t.text for t in alone[1].turns]  # the programmatic episode
+
+
+async def test_the_last_turn_offers_no_tools_and_must_answer(neos_task, tool_server, threaded_chat):
+    world, task = neos_task
+    threaded_chat.reply = _script({"role": "assistant", "content": "",
+                                   "tool_calls": [_native("TextSearch", {"query": ["more"]})]})
+    _, report = await _solve(tool_server, threaded_chat.url, world, task, max_turns=2)
+    assert report["by_reason"] == {"no_answer": 1} and report["calls"] == 2
+    last = threaded_chat.seen[-1]
+    assert "tools" not in last and last["messages"][-1] == {"role": "user", "content": final_turn_instruction("neos")}
+
+
+async def test_the_modalsearch_teacher_speaks_react_and_its_episode_is_the_sft_row(modalsearch_graph, path_through,
+                                                                                  tool_server, threaded_chat):
+    world, kg, graph = modalsearch_graph
+    task = QuestionWriter(world, kg, seed=0).write(graph, path_through(graph, text_id("France"), image_id("map_fra")))
+    call = '<think>Find the article.</think><tool_call>{"name": "t2t_search", "arguments": {"query": "France"}}' \
+        '</tool_call>'
+    answer = f"<think>The map shows it.</think><answer>{task.answer}</answer>"
+    threaded_chat.reply = _script(call, answer)
+    async with ToolServerClient(str(tool_server.make_url("")).rstrip("/")) as client:
+        async with aiohttp.ClientSession() as http:
+            teacher = ModelTeacher(client, JudgeConfig(url=threaded_chat.url, model="t"), http, "modalsearch")
+            expert = TeacherExpert(teacher, ModalSearchExpert(client), lambda t: modalsearch_brief(world, t),
+                                   modalsearch_sft_record)
+            solved, record, _ = await expert.solve(task)
+            schemas = await client.list_tools("modalsearch")
+    assert solved and record.protocol == "modalsearch" and [t.text for t in record.turns] == [call, answer]
+    assert record.final_answer == task.answer and teacher.max_turns == 46
+    first, second = threaded_chat.seen
+    assert "tools" not in first and first["messages"][0]["content"] == system_prompt("modalsearch", schemas)
+    assert first["messages"][1]["content"] == [{"type": "text", "text": task.question}]  # no start image
+    observation = record.turns[0].calls[0].observation
+    assert second["messages"][2:] == [{"role": "assistant", "content": call},
+                                      {"role": "tool", "content": [{"type": "text", "text": observation}]}]
+    assert modalsearch_sft_record(task, record.model_dump(mode="json"))["messages"] == [
+        {"role": "user", "content": task.question},
+        {"role": "assistant", "content": '<tool_call>{"name": "t2t_search", "arguments": {"query": "France"}}'
+                                         '</tool_call>'},
+        {"role": "tool", "content": observation},
+        {"role": "assistant", "content": answer}]
+
+
+def test_the_flags_make_the_teacher():
+    args = parser(argparse.ArgumentParser()).parse_args(["--world", "w", "--out", "o"])
+    assert TeacherSettings.from_args(args) is None
+    args = parser(argparse.ArgumentParser()).parse_args(
+        ["--world", "w", "--out", "o", "--teacher-url", "http://h/v1", "--teacher-model", "big",
+         "--teacher-max-turns", "8"])
+    settings = TeacherSettings.from_args(args)
+    assert (settings.chat.url, settings.chat.model, settings.max_turns) == ("http://h/v1", "big", 8)
+
+
+async def test_a_pipeline_run_counts_the_teachers_fallbacks(small_world, tool_server, threaded_chat, tmp_path):
+    threaded_chat.reply = _script("I do not know.")
+    report = await run(small_world, tmp_path, str(tool_server.make_url("")).rstrip("/"), seed=0, limit=1, ocr=False,
+                       teacher=TeacherSettings(JudgeConfig(url=threaded_chat.url, model="teacher")))
+    outcomes = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    verified = [o for o in outcomes if o["status"] == "verified"]
+    assert len(verified) == 1 and verified[0]["trajectory"]["turns"][0]["text"].startswith('{"name": ')
+    episodes = sum(1 for o in outcomes if o["status"] == "verified" or o.get("filter") == "expert")
+    assert report["teacher"] == {"model": "teacher", "episodes": episodes, "kept": 0, "calls": episodes,
+                                 "fallbacks": episodes, "by_reason": {"wrong_answer": episodes}}
