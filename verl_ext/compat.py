@@ -8,7 +8,9 @@ row lengths), so verl's mini-batch split dies in ``unbind`` (``split_with_sizes 
 45 ... got [4, 4, 4, 4]``). verl's own ``maybe_fix_3d_position_ids`` resets only ``_ragged_idx``. Ours then checks the
 offsets against ``input_ids`` (same rows, same lengths by construction) and, where they disagree but the values fit,
 rebuilds the jagged tensor from the values and ``input_ids``' offsets. A tensor that is already right is left alone,
-so the fix is a no-op wherever torch keeps the offsets (torch 2.14 on CPU does).
+so the fix is a no-op wherever torch keeps the offsets (torch 2.14 on CPU does). Status: the repair is tested on the
+rebuilt batch on CPU, but a re-run on the H200 failed the same way, so the real batch differs from the rebuilt one in
+some way not yet known; the fix reports the layout it sees (once per process) to find out.
 
 verl imports the function by name into ``engine_workers`` and ``engine.base``; all three names are replaced.
 
@@ -43,22 +45,51 @@ def repaired_position_ids(position_ids: torch.Tensor, input_ids: torch.Tensor) -
     return torch.nested.nested_tensor_from_jagged(values=values, offsets=offsets.to(values.device), jagged_dim=2)
 
 
+def describe(t: torch.Tensor) -> str:
+    """What a (nested) tensor looks like to ``unbind``: values shape, offsets, lengths, ragged dim."""
+    if not t.is_nested:
+        return f"dense {tuple(t.shape)}"
+    lengths = t.lengths()
+    return (f"nested values {tuple(t.values().shape)} offsets {t.offsets().tolist()} "
+            f"lengths {None if lengths is None else lengths.tolist()} ragged_idx {t._ragged_idx}")
+
+
+_reported: set[str] = set()  # one diagnostic line per kind and process (the fix runs on every mini-batch)
+
+
+def _report_once(kind: str, message: str, *args) -> None:
+    if kind not in _reported:
+        _reported.add(kind)
+        log.warning(message, *args)
+
+
 def maybe_fix_3d_position_ids(data) -> None:
-    """verl's fix (``_ragged_idx = 2``) plus the offsets check against ``input_ids``."""
+    """verl's fix (``_ragged_idx = 2``) plus the offsets check against ``input_ids``. Whatever it cannot check is
+    reported once per process, with the tensors' layout: the H200 failure was seen through such a line."""
     verl_original(data)
-    if "position_ids" not in data.keys() or "input_ids" not in data.keys():
+    if "position_ids" not in data.keys():
         return
-    position_ids, input_ids = data["position_ids"], data["input_ids"]
-    if not (position_ids.is_nested and position_ids.dim() == 3 and input_ids.is_nested):
+    position_ids = data["position_ids"]
+    if not (position_ids.is_nested and position_ids.dim() == 3):
+        return
+    input_ids = data["input_ids"] if "input_ids" in data.keys() else None
+    if input_ids is None or not input_ids.is_nested:
+        _report_once("unchecked", "3-D position_ids (%s) without nested input_ids (%s): offsets not checked",
+                     describe(position_ids), "absent" if input_ids is None else describe(input_ids))
         return
     fixed = repaired_position_ids(position_ids, input_ids)
-    if fixed is not None:
-        log.warning(
-            "position_ids row offsets %s disagree with input_ids %s: rebuilt from input_ids' offsets",
-            position_ids.offsets().diff().tolist(),
-            input_ids.offsets().diff().tolist(),
-        )
-        data["position_ids"] = fixed
+    if fixed is None:
+        if position_ids.values().shape[-1] != int(input_ids.offsets()[-1]):
+            _report_once("layout", "3-D position_ids (%s) do not fit input_ids (%s): left as they are",
+                         describe(position_ids), describe(input_ids))
+        return
+    log.warning("position_ids (%s) disagree with input_ids (%s): rebuilt on input_ids' offsets",
+                describe(position_ids), describe(input_ids))
+    data["position_ids"] = fixed
+    stored = data["position_ids"]
+    if not torch.equal(stored.offsets().cpu(), input_ids.offsets().cpu()):
+        _report_once("store", "the rebuilt position_ids did not survive the TensorDict assignment: stored %s",
+                     describe(stored))
 
 
 def get_input_embeds(

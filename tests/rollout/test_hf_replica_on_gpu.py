@@ -32,6 +32,10 @@ Seen on the H200 on 2026-12-02 (verl 0.9.1, transformers 5.17, torch 2.11): Hydr
 ``hf`` replica and its server actor start; step 1 runs rollout through the server, rewards, the actor's old log-probs and
 advantages, then fails inside verl's ``update_actor`` mini-batch split (``split_with_sizes expects split_sizes to sum
 exactly to 45 ... got [4, 4, 4, 4]``, ``verl/utils/tensordict_utils.py`` ``index_select_tensor_dict``) — not passing yet.
+Re-run later that day with ``verl_ext.compat``'s offsets fix in place: the same error at the same place
+(``train_mini_batch`` -> ``make_iterator`` -> ``index_select_tensor_dict``), so the fix either does not see that batch
+as broken or its repair does not reach the mini-batch split; the fix now logs the tensors' layout (once per process)
+whenever it cannot check or repair them, which the next run's log will show.
 Two earlier verl x transformers-5.17 failures are worked around here: text-only batches (images in every row) and the
 remove-padding attention patch (``use_remove_padding=false``).
 """

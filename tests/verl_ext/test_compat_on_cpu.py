@@ -98,3 +98,14 @@ def test_batches_with_images_still_go_to_verls_function(tiny_vl, monkeypatch):
     pixels = torch.zeros(16, 3 * 2 * 14 * 14)
     assert compat.get_input_embeds(tiny_vl, torch.tensor([[1]]), None, pixels) == ("embeds", "mask")
     assert seen and seen[0][3] is pixels
+
+
+def test_what_the_fix_cannot_check_is_reported_once_with_the_layout(caplog, monkeypatch):
+    monkeypatch.setattr(compat, "_reported", set())
+    data = batch([0, 4, 8, 12, 16])
+    data["input_ids"] = torch.zeros(4, 12, dtype=torch.long)  # padded, not nested: no row lengths to check against
+    with caplog.at_level("WARNING", logger="verl_ext.compat"):
+        compat.maybe_fix_3d_position_ids(data)
+        compat.maybe_fix_3d_position_ids(data)
+    (record,) = [r for r in caplog.records if "offsets not checked" in r.getMessage()]
+    assert "offsets [0, 4, 8, 12, 16]" in record.getMessage() and "dense (4, 12)" in record.getMessage()
