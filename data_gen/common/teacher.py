@@ -17,7 +17,8 @@ default per protocol) offers no tools and asks for the answer, as in rollouts.
 The episode is recorded with :class:`data_gen.common.episode.Episode`, the programmatic expert's form (each turn's
 text is the model's), so verification, SFT export, success references and MEI pairs read it unchanged.
 :class:`TeacherExpert` keeps a teacher episode only when it ends with an answer that matches the gold (aliases
-included) and exports; anything else (a malformed turn, a refused call, a wrong or missing answer, a model that
+included), is named in an observation when it is a name the tools' text states (a correct guess is not kept), and
+exports; anything else (a malformed turn, a refused call, a wrong or missing answer, a model that
 cannot be reached after ``1 + max_retries`` attempts) falls back to the programmatic expert for that task and is
 counted by reason. Tool-server failures stay infrastructure errors (they propagate), as for the programmatic expert.
 """
@@ -34,7 +35,7 @@ from typing import Any
 
 import aiohttp
 
-from data_gen.common.episode import Expert, opened
+from data_gen.common.episode import Episode, Expert, found, opened
 from data_gen.common.llm import Usage, chat_message, image_part, png_part
 from verl_ext.reward.answers import answer_matches
 from verl_ext.reward.judge import JudgeConfig
@@ -54,6 +55,7 @@ class Brief:
     image_urls: list[str]  # world URLs: the session's question images, img_1.. in order
     image_paths: list[Path]  # their files: the pixels sent to the model
     ground_truth: dict[str, Any]  # {"target", "aliases"}
+    answer_in_text: bool  # the answer is a name the tools' text states (not read from pixels): it must be read there
 
 
 class _Unusable(Exception):
@@ -78,10 +80,9 @@ class ModelTeacher:
         """The teacher's episode, answered; raises :class:`_Unusable` when it cannot be kept."""
         if self._tools is None:
             self._tools = await self.client.list_tools(self.protocol)
-        messages: list[dict[str, Any]] = [
-            {"role": "system", "content": system_prompt(self.protocol, self._tools)},
-            {"role": "user", "content": [*map(image_part, brief.image_paths), {"type": "text", "text": brief.question}]},
-        ]
+        question = [*map(image_part, brief.image_paths), {"type": "text", "text": brief.question}]
+        messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt(self.protocol, self._tools)},
+                                          {"role": "user", "content": question}]
         async with opened(self.client, brief.image_urls) as (episode, _):
             for turn in range(self.max_turns):
                 final = turn == self.max_turns - 1
@@ -96,6 +97,8 @@ class ModelTeacher:
                 if parsed.answer is not None:
                     if not answer_matches(parsed.answer, brief.ground_truth):
                         raise _Unusable("wrong_answer")
+                    if brief.answer_in_text and not _read(episode, brief.ground_truth):
+                        raise _Unusable("ungrounded_answer")
                     episode.answer(text)
                     return episode.record(self.protocol, brief.question, brief.id, parsed.answer)
                 if final:
@@ -152,6 +155,12 @@ class ModelTeacher:
                   "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}}
         return [{"role": "assistant", "content": text.split("<tool_call>")[0].strip(), "tool_calls": [native]},
                 {"role": "tool", "tool_call_id": call_id, "content": observation}]
+
+
+def _read(episode: Episode, ground_truth: dict[str, Any]) -> bool:
+    """Some observation of the episode names the answer or an alias: it was found, not guessed (SPEC §6 step 8)."""
+    names = [n for n in (ground_truth["target"], *ground_truth.get("aliases", [])) if n.strip()]
+    return any(found(name, call.observation) for turn in episode.turns for call in turn.calls for name in names)
 
 
 def _content(message: dict[str, Any]) -> str:

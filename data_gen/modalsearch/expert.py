@@ -102,7 +102,8 @@ def _mentions(text: str, node: PathNode) -> bool:
 
 
 def teacher_brief(world: World, task: Task) -> Brief:
-    """The task as the model-backed teacher gets it: the question and the start image, if any (URL and pixels)."""
+    """The task as the model-backed teacher gets it: the question and the start image, if any (URL and pixels). An
+    image question's answer is read from pixels, so no observation need name it."""
     start = [(task.start_image_url, task.start_image_id)] if task.start_image_url and task.start_image_id else []
     return Brief(task.id, task.question, [url for url, _ in start], [world.image_path(i) for _, i in start],
-                 task.ground_truth())
+                 task.ground_truth(), answer_in_text=task.terminal.modality == "text")

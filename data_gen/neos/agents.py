@@ -198,4 +198,4 @@ class ProgrammaticExpert:
 def teacher_brief(world: World, task: Task) -> Brief:
     """The task as the model-backed teacher gets it: the question and the entry images (world URLs and pixels)."""
     return Brief(task.id, task.question, [e.url for e in task.entry_images],
-                 [world.image_path(e.image_id) for e in task.entry_images], task.ground_truth())
+                 [world.image_path(e.image_id) for e in task.entry_images], task.ground_truth(), answer_in_text=True)

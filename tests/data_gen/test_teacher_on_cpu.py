@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import base64
+import io
 import json
 
 import aiohttp
 import pytest
+from PIL import Image
 
 from data_gen.common.sft import tool_call_message, tool_message
 from data_gen.common.teacher import ModelTeacher, TeacherExpert, TeacherSettings
@@ -23,6 +25,7 @@ from data_gen.modalsearch.questions import QuestionWriter
 from data_gen.neos.agents import ProgrammaticExpert, teacher_brief
 from data_gen.neos.cli import parser, run
 from data_gen.neos.export import check_exportable, sft_record
+from data_gen.neos.observer import palette
 from data_gen.neos.synth import Synthesizer
 from data_gen.world.store import World
 from tool_server.protocol import tool_schemas
@@ -45,6 +48,10 @@ def _turn(body: dict) -> int:
 def _native(name: str, arguments: dict | str, call_id: str = "c1") -> dict:
     args = arguments if isinstance(arguments, str) else json.dumps(arguments)
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
+
+
+def _call(name: str, arguments: dict, *more: dict) -> dict:
+    return {"role": "assistant", "content": "", "tool_calls": [_native(name, arguments), *more]}
 
 
 def _script(*turns):
@@ -106,42 +113,41 @@ async def test_a_teacher_that_reaches_the_answer_is_kept_and_becomes_the_sft_row
 async def test_fetched_pixels_go_back_to_the_teacher_and_into_the_sft_row(neos_task, tool_server, threaded_chat):
     world, task = neos_task
     step = next(s for s in task.steps if s.checkpoint)
-    threaded_chat.reply = _script(
-        {"role": "assistant", "content": None, "tool_calls": [_native("FetchImage", {"urls": [step.checkpoint_image_url]})]},
-        task.answer)
+    fetch = {**_call("FetchImage", {"urls": [step.checkpoint_image_url]}), "content": None}  # null content is legal
+    threaded_chat.reply = _script(fetch, _call("TextSearch", {"query": [task.answer]}), task.answer)
     (solved, record, _), _ = await _solve(tool_server, threaded_chat.url, world, task)
     assert solved and record.turns[0].calls[0].images_added == ["img_2"]
     tool_turn = threaded_chat.seen[1]["messages"][3]["content"]
     assert tool_turn[0] == {"type": "text", "text": "img_2:"} and tool_turn[1]["type"] == "image_url"
+    with Image.open(io.BytesIO(base64.b64decode(tool_turn[1]["image_url"]["url"].split(",", 1)[1]))) as im:
+        assert list(palette(im)) == step.checkpoint_colours  # the fetched pixels themselves
     row = sft_record(task, record.model_dump(mode="json"))
     assert row["messages"][3]["content"].startswith("img_2:<image>")
     assert row["image_ids"] == [*(e.image_id for e in task.entry_images), step.checkpoint_image_id]
 
 
-GOLD = "<the task's answer>"  # replaced by the task's answer when the script runs
-CROP = {"role": "assistant", "content": "",
-        "tool_calls": [_native("CropImage", {"crop_config": {"img_1": [0, 0, 500, 500]}})]}
+CROP = _call("CropImage", {"crop_config": {"img_1": [0, 0, 500, 500]}})
 
 
-@pytest.mark.parametrize(("turns", "reason", "calls"), [
-    (("Atlantis",), "wrong_answer", 1),
-    (("<tool_call>{not json</tool_call>",), "malformed_turn:malformed_call", 1),
-    (({"role": "assistant", "content": "", "tool_calls": [_native("TextSearch", {"query": ["a"]}),
-                                                          _native("TextSearch", {"query": ["b"]}, "c2")]},),
+# Each script is a function of the task's answer.
+@pytest.mark.parametrize(("script", "reason", "calls"), [
+    (lambda gold: ("Atlantis",), "wrong_answer", 1),
+    (lambda gold: ("<tool_call>{not json</tool_call>",), "malformed_turn:malformed_call", 1),
+    (lambda gold: (_call("TextSearch", {"query": ["a"]}, _native("TextSearch", {"query": ["b"]}, "c2")),),
      "malformed_turn:too_many_calls", 1),
-    (("   ",), "malformed_turn:empty_turn", 1),
-    (({"role": "assistant", "content": "", "tool_calls": [{"function": "TextSearch"}]},),
+    (lambda gold: ("   ",), "malformed_turn:empty_turn", 1),
+    (lambda gold: ({"role": "assistant", "content": "", "tool_calls": [{"function": "TextSearch"}]},),
      "malformed_turn:malformed_call", 1),
-    (({"role": "assistant", "content": "", "tool_calls": [_native("Teleport", {"to": "x"})]},), "call_error", 1),
-    (({"role": "assistant", "content": "", "tool_calls": [_native("TextSearch", {"query": "not a list"})]},),
-     "call_error", 1),
-    ((503,), "transport", 2),
-    ((CROP, GOLD), "not_exportable", 2),  # a crop's pixels cannot be exported
+    (lambda gold: (_call("Teleport", {"to": "x"}),), "call_error", 1),
+    (lambda gold: (_call("TextSearch", {"query": "not a list"}),), "call_error", 1),
+    (lambda gold: (503,), "transport", 2),
+    (lambda gold: (gold,), "ungrounded_answer", 1),  # right, but no observation names it: a guess
+    (lambda gold: (CROP, _call("TextSearch", {"query": [gold]}), gold), "not_exportable", 3),  # crop pixels
 ])
 async def test_an_unusable_teacher_episode_falls_back_to_the_programmatic_expert(neos_task, tool_server,
-                                                                                threaded_chat, turns, reason, calls):
+                                                                                threaded_chat, script, reason, calls):
     world, task = neos_task
-    threaded_chat.reply = _script(*(task.answer if t == GOLD else t for t in turns))
+    threaded_chat.reply = _script(*script(task.answer))
     (solved, record, why), report = await _solve(tool_server, threaded_chat.url, world, task, retries=1)
     assert report == {"model": "teacher", "episodes": 1, "kept": 0, "calls": calls, "fallbacks": 1,
                       "by_reason": {reason: 1}}
@@ -153,8 +159,7 @@ async def test_an_unusable_teacher_episode_falls_back_to_the_programmatic_expert
 
 async def test_the_last_turn_offers_no_tools_and_must_answer(neos_task, tool_server, threaded_chat):
     world, task = neos_task
-    threaded_chat.reply = _script({"role": "assistant", "content": "",
-                                   "tool_calls": [_native("TextSearch", {"query": ["more"]})]})
+    threaded_chat.reply = _script(_call("TextSearch", {"query": ["more"]}))
     _, report = await _solve(tool_server, threaded_chat.url, world, task, max_turns=2)
     assert report["by_reason"] == {"no_answer": 1} and report["calls"] == 2
     last = threaded_chat.seen[-1]
