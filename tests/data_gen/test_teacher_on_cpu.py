@@ -2,7 +2,8 @@
 scripted turn by turn, and a real tool server: an episode that reaches the gold answer is kept in the programmatic
 expert's form and becomes the SFT row (messages checked by hand); a wrong answer, a malformed turn, a refused call,
 an unexportable episode, a turn limit without an answer and an unreachable model each fall back to the programmatic
-expert, counted by reason; a pipeline run reports the teacher's counts."""
+expert, counted by reason; in a pipeline run the teacher's episode is the verified task's success reference, and its
+fallbacks are counted in the run's report."""
 
 from __future__ import annotations
 
@@ -24,8 +25,9 @@ from data_gen.modalsearch.export import sft_record as modalsearch_sft_record
 from data_gen.modalsearch.questions import QuestionWriter
 from data_gen.neos.agents import ProgrammaticExpert, teacher_brief
 from data_gen.neos.cli import parser, run
-from data_gen.neos.export import check_exportable, sft_record
+from data_gen.neos.export import check_exportable, export, sft_record
 from data_gen.neos.observer import palette
+from data_gen.neos.store import ResultLog
 from data_gen.neos.synth import Synthesizer
 from data_gen.world.store import World
 from tool_server.protocol import tool_schemas
@@ -217,3 +219,40 @@ async def test_a_pipeline_run_counts_the_teachers_fallbacks(small_world, tool_se
     episodes = sum(1 for o in outcomes if o["status"] == "verified" or o.get("filter") == "expert")
     assert report["teacher"] == {"model": "teacher", "episodes": episodes, "kept": 0, "calls": episodes,
                                  "fallbacks": episodes, "by_reason": {"wrong_answer": episodes}}
+
+
+class _Knower:
+    """A scripted teacher that knows each question's answer (the seed-0 synthesizer makes the same tasks as the
+    run): it searches for the answer, then gives it."""
+
+    def __init__(self, small_world) -> None:
+        self.synth = Synthesizer(World.load(small_world), seed=0)
+        self.seeds = iter(self.synth.seeds())
+        self.answers: dict[str, str] = {}
+
+    def __call__(self, body: dict) -> dict | str:
+        question = body["messages"][1]["content"][-1]["text"]
+        while question not in self.answers:
+            self.answers |= {c.task.question: c.task.answer
+                             for c in self.synth.synthesize(next(self.seeds)).candidates if c.task}
+        answer = self.answers[question]
+        return _call("TextSearch", {"query": [answer]}) if _turn(body) == 0 else f"<think>Found it.</think>{answer}"
+
+
+async def test_a_pipeline_run_keeps_the_teachers_episode_as_the_success_reference(small_world, tool_server,
+                                                                                  threaded_chat, tmp_path):
+    threaded_chat.reply = _Knower(small_world)
+    report = await run(small_world, tmp_path, str(tool_server.make_url("")).rstrip("/"), seed=0, limit=1, ocr=False,
+                       teacher=TeacherSettings(JudgeConfig(url=threaded_chat.url, model="teacher")))
+    log = ResultLog(tmp_path / "results.jsonl")
+    outcomes = log.outcomes()
+    log.close()
+    (verified,) = [o for o in outcomes if o.status == "verified"]
+    turns = verified.trajectory["turns"]
+    assert [t["calls"][0]["tool_name"] for t in turns[:-1]] == ["TextSearch"]
+    assert turns[-1]["text"] == f"<think>Found it.</think>{verified.task.answer}"
+    assert report["teacher"] == {"model": "teacher", "episodes": 1, "kept": 1, "calls": 2, "fallbacks": 0,
+                                 "by_reason": {}}
+    export(outcomes, small_world, tmp_path)
+    (reference,) = [json.loads(line) for line in (tmp_path / "references.jsonl").read_text().splitlines()]
+    assert (reference["task_id"], reference["trajectory"]) == (verified.task.id, verified.trajectory)
