@@ -15,11 +15,12 @@ back as data URLs in the tool message, after their register ids. The last of ``m
 default per protocol) offers no tools and asks for the answer, as in rollouts.
 
 The episode is recorded with :class:`data_gen.common.episode.Episode`, the programmatic expert's form (each turn's
-text is the model's), so verification, SFT export, success references and MEI pairs read it unchanged.
-:class:`TeacherExpert` keeps a teacher episode only when it ends with an answer that matches the gold (aliases
-included), is named in an observation when it is a name the tools' text states (a correct guess is not kept), and
-exports; anything else (a malformed turn, a refused call, a wrong or missing answer, a model that
-cannot be reached after ``1 + max_retries`` attempts) falls back to the programmatic expert for that task and is
+text is the model's), so verification, SFT export, success references and MEI pairs read it unchanged. It ends at
+the first malformed turn or refused call: SFT data should not teach either. :class:`TeacherExpert` keeps an episode
+only when it ends with an answer that matches the gold (aliases included), that some observation names when it is a
+name the tools' text states (a right guess is not kept), and that the pipeline's SFT export accepts. Anything else
+(a malformed turn, a refused call, a wrong, ungrounded or missing answer, a model that cannot be reached after
+``1 + max_retries`` attempts or refuses the request with a 4xx) falls back to the programmatic expert for that task,
 counted by reason. Tool-server failures stay infrastructure errors (they propagate), as for the programmatic expert.
 """
 
@@ -42,7 +43,7 @@ from verl_ext.reward.judge import JudgeConfig
 from verl_ext.rollout.prompts import final_turn_instruction, system_prompt
 from verl_ext.rollout.protocols import Protocol, parse_turn
 from verl_ext.rollout.record import TrajectoryRecord
-from verl_ext.rollout.settings import _PROTOCOL_DEFAULTS
+from verl_ext.rollout.settings import _PROTOCOL_DEFAULTS  # the rollout's turn limits: one source for both
 from verl_ext.tools.client import CallResult, ToolServerClient
 
 
@@ -119,6 +120,9 @@ class ModelTeacher:
             self.usage.calls += 1
             try:
                 return await chat_message(self.http, self.config, messages, tools)
+            except aiohttp.ClientResponseError as err:
+                if 400 <= err.status < 500 and err.status not in (408, 429):  # e.g. a context overflow: final
+                    raise _Unusable(f"http_{err.status}") from None
             except (aiohttp.ClientError, TimeoutError):
                 continue
             except ValueError:  # JudgeReplyError, or a body that is not JSON at all

@@ -143,6 +143,7 @@ CROP = _call("CropImage", {"crop_config": {"img_1": [0, 0, 500, 500]}})
     (lambda gold: (_call("Teleport", {"to": "x"}),), "call_error", 1),
     (lambda gold: (_call("TextSearch", {"query": "not a list"}),), "call_error", 1),
     (lambda gold: (503,), "transport", 2),
+    (lambda gold: (400,), "http_400", 1),  # refused (e.g. the context is too long): no retry
     (lambda gold: (gold,), "ungrounded_answer", 1),  # right, but no observation names it: a guess
     (lambda gold: (CROP, _call("TextSearch", {"query": [gold]}), gold), "not_exportable", 3),  # crop pixels
 ])
