@@ -31,8 +31,8 @@ from pathlib import Path
 import aiohttp
 from tqdm import tqdm
 
-from data_gen.common.export import hash_unit
 from data_gen.common.episode import Expert
+from data_gen.common.export import hash_unit
 from data_gen.common.llm import SyncChat
 from data_gen.common.report import bar_charts
 from data_gen.common.stats import filter_rates, stage_rates

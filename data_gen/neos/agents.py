@@ -15,6 +15,8 @@ Both are **programmatic, offline agents with no model**, and say so in their nam
   FetchImage of each checkpoint image whose pixels must show the stated palette) and answers only with a name it
   read in an observation. Its episode is a ``verl_ext.rollout.record.TrajectoryRecord``.
 
+:func:`teacher_brief` is what the model-backed teacher (``data_gen.common.teacher``) gets of a task instead.
+
 Infrastructure failures (:class:`ToolServerUnavailable`) propagate: the caller records them as errors, excluded
 from every rate and retried on restart.
 """
@@ -30,8 +32,8 @@ from PIL import Image
 
 from data_gen.common.episode import Episode, expert_episode
 from data_gen.common.episode import found as _found
-from data_gen.neos.observer import palette
 from data_gen.common.teacher import Brief
+from data_gen.neos.observer import palette
 from data_gen.neos.schema import Task
 from data_gen.world.store import World
 from verl_ext.reward.answers import answer_matches
