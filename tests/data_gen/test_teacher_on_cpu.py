@@ -19,6 +19,8 @@ from PIL import Image
 from data_gen.common.sft import tool_call_message, tool_message
 from data_gen.common.teacher import ModelTeacher, TeacherExpert, TeacherSettings
 from data_gen.modalsearch.build import image_id, text_id
+from data_gen.modalsearch.cli import parser as modalsearch_parser
+from data_gen.modalsearch.cli import run as modalsearch_run
 from data_gen.modalsearch.expert import ModalSearchExpert
 from data_gen.modalsearch.expert import teacher_brief as modalsearch_brief
 from data_gen.modalsearch.export import sft_record as modalsearch_sft_record
@@ -257,3 +259,17 @@ async def test_a_pipeline_run_keeps_the_teachers_episode_as_the_success_referenc
     export(outcomes, small_world, tmp_path)
     (reference,) = [json.loads(line) for line in (tmp_path / "references.jsonl").read_text().splitlines()]
     assert (reference["task_id"], reference["trajectory"]) == (verified.task.id, verified.trajectory)
+
+
+async def test_a_modalsearch_run_with_a_teacher_that_writes_prose_falls_back_on_every_task(small_world, tool_server,
+                                                                                          threaded_chat, tmp_path):
+    threaded_chat.reply = _script("I think the answer is blue.")  # no <think>, no <answer>: bad format
+    args = modalsearch_parser(argparse.ArgumentParser()).parse_args(
+        ["--world", str(small_world), "--out", str(tmp_path), "--limit", "2", "--max-nodes", "30",
+         "--benchmark-nodes", "16", "--seeds", "4", "--attempts", "400", "--teacher-url", threaded_chat.url])
+    report = await modalsearch_run(args, str(tool_server.make_url("")).rstrip("/"))
+    outcomes = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    episodes = sum(1 for o in outcomes if o["status"] == "verified" or o.get("filter") == "expert")
+    assert sum(o["status"] == "verified" for o in outcomes) == 2
+    assert report["teacher"] == {"model": "teacher", "episodes": episodes, "kept": 0, "calls": episodes,
+                                 "fallbacks": episodes, "by_reason": {"malformed_turn:bad_format": episodes}}
