@@ -16,6 +16,7 @@ from typing import Any
 from data_gen.common.export import export_verified, image_cells, pick_split, user_prompt
 from data_gen.common.mei_pairs import Episode, write_mei_pairs
 from data_gen.modalsearch.schema import AGENT_NAME, DATA_SOURCE, Outcome, Task
+from verl_ext.rollout.protocols import parse_modalsearch_turn
 
 TRAIN_SPLITS = (("train", 0.7), ("rl", 0.3))
 SPLIT_NAMES = ("train", "rl", "benchmark")
@@ -59,7 +60,9 @@ def row(task: Task, world_root: Path, split: str, index: int) -> dict[str, Any]:
 
 
 def sft_record(task: Task, trajectory: dict[str, Any]) -> dict[str, Any]:
-    """ReAct messages of the expert's episode: each call an assistant ``<tool_call>``, its observation a tool turn."""
+    """ReAct messages of the expert's episode: each call an assistant turn, its observation a tool turn. A call turn is
+    the turn's own text when that is a well-formed ReAct call (a teacher's: reasoning, then the call), else the call as
+    a bare ``<tool_call>`` (the programmatic expert writes no reasoning)."""
     n_images = 1 if task.start_image_id else 0
     messages: list[dict[str, Any]] = list(user_prompt(task.question, n_images))
     for turn in trajectory["turns"]:
@@ -68,7 +71,8 @@ def sft_record(task: Task, trajectory: dict[str, Any]) -> dict[str, Any]:
             continue
         for call in turn["calls"]:
             body = json.dumps({"name": call["tool_name"], "arguments": call["arguments"]}, ensure_ascii=False)
-            messages.append({"role": "assistant", "content": f"<tool_call>{body}</tool_call>"})
+            written = turn["text"] if parse_modalsearch_turn(turn["text"]).calls else f"<tool_call>{body}</tool_call>"
+            messages.append({"role": "assistant", "content": written})
             messages.append({"role": "tool", "content": call["observation"]})
     return {"id": task.id, "images": [task.start_image_url] if task.start_image_url else [], "messages": messages,
             "ground_truth": task.ground_truth(), "trajectory": trajectory}

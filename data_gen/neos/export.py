@@ -63,7 +63,8 @@ def row(task: Task, world_root: Path, split: str, index: int) -> dict[str, Any]:
 def sft_record(task: Task, trajectory: dict[str, Any]) -> dict[str, Any]:
     """The expert's episode as verl SFT messages (``data_gen.common.sft``): the system prompt and native tool schemas
     the ``neos_search_agent`` loop shows, the question, each call an assistant tool call and its observation a tool
-    turn (images FetchImage loaded included), then the answer. Pixels a tool derives (crops) cannot be recovered."""
+    turn (images FetchImage loaded included; a teacher's reasoning before a call is the call turn's content), then the
+    answer. Pixels a tool derives (crops) cannot be recovered."""
     schemas = tool_schemas("neos")
     pixels = {e.url: e.image_id for e in task.entry_images}
     pixels |= {s.checkpoint_image_url: s.checkpoint_image_id for s in task.steps if s.checkpoint_image_url}
@@ -81,10 +82,15 @@ def sft_record(task: Task, trajectory: dict[str, Any]) -> dict[str, Any]:
             if len(fetched) != len(loaded) or not all(u in pixels for u in fetched):
                 raise ValueError(f"task {task.id}: FetchImage loaded {loaded} from {fetched}, not all world images")
             urls += fetched
-            messages.append(tool_call_message(call["tool_name"], call["arguments"]))
+            messages.append(tool_call_message(call["tool_name"], call["arguments"], _reasoning(turn["text"])))
             messages.append(tool_message(call["observation"], loaded))
     return {"id": task.id, "images": urls, "image_ids": [pixels[u] for u in urls], "messages": messages,
             "tools": schemas, "ground_truth": task.ground_truth(), "trajectory": trajectory}
+
+
+def _reasoning(text: str) -> str:
+    """What a model wrote before its call (a teacher's turn text); a programmatic turn's text is the call alone."""
+    return text.split("<tool_call>")[0].strip() if "<tool_call>" in text else ""
 
 
 def check_exportable(task: Task, trajectory: dict[str, Any]) -> None:

@@ -109,7 +109,7 @@ async def test_a_teacher_that_reaches_the_answer_is_kept_and_becomes_the_sft_row
     assert row["messages"] == [
         {"role": "system", "content": system_prompt("neos", schemas)},
         {"role": "user", "content": "<image>\n" * len(task.entry_images) + task.question},
-        tool_call_message("TextSearch", query), tool_message(observation),
+        tool_call_message("TextSearch", query, "<think>Search first.</think>"), tool_message(observation),
         {"role": "assistant", "content": f"<think>The pages agree.</think>{task.answer}"}]
     assert row["images"] == [e.url for e in task.entry_images]
 
@@ -196,9 +196,7 @@ async def test_the_modalsearch_teacher_speaks_react_and_its_episode_is_the_sft_r
                                       {"role": "tool", "content": [{"type": "text", "text": observation}]}]
     assert modalsearch_sft_record(task, record.model_dump(mode="json"))["messages"] == [
         {"role": "user", "content": task.question},
-        {"role": "assistant", "content": '<tool_call>{"name": "t2t_search", "arguments": {"query": "France"}}'
-                                         '</tool_call>'},
-        {"role": "tool", "content": observation},
+        {"role": "assistant", "content": call}, {"role": "tool", "content": observation},
         {"role": "assistant", "content": answer}]
 
 
