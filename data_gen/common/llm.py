@@ -1,7 +1,7 @@
 """Strict-JSON calls to an OpenAI-compatible model for the data-generation steps that can take one (Neos' rewriter
 and blind observer, ModalSearch's question writer and backward rewriter), through the project's one chat client
-(``verl_ext.reward.judge.chat_completion``, configured by URL and model name), and the pieces the model-backed
-teacher adds (:func:`chat_message`: a call that offers tools; :func:`image_part`: pixels as a data URL).
+(``verl_ext.reward.judge.chat_completion``, configured by URL and model name; the model-backed teacher uses its
+``chat_message``, which offers tools), and :func:`image_part`: pixels as a data URL.
 
 Those steps run inside synchronous synthesizers, so :class:`SyncChat` owns a private event loop on a daemon thread
 and blocks the caller until the reply is in. Every step follows one contract: the reply must be JSON that fits a
@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import mimetypes
-import os
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -72,30 +71,6 @@ def image_part(path: Path) -> dict[str, Any]:
 def png_part(data: bytes, mime: str = "image/png") -> dict[str, Any]:
     """Image bytes as a chat message part (a data URL)."""
     return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{base64.b64encode(data).decode()}"}}
-
-
-async def chat_message(session: aiohttp.ClientSession, config: JudgeConfig, messages: list[dict[str, Any]],
-                       tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """The assistant message (``content`` and any native ``tool_calls``) of one chat-completions call that offers
-    ``tools`` (OpenAI function schemas). Why not ``chat_completion``: it offers no tools and returns the text alone,
-    and a native-call agent needs both. Same request otherwise (greedy, ``max_tokens``, key from the environment);
-    raises ``JudgeReplyError`` for a body that is not a completion."""
-    payload: dict[str, Any] = {"model": config.model, "messages": messages, "temperature": 0.0,
-                               "max_tokens": config.max_tokens}
-    if tools:
-        payload["tools"] = tools
-    key = os.environ.get(config.api_key_env)
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
-    async with session.post(f"{config.url.rstrip('/')}/chat/completions", json=payload, headers=headers) as resp:
-        resp.raise_for_status()
-        body = await resp.json(content_type=None)
-    try:
-        message = body["choices"][0]["message"]
-    except (KeyError, IndexError, TypeError) as exc:
-        raise JudgeReplyError(f"not a chat completion: {str(body)[:200]!r}") from exc
-    if not isinstance(message, dict):
-        raise JudgeReplyError(f"not a chat message: {str(message)[:200]!r}")
-    return message
 
 
 class SyncChat:

@@ -37,13 +37,13 @@ from typing import Any
 import aiohttp
 
 from data_gen.common.episode import Episode, Expert, found, opened
-from data_gen.common.llm import Usage, chat_message, image_part, png_part
+from data_gen.common.llm import Usage, image_part, png_part
 from verl_ext.reward.answers import answer_matches
-from verl_ext.reward.judge import JudgeConfig
+from verl_ext.reward.judge import JudgeConfig, chat_message
 from verl_ext.rollout.prompts import final_turn_instruction, system_prompt
 from verl_ext.rollout.protocols import Protocol, parse_turn
 from verl_ext.rollout.record import TrajectoryRecord
-from verl_ext.rollout.settings import _PROTOCOL_DEFAULTS  # the rollout's turn limits: one source for both
+from verl_ext.rollout.settings import PROTOCOL_DEFAULTS  # the rollout's turn limits: one source for both
 from verl_ext.tools.client import CallResult, ToolServerClient
 
 
@@ -71,7 +71,7 @@ class ModelTeacher:
         if not config.url:
             raise ValueError("a model teacher needs a chat-completions base URL")
         self.client, self.config, self.http, self.protocol = client, config, http, protocol
-        self.max_turns = _PROTOCOL_DEFAULTS[protocol]["max_turns"] if max_turns is None else max_turns
+        self.max_turns = PROTOCOL_DEFAULTS[protocol]["max_turns"] if max_turns is None else max_turns
         if self.max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {self.max_turns}")
         self.usage = Usage()

@@ -86,18 +86,40 @@ def parse_judge_reply(text: str) -> tuple[bool, str]:
     return verdicts[0] == "yes", (reasoning.group(1).strip() if reasoning else "")
 
 
-async def chat_completion(session: aiohttp.ClientSession, config: JudgeConfig, messages: list[dict[str, str]]) -> str:
-    """The assistant text of one chat-completions call; raises ``JudgeReplyError`` for a non-completion body."""
-    payload = {"model": config.model, "messages": messages, "temperature": 0.0, "max_tokens": config.max_tokens}
+async def chat_message(
+    session: aiohttp.ClientSession,
+    config: JudgeConfig,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The assistant message (``content`` and any native ``tool_calls``) of one chat-completions call, greedy, at most
+    ``max_tokens``, offering ``tools`` (OpenAI function schemas) when given, the API key from ``api_key_env``; raises
+    ``JudgeReplyError`` for a body that is not a completion. The project's one client: every model step uses it."""
+    payload: dict[str, Any] = {
+        "model": config.model, "messages": messages, "temperature": 0.0, "max_tokens": config.max_tokens
+    }
+    if tools:
+        payload["tools"] = tools
     key = os.environ.get(config.api_key_env)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     async with session.post(f"{config.url.rstrip('/')}/chat/completions", json=payload, headers=headers) as resp:
         resp.raise_for_status()
         body = await resp.json(content_type=None)
     try:
-        return str(body["choices"][0]["message"]["content"])
+        message = body["choices"][0]["message"]
     except (KeyError, IndexError, TypeError) as exc:
         raise JudgeReplyError(f"not a chat completion: {str(body)[:200]!r}") from exc
+    if not isinstance(message, dict):
+        raise JudgeReplyError(f"not a chat message: {str(message)[:200]!r}")
+    return message
+
+
+async def chat_completion(session: aiohttp.ClientSession, config: JudgeConfig, messages: list[dict[str, Any]]) -> str:
+    """The assistant text of one chat-completions call (no tools offered)."""
+    message = await chat_message(session, config, messages)
+    if "content" not in message:
+        raise JudgeReplyError(f"not a chat completion: {str(message)[:200]!r}")
+    return str(message["content"])
 
 
 class AnswerJudge:

@@ -21,7 +21,7 @@ from verl_ext.rollout.protocols import Protocol
 CUSTOM_KEY = "neos_rollout"
 URL_ENV = "NEOS_TOOL_SERVER_URL"
 
-_PROTOCOL_DEFAULTS: dict[str, dict[str, Any]] = {
+PROTOCOL_DEFAULTS: dict[str, dict[str, Any]] = {
     "neos": {"max_turns": 50, "max_consecutive_errors": None, "group_cache": False},
     "modalsearch": {"max_turns": 46, "max_consecutive_errors": 3, "group_cache": True},
 }
@@ -59,7 +59,7 @@ def resolve_settings(
 ) -> EpisodeSettings:
     """verl's keys, then ``rollout.custom.neos_rollout``, then constructor ``overrides``; unknown keys fail."""
     multi_turn = rollout_config.get("multi_turn") or {}
-    values: dict[str, Any] = {"protocol": protocol, **_PROTOCOL_DEFAULTS[protocol]}
+    values: dict[str, Any] = {"protocol": protocol, **PROTOCOL_DEFAULTS[protocol]}
     if multi_turn.get("max_assistant_turns"):
         values["max_turns"] = multi_turn["max_assistant_turns"]
     for ours, theirs in (
