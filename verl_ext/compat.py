@@ -73,6 +73,8 @@ def maybe_fix_3d_position_ids(data) -> None:
     if not (position_ids.is_nested and position_ids.dim() == 3):
         return
     input_ids = data["input_ids"] if "input_ids" in data.keys() else None
+    _report_once("seen", "3-D position_ids as they arrive (first batch of this process): %s; input_ids: %s",
+                 describe(position_ids), "absent" if input_ids is None else describe(input_ids))
     if input_ids is None or not input_ids.is_nested:
         _report_once("unchecked", "3-D position_ids (%s) without nested input_ids (%s): offsets not checked",
                      describe(position_ids), "absent" if input_ids is None else describe(input_ids))
