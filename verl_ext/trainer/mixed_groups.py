@@ -363,7 +363,7 @@ class MixedGroupSamplingMixin:
                 "mixed-group sampling judges each trajectory as it ends: a colocated reward model scores only after "
                 "sampling; use a rule-based reward or reward.reward_model.enable_resource_pool=True"
             )
-        sampler_config, poll_interval, self._max_deferred = mixed_group_settings(
+        sampler_config, poll_interval, max_deferred = mixed_group_settings(
             config, config.data.train_batch_size // self.parameter_sync_step
         )
         sampler = config.trainer.v1.sampler
@@ -371,7 +371,7 @@ class MixedGroupSamplingMixin:
             sampler_config=sampler_config,
             next_rows=lambda: self._next_train_batch(1),
             poll_interval=poll_interval,
-            max_deferred=self._max_deferred,
+            max_deferred=max_deferred,
             trainer_mode=self.trainer_mode,
             trainer_config=config.trainer.v1.get(self.trainer_mode, {}),
             max_off_policy_threshold=sampler.max_off_policy_threshold,
@@ -385,7 +385,7 @@ class MixedGroupSamplingMixin:
             return super()._init_dataloader()  # type: ignore[misc]
         self._one_question_per_fetch()
         super()._init_dataloader()  # type: ignore[misc]
-        if self._max_deferred is None:  # a whole pass over the data without B mixed groups
+        if self.replay_buffer.max_deferred is None:  # a whole pass over the data without B mixed groups
             self.replay_buffer.max_deferred = len(self.train_dataloader.dataset)
 
     def _one_question_per_fetch(self) -> None:
