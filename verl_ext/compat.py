@@ -1,16 +1,16 @@
 """Fixes for two verl 0.9.1 bugs that stop Qwen-VL training, applied on plugin load; each function verl calls is
 replaced by ours (marked ``_neos_fix``, which ``verl_ext.registrations`` checks). Delete a fix once verl has it.
 
-1. ``maybe_fix_3d_position_ids`` (every actor update of a Qwen-VL model). Qwen-VL rows carry 3-D ``position_ids`` (``(4, seq_len)`` per row), stored in TransferQueue as a jagged tensor whose
-ragged dimension is the second one. On the H200 image (torch 2.11) the copy that reaches the actor worker's
-``train_mini_batch`` has the right values (``(4, total_tokens)``) but wrong row offsets (``[4, 4, 4, 4]`` instead of the
-row lengths), so verl's mini-batch split dies in ``unbind`` (``split_with_sizes expects split_sizes to sum exactly to
-45 ... got [4, 4, 4, 4]``). verl's own ``maybe_fix_3d_position_ids`` resets only ``_ragged_idx``. Ours then checks the
-offsets against ``input_ids`` (same rows, same lengths by construction) and, where they disagree but the values fit,
-rebuilds the jagged tensor from the values and ``input_ids``' offsets. A tensor that is already right is left alone,
-so the fix is a no-op wherever torch keeps the offsets (torch 2.14 on CPU does). Status: the repair is tested on the
-rebuilt batch on CPU, but a re-run on the H200 failed the same way, so the real batch differs from the rebuilt one in
-some way not yet known; the fix reports the layout it sees (once per process) to find out.
+1. ``maybe_fix_3d_position_ids`` (every actor update of a Qwen-VL model). verl's ``left_right_2_no_padding`` packs each
+row's 3-D ``position_ids`` (``(4, seq_len)``) with ``torch.nested.as_nested_tensor``. When the rows differ in length
+torch makes the sequence dimension the ragged one (values ``(4, total_tokens)``), as verl expects; when every row has
+the same length (a batch of equal prompts whose responses all hit the limit) nothing is ragged and torch packs the rope
+dimension instead (values ``(4 * rows, seq_len)``, offsets ``[0, 4, 8, ...]``). verl's own fix then only sets
+``_ragged_idx = 2``, so the actor's mini-batch split dies in ``unbind`` (seen on the H200: ``split_with_sizes expects
+split_sizes to sum exactly to 45 ... got [4, 4, 4, 4]``, values ``(16, 45)``) and the remove-padding forward would read
+the rope rows as tokens. Ours recognises that layout against ``input_ids`` (same rows, same lengths) and rebuilds the
+tensor ragged in the sequence dimension; a tensor already laid out right is left alone, and any other layout is
+reported (once per process) and left to fail loudly.
 
 verl imports the function by name into ``engine_workers`` and ``engine.base``; all three names are replaced.
 
@@ -35,14 +35,21 @@ verl_get_input_embeds = None  # verl's qwen2_vl._get_input_embeds
 
 
 def repaired_position_ids(position_ids: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor | None:
-    """``position_ids`` rebuilt on ``input_ids``' row offsets, or None when they already agree (or cannot be fixed)."""
-    offsets = input_ids.offsets()
-    values = position_ids.values()
-    if values.dim() != 2 or values.shape[1] != int(offsets[-1]):
-        return None  # not the (rope_dims, total_tokens) layout this fix knows
-    if position_ids.offsets().shape == offsets.shape and torch.equal(position_ids.offsets().cpu(), offsets.cpu()):
+    """``position_ids`` ragged in the sequence dimension on ``input_ids``' rows: the tensor itself where it already is,
+    a rebuilt one where torch packed the rope dimension (equal-length rows), None for a layout this fix does not know."""
+    offsets, values = position_ids.offsets(), position_ids.values()
+    lengths = input_ids.offsets().diff().tolist()
+    if values.dim() != 2 or len(offsets) != len(lengths) + 1:
         return None
-    return torch.nested.nested_tensor_from_jagged(values=values, offsets=offsets.to(values.device), jagged_dim=2)
+    cuts = offsets.diff().tolist()
+    if values.shape[1] == int(offsets[-1]) and cuts == lengths:
+        return position_ids
+    if values.shape[0] == int(offsets[-1]) and len(set(cuts)) == 1 and lengths == [values.shape[1]] * len(lengths):
+        rows = values.split(cuts, dim=0)  # (rope_dims, seq_len) each
+        return torch.nested.nested_tensor_from_jagged(
+            values=torch.cat(rows, dim=1), offsets=input_ids.offsets().to(values.device), jagged_dim=2
+        )
+    return None
 
 
 def describe(t: torch.Tensor) -> str:
@@ -64,8 +71,9 @@ def _report_once(kind: str, message: str, *args) -> None:
 
 
 def maybe_fix_3d_position_ids(data) -> None:
-    """verl's fix (``_ragged_idx = 2``) plus the offsets check against ``input_ids``. Whatever it cannot check is
-    reported once per process, with the tensors' layout: the H200 failure was seen through such a line."""
+    """verl's fix (``_ragged_idx = 2``), then the layout checked against ``input_ids`` and repaired where torch packed
+    the rope dimension. Whatever it cannot check or repair is reported once per process with the tensors' layout (the
+    H200 failure was diagnosed from such a line)."""
     verl_original(data)
     if "position_ids" not in data.keys():
         return
@@ -73,25 +81,20 @@ def maybe_fix_3d_position_ids(data) -> None:
     if not (position_ids.is_nested and position_ids.dim() == 3):
         return
     input_ids = data["input_ids"] if "input_ids" in data.keys() else None
-    _report_once("seen", "3-D position_ids as they arrive (first batch of this process): %s; input_ids: %s",
-                 describe(position_ids), "absent" if input_ids is None else describe(input_ids))
     if input_ids is None or not input_ids.is_nested:
         _report_once("unchecked", "3-D position_ids (%s) without nested input_ids (%s): offsets not checked",
                      describe(position_ids), "absent" if input_ids is None else describe(input_ids))
         return
     fixed = repaired_position_ids(position_ids, input_ids)
-    if fixed is None:
-        if position_ids.values().shape[-1] != int(input_ids.offsets()[-1]):
-            _report_once("layout", "3-D position_ids (%s) do not fit input_ids (%s): left as they are",
-                         describe(position_ids), describe(input_ids))
+    if fixed is position_ids:
         return
-    log.warning("position_ids (%s) disagree with input_ids (%s): rebuilt on input_ids' offsets",
-                describe(position_ids), describe(input_ids))
+    if fixed is None:
+        _report_once("layout", "3-D position_ids (%s) do not fit input_ids (%s): left as they are",
+                     describe(position_ids), describe(input_ids))
+        return
+    _report_once("repaired", "position_ids packed on the rope dimension (%s; input_ids %s): rebuilt on input_ids' rows",
+                 describe(position_ids), describe(input_ids))
     data["position_ids"] = fixed
-    stored = data["position_ids"]
-    if not torch.equal(stored.offsets().cpu(), input_ids.offsets().cpu()):
-        _report_once("store", "the rebuilt position_ids did not survive the TensorDict assignment: stored %s",
-                     describe(stored))
 
 
 def get_input_embeds(

@@ -1,6 +1,7 @@
-"""The verl 0.9.1 fixes in ``verl_ext.compat``: the actor's mini-batch split survives Qwen-VL position ids whose row
-offsets arrive wrong (the H200 failure, rebuilt here with the same values and offsets), and a text-only micro-batch
-gets through verl's Qwen2.5-VL forward under transformers 5 with the vision tower still in the backward."""
+"""The verl 0.9.1 fixes in ``verl_ext.compat``: the actor's mini-batch split survives Qwen-VL position ids of a batch
+whose rows all have the same length (verl's own ``left_right_2_no_padding`` builds the tensor that failed on the H200),
+and a text-only micro-batch gets through verl's Qwen2.5-VL forward under transformers 5 with the vision tower still in
+the backward."""
 
 from __future__ import annotations
 
@@ -10,19 +11,35 @@ from tensordict import TensorDict
 from verl.utils import tensordict_utils as tu
 from verl.workers import engine_workers
 from verl.workers.engine import base as engine_base
+from verl.workers.utils.padding import left_right_2_no_padding
 
 from verl_ext import compat
 
-LENGTHS = (10, 12, 11, 12)  # 45 tokens
-ROWS = [torch.arange(4 * n).reshape(4, n) for n in LENGTHS]  # (rope dims, seq len) per row
+WIDTH = 12  # padded sequence length
 
 
-def batch(position_offsets: list[int]) -> TensorDict:
-    """position_ids with the true values (4, 45) and the given row offsets; input_ids with the true lengths."""
-    values = torch.cat(ROWS, dim=1)
-    position_ids = torch.nested.nested_tensor_from_jagged(values, torch.tensor(position_offsets), jagged_dim=2)
-    input_ids = torch.nested.as_nested_tensor([torch.arange(n) for n in LENGTHS], layout=torch.jagged)
-    return TensorDict({"position_ids": position_ids, "input_ids": input_ids}, batch_size=[4])
+def padded_batch(lengths: list[int]) -> tuple[TensorDict, list[torch.Tensor]]:
+    """A left-right padded Qwen-VL batch as verl's trainer holds it (valid tokens left-aligned here, which is all
+    ``left_right_2_no_padding`` looks at) and each row's true ``(4, length)`` position ids."""
+    rows = len(lengths)
+    mask = torch.zeros(rows, WIDTH, dtype=torch.long)
+    position_ids = torch.zeros(rows, 4, WIDTH, dtype=torch.long)
+    expected = []
+    for i, n in enumerate(lengths):
+        mask[i, :n] = 1
+        row = 100 * i + torch.arange(4 * n).reshape(4, n)
+        position_ids[i, :, :n] = row
+        expected.append(row)
+    data = TensorDict(
+        {
+            "input_ids": torch.arange(rows * WIDTH).reshape(rows, WIDTH),
+            "attention_mask": mask,
+            "response_mask": mask[:, -4:],
+            "position_ids": position_ids,
+        },
+        batch_size=[rows],
+    )
+    return left_right_2_no_padding(data), expected
 
 
 def split_rows(data: TensorDict) -> list[torch.Tensor]:
@@ -32,36 +49,40 @@ def split_rows(data: TensorDict) -> list[torch.Tensor]:
     return [row for mini in minis for row in mini["position_ids"].unbind()]
 
 
-def test_verls_own_fix_leaves_the_h200_batch_broken():
-    # If this fails, verl fixed it upstream: delete verl_ext/compat.py and its registration.
-    data = batch([0, 4, 8, 12, 16])
+def test_verl_packs_equal_rows_on_the_rope_dimension_and_its_own_fix_leaves_them_broken():
+    # If this fails, verl fixed it upstream: delete compat.maybe_fix_3d_position_ids and its registration.
+    data, _ = padded_batch([9, 9, 9, 9])
+    packed = data["position_ids"]
+    assert tuple(packed.values().shape) == (16, 9) and packed.offsets().tolist() == [0, 4, 8, 12, 16]
     compat.verl_original(data)
-    with pytest.raises(RuntimeError, match="split_with_sizes expects split_sizes to sum exactly to 45"):
+    with pytest.raises(RuntimeError):  # torch 2.11: "split_with_sizes expects split_sizes to sum exactly to 9"
         data["position_ids"].unbind()
 
 
-def test_every_verl_caller_gets_the_fix_and_rows_come_back_intact():
+def test_every_verl_caller_gets_the_fix_and_equal_rows_come_back_intact():
     assert engine_workers.maybe_fix_3d_position_ids is compat.maybe_fix_3d_position_ids
     assert engine_base.maybe_fix_3d_position_ids is compat.maybe_fix_3d_position_ids
-    got = split_rows(batch([0, 4, 8, 12, 16]))
-    assert [tuple(r.shape) for r in got] == [(4, n) for n in LENGTHS]
-    assert all(torch.equal(a, b) for a, b in zip(got, ROWS, strict=True))
+    data, expected = padded_batch([9, 9, 9, 9])
+    got = split_rows(data)
+    assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
+    fixed = data["position_ids"]  # the layout verl's remove-padding forward reads: (4, total tokens)
+    assert tuple(fixed.values().shape) == (4, 36) and fixed.offsets().tolist() == [0, 9, 18, 27, 36]
 
 
-def test_right_offsets_are_left_alone():
-    data = batch([0, 10, 22, 33, 45])
+def test_rows_of_different_lengths_are_left_alone():
+    data, expected = padded_batch([5, 9, 7, 12])
     before = data["position_ids"]
     compat.maybe_fix_3d_position_ids(data)
     assert data["position_ids"] is before
-    assert all(torch.equal(a, b) for a, b in zip(split_rows(data), ROWS, strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(split_rows(data), expected, strict=True))
 
 
-def test_values_that_do_not_fit_input_ids_are_not_touched():
-    data = batch([0, 4, 8, 12, 16])
+def test_a_layout_that_does_not_fit_input_ids_is_not_touched():
+    data, _ = padded_batch([9, 9, 9, 9])
     data["input_ids"] = torch.nested.as_nested_tensor([torch.arange(n) for n in (1, 2, 3, 4)], layout=torch.jagged)
     before = data["position_ids"]
     compat.maybe_fix_3d_position_ids(data)
-    assert data["position_ids"] is before  # 45 values but 10 tokens: not this bug, leave it to fail loudly
+    assert data["position_ids"] is before  # 9 tokens a row but input_ids say otherwise: leave it to fail loudly
 
 
 @pytest.fixture(scope="module")
@@ -102,10 +123,10 @@ def test_batches_with_images_still_go_to_verls_function(tiny_vl, monkeypatch):
 
 def test_what_the_fix_cannot_check_is_reported_once_with_the_layout(caplog, monkeypatch):
     monkeypatch.setattr(compat, "_reported", set())
-    data = batch([0, 4, 8, 12, 16])
+    data, _ = padded_batch([9, 9, 9, 9])
     data["input_ids"] = torch.zeros(4, 12, dtype=torch.long)  # padded, not nested: no row lengths to check against
     with caplog.at_level("WARNING", logger="verl_ext.compat"):
         compat.maybe_fix_3d_position_ids(data)
         compat.maybe_fix_3d_position_ids(data)
     (record,) = [r for r in caplog.records if "offsets not checked" in r.getMessage()]
-    assert "offsets [0, 4, 8, 12, 16]" in record.getMessage() and "dense (4, 12)" in record.getMessage()
+    assert "values (16, 9) offsets [0, 4, 8, 12, 16]" in record.getMessage() and "dense (4, 12)" in record.getMessage()
