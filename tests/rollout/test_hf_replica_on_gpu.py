@@ -28,14 +28,10 @@ The command it runs (``$MODEL`` the tiny model, ``$DATA`` the two parquet files 
       trainer.project_name=neos_smoke trainer.experiment_name=hf_rollout
 
 
-Seen on the H200 on 2026-12-02 (verl 0.9.1, transformers 5.17, torch 2.11): Hydra, Ray with 1 GPU, the FSDP actor, the
-``hf`` replica and its server actor start; step 1 runs rollout through the server, rewards, the actor's old log-probs and
-advantages, then fails inside verl's ``update_actor`` mini-batch split (``split_with_sizes expects split_sizes to sum
-exactly to 45 ... got [4, 4, 4, 4]``, ``verl/utils/tensordict_utils.py`` ``index_select_tensor_dict``) — not passing yet.
-Re-run later that day with ``verl_ext.compat``'s offsets fix in place: the same error at the same place
-(``train_mini_batch`` -> ``make_iterator`` -> ``index_select_tensor_dict``), so the fix either does not see that batch
-as broken or its repair does not reach the mini-batch split; the fix now logs the tensors' layout (once per process)
-whenever it cannot check or repair them, which the next run's log will show.
+Passed on the H200 on 2026-12-03 (verl 0.9.1, transformers 5.17, torch 2.11; 153 s): Hydra, Ray with 1 GPU, the FSDP
+actor, the ``hf`` replica and its server actor, two steps of rollout, rewards, old log-probs, advantages and actor
+update. Until ``verl_ext.compat``'s position-ids fix recognised the real layout (rows of equal length, which verl packs
+on the rope dimension) every run died in ``update_actor`` (``split_with_sizes ... 45 ... got [4, 4, 4, 4]``).
 Two earlier verl x transformers-5.17 failures are worked around here: text-only batches (images in every row) and the
 remove-padding attention patch (``use_remove_padding=false``).
 """

@@ -23,6 +23,14 @@ It starts ``python -m verl_ext.mei.server`` (``NEOS_SMOKE_MEI`` as version v0) a
 --mei-endpoint`` on the small world (``NEOS_SMOKE_WORLD``, default ``worlds/small``) on loopback, then the recipe with
 ``NEOS_TOOL_SERVER_URL``, ``NEOS_MEI_*`` and ``NEOS_SMOKE_*`` pointing at them. Extra Hydra overrides for the run can
 be given in ``NEOS_SMOKE_OVERRIDES`` (space-separated), e.g. ``trainer.v1.neos.sampler.enable=false``.
+
+Seen on the H200 on 2026-12-03 (policy: 110 SFT steps, loss 11.90 -> ~2.4; MEI warm start 15 epochs, loss 8.47;
+overrides ``trainer.v1.neos.sampler.enable=false actor_rollout_ref.rollout.custom.neos_rollout.max_turn_tokens=128``):
+steps 1, 2 and 3 ran (55 s, then ~14 s each; rollout through the hf replica, tool server and MEI server), but every
+trajectory failed (``critic/score/mean:0.0``, 2-6 turns, no tool-call metrics), so no group had a success to judge
+failures against (``neos_credit/assessed_share:0.0``) and the MEI update due after step 2 found nothing to train on
+("MEI update due but only 0 usable calls: kept for the next one"): the last assertion failed. The 64-wide, 2-layer tiny
+model does not get far enough through 110 SFT steps on the five cold-start episodes to answer any of them.
 """
 
 from __future__ import annotations
