@@ -169,3 +169,24 @@ def test_template_rejects_what_it_would_drop(render):
 def test_generation_config_stops_at_im_end_and_endoftext(tiny_vl_model_dir: Path):
     config = json.loads((tiny_vl_model_dir / "generation_config.json").read_text())
     assert config["eos_token_id"] == [151645, 151643] and config["pad_token_id"] == 151643
+
+
+def test_cli_builds_a_wider_deeper_bfloat16_variant_that_reloads_and_runs(tmp_path: Path):
+    import torch
+
+    out = tmp_path / "smoke"
+    cli_main(["build", "--out", str(out), "--hidden-size", "128", "--layers", "3", "--dtype", "bfloat16"])
+    model = AutoModelForImageTextToText.from_pretrained(out)
+    text = model.config.text_config
+    shape = (text.hidden_size, text.num_hidden_layers, text.num_attention_heads, text.num_key_value_heads)
+    assert shape == (128, 3, 8, 4)
+    assert model.config.vision_config.out_hidden_size == 128  # vision tokens land in the text width
+    assert model.dtype == torch.bfloat16
+    assert json.loads((out / "neos_tiny_vl.json").read_text())["layers"] == 3
+    logits = model(input_ids=torch.tensor([[1, 2, 3]])).logits
+    assert logits.shape == (1, 3, text.vocab_size) and torch.isfinite(logits).all()
+
+
+def test_widths_that_break_the_head_layout_are_refused(tmp_path: Path):
+    with pytest.raises(ValueError, match="multiple of 32"):
+        cli_main(["build", "--out", str(tmp_path / "bad"), "--hidden-size", "100"])

@@ -74,17 +74,25 @@ def _load_tokenizer(cache: SourceCache | None) -> tuple[PreTrainedTokenizerBase,
     return tokenizer, source
 
 
-def tiny_qwen_vl_config(tokenizer: PreTrainedTokenizerBase) -> Qwen2_5_VLConfig:
-    """~10M parameters, most of them the tied embedding table (vocab x 64). Text head_dim 16, so mrope_section
-    (temporal, height, width) sums to head_dim / 2 = 8."""
+def tiny_qwen_vl_config(
+    tokenizer: PreTrainedTokenizerBase, *, hidden_size: int = 64, layers: int = 2
+) -> Qwen2_5_VLConfig:
+    """By default ~10M parameters, most of them the tied embedding table (vocab x 64). Text head_dim is 16 at every
+    width (so mrope_section (temporal, height, width) sums to head_dim / 2 = 8), hidden_size / 16 heads, half as many
+    KV heads. Wider and deeper variants are for runs where the policy must learn something (the GPU smoke run)."""
+    if hidden_size % 32 or hidden_size <= 0 or layers <= 0:
+        raise ValueError(
+            f"hidden_size must be a positive multiple of 32 and layers positive, got {hidden_size}, {layers}"
+        )
+    heads = hidden_size // 16
     return Qwen2_5_VLConfig(
         text_config={
             "vocab_size": len(tokenizer),
-            "hidden_size": 64,
-            "intermediate_size": 128,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 4,
-            "num_key_value_heads": 2,
+            "hidden_size": hidden_size,
+            "intermediate_size": 2 * hidden_size,
+            "num_hidden_layers": layers,
+            "num_attention_heads": heads,
+            "num_key_value_heads": heads // 2,
             "rope_parameters": {"rope_type": "default", "rope_theta": 1_000_000.0, "mrope_section": [2, 3, 3]},
             "bos_token_id": None,
             "eos_token_id": tokenizer.convert_tokens_to_ids("<|im_end|>"),
@@ -95,23 +103,33 @@ def tiny_qwen_vl_config(tokenizer: PreTrainedTokenizerBase) -> Qwen2_5_VLConfig:
             "hidden_size": 32,
             "intermediate_size": 64,
             "num_heads": 2,
-            "out_hidden_size": 64,
+            "out_hidden_size": hidden_size,
             "fullatt_block_indexes": [1],  # block 0 windowed, block 1 full attention, as in the released models
         },
         tie_word_embeddings=True,
     )
 
 
-def build_tiny_qwen_vl(out_dir: Path, *, seed: int = 0, cache: SourceCache | None = None) -> Path:
+def build_tiny_qwen_vl(
+    out_dir: Path,
+    *,
+    seed: int = 0,
+    cache: SourceCache | None = None,
+    hidden_size: int = 64,
+    layers: int = 2,
+    dtype: torch.dtype = torch.float32,
+) -> Path:
     """Write a HF model directory (weights, config, generation config, tokenizer, processor, chat template) loadable
     by ``AutoModelForImageTextToText`` / ``AutoProcessor`` and verl's ``HFModelConfig``. Same seed and sources, same
     weights. ``neos_tiny_vl.json`` records the seed and the tokenizer package with its license. Written to a
-    temporary sibling and renamed, so an interrupted build never looks complete."""
+    temporary sibling and renamed, so an interrupted build never looks complete. ``dtype`` is the stored weights'
+    (bfloat16 halves the files of a wider model)."""
     out_dir = Path(out_dir)
     tokenizer, source = _load_tokenizer(cache)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = Qwen2_5_VLForConditionalGeneration(tiny_qwen_vl_config(tokenizer)).eval()
+        config = tiny_qwen_vl_config(tokenizer, hidden_size=hidden_size, layers=layers)
+        model = Qwen2_5_VLForConditionalGeneration(config).eval().to(dtype)
     stop_ids = tokenizer.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
     model.generation_config = GenerationConfig(eos_token_id=stop_ids, pad_token_id=tokenizer.pad_token_id)
     size = {"shortest_edge": MIN_PIXELS, "longest_edge": MAX_PIXELS}
@@ -127,7 +145,14 @@ def build_tiny_qwen_vl(out_dir: Path, *, seed: int = 0, cache: SourceCache | Non
     try:
         model.save_pretrained(tmp)
         processor.save_pretrained(tmp)
-        provenance = {"seed": seed, "hf_model_type": HF_MODEL_TYPE, "tokenizer": source.manifest_record()}
+        provenance = {
+            "seed": seed,
+            "hidden_size": hidden_size,
+            "layers": layers,
+            "dtype": str(dtype).removeprefix("torch."),
+            "hf_model_type": HF_MODEL_TYPE,
+            "tokenizer": source.manifest_record(),
+        }
         (tmp / "neos_tiny_vl.json").write_text(json.dumps(provenance, indent=1) + "\n")
         for written in tmp.iterdir():
             written.chmod(0o644)  # some writers create private files (the weights); readers may be other users
