@@ -35,8 +35,8 @@ verl_get_input_embeds = None  # verl's qwen2_vl._get_input_embeds
 
 
 def repaired_position_ids(position_ids: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor | None:
-    """``position_ids`` ragged in the sequence dimension on ``input_ids``' rows: the tensor itself where it already is,
-    a rebuilt one where torch packed the rope dimension (equal-length rows), None for a layout this fix does not know."""
+    """``position_ids`` ragged in the sequence dimension on ``input_ids``' rows: the tensor itself where it already
+    is, a rebuilt one where torch packed the rope dimension (equal-length rows), None for a layout it does not know."""
     offsets, values = position_ids.offsets(), position_ids.values()
     lengths = input_ids.offsets().diff().tolist()
     if values.dim() != 2 or len(offsets) != len(lengths) + 1:
