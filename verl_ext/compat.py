@@ -1,8 +1,9 @@
 """Fixes for two verl 0.9.1 bugs that stop Qwen-VL training, applied on plugin load; each function verl calls is
 replaced by ours (marked ``_neos_fix``, which ``verl_ext.registrations`` checks). Delete a fix once verl has it.
 
-1. ``maybe_fix_3d_position_ids`` (every actor update of a Qwen-VL model). verl's ``left_right_2_no_padding`` packs each
-row's 3-D ``position_ids`` (``(4, seq_len)``) with ``torch.nested.as_nested_tensor``. When the rows differ in length
+1. ``maybe_fix_3d_position_ids`` (every actor update of a Qwen-VL model). verl packs each row's 3-D ``position_ids``
+(``(4, seq_len)``) with ``torch.nested.as_nested_tensor`` (``left_right_2_no_padding``; the CPU test builds its batch
+with it). The fix sits in verl's own consumer-side hook, which every train and infer path calls, not in that producer. When the rows differ in length
 torch makes the sequence dimension the ragged one (values ``(4, total_tokens)``), as verl expects; when every row has
 the same length (a batch of equal prompts whose responses all hit the limit) nothing is ragged and torch packs the rope
 dimension instead (values ``(4 * rows, seq_len)``, offsets ``[0, 4, 8, ...]``). verl's own fix then only sets
