@@ -3,8 +3,8 @@ replaced by ours (marked ``_neos_fix``, which ``verl_ext.registrations`` checks)
 
 1. ``maybe_fix_3d_position_ids`` (every actor update of a Qwen-VL model). verl packs each row's 3-D ``position_ids``
 (``(4, seq_len)``) with ``torch.nested.as_nested_tensor`` (``left_right_2_no_padding``; the CPU test builds its batch
-with it). The fix sits in verl's own consumer-side hook, which every train and infer path calls, not in that producer. When the rows differ in length
-torch makes the sequence dimension the ragged one (values ``(4, total_tokens)``), as verl expects; when every row has
+with it). The fix sits in verl's own consumer-side hook, which every train and infer path calls, not in that
+producer. When the rows differ in length torch makes the sequence dimension the ragged one (values ``(4, total_tokens)``), as verl expects; when every row has
 the same length (a batch of equal prompts whose responses all hit the limit) nothing is ragged and torch packs the rope
 dimension instead (values ``(4 * rows, seq_len)``, offsets ``[0, 4, 8, ...]``). verl's own fix then only sets
 ``_ragged_idx = 2``, so the actor's mini-batch split dies in ``unbind`` (seen on the H200: ``split_with_sizes expects
