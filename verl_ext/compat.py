@@ -3,15 +3,15 @@ replaced by ours (marked ``_neos_fix``, which ``verl_ext.registrations`` checks)
 
 1. ``maybe_fix_3d_position_ids`` (every actor update of a Qwen-VL model). verl packs each row's 3-D ``position_ids``
 (``(4, seq_len)``) with ``torch.nested.as_nested_tensor`` (``left_right_2_no_padding``; the CPU test builds its batch
-with it). The fix sits in verl's own consumer-side hook, which every train and infer path calls, not in that
-producer. When the rows differ in length torch makes the sequence dimension the ragged one (values ``(4, total_tokens)``), as verl expects; when every row has
-the same length (a batch of equal prompts whose responses all hit the limit) nothing is ragged and torch packs the rope
-dimension instead (values ``(4 * rows, seq_len)``, offsets ``[0, 4, 8, ...]``). verl's own fix then only sets
-``_ragged_idx = 2``, so the actor's mini-batch split dies in ``unbind`` (seen on the H200: ``split_with_sizes expects
-split_sizes to sum exactly to 45 ... got [4, 4, 4, 4]``, values ``(16, 45)``) and the remove-padding forward would read
-the rope rows as tokens. Ours recognises that layout against ``input_ids`` (same rows, same lengths) and rebuilds the
-tensor ragged in the sequence dimension; a tensor already laid out right is left alone, and any other layout is
-reported (once per process) and left to fail loudly.
+with it). The fix sits in verl's own consumer-side hook, which every train and infer path calls, not in that producer.
+When the rows differ in length torch makes the sequence dimension the ragged one (values ``(4, total_tokens)``), as verl
+expects; when every row has the same length (a batch of equal prompts whose responses all hit the limit) nothing is
+ragged and torch packs the rope dimension instead (values ``(4 * rows, seq_len)``, offsets ``[0, 4, 8, ...]``). verl's
+own fix then only sets ``_ragged_idx = 2``, so the actor's mini-batch split dies in ``unbind`` (seen on the H200:
+``split_with_sizes expects split_sizes to sum exactly to 45 ... got [4, 4, 4, 4]``, values ``(16, 45)``) and the
+remove-padding forward would read the rope rows as tokens. Ours recognises that layout against ``input_ids`` (same rows,
+same lengths) and rebuilds the tensor ragged in the sequence dimension; a tensor already laid out right is left alone,
+and any other layout is reported (once per process) and left to fail loudly.
 
 verl imports the function by name into ``engine_workers`` and ``engine.base``; all three names are replaced.
 
@@ -107,7 +107,7 @@ def get_input_embeds(
     image_grid_thw: torch.Tensor | None = None,
     video_grid_thw: torch.Tensor | None = None,
 ):
-    """verl's ``_get_input_embeds``; for a micro-batch without pixels, its dummy vision pass with the output unpacked."""
+    """verl's ``_get_input_embeds``; for a micro-batch without pixels, its dummy vision pass, output unpacked."""
     if pixel_values is not None or pixel_values_videos is not None:
         return verl_get_input_embeds(
             model, input_ids, attention_mask, pixel_values, pixel_values_videos, image_grid_thw, video_grid_thw
