@@ -37,7 +37,7 @@ images FetchImage loaded): verl 0.9.1's Qwen2-VL forward breaks on text-only bat
 ``use_remove_padding=false`` sidesteps its remove-padding patch, which that transformers breaks (see
 tests/rollout/test_hf_replica_on_gpu.py). Tools are JSON text in the parquet, hence the dataset subclass (see
 ``data_gen.common.sft``). lr 1e-3 (verl's FSDP optimizer default) so that a randomly initialised model's loss visibly
-falls in 6 steps over a handful of repeated episodes.
+falls in 6 steps over a handful of repeated episodes (``NEOS_SFT_LR`` and ``NEOS_SFT_STEPS`` change both).
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ pytestmark = pytest.mark.gpu
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = int(os.environ.get("NEOS_SFT_STEPS", 6))  # the RL smoke's warm start uses more (see test_neos_smoke_on_gpu)
+LR = float(os.environ.get("NEOS_SFT_LR", 1e-3))
 BATCH = 2
 LOSS = re.compile(r"step:(\d+) - .*?train/loss:([0-9.eE+-]+)")
 
@@ -77,7 +78,7 @@ def overrides(model: Path, data: Path, out: Path) -> list[str]:
         "model.use_remove_padding=false",
         "engine.strategy=fsdp2",
         "engine.use_torch_compile=false",
-        "optim.lr=1e-3",
+        f"optim.lr={LR}",
         "optim.lr_scheduler_type=constant",
         f"trainer.total_training_steps={STEPS}",
         "trainer.total_epochs=100",
