@@ -16,8 +16,9 @@ from typing import Any
 import jsonschema
 from PIL import Image
 
+from verl_ext.rollout.media import session_png
 from verl_ext.rollout.protocols import Protocol, ToolCall
-from verl_ext.tools.client import ToolCallError, ToolServerError, png_base64, shared_client
+from verl_ext.tools.client import ToolCallError, ToolServerError, shared_client
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +97,9 @@ class ToolSession:
         self.session_id: str | None = None
 
     async def open(self, question_images: Sequence[Image.Image], group_id: str | None) -> list[str]:
-        """Registers the question images (as PNG, the pixels the policy sees) as img_1..; returns their refs."""
-        pngs = await asyncio.to_thread(lambda: [png_base64(im) for im in question_images]) if question_images else []
+        """Registers the question images (as PNG, the pixels the policy sees) as img_1..; returns their refs. The PNGs
+        come from a per-process cache by content (``media.session_png``): a group's rollouts share the image."""
+        pngs = await asyncio.to_thread(lambda: [session_png(im) for im in question_images]) if question_images else []
         info = await self.client.open_session(pngs, group_id=group_id)
         self.session_id = info.session_id
         return info.images

@@ -1,0 +1,142 @@
+"""Renders with images through the fast path give verl's processor ids; the media caches return what they cache."""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import pytest
+from PIL import Image
+from verl.utils.tokenizer.continuous_token_wiring import create_continuous_token_builder
+
+from verl_ext.models.tiny_vl import HF_MODEL_TYPE
+from verl_ext.rollout import media, tokens
+from verl_ext.rollout.tokens import fast_text_renders
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "FetchImage",
+            "description": "fetch images",
+            "parameters": {"type": "object", "properties": {"urls": {"type": "array"}}},
+        },
+    }
+]
+
+
+def _builder(processor):
+    return create_continuous_token_builder(processor.tokenizer, hf_model_type=HF_MODEL_TYPE, processor=processor)
+
+
+def _images(world) -> list[Image.Image]:
+    """World images of two sizes, a crop below the processor's min_pixels (upscaled), and a grayscale one."""
+    flag = world.load_pixels("flag_fra", max_pixels=4_000_000)
+    logo = world.load_pixels("logo_acer", max_pixels=4_000_000)
+    return [flag, logo, flag.crop((10, 20, 60, 45)), logo.convert("L")]
+
+
+def _episode(builder, images: list[Image.Image]) -> list[list[int]]:
+    """Question with two images, then an observation with two fetched images: the stream after each step."""
+    messages = [
+        {"role": "system", "content": "rules"},
+        {
+            "role": "user",
+            "content": [
+                {"type": "image", "image": images[0]},
+                {"type": "image", "image": images[1]},
+                {"type": "text", "text": "Which flag?"},
+            ],
+        },
+    ]
+    ids = builder.build_initial_tokens(messages, tools=TOOLS, images=images[:2])
+    call = {"type": "function", "function": {"name": "FetchImage", "arguments": {"urls": ["a", "b"]}}}
+    tokenizer = builder.tokenizer
+    generated = tokenizer.encode('<tool_call>\n{"name": "FetchImage", "arguments": {"urls": ["a", "b"]}}\n</tool_call>')
+    ids = builder.merge_assistant_tokens(ids, generated + [tokenizer.convert_tokens_to_ids("<|im_end|>")]).token_ids
+    previous = messages + [{"role": "assistant", "content": "", "tool_calls": [call]}]
+    observation = {
+        "role": "tool",
+        "content": [
+            {"type": "text", "text": "img_3:"},
+            {"type": "image", "image": images[2]},
+            {"type": "text", "text": "img_4:"},
+            {"type": "image", "image": images[3]},
+            {"type": "text", "text": "fetched 2 images"},
+        ],
+    }
+    merged = builder.merge_context_tokens(previous, previous + [observation], ids, tools=TOOLS).token_ids
+    return [ids, merged]
+
+
+@pytest.fixture
+def cold_caches(monkeypatch):
+    """Empty media caches and no render shape verified yet, as in a fresh worker process."""
+    monkeypatch.setattr(tokens, "_verified", {})
+    monkeypatch.setattr(tokens, "_tools_free", {})
+    media.IMAGE_REPLACEMENTS.clear()
+    media.SESSION_PNGS.clear()
+
+
+def test_renders_with_images_match_verls_processor(tiny_vl_processor, world, cold_caches):
+    images = _images(world)
+    reference = _episode(_builder(tiny_vl_processor), images)
+    fast = fast_text_renders(_builder(tiny_vl_processor))
+    assert _episode(fast, images) == reference  # first use: checked against verl's render
+    # Three renders with images checked: the question; the observation without the tool schemas (verl's synthetic
+    # prefix, then prefix + observation) and, once, with them (``render_delta_token_id``'s own check).
+    image_shapes = [ok for (cls, kind, *_), ok in tokens._verified.items() if cls is type(fast) and kind == "images"]
+    assert image_shapes == [True, True, True]
+    assert _episode(fast, images) == reference  # again, the placeholders from the cache
+
+
+def test_placeholder_count_is_the_processors_grid(tiny_vl_processor, world, cold_caches):
+    # flag_fra is 320x240; the tiny processor's max_pixels is 224*224 = 50176, so it is resized to 252x168 (multiples
+    # of 28): a 18x12 grid of 14-pixel patches, merged 2x2 -> 54 placeholder tokens.
+    flag = world.load_pixels("flag_fra", max_pixels=4_000_000)
+    assert flag.size == (320, 240)
+    grid = tiny_vl_processor.image_processor([flag], return_tensors="pt")["image_grid_thw"].tolist()
+    assert grid == [[1, 12, 18]]
+    messages = [{"role": "user", "content": [{"type": "image", "image": flag}, {"type": "text", "text": "?"}]}]
+    ids = fast_text_renders(_builder(tiny_vl_processor)).build_initial_tokens(messages, images=[flag])
+    pad = tiny_vl_processor.image_token_id
+    start = ids.index(tiny_vl_processor.tokenizer.convert_tokens_to_ids("<|vision_start|>"))
+    assert ids[start + 1 : start + 55] == [pad] * 54 and ids.count(pad) == 54
+
+
+def test_a_fast_render_that_differs_from_verls_is_dropped_for_its_shape(
+    tiny_vl_processor, world, cold_caches, monkeypatch
+):
+    images = _images(world)
+    reference = _episode(_builder(tiny_vl_processor), images)
+    monkeypatch.setattr(tokens, "_encode_messages", lambda tokenizer, text: [0])  # a broken fast path
+    fast = fast_text_renders(_builder(tiny_vl_processor))
+    assert _episode(fast, images) == reference
+    assert [ok for (_, kind, *_), ok in tokens._verified.items() if kind == "images"] == [False, False, False]
+    assert _episode(fast, images) == reference  # from then on, verl's render
+
+
+def test_encoding_a_message_at_a_time_equals_encoding_the_whole(tiny_vl_processor):
+    tokenizer = tiny_vl_processor.tokenizer
+    messages = [
+        {"role": "system", "content": "rules"},
+        {"role": "user", "content": "a <|im_start|> inside, tabs\t\tand  spaces \n"},
+        {"role": "assistant", "content": "ok"},
+    ]
+    text = tokenizer.apply_chat_template(messages, tools=TOOLS, tokenize=False, add_generation_prompt=True)
+    text = text.replace("rules", "rules <|vision_start|>" + "<|image_pad|>" * 7 + "<|vision_end|>")
+    assert tokens._encode_messages(tokenizer, text) == tokens._encode(tokenizer, text)
+    assert tokens._encode_messages(tokenizer, text) == tokenizer(text)["input_ids"]  # again, from the memo
+
+
+def test_session_pngs_are_cached_by_content(world, cold_caches):
+    flag = world.load_pixels("flag_fra", max_pixels=4_000_000)
+    copy = flag.copy()
+    other = world.load_pixels("flag_abw", max_pixels=4_000_000)
+    assert other.size == flag.size
+    png = media.session_png(flag)
+    assert media.session_png(copy) is png  # same pixels, another object: the cached encoding
+    assert media.session_png(other) != png
+    assert media.image_key(flag.convert("L")) != media.image_key(flag)
+    with Image.open(io.BytesIO(base64.b64decode(png))) as decoded:
+        assert decoded.convert("RGB").tobytes() == flag.tobytes()
