@@ -13,8 +13,12 @@ drawn latency, with log-probs.
 * overhead: episodes one at a time against an in-process tool server (aiohttp ``TestServer``), generation instant.
   Per-turn driver overhead = (episode wall - time in generate - time in tool calls) / turns, from the loops' own
   ``metrics["generate_sequences"]`` and ``metrics["tool_calls"]``. Text-only (TextSearch every turn) and with images
-  (one question image, FetchImage at turns 0, 5, 10, ...). ``--profile`` adds cProfile of a 50-turn image episode,
-  worker threads included (the Continuous Token builder runs in the default executor).
+  (one question image, FetchImage at turns 0, 5, 10, ...), the latter twice: with no sharing (the per-process media
+  caches of ``verl_ext.rollout.media`` emptied before every episode, so each image is processed and PNG-encoded
+  afresh), and as GRPO groups (``--group-size`` G, default 8: G rollouts of one question, caches emptied at the
+  start of each group; the row is the group's mean episode, ours only). Every episode asks the same question text
+  and the memo of the constant system block stays warm in both. ``--profile`` adds cProfile of a 50-turn image
+  episode, worker threads included (the Continuous Token builder runs in the default executor).
 * throughput: N concurrent episodes; generation sleeps a drawn lognormal latency and every tool call sleeps one in an
   aiohttp middleware of the bench's own server (a subprocess, so the server's CPU is not charged to the driver).
   A call's latency is a pure function of (seed, tool, arguments), so driver and server agree on it without talking;
@@ -390,23 +394,28 @@ async def part_overhead(args, model_dir: Path, results: dict) -> None:
     reps = args.reps or (2 if args.quick else 3)
     rows = results.setdefault("overhead", [])
     try:
-        for images in (False, True):
+        for images, group in ((False, 1), (True, 1), (True, args.group_size)):
+            loops = args.loops if group == 1 else [k for k in args.loops if k == "ours"]
             for turns in turn_list:
                 factory = Factory(model_dir, url, turns)
                 rng = random.Random(turns * 2 + images)
-                eps = [episode_calls(rng, turns, images, queries, image_urls) for _ in range(reps + 1)]
+                eps = [episode_calls(rng, turns, images, queries, image_urls) for _ in range((reps + 1) * group)]
                 scripts = tokenize_scripts(factory.tokenizer, eps)
-                per_kind: dict[str, list[dict[str, float]]] = {kind: [] for kind in args.loops}
+                per_kind: dict[str, list[dict[str, float]]] = {kind: [] for kind in loops}
                 for rep in range(reps + 1):  # rep 0 warms up (catalog fetch, caches)
-                    for kind in args.loops if rep % 2 == 0 else args.loops[::-1]:
-                        client = CannedResponses([scripts[rep]])
-                        loop = factory.build(kind, client)
-                        stats = await run_episode(loop, question(qimage if images else None), f"u{rep}")
-                        assert client.calls == turns, (kind, client.calls, stats)
+                    for kind in loops if rep % 2 == 0 else loops[::-1]:
+                        members = []
+                        for g in range(group):
+                            if g == 0:
+                                _clear_media_caches()
+                            client = CannedResponses([scripts[rep * group + g]])
+                            loop = factory.build(kind, client)
+                            members.append(await run_episode(loop, question(qimage if images else None), f"u{rep}"))
+                            assert client.calls == turns, (kind, client.calls, members[-1])
                         if rep:
-                            per_kind[kind].append(stats)
+                            per_kind[kind].append(_mean_episode(members))
                 for kind, eps_stats in per_kind.items():
-                    row = _overhead_row(kind, turns, images, eps_stats)
+                    row = _overhead_row(kind, turns, images, eps_stats, group)
                     rows.append(row)
                     print(_fmt_overhead(row), flush=True)
         results["ct_probe"] = await _ct_probe(model_dir, url, world, qimage)
@@ -416,6 +425,24 @@ async def part_overhead(args, model_dir: Path, results: dict) -> None:
         await close_shared_clients()
         await server.close()
         world.close()
+
+
+def _clear_media_caches() -> None:
+    """Empty the per-process media caches (placeholder texts, session PNGs): the next episode processes and encodes
+    its images afresh, as the first rollout of a question does."""
+    try:
+        from verl_ext.rollout import media
+    except ImportError:  # older code on PYTHONPATH, without them
+        return
+    media.IMAGE_REPLACEMENTS.clear()
+    media.SESSION_PNGS.clear()
+
+
+def _mean_episode(members: list[dict[str, Any]]) -> dict[str, Any]:
+    """The mean of a group's episode stats (numbers averaged; the termination reasons joined)."""
+    mean = {k: statistics.fmean(m[k] for m in members) for k, v in members[0].items() if isinstance(v, (int, float))}
+    mean["termination"] = ",".join(sorted({str(m["termination"]) for m in members}))
+    return mean
 
 
 async def _ct_probe(model_dir: Path, url: str, world, qimage) -> dict[str, Any]:
@@ -466,7 +493,7 @@ async def _ct_probe(model_dir: Path, url: str, world, qimage) -> dict[str, Any]:
     return out
 
 
-def _overhead_row(kind: str, turns: int, images: bool, eps: list[dict[str, float]]) -> dict[str, Any]:
+def _overhead_row(kind: str, turns: int, images: bool, eps: list[dict[str, float]], group: int) -> dict[str, Any]:
     def med(f) -> float:
         return statistics.median(f(e) for e in eps) * 1000
 
@@ -474,6 +501,7 @@ def _overhead_row(kind: str, turns: int, images: bool, eps: list[dict[str, float
         "loop": kind,
         "turns": turns,
         "images": images,
+        "group": group,  # > 1: each of eps is the mean episode of a group of that many rollouts of one question
         "n": len(eps),
         "overhead_ms_per_turn": med(lambda e: (e["wall"] - e["gen"] - e["tool"]) / turns),
         # Process CPU of the episode less the CPU spent inside tool HTTP calls (the in-process server's work lands
@@ -485,6 +513,7 @@ def _overhead_row(kind: str, turns: int, images: bool, eps: list[dict[str, float
         "ct_assistant_ms_per_turn": med(lambda e: e.get("ct_assistant", 0) / turns),
         "ct_initial_ms": med(lambda e: e.get("ct_initial", 0)),
         "session_ms": med(lambda e: e.get("session", 0)),
+        "mm_info_ms": med(lambda e: e.get("mm_info", 0)),  # verl's process_multi_modal_info of the question
         "tool_http_ms_per_turn": med(lambda e: e.get("http", 0) / turns),
         "wall_ms": med(lambda e: e["wall"]),
         "tool_ms_per_turn": med(lambda e: e["tool"] / turns),
@@ -496,14 +525,21 @@ def _overhead_row(kind: str, turns: int, images: bool, eps: list[dict[str, float
 
 def _fmt_overhead(r: dict[str, Any]) -> str:
     return (
-        f"OVERHEAD {r['loop']:5s} {'images' if r['images'] else 'text  '} turns={r['turns']:<3d} "
+        f"OVERHEAD {r['loop']:5s} {_workload(r)} turns={r['turns']:<3d} "
         f"{r['overhead_ms_per_turn']:6.2f} ms/turn (ex session open/close {r['overhead_ex_session_ms_per_turn']:.2f}; "
         f"driver CPU {r['driver_cpu_ms_per_turn']:.2f}) "
         f"[CT context {r['ct_context_ms_per_turn']:.2f} + CT assistant {r['ct_assistant_ms_per_turn']:.2f} ms/turn, "
-        f"CT initial {r['ct_initial_ms']:.1f} ms, session {r['session_ms']:.1f} ms/episode] "
+        f"CT initial {r['ct_initial_ms']:.1f} ms, session {r['session_ms']:.1f} ms, mm info {r['mm_info_ms']:.1f} "
+        f"ms/episode] "
         f"tool {r['tool_ms_per_turn']:.2f} ms/turn (HTTP {r['tool_http_ms_per_turn']:.2f}), {r['response_tokens']} resp tokens, {r['images_out']} images, "
         f"n={r['n']} {','.join(r['termination'])}"
     )
+
+
+def _workload(r: dict[str, Any]) -> str:
+    if not r["images"]:
+        return "text            "
+    return "images          " if r.get("group", 1) == 1 else f"images, G={r['group']:<5d}"
 
 
 async def _profile(model_dir, url, queries, image_urls, qimage, results) -> None:
@@ -670,7 +706,11 @@ def _fmt_throughput(r: dict[str, Any]) -> str:
 
 def _ratios(results: dict) -> str:
     parts = []
-    over = {(r["loop"], r["turns"], r["images"]): r["overhead_ms_per_turn"] for r in results.get("overhead", [])}
+    over = {
+        (r["loop"], r["turns"], r["images"]): r["overhead_ms_per_turn"]
+        for r in results.get("overhead", [])
+        if r.get("group", 1) == 1
+    }
     for (loop, turns, images), v in sorted(over.items()):
         if loop == "ours" and ("stock", turns, images) in over:
             parts.append(f"overhead T={turns}{'+img' if images else ''} {v / over[('stock', turns, images)]:.2f}x")
@@ -698,6 +738,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--images", action="store_true", help="throughput: also the image workload")
     p.add_argument("--loops", type=lambda v: v.split(","), default=["ours", "stock"], help="which loops (ours,stock; "
                    "stock alone takes minutes at N=256)")
+    p.add_argument("--group-size", type=int, default=8, help="overhead: rollouts per question in the image "
+                   "workload with sharing (GRPO's G; Neos uses 8)")
     p.add_argument("--seed", type=int, default=0, help="seed of the drawn tool latencies")
     p.add_argument("--json", type=Path, default=None, help="write all results here")
     p.add_argument("--torch-threads", type=int, default=1, help="torch intra-op threads of the driver (default 1, "
