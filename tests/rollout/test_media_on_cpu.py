@@ -104,6 +104,40 @@ def test_placeholder_count_is_the_processors_grid(tiny_vl_processor, world, cold
     assert ids[start + 1 : start + 55] == [pad] * 54 and ids.count(pad) == 54
 
 
+@pytest.mark.parametrize(
+    ("settings", "placeholders"),
+    [
+        # Qwen2VLImageProcessor applies min/max pixels only as a pair: max_pixels alone leaves 224*224, so 54 as by
+        # default (the processor's size formula, ``_get_num_multimodal_tokens``, would say 99 here).
+        ({"max_pixels": 200_000}, 54),
+        # The pair: 320x240 is within it, each side rounded to a multiple of 28 (240 -> 252, 320 -> 308): 18x22
+        # patches of 14 pixels, merged 2x2 -> 99.
+        ({"min_pixels": 3136, "max_pixels": 200_000}, 99),
+    ],
+)
+def test_processor_kwargs_count_as_the_processor_applies_them(
+    tiny_vl_processor, world, cold_caches, settings, placeholders
+):
+    flag = world.load_pixels("flag_fra", max_pixels=4_000_000)
+    messages = [{"role": "user", "content": [{"type": "image", "image": flag}, {"type": "text", "text": "?"}]}]
+
+    def build(wrap):
+        builder = wrap(
+            create_continuous_token_builder(
+                tiny_vl_processor.tokenizer,
+                hf_model_type=HF_MODEL_TYPE,
+                processor=tiny_vl_processor,
+                mm_processor_kwargs=settings,
+            )
+        )
+        return builder.build_initial_tokens(messages, images=[flag])
+
+    ids = build(fast_text_renders)
+    assert list(tokens._verified.values()) == [True]  # the fast path ran, and matched verl's render
+    assert ids == build(lambda builder: builder)
+    assert ids.count(tiny_vl_processor.image_token_id) == placeholders
+
+
 def test_a_fast_render_that_differs_from_verls_is_dropped_for_its_shape(
     tiny_vl_processor, world, cold_caches, monkeypatch
 ):
