@@ -150,6 +150,23 @@ def test_a_fast_render_that_differs_from_verls_is_dropped_for_its_shape(
     assert _episode(fast, images) == reference  # from then on, verl's render
 
 
+def test_a_processor_without_the_private_image_api_falls_back_to_verls_render(
+    tiny_vl_processor, world, cold_caches, monkeypatch
+):
+    """Another transformers version may lack ``_process_images`` (or change its signature): verl's render, no crash.
+    (The processor's own call uses the same private methods, so the missing API is simulated at our call to it.)"""
+    images = _images(world)
+    reference = _episode(_builder(tiny_vl_processor), images)
+
+    def missing(self, image):
+        raise AttributeError("'Processor' object has no attribute '_process_images'")
+
+    monkeypatch.setattr(tokens._TextRenderMemo, "_image_replacement", missing)
+    fast = fast_text_renders(_builder(tiny_vl_processor))
+    assert _episode(fast, images) == reference
+    assert [ok for (_, kind, *_), ok in tokens._verified.items() if kind == "images"] == [False, False, False]
+
+
 def test_encoding_a_message_at_a_time_equals_encoding_the_whole(tiny_vl_processor):
     tokenizer = tiny_vl_processor.tokenizer
     messages = [

@@ -191,8 +191,13 @@ class _TextRenderMemo:
         text = self._render_text(messages, add_generation_prompt, tools, owner=processor)
         if text.count(token) != len(images):  # let the processor raise its own error
             return slow(messages, images)
-        replacements = [self._image_replacement(image) for image in images]
-        (expanded,), _ = processor.get_text_with_replacements([text], replacements)
+        try:  # private processor API (transformers 5.x): a version without it or with other signatures falls back
+            replacements = [self._image_replacement(image) for image in images]
+            (expanded,), _ = processor.get_text_with_replacements([text], replacements)
+        except (AttributeError, TypeError, ValueError) as e:
+            log.warning("fast image renders unavailable for %s (%r); using the processor", type(processor), e)
+            _verified[shape] = False
+            return slow(messages, images)
         ids = _encode_messages(self.tokenizer, expanded)
         if shape not in _verified:
             reference = slow(messages, images)
