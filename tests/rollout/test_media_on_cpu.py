@@ -25,9 +25,6 @@ TOOLS = [
 ]
 
 
-def _builder(processor):
-    return create_continuous_token_builder(processor.tokenizer, hf_model_type=HF_MODEL_TYPE, processor=processor)
-
 
 def _images(world) -> list[Image.Image]:
     """World images of two sizes, a crop below the processor's min_pixels (upscaled), and a grayscale one."""
@@ -78,10 +75,10 @@ def cold_caches(monkeypatch):
     media.SESSION_PNGS.clear()
 
 
-def test_renders_with_images_match_verls_processor(tiny_vl_processor, world, cold_caches):
+def test_renders_with_images_match_verls_processor(vl_builder, world, cold_caches):
     images = _images(world)
-    reference = _episode(_builder(tiny_vl_processor), images)
-    fast = fast_text_renders(_builder(tiny_vl_processor))
+    reference = _episode(vl_builder(), images)
+    fast = fast_text_renders(vl_builder())
     assert _episode(fast, images) == reference  # first use: checked against verl's render
     # Three renders with images checked: the question; the observation without the tool schemas (verl's synthetic
     # prefix, then prefix + observation) and, once, with them (``render_delta_token_id``'s own check).
@@ -90,7 +87,7 @@ def test_renders_with_images_match_verls_processor(tiny_vl_processor, world, col
     assert _episode(fast, images) == reference  # again, the placeholders from the cache
 
 
-def test_placeholder_count_is_the_processors_grid(tiny_vl_processor, world, cold_caches):
+def test_placeholder_count_is_the_processors_grid(vl_builder, tiny_vl_processor, world, cold_caches):
     # flag_fra is 320x240; the tiny processor's max_pixels is 224*224 = 50176, so it is resized to 252x168 (multiples
     # of 28): a 18x12 grid of 14-pixel patches, merged 2x2 -> 54 placeholder tokens.
     flag = world.load_pixels("flag_fra", max_pixels=4_000_000)
@@ -98,7 +95,7 @@ def test_placeholder_count_is_the_processors_grid(tiny_vl_processor, world, cold
     grid = tiny_vl_processor.image_processor([flag], return_tensors="pt")["image_grid_thw"].tolist()
     assert grid == [[1, 12, 18]]
     messages = [{"role": "user", "content": [{"type": "image", "image": flag}, {"type": "text", "text": "?"}]}]
-    ids = fast_text_renders(_builder(tiny_vl_processor)).build_initial_tokens(messages, images=[flag])
+    ids = fast_text_renders(vl_builder()).build_initial_tokens(messages, images=[flag])
     pad = tiny_vl_processor.image_token_id
     start = ids.index(tiny_vl_processor.tokenizer.convert_tokens_to_ids("<|vision_start|>"))
     assert ids[start + 1 : start + 55] == [pad] * 54 and ids.count(pad) == 54
@@ -139,30 +136,30 @@ def test_processor_kwargs_count_as_the_processor_applies_them(
 
 
 def test_a_fast_render_that_differs_from_verls_is_dropped_for_its_shape(
-    tiny_vl_processor, world, cold_caches, monkeypatch
+    vl_builder, world, cold_caches, monkeypatch
 ):
     images = _images(world)
-    reference = _episode(_builder(tiny_vl_processor), images)
+    reference = _episode(vl_builder(), images)
     monkeypatch.setattr(tokens, "_encode_messages", lambda tokenizer, text: [0])  # a broken fast path
-    fast = fast_text_renders(_builder(tiny_vl_processor))
+    fast = fast_text_renders(vl_builder())
     assert _episode(fast, images) == reference
     assert [ok for (_, kind, *_), ok in tokens._verified.items() if kind == "images"] == [False, False, False]
     assert _episode(fast, images) == reference  # from then on, verl's render
 
 
 def test_a_processor_without_the_private_image_api_falls_back_to_verls_render(
-    tiny_vl_processor, world, cold_caches, monkeypatch
+    vl_builder, world, cold_caches, monkeypatch
 ):
     """Another transformers version may lack ``_process_images`` (or change its signature): verl's render, no crash.
     (The processor's own call uses the same private methods, so the missing API is simulated at our call to it.)"""
     images = _images(world)
-    reference = _episode(_builder(tiny_vl_processor), images)
+    reference = _episode(vl_builder(), images)
 
     def missing(self, image):
         raise AttributeError("'Processor' object has no attribute '_process_images'")
 
     monkeypatch.setattr(tokens._TextRenderMemo, "_image_replacement", missing)
-    fast = fast_text_renders(_builder(tiny_vl_processor))
+    fast = fast_text_renders(vl_builder())
     assert _episode(fast, images) == reference
     assert [ok for (_, kind, *_), ok in tokens._verified.items() if kind == "images"] == [False, False, False]
 

@@ -7,7 +7,6 @@ import json
 from PIL import Image
 from verl.utils.tokenizer.continuous_token_wiring import create_continuous_token_builder
 
-from verl_ext.models.tiny_vl import HF_MODEL_TYPE
 from verl_ext.rollout import tokens
 from verl_ext.rollout.tokens import fast_text_renders
 
@@ -22,9 +21,6 @@ TOOLS = [
     }
 ]
 
-
-def _builder(processor):
-    return create_continuous_token_builder(processor.tokenizer, hf_model_type=HF_MODEL_TYPE, processor=processor)
 
 
 def _episode(builder, tokenizer) -> list[list[int]]:
@@ -68,10 +64,10 @@ def _episode(builder, tokenizer) -> list[list[int]]:
     return streams
 
 
-def test_fast_text_renders_match_verls_builder_at_every_turn(tiny_vl_processor):
+def test_fast_text_renders_match_verls_builder_at_every_turn(vl_builder, tiny_vl_processor):
     tokenizer = tiny_vl_processor.tokenizer
-    reference = _episode(_builder(tiny_vl_processor), tokenizer)
-    fast = fast_text_renders(_builder(tiny_vl_processor))
+    reference = _episode(vl_builder(), tokenizer)
+    fast = fast_text_renders(vl_builder())
     assert type(fast).__name__.startswith("FastText")
     assert _episode(fast, tokenizer) == reference
     checked = [ok for (cls, *_), ok in tokens._verified.items() if cls is type(fast)]
@@ -104,10 +100,10 @@ OBSERVATIONS = [
 ]
 
 
-def test_observations_from_the_template_skeleton_match_verls_builder(tiny_vl_processor):
+def test_observations_from_the_template_skeleton_match_verls_builder(vl_builder, tiny_vl_processor):
     """Tool observations are tokenized from the template's skeleton (no render per turn): the same ids as verl's
     builder for contents a template could treat specially, alone and two at once."""
-    reference, fast = _builder(tiny_vl_processor), fast_text_renders(_builder(tiny_vl_processor))
+    reference, fast = vl_builder(), fast_text_renders(vl_builder())
     tokenizer = tiny_vl_processor.tokenizer
     messages = [{"role": "system", "content": "rules"}, {"role": "user", "content": "Which flag?"}]
     stream = reference.build_initial_tokens(messages, tools=TOOLS)
