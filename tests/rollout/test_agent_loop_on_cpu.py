@@ -9,6 +9,7 @@ tokens still go through a real forward pass with the images), because a random m
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -18,6 +19,7 @@ import pytest
 import torch
 from aiohttp.test_utils import TestServer
 from omegaconf import OmegaConf
+from PIL import Image
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, AgentLoopWorker
 
 from tool_server.offline.world import OfflineWorld
@@ -26,6 +28,7 @@ from verl_ext.rollout.hf_generate import GenerateCall, TransformersGenerateClien
 from verl_ext.rollout.instantiate import instantiate_agent_loop
 from verl_ext.rollout.prompts import final_turn_instruction
 from verl_ext.rollout.record import RECORD_KEY, TrajectoryRecord
+from verl_ext.rollout.tool_backend import encoded_question_images
 
 ORIGIN = "https://neos-world.invalid"
 
@@ -155,6 +158,45 @@ async def test_images_loaded_at_turn_k_are_in_every_later_generate_call_and_in_t
     inputs = worker._compute_multi_modal_inputs(out, input_ids)
     assert inputs["image_grid_thw"].shape[0] == 3
     assert tuple(map(tuple, inputs["image_grid_thw"].tolist())) == client.calls[-1].image_grid_thw
+
+
+async def test_the_tool_server_registers_the_rows_encoded_question_image_not_the_resized_copy(
+    tiny_vl_model, processor, server, world
+):
+    """A parquet row's image reaches the prompt as ``{"type": "image", "bytes": ..., "image": <decoded>}`` (verl's
+    RLHFDataset): the
+    policy sees verl's resized copy, the tool server gets the file itself, as data generation registered it."""
+    from tool_server.app import SESSIONS
+
+    big = world.load_pixels("flag_fra", max_pixels=4_000_000).resize((1200, 800))
+    buf = io.BytesIO()
+    big.save(buf, format="PNG")
+    registered: list[tuple[int, int]] = []
+
+    def forced(c: GenerateCall) -> str:
+        for session in server.app[SESSIONS]._sessions.values():
+            registered.append(session.register.get("img_1").image.size)
+        return "France"
+
+    client = TransformersGenerateClient(tiny_vl_model, processor, max_new_tokens=16, forced=forced)
+    loop = make_loop("neos_search_agent", client, url_of(server))
+    part = {"type": "image", "bytes": buf.getvalue(), "image": Image.open(io.BytesIO(buf.getvalue()))}  # verl's
+    raw_prompt = [{"role": "user", "content": [part, {"type": "text", "text": "?"}]}]
+    out, record = await run(loop, raw_prompt)
+
+    assert registered == [(1200, 800)]
+    assert out.multi_modal_data["images"][0].size == (1204, 812)  # the policy's copy: verl's, sides rounded to 28
+    assert record.final_answer == "France"
+
+
+def test_encoded_question_images_are_taken_from_image_parts_in_order():
+    png = b"\x89PNG..."
+    messages = [
+        {"role": "system", "content": "rules"},
+        {"role": "user", "content": [{"type": "image", "bytes": png}, {"type": "text", "text": "a"}]},
+        {"role": "user", "content": [{"type": "image", "image": "file:///x.png"}, {"type": "image", "bytes": b""}]},
+    ]
+    assert encoded_question_images(messages) == [png, None, None]
 
 
 @pytest.mark.parametrize("agent", ["neos_search_agent", "modalsearch_react_agent"])

@@ -45,7 +45,7 @@ from verl_ext.rollout.tokens import (
     text_chars,
     text_merge_executor,
 )
-from verl_ext.rollout.tool_backend import CallOutcome, ToolSession, tool_catalog
+from verl_ext.rollout.tool_backend import CallOutcome, ToolSession, encoded_question_images, tool_catalog
 from verl_ext.rollout.verl_tools_session import VerlToolsSession, verl_tool_catalog
 
 
@@ -166,7 +166,7 @@ class SearchAgentLoop(AgentLoopBase):
         ep = _Episode(messages=messages, images=list(mm.get("images") or []))
         self._assert_mm_supported(bool(ep.images))
         group_id = str(kwargs["uid"]) if s.group_cache and kwargs.get("uid") is not None else None
-        refs = await session.open(ep.images, group_id)
+        refs = await session.open(ep.images, group_id, encoded_question_images(kwargs["raw_prompt"]))
         session_id = session.session_id or ""
         ep.register = [ImageEntry(ref=r, source="question", turn=None, in_context=True) for r in refs]
         SearchAgentLoop.in_flight += 1

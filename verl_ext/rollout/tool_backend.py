@@ -7,10 +7,12 @@ compiled validators, and the semaphore that bounds tool calls in flight across a
 from __future__ import annotations
 
 import asyncio
+import base64
 import io
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import zip_longest
 from typing import Any
 
 import jsonschema
@@ -96,11 +98,26 @@ class ToolSession:
         self.max_in_flight = max_in_flight
         self.session_id: str | None = None
 
-    async def open(self, question_images: Sequence[Image.Image], group_id: str | None) -> list[str]:
-        """Registers the question images (as PNG, the pixels the policy sees) as img_1..; returns their refs. The PNGs
-        come from a per-process cache by content (``media.session_png``): a group's rollouts share the image."""
-        pngs = await asyncio.to_thread(lambda: [session_png(im) for im in question_images]) if question_images else []
-        info = await self.client.open_session(pngs, group_id=group_id)
+    async def open(
+        self,
+        question_images: Sequence[Image.Image],
+        group_id: str | None,
+        originals: Sequence[bytes | None] = (),
+    ) -> list[str]:
+        """Registers the question images as img_1..; returns their refs. Where the dataset row holds an image's
+        encoded file (``originals[i]``), the server gets that file, as a search engine gets the uploaded picture and
+        as data generation registered it (reverse search ranks near-identical candidates by pixels, so the resized
+        copy the policy sees can rank them differently); otherwise the policy's copy as PNG, from a per-process cache
+        by content (``media.session_png``: a group's rollouts share the image)."""
+
+        def encode() -> list[str]:
+            return [
+                base64.b64encode(original).decode("ascii") if original else session_png(image)
+                for image, original in zip_longest(question_images, originals[: len(question_images)])
+            ]
+
+        payloads = await asyncio.to_thread(encode) if question_images else []
+        info = await self.client.open_session(payloads, group_id=group_id)
         self.session_id = info.session_id
         return info.images
 
@@ -141,3 +158,20 @@ class ToolSession:
         return CallOutcome(
             True, result.text, images, latency_s=time.perf_counter() - start, mei=result.mei, cached=result.cached
         )
+
+
+def encoded_question_images(messages: Sequence[dict[str, Any]]) -> list[bytes | None]:
+    """The encoded file of each image part of ``messages``, in order, where the part carries one: verl's
+    ``RLHFDataset`` puts a parquet image (``{"bytes": ..., "path": ...}``) into the prompt as ``{"type": "image",
+    **image}``. None for parts given as PIL images, paths or URLs (their pixels are registered as the policy sees
+    them)."""
+    found: list[bytes | None] = []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, str):
+            continue
+        for part in content or ():
+            if isinstance(part, dict) and part.get("type") == "image":
+                data = part.get("bytes")
+                found.append(bytes(data) if isinstance(data, bytes | bytearray) and data else None)
+    return found

@@ -51,7 +51,10 @@ class VerlToolsSession:
         self.session_id: str | None = None
         self._images = 0
 
-    async def open(self, question_images: Sequence[Image.Image], group_id: str | None) -> list[str]:
+    async def open(
+        self, question_images: Sequence[Image.Image], group_id: str | None, originals: Sequence[bytes | None] = ()
+    ) -> list[str]:
+        """verl tools get the images as the policy sees them (``originals`` are for the tool server's register)."""
         self.episode.image_data = list(question_images)
         self.session_id = f"verl-tools:{self.episode.request_id}"
         return [self._next_ref() for _ in question_images]
