@@ -83,6 +83,7 @@ def test_neos_smoke_is_the_neos_recipe_shrunk_to_one_gpu(monkeypatch):
     assert (job.actor_rollout_ref.rollout.name, job.actor_rollout_ref.rollout.n) == ("hf", 4)
     assert job.actor_rollout_ref.rollout.custom.neos_credit_judge.kind == "offline"
     assert job.trainer.v1.neos.mei.update_every == 2  # K
+    assert job.trainer.v1.neos.sampler.enable is False  # one request at a time on the hf backend: plain batches
     assert (job.trainer.n_gpus_per_node, job.trainer.total_training_steps) == (1, 3)
     assert job.data.train_files == "/data/smoke/train.parquet"
     assert job.actor_rollout_ref.model.path == "/models/tiny-vl"

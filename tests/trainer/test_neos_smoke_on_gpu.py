@@ -1,36 +1,35 @@
-"""``python -m verl.trainer.main_ppo +recipe=neos_smoke`` on one GPU: the neos trainer (mixed-group sampling, turn
+"""``python -m verl.trainer.main_ppo +recipe=neos_smoke`` on one GPU: the neos trainer (mixed groups judged, turn
 credit, MEI co-evolution), our agent loop against a real tool server whose MEI is a real MEI server, 3 policy updates
 and an MEI update after the second (K=2).
 
 For the H200 machine (verl and Ray from ``/work/shared/gpu/verl_wheels.sh`` in ``/tmp/site``). Carry (git ignored):
-the tiny Qwen2.5-VL (``python -m verl_ext.models build --out .gpu/tiny-vl``), the Neos data of the small world
-(``python -m data_gen neos --world worlds/small --out .gpu/neos-data --limit 24``; its ``train.parquet``,
-``rl.parquet``, ``sft.parquet`` and ``mei_sft.jsonl`` with ``mei_sft.blobs``), ``.gpu/extra`` (json_repair, bm25s) and,
-in a second call (the two exceed one call's carry limit; carried paths stay on a warm machine), ``worlds/small``.
-A randomly initialised policy never answers right and a random MEI never writes valid JSON, so both are warm-started
-first, as in the paper (cold-start SFT; ~2.5 min and ~1.5 min on the H200)::
+the smoke model (``python -m verl_ext.models build --out .gpu/smoke-vl --hidden-size 128 --layers 4 --dtype
+bfloat16``, ~50 MB), the Neos data of the small world (``python -m data_gen neos --world worlds/small --out
+.gpu/neos-data --limit 24``; its ``train.parquet``, ``rl.parquet``, ``sft.parquet`` and ``mei_sft.jsonl`` with
+``mei_sft.blobs``), ``.gpu/extra`` (json_repair, bm25s) and, in another call (one call's carry limit is 64 MiB;
+carried paths stay on a warm machine), ``worlds/small``. A randomly initialised policy never answers right and a
+random MEI never writes valid JSON, so both are warm-started first, as in the paper (cold-start SFT)::
 
     # the policy: verl's SFT trainer on the cold-start trajectories (tests/data_gen/test_verl_sft_on_gpu.py)
-    NEOS_SFT_STEPS=60 NEOS_SFT_DATA=.gpu/neos-data NEOS_SFT_OUT=/tmp/neos-sft python -m pytest ... test_verl_sft_on_gpu.py
-    # the first MEI version: the MEI pairs (39 for --limit 24; ~9k tokens/s, so keep epochs x tokens small)
-    python -m verl_ext.mei.warm_start --model .gpu/tiny-vl --pairs .gpu/neos-data/mei_sft.jsonl --out /tmp/neos-mei \
-      --epochs 15 --lr 2e-3 --global-batch-size 16 --micro-batch-size 8 --attn-implementation sdpa --no-remove-padding
-    PYTHONPATH=/tmp/site:$PWD:$PWD/.gpu/extra NEOS_TINY_VL_DIR=$PWD/.gpu/tiny-vl NEOS_SMOKE_DATA=$PWD/.gpu/neos-data \
-      NEOS_SMOKE_POLICY=/tmp/neos-sft/global_step_60/huggingface NEOS_SMOKE_MEI=/tmp/neos-mei/v0/huggingface \
+    NEOS_TINY_VL_DIR=.gpu/smoke-vl NEOS_SFT_STEPS=170 NEOS_SFT_LR=2e-3 NEOS_SFT_DATA=.gpu/neos-data \
+      NEOS_SFT_OUT=/tmp/neos-sft python -m pytest ... test_verl_sft_on_gpu.py
+    # the first MEI version, on the MEI pairs (39 for --limit 24)
+    python -m verl_ext.mei.warm_start --model .gpu/smoke-vl --pairs .gpu/neos-data/mei_sft.jsonl --out /tmp/neos-mei \
+      --epochs 30 --lr 2e-3 --global-batch-size 4 --micro-batch-size 4 --attn-implementation sdpa --no-remove-padding
+    PYTHONPATH=/tmp/site:$PWD:$PWD/.gpu/extra NEOS_TINY_VL_DIR=$PWD/.gpu/smoke-vl NEOS_SMOKE_DATA=$PWD/.gpu/neos-data \
+      NEOS_SMOKE_POLICY=/tmp/neos-sft/global_step_170/huggingface NEOS_SMOKE_MEI=/tmp/neos-mei/v0/huggingface \
       python -m pytest -s -o python_files='test_*_on_gpu.py' -m gpu tests/trainer/test_neos_smoke_on_gpu.py
 
 It starts ``python -m verl_ext.mei.server`` (``NEOS_SMOKE_MEI`` as version v0) and ``python -m tool_server
 --mei-endpoint`` on the small world (``NEOS_SMOKE_WORLD``, default ``worlds/small``) on loopback, then the recipe with
 ``NEOS_TOOL_SERVER_URL``, ``NEOS_MEI_*`` and ``NEOS_SMOKE_*`` pointing at them. Extra Hydra overrides for the run can
-be given in ``NEOS_SMOKE_OVERRIDES`` (space-separated), e.g. ``trainer.v1.neos.sampler.enable=false``.
+be given in ``NEOS_SMOKE_OVERRIDES`` (space-separated), e.g. ``trainer.v1.neos.sampler.enable=true``.
 
-Seen on the H200 on 2026-12-03 (policy: 110 SFT steps, loss 11.90 -> ~2.4; MEI warm start 15 epochs, loss 8.47;
-overrides ``trainer.v1.neos.sampler.enable=false actor_rollout_ref.rollout.custom.neos_rollout.max_turn_tokens=128``):
-steps 1, 2 and 3 ran (55 s, then ~14 s each; rollout through the hf replica, tool server and MEI server), but every
-trajectory failed (``critic/score/mean:0.0``, 2-6 turns, no tool-call metrics), so no group had a success to judge
-failures against (``neos_credit/assessed_share:0.0``) and the MEI update due after step 2 found nothing to train on
-("MEI update due but only 0 usable calls: kept for the next one"): the last assertion failed. The 64-wide, 2-layer tiny
-model does not get far enough through 110 SFT steps on the five cold-start episodes to answer any of them.
+Passed on the H200 on 2026-12-03 (511 s; overrides ``trainer.v1.neos.sampler.enable=false`` (now the recipe's
+value) and ``trainer.v1.neos.mei.train.micro_batch_size_per_gpu=1``; policy and MEI warm-started on CPU on the same
+data, policy loss 0.007, MEI 0.31): steps 1-3 in 132, 113 and 73 s, rewards 0.625 / 0.125 / 0.0,
+``neos_credit/assessed_share`` 0.375 at steps 1 and 2, 5 MEI calls retained (2 from successes, 3 from productive
+turns of judged failures), the MEI update after step 2 served as v1 (``mei/version_index:1.0``, loss 0.035).
 """
 
 from __future__ import annotations
