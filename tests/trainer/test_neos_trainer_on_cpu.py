@@ -41,7 +41,7 @@ def test_registered_as_neos_with_our_hooks_before_verls_sync_trainer():
 def test_runs_verls_on_policy_branches_under_its_own_name(tmp_path, monkeypatch):
     monkeypatch.setenv("NEOS_SMOKE_DATA", str(tmp_path))
     monkeypatch.setenv("NEOS_SMOKE_MODEL", str(tmp_path))
-    config = compose("+recipe=neos_smoke")
+    config = compose("+recipe=neos_smoke", "trainer.v1.neos.sampler.enable=true")  # neos' default; smoke's is off
     assert config.trainer.v1.trainer_mode == "neos"
     trainer = NeosTrainer(config)
     # verl picks the async replay buffer (and TransferQueue checkpoints, re-issued prompts) for any mode but "sync"
@@ -52,8 +52,8 @@ def test_runs_verls_on_policy_branches_under_its_own_name(tmp_path, monkeypatch)
     sampler = trainer.replay_buffer.sampler.config
     assert (sampler.groups, sampler.group_size, sampler.window, sampler.admission_limit) == (2, 4, 4, 16)
     assert sampler.max_per_group == 6
-    # ... or verl's own on-policy batches when the sampler is switched off.
-    plain = NeosTrainer(compose("+recipe=neos_smoke", "trainer.v1.neos.sampler.enable=false"))
+    # ... or verl's own on-policy batches when the sampler is off, as in the smoke recipe.
+    plain = NeosTrainer(compose("+recipe=neos_smoke"))
     assert type(plain.replay_buffer) is ReplayBuffer and plain.trainer_mode == "sync"
 
 
