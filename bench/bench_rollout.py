@@ -308,11 +308,21 @@ class Factory:
         )
 
 
-def question(image) -> list[dict[str, Any]]:
+def row_image(image) -> dict[str, Any]:
+    """The question image as verl's ``RLHFDataset`` puts a parquet row's image into the prompt: the encoded file and
+    the image decoded from it."""
+    from PIL import Image
+
+    buf = io.BytesIO()
+    image.save(buf, format="PNG")
+    return {"bytes": buf.getvalue(), "image": Image.open(io.BytesIO(buf.getvalue()))}
+
+
+def question(image: dict[str, Any] | None) -> list[dict[str, Any]]:
     text = "Which country's flag is this, and what is its capital?"
     if image is None:
         return [{"role": "user", "content": text}]
-    return [{"role": "user", "content": [{"type": "image", "image": image}, {"type": "text", "text": text}]}]
+    return [{"role": "user", "content": [{"type": "image", **image}, {"type": "text", "text": text}]}]
 
 
 async def run_episode(loop, raw_prompt, uid: str, k: int = 0) -> dict[str, float]:
@@ -390,6 +400,7 @@ async def part_overhead(args, model_dir: Path, results: dict) -> None:
     queries = [p.title for p in list(world.world.pages.values())[:512]]
     image_urls = [i.url for i in list(world.world.images.values())[:256]]
     qimage = world.load_pixels("flag_fra", max_pixels=4_000_000)
+    qrow = row_image(qimage)
     turn_list = [5, 10] if args.quick else [5, 20, 50]
     reps = args.reps or (2 if args.quick else 3)
     rows = results.setdefault("overhead", [])
@@ -410,7 +421,7 @@ async def part_overhead(args, model_dir: Path, results: dict) -> None:
                                 _clear_media_caches()
                             client = CannedResponses([scripts[rep * group + g]])
                             loop = factory.build(kind, client)
-                            members.append(await run_episode(loop, question(qimage if images else None), f"u{rep}"))
+                            members.append(await run_episode(loop, question(qrow if images else None), f"u{rep}"))
                             assert client.calls == turns, (kind, client.calls, members[-1])
                         if rep:
                             per_kind[kind].append(_mean_episode(members))
@@ -552,7 +563,7 @@ async def _profile(model_dir, url, queries, image_urls, qimage, results) -> None
     loop = factory.build("ours", CannedResponses(scripts))
     main = cProfile.Profile()
     main.enable()
-    stats = await run_episode(loop, question(qimage), "prof")
+    stats = await run_episode(loop, question(row_image(qimage)), "prof")
     main.disable()
     total = stats["wall"] - stats["gen"] - stats["tool"]
     print(f"PROFILE ours images turns=50: overhead {total * 1000 / turns:.2f} ms/turn under cProfile", flush=True)
@@ -618,7 +629,7 @@ async def part_throughput(args, model_dir: Path, results: dict) -> None:
     from tool_server.offline.pixels import DEFAULT_MAX_PIXELS  # noqa: F401  (server-side default, for the record)
     from PIL import Image
 
-    qimage = Image.open(world.image_path("flag_fra")).convert("RGB")
+    qrow = row_image(Image.open(world.image_path("flag_fra")).convert("RGB"))
     proc, url = _start_server(args.world, args.seed)
     rows = results.setdefault("throughput", [])
     try:
@@ -640,7 +651,7 @@ async def part_throughput(args, model_dir: Path, results: dict) -> None:
                 for rep in range(reps):
                     order = ("ours", "stock") if rep % 2 == 0 else ("stock", "ours")
                     for kind in (k for k in order if k in args.loops):
-                        row = await _throughput_once(factory, kind, n, turns, images, scripts, gen, ideal, ideal_each, url, qimage)
+                        row = await _throughput_once(factory, kind, n, turns, images, scripts, gen, ideal, ideal_each, url, qrow)
                         row["rep"] = rep
                         rows.append(row)
                         print(_fmt_throughput(row), flush=True)
@@ -650,12 +661,12 @@ async def part_throughput(args, model_dir: Path, results: dict) -> None:
         proc.wait()
 
 
-async def _throughput_once(factory, kind, n, turns, images, scripts, gen, ideal, ideal_each, url, qimage):
+async def _throughput_once(factory, kind, n, turns, images, scripts, gen, ideal, ideal_each, url, qrow):
     import gc
 
     client = CannedResponses(scripts, gen)
     loops = [factory.build(kind, client) for _ in range(n)]
-    prompts = [question(qimage if images else None) for _ in range(n)]
+    prompts = [question(qrow if images else None) for _ in range(n)]
     gc.collect()
     await _server_stats(url, reset=True)
     cpu0, loop_cpu0 = time.process_time(), time.thread_time()
