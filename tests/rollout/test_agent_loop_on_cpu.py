@@ -189,6 +189,28 @@ async def test_the_tool_server_registers_the_rows_encoded_question_image_not_the
     assert record.final_answer == "France"
 
 
+async def test_a_question_file_the_server_refuses_falls_back_to_the_policys_copy(
+    tiny_vl_model, processor, server, world
+):
+    from tool_server.app import SESSIONS
+
+    flag = world.load_pixels("flag_fra", max_pixels=4_000_000)
+    registered: list[tuple[int, int]] = []
+
+    def forced(c: GenerateCall) -> str:
+        for session in server.app[SESSIONS]._sessions.values():
+            registered.append(session.register.get("img_1").image.size)
+        return "France"
+
+    client = TransformersGenerateClient(tiny_vl_model, processor, max_new_tokens=16, forced=forced)
+    loop = make_loop("neos_search_agent", client, url_of(server))
+    part = {"type": "image", "bytes": b"not an image", "image": flag}  # a corrupt file beside a decodable image
+    out, record = await run(loop, [{"role": "user", "content": [part, {"type": "text", "text": "?"}]}])
+
+    assert registered == [out.multi_modal_data["images"][0].size]
+    assert record.final_answer == "France"
+
+
 def test_encoded_question_images_are_taken_from_image_parts_in_order():
     png = b"\x89PNG..."
     messages = [

@@ -108,16 +108,24 @@ class ToolSession:
         encoded file (``originals[i]``), the server gets that file, as a search engine gets the uploaded picture and
         as data generation registered it (reverse search ranks near-identical candidates by pixels, so the resized
         copy the policy sees can rank them differently); otherwise the policy's copy as PNG, from a per-process cache
-        by content (``media.session_png``: a group's rollouts share the image)."""
+        by content (``media.session_png``: a group's rollouts share the image). A file the server refuses (over its
+        pixel limit, undecodable) falls back to the policy's copies rather than failing the episode."""
 
-        def encode() -> list[str]:
+        def encode(files: Sequence[bytes | None]) -> list[str]:
             return [
-                base64.b64encode(original).decode("ascii") if original else session_png(image)
-                for image, original in zip_longest(question_images, originals[: len(question_images)])
+                base64.b64encode(file).decode("ascii") if file else session_png(image)
+                for image, file in zip_longest(question_images, files[: len(question_images)])
             ]
 
-        payloads = await asyncio.to_thread(encode) if question_images else []
-        info = await self.client.open_session(payloads, group_id=group_id)
+        files = list(originals)
+        try:
+            payloads = await asyncio.to_thread(encode, files) if question_images else []
+            info = await self.client.open_session(payloads, group_id=group_id)
+        except ToolCallError:
+            if not any(files):
+                raise
+            payloads = await asyncio.to_thread(encode, [])
+            info = await self.client.open_session(payloads, group_id=group_id)
         self.session_id = info.session_id
         return info.images
 
