@@ -160,17 +160,11 @@ async def test_images_loaded_at_turn_k_are_in_every_later_generate_call_and_in_t
     assert tuple(map(tuple, inputs["image_grid_thw"].tolist())) == client.calls[-1].image_grid_thw
 
 
-async def test_the_tool_server_registers_the_rows_encoded_question_image_not_the_resized_copy(
-    tiny_vl_model, processor, server, world
-):
-    """A parquet row's image reaches the prompt as ``{"type": "image", "bytes": ..., "image": <decoded>}`` (verl's
-    RLHFDataset): the
-    policy sees verl's resized copy, the tool server gets the file itself, as data generation registered it."""
+async def _registered_question_image(model, processor, server, part: dict) -> tuple[tuple[int, int], AgentLoopOutput]:
+    """Runs a one-turn episode on ``part`` as the question image: the size of img_1 in the server's register while
+    the episode runs, and the episode's output."""
     from tool_server.app import SESSIONS
 
-    big = world.load_pixels("flag_fra", max_pixels=4_000_000).resize((1200, 800))
-    buf = io.BytesIO()
-    big.save(buf, format="PNG")
     registered: list[tuple[int, int]] = []
 
     def forced(c: GenerateCall) -> str:
@@ -178,37 +172,34 @@ async def test_the_tool_server_registers_the_rows_encoded_question_image_not_the
             registered.append(session.register.get("img_1").image.size)
         return "France"
 
-    client = TransformersGenerateClient(tiny_vl_model, processor, max_new_tokens=16, forced=forced)
+    client = TransformersGenerateClient(model, processor, max_new_tokens=16, forced=forced)
     loop = make_loop("neos_search_agent", client, url_of(server))
-    part = {"type": "image", "bytes": buf.getvalue(), "image": Image.open(io.BytesIO(buf.getvalue()))}  # verl's
-    raw_prompt = [{"role": "user", "content": [part, {"type": "text", "text": "?"}]}]
-    out, record = await run(loop, raw_prompt)
+    out, record = await run(loop, [{"role": "user", "content": [part, {"type": "text", "text": "?"}]}])
+    assert record.final_answer == "France" and len(registered) == 1
+    return registered[0], out
 
-    assert registered == [(1200, 800)]
+
+async def test_the_tool_server_registers_the_rows_encoded_question_image_not_the_resized_copy(
+    tiny_vl_model, processor, server, world
+):
+    """A parquet row's image reaches the prompt as ``{"type": "image", "bytes": ..., "image": <decoded>}`` (verl's
+    RLHFDataset): the policy sees verl's resized copy, the tool server gets the file itself, as data generation
+    registered it."""
+    buf = io.BytesIO()
+    world.load_pixels("flag_fra", max_pixels=4_000_000).resize((1200, 800)).save(buf, format="PNG")
+    part = {"type": "image", "bytes": buf.getvalue(), "image": Image.open(io.BytesIO(buf.getvalue()))}
+    registered, out = await _registered_question_image(tiny_vl_model, processor, server, part)
+    assert registered == (1200, 800)
     assert out.multi_modal_data["images"][0].size == (1204, 812)  # the policy's copy: verl's, sides rounded to 28
-    assert record.final_answer == "France"
 
 
 async def test_a_question_file_the_server_refuses_falls_back_to_the_policys_copy(
     tiny_vl_model, processor, server, world
 ):
-    from tool_server.app import SESSIONS
-
     flag = world.load_pixels("flag_fra", max_pixels=4_000_000)
-    registered: list[tuple[int, int]] = []
-
-    def forced(c: GenerateCall) -> str:
-        for session in server.app[SESSIONS]._sessions.values():
-            registered.append(session.register.get("img_1").image.size)
-        return "France"
-
-    client = TransformersGenerateClient(tiny_vl_model, processor, max_new_tokens=16, forced=forced)
-    loop = make_loop("neos_search_agent", client, url_of(server))
     part = {"type": "image", "bytes": b"not an image", "image": flag}  # a corrupt file beside a decodable image
-    out, record = await run(loop, [{"role": "user", "content": [part, {"type": "text", "text": "?"}]}])
-
-    assert registered == [out.multi_modal_data["images"][0].size]
-    assert record.final_answer == "France"
+    registered, out = await _registered_question_image(tiny_vl_model, processor, server, part)
+    assert registered == out.multi_modal_data["images"][0].size
 
 
 def test_encoded_question_images_are_taken_from_image_parts_in_order():
