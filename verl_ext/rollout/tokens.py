@@ -126,12 +126,7 @@ def _encode_messages(tokenizer: Any, text: str) -> list[int]:
         return _encode(tokenizer, text)
     ids: list[int] = []
     for piece in text.split(start)[1:]:
-        piece = start + piece
-        hit = _segments.get(piece)
-        if hit is None:
-            hit = _encode(tokenizer, piece)
-            _segments.put(piece, hit)
-        ids += hit
+        ids += _segments.get_or_compute(start + piece, partial(_encode, tokenizer, start + piece))
     return ids
 
 

@@ -117,15 +117,13 @@ class ToolSession:
                 for image, file in zip_longest(question_images, files[: len(question_images)])
             ]
 
-        files = list(originals)
+        payloads = await asyncio.to_thread(encode, originals) if question_images else []
         try:
-            payloads = await asyncio.to_thread(encode, files) if question_images else []
             info = await self.client.open_session(payloads, group_id=group_id)
         except ToolCallError:
-            if not any(files):
+            if not any(originals):
                 raise
-            payloads = await asyncio.to_thread(encode, [])
-            info = await self.client.open_session(payloads, group_id=group_id)
+            info = await self.client.open_session(await asyncio.to_thread(encode, ()), group_id=group_id)
         self.session_id = info.session_id
         return info.images
 
