@@ -441,10 +441,8 @@ async def part_overhead(args, model_dir: Path, results: dict) -> None:
 def _clear_media_caches() -> None:
     """Empty the per-process media caches (placeholder texts, session PNGs): the next episode processes and encodes
     its images afresh, as the first rollout of a question does."""
-    try:
-        from verl_ext.rollout import media
-    except ImportError:  # older code on PYTHONPATH, without them
-        return
+    from verl_ext.rollout import media
+
     media.IMAGE_REPLACEMENTS.clear()
     media.SESSION_PNGS.clear()
 
