@@ -14,11 +14,12 @@ drawn latency, with log-probs.
   Per-turn driver overhead = (episode wall - time in generate - time in tool calls) / turns, from the loops' own
   ``metrics["generate_sequences"]`` and ``metrics["tool_calls"]``. Text-only (TextSearch every turn) and with images
   (one question image, FetchImage at turns 0, 5, 10, ...), the latter twice: with no sharing (the per-process media
-  caches of ``verl_ext.rollout.media`` emptied before every episode, so each image is processed and PNG-encoded
-  afresh), and as GRPO groups (``--group-size`` G, default 8: G rollouts of one question, caches emptied at the
-  start of each group; the row is the group's mean episode, ours only). Every episode asks the same question text
-  and the memo of the constant system block stays warm in both. ``--profile`` adds cProfile of a 50-turn image
-  episode, worker threads included (the Continuous Token builder runs in the default executor).
+  caches of ``verl_ext.rollout.media`` emptied before every episode, so each image's placeholder text is computed
+  and its PNG encoded afresh), and as GRPO groups (``--group-size`` G, default 8: G rollouts of one question, caches
+  emptied at the start of each group; the row is the group's mean episode, ours only). Every episode asks the same
+  question text and the memo of the constant system block stays warm in both, as does the process's one check of the
+  processor's size formula (``tokens._size_formula_ok``, made on its first image). ``--profile`` adds cProfile of a
+  50-turn image episode, worker threads included (the Continuous Token builder runs in the default executor).
 * throughput: N concurrent episodes; generation sleeps a drawn lognormal latency and every tool call sleeps one in an
   aiohttp middleware of the bench's own server (a subprocess, so the server's CPU is not charged to the driver).
   A call's latency is a pure function of (seed, tool, arguments), so driver and server agree on it without talking;
@@ -153,8 +154,8 @@ class CannedResponses:
     """Bench-only stand-in for ``LLMServerClient.generate``: returns pre-tokenized scripted turns with log-probs.
 
     ``scripts[k][t]`` are the token ids of episode k's turn t (k: the episode's index set by :func:`run_episode`, else
-    the order of first appearance of its request id; both loops use one request id per episode). ``gen_latency[k][t]`` (optional) is slept before answering. Turns past the script
-    repeat its last turn.
+    the order of first appearance of its request id; both loops use one request id per episode).
+    ``gen_latency[k][t]`` (optional) is slept before answering. Turns past the script repeat its last turn.
     """
 
     def __init__(self, scripts: list[list[list[int]]], gen_latency: list[list[float]] | None = None) -> None:
@@ -206,7 +207,8 @@ def tokenize_scripts(tokenizer, episodes: list[list[tuple[str, dict]]]) -> list[
     im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
     texts = sorted({_call_text(n, a) for ep in episodes for n, a in ep} | {"The answer is France."})
     ids = dict(zip(texts, tokenizer(texts, add_special_tokens=False)["input_ids"]))
-    return [[ids[_call_text(n, a)] + [im_end] for n, a in ep] + [ids["The answer is France."] + [im_end]] for ep in episodes]
+    answer = ids["The answer is France."] + [im_end]
+    return [[ids[_call_text(n, a)] + [im_end] for n, a in ep] + [answer] for ep in episodes]
 
 
 # ---------------------------------------------------------------------------------------------- loops
@@ -329,7 +331,8 @@ async def run_episode(loop, raw_prompt, uid: str, k: int = 0) -> dict[str, float
     stats: dict[str, float] = {"k": k}
     _EP.set(stats)
     start, start_cpu = time.perf_counter(), time.process_time()
-    out = await loop.run({"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True}, raw_prompt=raw_prompt, uid=uid)
+    sampling = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True}
+    out = await loop.run(sampling, raw_prompt=raw_prompt, uid=uid)
     stats["wall"] = time.perf_counter() - start
     stats["cpu"] = time.process_time() - start_cpu  # all threads; meaningful when episodes run one at a time
     stats["end"] = time.perf_counter()
@@ -439,8 +442,8 @@ async def part_overhead(args, model_dir: Path, results: dict) -> None:
 
 
 def _clear_media_caches() -> None:
-    """Empty the per-process media caches (placeholder texts, session PNGs): the next episode processes and encodes
-    its images afresh, as the first rollout of a question does."""
+    """Empty the per-process media caches (placeholder texts, session PNGs): the next episode computes its images'
+    placeholder texts and encodes them afresh, as the first rollout of a question does."""
     from verl_ext.rollout import media
 
     media.IMAGE_REPLACEMENTS.clear()
@@ -496,7 +499,8 @@ async def _ct_probe(model_dir: Path, url: str, world, qimage) -> dict[str, Any]:
         out[label] = row
         print(
             f"CTPROBE {label:5s} observation merge ({row['appended_tokens']} tokens): with tool schemas "
-            f"{row['with_tools_ms']:.1f} ms, without {row['without_tools_ms']:.1f} ms, same tokens: {row['same_tokens']}",
+            f"{row['with_tools_ms']:.1f} ms, without {row['without_tools_ms']:.1f} ms, "
+            f"same tokens: {row['same_tokens']}",
             flush=True,
         )
     return out
@@ -517,7 +521,9 @@ def _overhead_row(kind: str, turns: int, images: bool, eps: list[dict[str, float
         # there): the driver's own work, text-merge and executor threads included. Less sensitive to a shared
         # machine than wall time, which also counts other processes' turns on the cores.
         "driver_cpu_ms_per_turn": med(lambda e: (e["cpu"] - e.get("http_cpu", 0.0)) / turns),
-        "overhead_ex_session_ms_per_turn": med(lambda e: (e["wall"] - e["gen"] - e["tool"] - e.get("session", 0)) / turns),
+        "overhead_ex_session_ms_per_turn": med(
+            lambda e: (e["wall"] - e["gen"] - e["tool"] - e.get("session", 0)) / turns
+        ),
         "ct_context_ms_per_turn": med(lambda e: e.get("ct_context", 0) / turns),
         "ct_assistant_ms_per_turn": med(lambda e: e.get("ct_assistant", 0) / turns),
         "ct_initial_ms": med(lambda e: e.get("ct_initial", 0)),
@@ -540,7 +546,8 @@ def _fmt_overhead(r: dict[str, Any]) -> str:
         f"[CT context {r['ct_context_ms_per_turn']:.2f} + CT assistant {r['ct_assistant_ms_per_turn']:.2f} ms/turn, "
         f"CT initial {r['ct_initial_ms']:.1f} ms, session {r['session_ms']:.1f} ms, mm info {r['mm_info_ms']:.1f} "
         f"ms/episode] "
-        f"tool {r['tool_ms_per_turn']:.2f} ms/turn (HTTP {r['tool_http_ms_per_turn']:.2f}), {r['response_tokens']} resp tokens, {r['images_out']} images, "
+        f"tool {r['tool_ms_per_turn']:.2f} ms/turn (HTTP {r['tool_http_ms_per_turn']:.2f}), "
+        f"{r['response_tokens']} resp tokens, {r['images_out']} images, "
         f"n={r['n']} {','.join(r['termination'])}"
     )
 
@@ -649,7 +656,9 @@ async def part_throughput(args, model_dir: Path, results: dict) -> None:
                 for rep in range(reps):
                     order = ("ours", "stock") if rep % 2 == 0 else ("stock", "ours")
                     for kind in (k for k in order if k in args.loops):
-                        row = await _throughput_once(factory, kind, n, turns, images, scripts, gen, ideal, ideal_each, url, qrow)
+                        row = await _throughput_once(
+                            factory, kind, n, turns, images, scripts, gen, ideal, ideal_each, url, qrow
+                        )
                         row["rep"] = rep
                         rows.append(row)
                         print(_fmt_throughput(row), flush=True)
@@ -669,7 +678,9 @@ async def _throughput_once(factory, kind, n, turns, images, scripts, gen, ideal,
     await _server_stats(url, reset=True)
     cpu0, loop_cpu0 = time.process_time(), time.thread_time()
     start = time.perf_counter()
-    stats = await asyncio.gather(*(run_episode(loop, prompt, f"u{k}", k) for k, (loop, prompt) in enumerate(zip(loops, prompts))))
+    stats = await asyncio.gather(
+        *(run_episode(loop, prompt, f"u{k}", k) for k, (loop, prompt) in enumerate(zip(loops, prompts)))
+    )
     makespan = time.perf_counter() - start
     cpu, loop_cpu = time.process_time() - cpu0, time.thread_time() - loop_cpu0
     server = await _server_stats(url)
@@ -704,8 +715,9 @@ def _fmt_throughput(r: dict[str, Any]) -> str:
         f"makespan {r['makespan_s']:.2f} s vs ideal {r['ideal_s']:.2f} s -> efficiency {r['efficiency'] * 100:.1f}% "
         f"({r['episodes_per_s']:.1f} episodes/s); in flight {r['mean_in_flight']:.1f} of N (ideal "
         f"{r['ideal_mean_in_flight']:.1f}), {r['mean_in_driver']:.1f} in driver; driver {r['driver_ms_per_turn']:.2f} "
-        f"ms/turn; tool time / drawn {r['tool_wait_over_drawn']:.2f}x (HTTP part {r['http_over_drawn']:.2f}x); server calls in flight mean "
-        f"{r['server_mean_in_flight_calls']:.1f} max {r['server_max_in_flight_calls']}; driver CPU {r['driver_cpu_s']:.1f} s "
+        f"ms/turn; tool time / drawn {r['tool_wait_over_drawn']:.2f}x (HTTP part {r['http_over_drawn']:.2f}x); "
+        f"server calls in flight mean {r['server_mean_in_flight_calls']:.1f} max {r['server_max_in_flight_calls']}; "
+        f"driver CPU {r['driver_cpu_s']:.1f} s "
         f"(event-loop thread {r['event_loop_cpu_s']:.1f} s)"
     )
 
@@ -730,7 +742,8 @@ def _ratios(results: dict) -> str:
         if "ours" in d and "stock" in d:
             ratio = statistics.median(d["ours"]) / statistics.median(d["stock"])
             parts.append(f"throughput N={n}{'+img' if images else ''} {ratio:.2f}x")
-    return "RATIOS ours / stock ToolAgentLoop (overhead: lower is better; throughput: higher is better): " + ", ".join(parts)
+    head = "RATIOS ours / stock ToolAgentLoop (overhead: lower is better; throughput: higher is better): "
+    return head + ", ".join(parts)
 
 
 def main(argv: list[str] | None = None) -> int:

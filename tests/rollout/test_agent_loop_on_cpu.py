@@ -263,6 +263,38 @@ async def test_bad_calls_become_observations_the_policy_sees_and_are_classified_
     assert_well_formed(out, record, tokenizer)
 
 
+async def test_an_image_the_processor_refuses_is_withheld_and_named_and_the_episode_goes_on(
+    tiny_vl_model, processor, server, world
+):
+    # flag_fra is 320x240: a box 5/1000 high is 320x1 pixels, an aspect ratio of 320, over the 200 that Qwen's image
+    # processor accepts (its render raises ValueError). The next crop is ordinary.
+    script = scripted(
+        call("CropImage", crop_config={"img_1": [[0, 0, 1000, 5], [0, 0, 500, 500]]}),
+        call("CropImage", crop_config={"img_1": [500, 500, 1000, 1000]}),
+        "France",
+    )
+    client = TransformersGenerateClient(tiny_vl_model, processor, max_new_tokens=64, forced=script)
+    loop = make_loop("neos_search_agent", client, url_of(server))
+    out, record = await run(loop, question(world, "Which country?"))
+
+    assert record.termination_reason == "answer" and record.final_answer == "France"
+    assert [t.outcome for t in record.turns] == ["call_ok", "call_ok", "answer"]
+    assert [c.num_images for c in client.calls] == [1, 2, 3]  # the question, + the ordinary crop, + the next one
+    assert [(i.ref, i.in_context) for i in record.images] == [
+        ("img_1", True),
+        ("img_2", False),
+        ("img_3", True),
+        ("img_4", True),
+    ]
+    first = record.turns[0].calls[0]
+    assert first.images_added == ["img_3"]
+    note = "img_2 is registered but could not be shown to you (ValueError: absolute aspect ratio must be smaller"
+    assert note in first.observation
+    assert note in processor.tokenizer.decode(client.calls[1].prompt_ids)  # the policy was told
+    assert len(out.multi_modal_data["images"]) == 3
+    assert_well_formed(out, record, processor.tokenizer)
+
+
 async def test_three_consecutive_tool_failures_end_a_modalsearch_episode_as_tool_errors(
     tiny_vl_model, processor, server, world
 ):

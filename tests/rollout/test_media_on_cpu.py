@@ -71,6 +71,7 @@ def cold_caches(monkeypatch):
     """Empty media caches and no render shape verified yet, as in a fresh worker process."""
     monkeypatch.setattr(tokens, "_verified", {})
     monkeypatch.setattr(tokens, "_tools_free", {})
+    monkeypatch.setattr(tokens, "_size_formula_ok", {})
     media.IMAGE_REPLACEMENTS.clear()
     media.SESSION_PNGS.clear()
 
@@ -133,6 +134,77 @@ def test_processor_kwargs_count_as_the_processor_applies_them(
     assert list(tokens._verified.values()) == [True]  # the fast path ran, and matched verl's render
     assert ids == build(lambda builder: builder)
     assert ids.count(tiny_vl_processor.image_token_id) == placeholders
+
+
+def _question(image: Image.Image) -> list[dict]:
+    return [{"role": "user", "content": [{"type": "image", "image": image}, {"type": "text", "text": "?"}]}]
+
+
+@pytest.fixture
+def image_path_calls(tiny_vl_processor, monkeypatch) -> list[tuple[int, int]]:
+    """The sizes of the images the processor's own image path (``_process_images``) was run on."""
+    calls: list[tuple[int, int]] = []
+    original = tiny_vl_processor._process_images
+
+    def counted(images, **kwargs):
+        calls.extend(im.size for im in images)
+        return original(images, **kwargs)
+
+    monkeypatch.setattr(tiny_vl_processor, "_process_images", counted)
+    return calls
+
+
+# Sizes the tiny processor treats differently: within its pixel range, above it (downscaled), below it (upscaled),
+# smaller than one 28-pixel cell, and aspect ratios up to its limit of 200.
+SIZES = [(320, 240), (641, 479), (3000, 2000), (2000, 3000), (20, 20), (1, 150), (5, 1000), (1999, 10), (57, 29)]
+
+
+def test_new_image_sizes_cost_the_size_formula_once_it_gave_the_processors_text(
+    vl_builder, image_path_calls, cold_caches
+):
+    fast = fast_text_renders(vl_builder())
+    for size in SIZES:
+        image = Image.new("RGB", size, "red")
+        assert fast.build_initial_tokens(_question(image), images=[image]) == vl_builder().build_initial_tokens(
+            _question(image), images=[image]
+        ), size
+    # verl's renders (the references) run the image path on every image. The fast renders ran it on the first image
+    # twice (to check the formula, and in the first-use check of the conversation shape against verl's render) and
+    # never again.
+    assert image_path_calls == [SIZES[0]] * 3 + SIZES[1:]
+
+
+def test_a_size_formula_that_disagrees_with_the_processor_is_never_used(
+    vl_builder, tiny_vl_processor, image_path_calls, cold_caches, monkeypatch
+):
+    formula = tiny_vl_processor._get_num_multimodal_tokens
+
+    def off_by_one(**kwargs):
+        data = formula(**kwargs)
+        data.num_image_tokens = [n + 1 for n in data.num_image_tokens]
+        return data
+
+    monkeypatch.setattr(tiny_vl_processor, "_get_num_multimodal_tokens", off_by_one)
+    fast = fast_text_renders(vl_builder())
+    for size in SIZES[:3]:
+        image = Image.new("RGB", size, "red")
+        ids = fast.build_initial_tokens(_question(image), images=[image])
+        assert ids == vl_builder().build_initial_tokens(_question(image), images=[image])
+    assert tokens._size_formula_ok == {id(tiny_vl_processor): False}
+    # The fast renders ran the image path on each size (and on the first once more: the shape's first-use check).
+    assert sorted(image_path_calls) == sorted(SIZES[:3] * 2 + SIZES[:1])
+
+
+def test_an_image_the_processor_refuses_raises_its_error_and_keeps_the_fast_path(vl_builder, cold_caches):
+    fast = fast_text_renders(vl_builder())
+    thin = Image.new("RGB", (320, 1))
+    with pytest.raises(ValueError, match="aspect ratio must be smaller than 200"):
+        fast.build_initial_tokens(_question(thin), images=[thin])
+    image = Image.new("RGB", (320, 240))
+    assert fast.build_initial_tokens(_question(image), images=[image]) == vl_builder().build_initial_tokens(
+        _question(image), images=[image]
+    )
+    assert list(tokens._verified.values()) == [True]  # the refusal did not turn the fast path off
 
 
 def test_a_fast_render_that_differs_from_verls_is_dropped_for_its_shape(

@@ -17,7 +17,7 @@ and recorded as ``observation_delivered_to_policy=false``). See ``record.py`` fo
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, ClassVar
 from uuid import uuid4
@@ -242,20 +242,19 @@ class SearchAgentLoop(AgentLoopBase):
             record = self._turn_record(ep, base, calls, outcomes, parsed.error)
             ep.error_streak = ep.error_streak + 1 if record.error_class else 0
             streak_over = s.max_consecutive_errors is not None and ep.error_streak >= s.max_consecutive_errors
-            delivered = not streak_over and await self._append_context(
-                ep,
-                [self._tool_message(o, s) for o in outcomes],
-                native_tools,
-                new_images=[im for o in outcomes for _, im in o.images],
-            )
+            delivered = False
+            if not streak_over:
+                delivered, shown = await self._deliver(ep, outcomes, native_tools)
+                if shown is not outcomes:  # images withheld: the record says what the policy was shown
+                    outcomes, record = shown, self._turn_record(ep, base, calls, shown, parsed.error)
             if not delivered:
                 record = record.model_copy(update={"observation_delivered_to_policy": False})
             ep.turns.append(record)
-            if delivered:
-                for call, o in zip(calls, outcomes):
-                    ep.register += [
-                        ImageEntry(ref=ref, source=call.name, turn=turn, in_context=True) for ref, _ in o.images
-                    ]
+            for call, o in zip(calls, outcomes):  # the server registered them all; the policy saw those delivered
+                ep.register += [
+                    ImageEntry(ref=ref, source=call.name, turn=turn, in_context=delivered and ref not in o.withheld)
+                    for ref, _ in o.images
+                ]
             if streak_over:
                 ep.termination = "agent_errors" if record.error_class == "agent" else "tool_errors"
                 ep.ended_by = record.error_class
@@ -263,6 +262,46 @@ class SearchAgentLoop(AgentLoopBase):
             if not delivered:
                 ep.termination = "context"
                 return
+
+    async def _deliver(
+        self, ep: _Episode, outcomes: list[CallOutcome], native_tools: Any
+    ) -> tuple[bool, list[CallOutcome]]:
+        """Appends the observations of ``outcomes`` (``_append_context``); returns whether they fit and the outcomes
+        as shown. An image the policy's processor refuses (Qwen's: an aspect ratio over 200, which a thin crop or a
+        banner has) would fail the render: it is withheld, its ref named in the text with the reason, and the rest
+        delivered, so that a call the model chose cannot end the rollout. The refusals are found only after a render
+        fails (one probe render per new image), so deliveries that succeed cost nothing more."""
+        s = self.settings
+
+        def append(shown: list[CallOutcome]):
+            messages = [self._tool_message(o, s) for o in shown]
+            return self._append_context(ep, messages, native_tools, [im for o in shown for _, im in o.shown_images])
+
+        try:
+            return await append(outcomes), outcomes
+        except Exception:
+            refused = await self._refused_images([pair for o in outcomes for pair in o.images])
+            if not refused:
+                raise
+        shown = [_withhold(o, refused) for o in outcomes]
+        return await append(shown), shown
+
+    async def _refused_images(self, images: list[tuple[str, Any]]) -> dict[str, str]:
+        """ref -> why the policy's processor refuses that image alone (a render of one message with it)."""
+        render = getattr(self.continuous_token_builder, "render_tokens_with_mm", None)
+        if render is None or not images:
+            return {}
+
+        def why(image: Any) -> str | None:
+            message = {"role": "user", "content": [{"type": "image", "image": image}]}
+            try:
+                render([message], [image], add_generation_prompt=False)
+            except Exception as e:  # whatever the processor raises: that image cannot be shown
+                return f"{type(e).__name__}: {e}"
+            return None
+
+        reasons = await asyncio.get_running_loop().run_in_executor(None, lambda: [why(im) for _, im in images])
+        return {ref: reason for (ref, _), reason in zip(images, reasons) if reason}
 
     async def _append_context(
         self, ep: _Episode, new_messages: list[dict[str, Any]], native_tools: Any, new_images: list[Any] = ()
@@ -291,10 +330,10 @@ class SearchAgentLoop(AgentLoopBase):
     @staticmethod
     def _tool_message(outcome: CallOutcome, s: EpisodeSettings) -> dict[str, Any]:
         text = truncate(outcome.text, s.max_observation_chars, s.truncate_side)
-        if not outcome.images:
+        if not outcome.shown_images:
             return {"role": "tool", "content": text}
         content: list[dict[str, Any]] = []
-        for ref, image in outcome.images:
+        for ref, image in outcome.shown_images:
             content += [{"type": "text", "text": f"{ref}:"}, {"type": "image", "image": image}]
         content.append({"type": "text", "text": text})
         return {"role": "tool", "content": content}
@@ -316,7 +355,7 @@ class SearchAgentLoop(AgentLoopBase):
                     error_class=o.error_class,
                     error_type=o.error_type,
                     observation=truncate(o.text, s.max_observation_chars, s.truncate_side),
-                    images_added=[ref for ref, _ in o.images],
+                    images_added=[ref for ref, _ in o.shown_images],
                     latency_s=o.latency_s,
                     mei_call_ids=[m["call_id"] for m in o.mei],
                     mei_versions=versions,
@@ -368,6 +407,15 @@ class SearchAgentLoop(AgentLoopBase):
             metrics=ep.metrics,
             extra_fields=extra,
         )
+
+
+def _withhold(outcome: CallOutcome, refused: dict[str, str]) -> CallOutcome:
+    """``outcome`` with its images in ``refused`` withheld, each named in its text with the reason."""
+    withheld = {ref: refused[ref] for ref, _ in outcome.images if ref in refused}
+    if not withheld:
+        return outcome
+    notes = [f"{ref} is registered but could not be shown to you ({why})" for ref, why in withheld.items()]
+    return replace(outcome, text="\n".join([outcome.text, *notes]), withheld=withheld)
 
 
 def _generated_span(mask: list[int], start: int) -> tuple[int, int]:

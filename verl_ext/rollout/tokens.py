@@ -32,9 +32,11 @@ inserts it verbatim.
 Fifth, renders with images (ids only: the driver needs no pixel tensors, verl's postprocessing computes them from
 the episode's images) skip the processor call, whose cost is mostly Python around the work (a placeholder check
 that walks the ids one by one: ~10 ms of a ~20 ms question render): the processor's template, each image's
-placeholder text from the processor's own image path (cached per process: ``media.py``), its own substitution, and
-the Rust encoder a message at a time (the system block with the tool schemas is memoised). Checked against verl's
-render once per builder class and conversation shape, like the text path.
+placeholder text from the processor's size formula (once it has given the text of the processor's own image path
+for the process's first image) or else from that image path (cached per process: ``media.py``), its own
+substitution, and the Rust encoder a message at a time (the system block with the tool schemas is memoised). Checked
+against verl's render once per builder class and conversation shape, like the text path. An image the processor
+refuses goes to verl's render, which raises the processor's own error (the agent loop withholds such an image).
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ _verified: dict[tuple, bool] = {}
 _tools_free: dict[tuple[type, bool], bool] = {}
 _fast_classes: dict[type, type] = {}
 _skeletons: dict[str, tuple[str, ...] | None] = {}  # None: the template is not of that kind for these messages
+_size_formula_ok: dict[int, bool] = {}  # id(processor) -> its size formula gave its image path's text
 _MISSING = object()
 _PROBE = ' \n  <p a="1">\'x\' & {{ y }}</p>\t\n '
 _executor: ThreadPoolExecutor | None = None
@@ -130,6 +133,10 @@ def _encode_messages(tokenizer: Any, text: str) -> list[int]:
     return ids
 
 
+class _ImageRefused(Exception):
+    """The processor refuses this image (a ValueError of its image path), not an API our fast path lacks."""
+
+
 class _TextRenderMemo:
     """Mixed in front of a VL builder class: overrides ``render_tokens_with_mm`` for media-free renders and for
     renders with images alone (ids only); videos, audio and ``mm_inputs_out`` go through verl's."""
@@ -189,6 +196,8 @@ class _TextRenderMemo:
         try:  # private processor API (transformers 5.x): a version without it or with other signatures falls back
             replacements = [self._image_replacement(image) for image in images]
             (expanded,), _ = processor.get_text_with_replacements([text], replacements)
+        except _ImageRefused:  # the processor's own call raises its own error for that image
+            return slow(messages, images)
         except (AttributeError, TypeError, ValueError) as e:
             log.warning("fast image renders unavailable for %s (%r); using the processor", type(processor), e)
             _verified[shape] = False
@@ -207,21 +216,38 @@ class _TextRenderMemo:
         (the builder's processor kwargs merged the same way; verl passes ``return_tensors="pt"``). Cached by image
         size where the processor states that its placeholder count is a function of the size
         (``_get_num_multimodal_tokens(image_sizes=...)``, by which vLLM places placeholders without pixels), else by
-        content."""
+        content. A size not seen before costs the size formula alone (microseconds, against 1-30 ms for the image
+        processor, which resizes and patchifies the pixels only for us to count the patches), once the formula has
+        given the processor's own text for the process's first image (``_size_formula_ok``)."""
         processor = self.processor
         call_kwargs = {"return_tensors": "pt", **(self.mm_processor_kwargs or {})}
 
-        def compute() -> str:
+        def processed() -> str:
             merged = processor._merge_kwargs(
                 processor.valid_processor_kwargs, tokenizer_init_kwargs=processor.tokenizer.init_kwargs, **call_kwargs
             )
             _, (replacement,) = processor._process_images([image], **merged["images_kwargs"])
             return replacement
 
+        def compute() -> str:
+            # Only without processor kwargs: with them, transformers 5.x's formula disagrees with Qwen2-VL's image
+            # processor (which applies min/max pixels only as a pair) and writes them into the class defaults.
+            counted = None if self.mm_processor_kwargs else _counted_replacement(processor, image)
+            trusted = _size_formula_ok.get(id(processor))
+            if counted is not None and trusted:
+                return counted
+            exact = processed()
+            if counted is not None and trusted is None:
+                _size_formula_ok[id(processor)] = counted == exact
+            return exact
+
         settings = json.dumps(call_kwargs, sort_keys=True, default=str)
         by_size = hasattr(processor, "_get_num_multimodal_tokens")
         image_id = (image.mode, image.size) if by_size else image_key(image)
-        return IMAGE_REPLACEMENTS.get_or_compute((id(processor), settings, image_id), compute)
+        try:
+            return IMAGE_REPLACEMENTS.get_or_compute((id(processor), settings, image_id), compute)
+        except ValueError as e:  # Qwen's refuses an aspect ratio over 200 (a thin crop) in its size formula
+            raise _ImageRefused(str(e)) from e
 
     def _render_text(
         self, messages: list[dict[str, Any]], add_generation_prompt: bool, tools: Any, owner: Any = None
@@ -295,6 +321,16 @@ class _TextRenderMemo:
             if len(_skeletons) > _MEMO_ITEMS:
                 _skeletons.pop(next(iter(_skeletons)))
         return ids
+
+
+def _counted_replacement(processor: Any, image: Image.Image) -> str | None:
+    """``image``'s placeholder text from the processor's size formula (placeholder token x count), or None where the
+    processor has no such formula; a size it refuses raises its ValueError (its image path refuses it too)."""
+    count = getattr(processor, "_get_num_multimodal_tokens", None)
+    if count is None:
+        return None
+    (n,) = count(image_sizes=[(image.height, image.width)]).num_image_tokens
+    return processor.image_token * n
 
 
 def _special_tokens(tokenizer: Any) -> tuple[str, ...]:

@@ -53,11 +53,17 @@ class CallOutcome:
     ok: bool
     text: str
     images: list[tuple[str, Image.Image]] = field(default_factory=list)  # (register ref, pixels) new this call
+    withheld: dict[str, str] = field(default_factory=dict)  # ref -> why the policy's processor could not show it
     error_class: str | None = None  # "agent" | "tool"
     error_type: str | None = None
     latency_s: float = 0.0
     mei: list[dict[str, str]] = field(default_factory=list)
     cached: bool = False
+
+
+    @property
+    def shown_images(self) -> list[tuple[str, Image.Image]]:
+        return [(ref, image) for ref, image in self.images if ref not in self.withheld]
 
 
 _CATALOGS: dict[tuple[str, str], ToolCatalog] = {}
