@@ -14,9 +14,10 @@ drawn latency, with log-probs.
   Per-turn driver overhead = (episode wall - time in generate - time in tool calls) / turns, from the loops' own
   ``metrics["generate_sequences"]`` and ``metrics["tool_calls"]``. Text-only (TextSearch every turn) and with images
   (one question image, FetchImage at turns 0, 5, 10, ...), the latter twice: with no sharing (the per-process media
-  caches of ``verl_ext.rollout.media`` emptied before every episode, so each image's placeholder text is computed
-  and its PNG encoded afresh), and as GRPO groups (``--group-size`` G, default 8: G rollouts of one question, caches
-  emptied at the start of each group; the row is the group's mean episode, ours only). Every episode asks the same
+  caches of ``verl_ext.rollout.media`` emptied before every episode, so the question image is decoded and each
+  image's placeholder text computed afresh), and as GRPO groups (``--group-size`` G, default 8: G rollouts of one
+  question one after another, caches emptied at the start of each group; the row is the group's mean episode, ours
+  only). Every episode asks the same
   question text and the memo of the constant system block stays warm in both, as does the process's one check of the
   processor's size formula (``tokens._size_formula_ok``, made on its first image). ``--profile`` adds cProfile of a
   50-turn image episode, worker threads included (the Continuous Token builder runs in the default executor).
@@ -261,6 +262,7 @@ def _instrument() -> None:
     if "ct_merge_context_msg" in vars(SearchAgentLoop):
         wrap(SearchAgentLoop, "ct_merge_context_msg", "ct_context")
     wrap(AgentLoopBase, "process_multi_modal_info", "mm_info")
+    wrap(SearchAgentLoop, "process_multi_modal_info", "mm_info")  # ours: verl's, shared by a group's rollouts
     wrap(ToolSession, "open", "session")
     wrap(ToolSession, "close", "session")
     wrap(ToolServerClient, "call", "http")  # the HTTP part of a tool call, in both loops
@@ -442,17 +444,20 @@ async def part_overhead(args, model_dir: Path, results: dict) -> None:
 
 
 def _clear_media_caches() -> None:
-    """Empty the per-process media caches (placeholder texts, session PNGs): the next episode computes its images'
-    placeholder texts and encodes them afresh, as the first rollout of a question does."""
+    """Empty the per-process media caches (decoded question media, placeholder texts, session PNGs): the next episode
+    decodes its question image and computes its images' placeholder texts afresh, as the first rollout of a question
+    does."""
     from verl_ext.rollout import media
 
+    media.QUESTION_MEDIA.clear()
     media.IMAGE_REPLACEMENTS.clear()
     media.SESSION_PNGS.clear()
 
 
 def _mean_episode(members: list[dict[str, Any]]) -> dict[str, Any]:
     """The mean of a group's episode stats (numbers averaged; the termination reasons joined)."""
-    mean = {k: statistics.fmean(m[k] for m in members) for k, v in members[0].items() if isinstance(v, (int, float))}
+    numbers = {k for m in members for k, v in m.items() if isinstance(v, (int, float))}
+    mean = {k: statistics.fmean(m.get(k, 0.0) for m in members) for k in numbers}
     mean["termination"] = ",".join(sorted({str(m["termination"]) for m in members}))
     return mean
 

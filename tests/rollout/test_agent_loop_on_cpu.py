@@ -212,6 +212,47 @@ def test_encoded_question_images_are_taken_from_image_parts_in_order():
     assert encoded_question_images(messages) == [png, None, None]
 
 
+def png_part(image: Image.Image) -> dict:
+    """An image part as verl's ``RLHFDataset`` builds it from a parquet row: the file, and the image opened on it."""
+    buf = io.BytesIO()
+    image.save(buf, format="PNG")
+    return {"type": "image", "bytes": buf.getvalue(), "image": Image.open(io.BytesIO(buf.getvalue()))}
+
+
+async def test_the_rollouts_of_a_group_decode_their_question_image_once(
+    tiny_vl_model, processor, server, world, monkeypatch
+):
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    from verl_ext.rollout import media
+
+    media.QUESTION_MEDIA.clear()
+    processed: list[int] = []
+    verls = RLHFDataset.process_multi_modal_info.__func__
+
+    async def counted(cls, messages, **kwargs):
+        processed.append(len(messages))
+        return await verls(cls, messages, **kwargs)
+
+    monkeypatch.setattr(RLHFDataset, "process_multi_modal_info", classmethod(counted))
+    client = TransformersGenerateClient(tiny_vl_model, processor, max_new_tokens=16, forced=lambda c: "France")
+    flag, logo = (world.load_pixels(i, max_pixels=4_000_000) for i in ("flag_fra", "logo_acer"))
+
+    def prompt(image):  # a fresh row per rollout, as verl's batch gives each rollout its own decoded copy
+        return [{"role": "user", "content": [png_part(image), {"type": "text", "text": "?"}]}]
+
+    prompts = [prompt(flag) for _ in range(4)] + [prompt(logo)]
+    loops = [make_loop("neos_search_agent", client, url_of(server)) for _ in prompts]
+    outs = await asyncio.gather(*(run(loop, p, uid="g") for loop, p in zip(loops, prompts)))  # started together
+
+    assert len(processed) == 2  # once per question image, though the four flag rollouts missed the cache together
+    images = [out.multi_modal_data["images"] for out, _ in outs]
+    assert len({id(i) for i in images}) == 5  # each rollout its own list
+    reference = await RLHFDataset.process_multi_modal_info(prompt(flag), image_patch_size=14, config={})
+    assert [list(i[0].getdata()) for i in images[:4]] == [list(reference[0][0].getdata())] * 4
+    assert images[4][0].size != images[0][0].size
+
+
 @pytest.mark.parametrize("agent", ["neos_search_agent", "modalsearch_react_agent"])
 async def test_a_random_model_still_yields_a_well_formed_output(
     tiny_vl_model, processor, server, world, agent

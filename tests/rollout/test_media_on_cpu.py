@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 
@@ -11,6 +12,7 @@ from verl.utils.tokenizer.continuous_token_wiring import create_continuous_token
 
 from verl_ext.models.tiny_vl import HF_MODEL_TYPE
 from verl_ext.rollout import media, tokens
+from verl_ext.rollout.lru import LRU
 from verl_ext.rollout.tokens import fast_text_renders
 
 TOOLS = [
@@ -260,3 +262,38 @@ def test_session_pngs_are_cached_by_content(world, cold_caches):
     assert media.image_key(flag.convert("L")) != media.image_key(flag)
     with Image.open(io.BytesIO(base64.b64decode(png))) as decoded:
         assert decoded.convert("RGB").tobytes() == flag.tobytes()
+
+
+def test_question_media_are_keyed_by_content_and_only_when_it_is_at_hand(world):
+    flag = world.load_pixels("flag_fra", max_pixels=4_000_000)
+
+    def ask(*parts):
+        return [{"role": "system", "content": "rules"}, {"role": "user", "content": [*parts, {"type": "text"}]}]
+
+    key = media.question_media_key(ask({"type": "image", "bytes": b"png-1", "image": flag}))
+    assert key == media.question_media_key(ask({"type": "image", "bytes": b"png-1"}))  # the file decides
+    assert key != media.question_media_key(ask({"type": "image", "bytes": b"png-2", "image": flag}))
+    assert media.question_media_key(ask({"type": "image", "image": flag})) == media.question_media_key(
+        ask({"type": "image", "image": flag.copy()})
+    )
+    assert media.question_media_key(ask()) is None
+    assert media.question_media_key(ask({"type": "image", "image": "file:///q.png"})) is None
+    assert media.question_media_key(ask({"type": "image", "bytes": b"png-1"}, {"type": "video", "video": []})) is None
+
+
+async def test_a_shared_computation_that_fails_reaches_every_waiter_and_is_not_kept():
+    cache: LRU = LRU(8)
+    started = []
+
+    async def compute():
+        started.append(1)
+        await asyncio.sleep(0.01)
+        if len(started) == 1:
+            raise ValueError("undecodable")
+        return "pixels"
+
+    waiters = [media.shared_result(cache, "q", compute) for _ in range(3)]
+    results = await asyncio.gather(*waiters, return_exceptions=True)
+    assert [repr(r) for r in results] == [repr(ValueError("undecodable"))] * 3 and len(started) == 1
+    assert await media.shared_result(cache, "q", compute) == "pixels"  # computed afresh
+    assert await media.shared_result(cache, "q", compute) == "pixels" and len(started) == 2  # then kept

@@ -38,6 +38,10 @@ class LRU(Generic[V]):
             self.put(key, value)
         return value
 
+    def pop(self, key: Hashable) -> None:
+        with self._lock:
+            self._data.pop(key, None)
+
     def clear(self) -> None:
         with self._lock:
             self._data.clear()
