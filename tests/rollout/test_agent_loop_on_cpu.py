@@ -253,6 +253,58 @@ async def test_the_rollouts_of_a_group_decode_their_question_image_once(
     assert images[4][0].size != images[0][0].size
 
 
+async def test_the_session_opens_with_the_rows_file_while_verl_decodes_the_question_image(
+    tiny_vl_model, processor, server, world, monkeypatch
+):
+    """verl's decoding waits here until the server holds the session: were the open waiting for the decoded image,
+    this would never finish (bounded by the timeout)."""
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    from tool_server.app import SESSIONS
+    from verl_ext.rollout import media
+
+    media.QUESTION_MEDIA.clear()
+    verls = RLHFDataset.process_multi_modal_info.__func__
+
+    async def after_the_session_opens(cls, messages, **kwargs):
+        while not server.app[SESSIONS]._sessions:
+            await asyncio.sleep(0.001)
+        return await verls(cls, messages, **kwargs)
+
+    monkeypatch.setattr(RLHFDataset, "process_multi_modal_info", classmethod(after_the_session_opens))
+    client = TransformersGenerateClient(tiny_vl_model, processor, max_new_tokens=16, forced=lambda c: "France")
+    loop = make_loop("neos_search_agent", client, url_of(server))
+    flag = world.load_pixels("flag_fra", max_pixels=4_000_000)
+    prompt = [{"role": "user", "content": [png_part(flag), {"type": "text", "text": "?"}]}]
+    out, record = await asyncio.wait_for(run(loop, prompt), timeout=60)
+    assert record.final_answer == "France" and record.images[0].ref == "img_1"
+
+
+async def test_a_failure_to_decode_the_question_image_closes_the_session_it_opened(
+    tiny_vl_model, processor, server, world, monkeypatch
+):
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    from tool_server.app import SESSIONS
+    from verl_ext.rollout import media
+
+    media.QUESTION_MEDIA.clear()
+
+    async def undecodable(cls, messages, **kwargs):
+        while not server.app[SESSIONS]._sessions:  # the session is open by then
+            await asyncio.sleep(0.001)
+        raise ValueError("cannot identify image file")
+
+    monkeypatch.setattr(RLHFDataset, "process_multi_modal_info", classmethod(undecodable))
+    client = TransformersGenerateClient(tiny_vl_model, processor, max_new_tokens=16, forced=lambda c: "France")
+    loop = make_loop("neos_search_agent", client, url_of(server))
+    flag = world.load_pixels("flag_fra", max_pixels=4_000_000)
+    prompt = [{"role": "user", "content": [png_part(flag), {"type": "text", "text": "?"}]}]
+    with pytest.raises(ValueError, match="cannot identify image file"):
+        await asyncio.wait_for(run(loop, prompt), timeout=60)
+    assert not server.app[SESSIONS]._sessions and not client.calls
+
+
 @pytest.mark.parametrize("agent", ["neos_search_agent", "modalsearch_react_agent"])
 async def test_a_random_model_still_yields_a_well_formed_output(
     tiny_vl_model, processor, server, world, agent

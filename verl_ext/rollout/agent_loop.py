@@ -176,11 +176,9 @@ class SearchAgentLoop(AgentLoopBase):
             messages.insert(
                 0, {"role": "system", "content": s.system_prompt or system_prompt(self.protocol, catalog.schemas)}
             )
-        mm = await self.process_multi_modal_info(messages)
-        ep = _Episode(messages=messages, images=list(mm.get("images") or []))
-        self._assert_mm_supported(bool(ep.images))
         group_id = str(kwargs["uid"]) if s.group_cache and kwargs.get("uid") is not None else None
-        refs = await session.open(ep.images, group_id, encoded_question_images(kwargs["raw_prompt"]))
+        mm, refs = await self._open_session(session, messages, group_id, kwargs["raw_prompt"])
+        ep = _Episode(messages=messages, images=list(mm.get("images") or []))
         session_id = session.session_id or ""
         ep.register = [ImageEntry(ref=r, source="question", turn=None, in_context=True) for r in refs]
         SearchAgentLoop.in_flight += 1
@@ -194,6 +192,29 @@ class SearchAgentLoop(AgentLoopBase):
             SearchAgentLoop.in_flight -= 1
             await session.close()
         return self._output(ep, kwargs, session_id, group_id)
+
+    async def _open_session(
+        self, session: Any, messages: list[dict[str, Any]], group_id: str | None, raw_prompt: list[dict[str, Any]]
+    ) -> tuple[dict[str, Any], list[str]]:
+        """verl's multi-modal info (decoding and resizing the question images, in a thread) and the session open
+        (the tool server decoding the row's files) side by side: neither needs the other's result, unless an image
+        has no file or the server refuses one, when the session waits for the policy's copies. A session left open
+        by a failure is closed."""
+        mm_info = asyncio.ensure_future(self.process_multi_modal_info(messages))
+
+        async def policy_images() -> list[Any]:
+            mm = await asyncio.shield(mm_info)
+            self._assert_mm_supported(bool(mm.get("images")))
+            return list(mm.get("images") or [])
+
+        opening = asyncio.ensure_future(session.open(policy_images, group_id, encoded_question_images(raw_prompt)))
+        try:
+            _, refs = await asyncio.gather(policy_images(), opening)
+        except BaseException:
+            await asyncio.gather(mm_info, opening, return_exceptions=True)
+            await session.close()
+            raise
+        return mm_info.result(), refs
 
     async def _loop(
         self, ep: _Episode, session: Any, sampling_params: dict[str, Any], native_tools: Any, request_id: str

@@ -10,7 +10,7 @@ import asyncio
 import base64
 import io
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import zip_longest
 from typing import Any
@@ -106,7 +106,7 @@ class ToolSession:
 
     async def open(
         self,
-        question_images: Sequence[Image.Image],
+        question_images: Callable[[], Awaitable[Sequence[Image.Image]]],
         group_id: str | None,
         originals: Sequence[bytes | None] = (),
     ) -> list[str]:
@@ -114,22 +114,30 @@ class ToolSession:
         encoded file (``originals[i]``), the server gets that file, as a search engine gets the uploaded picture and
         as data generation registered it (reverse search ranks near-identical candidates by pixels, so the resized
         copy the policy sees can rank them differently); otherwise the policy's copy as PNG, from a per-process cache
-        by content (``media.session_png``: a group's rollouts share the image). A file the server refuses (over its
-        pixel limit, undecodable) falls back to the policy's copies rather than failing the episode."""
+        by content (``media.session_png``: a group's rollouts share the image). ``question_images`` gives the policy's
+        copies (verl's decoded, resized images) when they are needed: so when every image has its file, the session
+        opens while the agent loop is still decoding them. A file the server refuses (over its pixel limit,
+        undecodable) falls back to the policy's copies rather than failing the episode."""
 
-        def encode(files: Sequence[bytes | None]) -> list[str]:
+        def encode(images: Sequence[Image.Image], files: Sequence[bytes | None]) -> list[str]:
             return [
                 base64.b64encode(file).decode("ascii") if file else session_png(image)
-                for image, file in zip_longest(question_images, files[: len(question_images)])
+                for image, file in zip_longest(images, files)
             ]
 
-        payloads = await asyncio.to_thread(encode, originals) if question_images else []
+        files = list(originals)
+        if files and all(files):
+            payloads = await asyncio.to_thread(encode, (), files)
+        else:
+            images = await question_images()
+            payloads = await asyncio.to_thread(encode, images, files[: len(images)]) if images else []
         try:
             info = await self.client.open_session(payloads, group_id=group_id)
         except ToolCallError:
-            if not any(originals):
+            if not any(files):
                 raise
-            info = await self.client.open_session(await asyncio.to_thread(encode, ()), group_id=group_id)
+            copies = await asyncio.to_thread(encode, await question_images(), ())
+            info = await self.client.open_session(copies, group_id=group_id)
         self.session_id = info.session_id
         return info.images
 

@@ -13,7 +13,7 @@ on it (ours in ``verl_ext.tools.verl_tools`` do) keep working.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,12 +52,15 @@ class VerlToolsSession:
         self._images = 0
 
     async def open(
-        self, question_images: Sequence[Image.Image], group_id: str | None, originals: Sequence[bytes | None] = ()
+        self,
+        question_images: Callable[[], Awaitable[Sequence[Image.Image]]],
+        group_id: str | None,
+        originals: Sequence[bytes | None] = (),
     ) -> list[str]:
         """verl tools get the images as the policy sees them (``originals`` are for the tool server's register)."""
-        self.episode.image_data = list(question_images)
+        self.episode.image_data = list(await question_images())
         self.session_id = f"verl-tools:{self.episode.request_id}"
-        return [self._next_ref() for _ in question_images]
+        return [self._next_ref() for _ in self.episode.image_data]
 
     async def close(self) -> None:
         self.session_id = None
