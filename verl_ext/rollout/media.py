@@ -21,11 +21,13 @@ from PIL import Image
 from verl_ext.rollout.lru import LRU
 from verl_ext.tools.client import png_base64
 
-# Replacement texts are a few KB at most, PNGs a few hundred KB, question media a few decoded images: enough for the
-# question and fetched images of the groups in flight in one worker process.
+# Replacement texts are a few KB at most, PNGs a few hundred KB: enough for the question and fetched images of the
+# groups in flight in one worker process. Decoded question media can be tens of MB each (a photo near the processor's
+# max pixels), so few are kept: verl starts a group's rollouts together (adjacent in the batch), and they share the
+# decoding while it runs.
 IMAGE_REPLACEMENTS: LRU[str] = LRU(1024)
 SESSION_PNGS: LRU[str] = LRU(64)
-QUESTION_MEDIA: LRU[asyncio.Future] = LRU(256)
+QUESTION_MEDIA: LRU[asyncio.Future] = LRU(32)
 
 
 def image_key(image: Image.Image) -> bytes:
