@@ -30,6 +30,9 @@ value) and ``trainer.v1.neos.mei.train.micro_batch_size_per_gpu=1``; policy and 
 data, policy loss 0.007, MEI 0.31): steps 1-3 in 132, 113 and 73 s, rewards 0.625 / 0.125 / 0.0,
 ``neos_credit/assessed_share`` 0.375 at steps 1 and 2, 5 MEI calls retained (2 from successes, 3 from productive
 turns of judged failures), the MEI update after step 2 served as v1 (``mei/version_index:1.0``, loss 0.035).
+With the sampler on (``trainer.v1.neos.sampler.enable=true trainer.total_training_steps=1``, so the step-3 and MEI
+assertions fail by design) main_ppo exited 0 after one update: 42 trajectories admitted, 13 cancelled, 2 mixed groups
+selected, generation 344 s (docs/benchmarks.md, "Mixed-group sampler").
 """
 
 from __future__ import annotations
