@@ -25,7 +25,7 @@ from uuid import uuid4
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
 from verl.utils.profiler import simple_timer
 
-from verl_ext.rollout.media import QUESTION_MEDIA, question_media_key, shared_result
+from verl_ext.rollout.media import QUESTION_MEDIA, has_media, question_media_key, shared_result
 from verl_ext.rollout.prompts import system_prompt
 from verl_ext.rollout.protocols import Protocol, ToolCall, parse_turn
 from verl_ext.rollout.record import (
@@ -42,7 +42,6 @@ from verl_ext.rollout.tokens import (
     OFF_LOOP_MERGE_CHARS,
     OFF_LOOP_MIN_EPISODES,
     fast_text_renders,
-    has_media,
     text_chars,
     text_merge_executor,
 )

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Iterator, Sequence
 from typing import Any
 
 from PIL import Image
@@ -43,27 +43,33 @@ def session_png(image: Image.Image) -> str:
     return SESSION_PNGS.get_or_compute(image_key(image), lambda: png_base64(image))
 
 
+def media_parts(messages: Sequence[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """The parts of ``messages``' list contents that are not text (images, videos, audio), in order."""
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list):
+            yield from (part for part in content if isinstance(part, dict) and part.get("type") != "text")
+
+
+def has_media(messages: Sequence[dict[str, Any]]) -> bool:
+    return next(media_parts(messages), None) is not None
+
+
 def question_media_key(messages: list[dict[str, Any]]) -> tuple | None:
     """The media of ``messages`` by content: a digest of each image part's encoded file (verl's ``RLHFDataset``
     gives ``{"type": "image", "bytes": ...}``) or of its pixels (a PIL image); None when there is none, or when a part
-    names its media by path or URL (the content behind it may change) or is a video or audio."""
+    names its media by path or URL (the content behind it may change) or is not an image."""
     key: list[bytes] = []
-    for message in messages:
-        content = message.get("content")
-        if not isinstance(content, list):
-            continue
-        for part in content:
-            if not isinstance(part, dict) or part.get("type") in (None, "text"):
-                continue
-            if part.get("type") != "image":
-                return None
-            data, image = part.get("bytes"), part.get("image")
-            if isinstance(data, bytes):
-                key.append(hashlib.sha1(data).digest())
-            elif isinstance(image, Image.Image):
-                key.append(image_key(image))
-            else:
-                return None
+    for part in media_parts(messages):
+        data, image = part.get("bytes"), part.get("image")
+        if part.get("type") != "image":
+            return None
+        if isinstance(data, bytes):
+            key.append(hashlib.sha1(data).digest())
+        elif isinstance(image, Image.Image):
+            key.append(image_key(image))
+        else:
+            return None
     return tuple(key) or None
 
 

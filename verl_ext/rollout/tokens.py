@@ -53,7 +53,7 @@ from PIL import Image
 from verl.utils.tokenizer.chat_template import apply_chat_template
 
 from verl_ext.rollout.lru import LRU
-from verl_ext.rollout.media import IMAGE_REPLACEMENTS, image_key
+from verl_ext.rollout.media import IMAGE_REPLACEMENTS, has_media, image_key
 
 log = logging.getLogger(__name__)
 
@@ -75,14 +75,6 @@ _executor: ThreadPoolExecutor | None = None
 # which it does (with fewer, nothing else waits for the event loop).
 OFF_LOOP_MERGE_CHARS = 1000
 OFF_LOOP_MIN_EPISODES = 2
-
-
-def has_media(messages: list[dict[str, Any]]) -> bool:
-    for message in messages:
-        content = message.get("content")
-        if isinstance(content, list) and any(isinstance(c, dict) and c.get("type") != "text" for c in content):
-            return True
-    return False
 
 
 def text_chars(messages: list[dict[str, Any]]) -> int:

@@ -18,9 +18,14 @@ from typing import Any
 import jsonschema
 from PIL import Image
 
-from verl_ext.rollout.media import session_png
+from verl_ext.rollout.media import media_parts, session_png
 from verl_ext.rollout.protocols import Protocol, ToolCall
 from verl_ext.tools.client import ToolCallError, ToolServerError, shared_client
+
+
+# The policy's copies of the question images (verl's decoded, resized images), awaited only by a session that needs
+# them: both session kinds' ``open`` take it.
+QuestionImages = Callable[[], Awaitable[Sequence[Image.Image]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +64,6 @@ class CallOutcome:
     latency_s: float = 0.0
     mei: list[dict[str, str]] = field(default_factory=list)
     cached: bool = False
-
 
     @property
     def shown_images(self) -> list[tuple[str, Image.Image]]:
@@ -105,10 +109,7 @@ class ToolSession:
         self.session_id: str | None = None
 
     async def open(
-        self,
-        question_images: Callable[[], Awaitable[Sequence[Image.Image]]],
-        group_id: str | None,
-        originals: Sequence[bytes | None] = (),
+        self, question_images: QuestionImages, group_id: str | None, originals: Sequence[bytes | None] = ()
     ) -> list[str]:
         """Registers the question images as img_1..; returns their refs. Where the dataset row holds an image's
         encoded file (``originals[i]``), the server gets that file, as a search engine gets the uploaded picture and
@@ -185,13 +186,8 @@ def encoded_question_images(messages: Sequence[dict[str, Any]]) -> list[bytes | 
     ``RLHFDataset`` puts a parquet image (``{"bytes": ..., "path": ...}``) into the prompt as ``{"type": "image",
     **image}``. None for parts given as PIL images, paths or URLs (their pixels are registered as the policy sees
     them)."""
-    found: list[bytes | None] = []
-    for message in messages:
-        content = message.get("content")
-        if isinstance(content, str):
-            continue
-        for part in content or ():
-            if isinstance(part, dict) and part.get("type") == "image":
-                data = part.get("bytes")
-                found.append(bytes(data) if isinstance(data, bytes | bytearray) and data else None)
-    return found
+    return [
+        bytes(data) if isinstance(data := part.get("bytes"), bytes | bytearray) and data else None
+        for part in media_parts(messages)
+        if part.get("type") == "image"
+    ]

@@ -13,7 +13,7 @@ on it (ours in ``verl_ext.tools.verl_tools`` do) keep working.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +21,7 @@ from PIL import Image
 from verl.tools.function_tool import FunctionTool, normalize_function_tool_return
 
 from verl_ext.rollout.protocols import ToolCall
-from verl_ext.rollout.tool_backend import CallOutcome, ToolCatalog
+from verl_ext.rollout.tool_backend import CallOutcome, QuestionImages, ToolCatalog
 
 
 @dataclass(eq=False)  # identity hashing: tools key weak per-episode tables on it
@@ -52,10 +52,7 @@ class VerlToolsSession:
         self._images = 0
 
     async def open(
-        self,
-        question_images: Callable[[], Awaitable[Sequence[Image.Image]]],
-        group_id: str | None,
-        originals: Sequence[bytes | None] = (),
+        self, question_images: QuestionImages, group_id: str | None, originals: Sequence[bytes | None] = ()
     ) -> list[str]:
         """verl tools get the images as the policy sees them (``originals`` are for the tool server's register)."""
         self.episode.image_data = list(await question_images())
