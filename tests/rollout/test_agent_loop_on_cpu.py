@@ -160,6 +160,13 @@ async def test_images_loaded_at_turn_k_are_in_every_later_generate_call_and_in_t
     assert tuple(map(tuple, inputs["image_grid_thw"].tolist())) == client.calls[-1].image_grid_thw
 
 
+def png_part(image: Image.Image) -> dict:
+    """An image part as verl's ``RLHFDataset`` builds it from a parquet row: the file, and the image opened on it."""
+    buf = io.BytesIO()
+    image.save(buf, format="PNG")
+    return {"type": "image", "bytes": buf.getvalue(), "image": Image.open(io.BytesIO(buf.getvalue()))}
+
+
 async def _registered_question_image(model, processor, server, part: dict) -> tuple[tuple[int, int], AgentLoopOutput]:
     """Runs a one-turn episode on ``part`` as the question image: the size of img_1 in the server's register while
     the episode runs, and the episode's output."""
@@ -185,9 +192,7 @@ async def test_the_tool_server_registers_the_rows_encoded_question_image_not_the
     """A parquet row's image reaches the prompt as ``{"type": "image", "bytes": ..., "image": <decoded>}`` (verl's
     RLHFDataset): the policy sees verl's resized copy, the tool server gets the file itself, as data generation
     registered it."""
-    buf = io.BytesIO()
-    world.load_pixels("flag_fra", max_pixels=4_000_000).resize((1200, 800)).save(buf, format="PNG")
-    part = {"type": "image", "bytes": buf.getvalue(), "image": Image.open(io.BytesIO(buf.getvalue()))}
+    part = png_part(world.load_pixels("flag_fra", max_pixels=4_000_000).resize((1200, 800)))
     registered, out = await _registered_question_image(tiny_vl_model, processor, server, part)
     assert registered == (1200, 800)
     assert out.multi_modal_data["images"][0].size == (1204, 812)  # the policy's copy: verl's, sides rounded to 28
@@ -210,13 +215,6 @@ def test_encoded_question_images_are_taken_from_image_parts_in_order():
         {"role": "user", "content": [{"type": "image", "image": "file:///x.png"}, {"type": "image", "bytes": b""}]},
     ]
     assert encoded_question_images(messages) == [png, None, None]
-
-
-def png_part(image: Image.Image) -> dict:
-    """An image part as verl's ``RLHFDataset`` builds it from a parquet row: the file, and the image opened on it."""
-    buf = io.BytesIO()
-    image.save(buf, format="PNG")
-    return {"type": "image", "bytes": buf.getvalue(), "image": Image.open(io.BytesIO(buf.getvalue()))}
 
 
 async def test_the_rollouts_of_a_group_decode_their_question_image_once(
