@@ -1,0 +1,92 @@
+"""The vision tower stays frozen through a training step (Neos, Appendix C), through the same pieces a verl FSDP worker
+runs: the process-wide hook the plugin installs, a real Qwen2.5-VL forward with an image, and verl's
+``build_optimizer`` (the optimizer its FSDP engine builds) with Neos' weight decay. The default (no flag) trains the
+tower, which shows the check can fail."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+from transformers import AutoModelForImageTextToText
+
+from verl_ext.models import freeze
+
+
+@pytest.fixture
+def fresh_model(tiny_vl_model_dir: Path):
+    torch.manual_seed(0)
+    return AutoModelForImageTextToText.from_pretrained(tiny_vl_model_dir, dtype=torch.float32).train()
+
+
+@pytest.fixture
+def hook():
+    yield freeze
+    freeze.uninstall()
+
+
+def _one_step(model, processor) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """One AdamW step (verl's ``build_optimizer`` with Neos' lr scale and wd 0.01) on an image question; returns the
+    vision and language parameters before the step."""
+    from verl.workers.config.optimizer import FSDPOptimizerConfig, build_optimizer
+
+    image = Image.new("RGB", (112, 84), (200, 30, 30))
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Which flag is this?"}]}]
+    text = processor.apply_chat_template(messages, add_generation_prompt=True) + "Austria<|im_end|>"
+    inputs = processor(text=[text], images=[image], return_tensors="pt")
+    vision = {n: p.detach().clone() for n, p in model.named_parameters() if ".visual." in f".{n}"}
+    language = {n: p.detach().clone() for n, p in model.named_parameters() if ".visual." not in f".{n}"}
+    optimizer = build_optimizer(model.parameters(), FSDPOptimizerConfig(lr=1e-2, weight_decay=0.01))
+    loss = model(**inputs, labels=inputs["input_ids"]).loss
+    loss.backward()
+    optimizer.step()
+    return vision, language
+
+
+def _changed(model, before: dict[str, torch.Tensor]) -> set[str]:
+    params = dict(model.named_parameters())
+    return {n for n, old in before.items() if not torch.equal(params[n].detach(), old)}
+
+
+def test_with_the_flag_the_vision_tower_gets_no_update_and_the_language_model_does(
+    fresh_model, tiny_vl_processor, hook, monkeypatch
+):
+    monkeypatch.setenv(freeze.ENV_FLAG, "1")
+    assert hook.install() is True  # what the plugin does on `import verl` in each Ray worker
+    vision, language = _one_step(fresh_model, tiny_vl_processor)
+    assert len(vision) > 10  # encoder blocks and the merger
+    assert any("merger" in n for n in vision)
+    assert _changed(fresh_model, vision) == set()
+    assert all(p.grad is None for n, p in fresh_model.named_parameters() if n in vision)  # no Adam step, no decay
+    assert len(_changed(fresh_model, language)) > 0.9 * len(language)
+
+
+def test_without_the_flag_nothing_is_frozen(fresh_model, tiny_vl_processor, hook, monkeypatch):
+    monkeypatch.delenv(freeze.ENV_FLAG, raising=False)
+    assert hook.install() is False
+    vision, _ = _one_step(fresh_model, tiny_vl_processor)
+    assert len(_changed(fresh_model, vision)) > 0.9 * len(vision)
+
+
+def test_freezing_is_idempotent_and_finds_the_tower_under_model(fresh_model):
+    towers = list(freeze.vision_towers(fresh_model))
+    assert towers and all(t is fresh_model.model.visual for t in towers)
+    first = freeze.freeze_vision_tower(fresh_model)
+    assert first == sum(1 for _ in fresh_model.model.visual.parameters())
+    assert freeze.freeze_vision_tower(fresh_model) == 0
+    assert not any(p.requires_grad for p in fresh_model.model.visual.parameters())
+    assert all(p.requires_grad for n, p in fresh_model.named_parameters() if ".visual." not in f".{n}")
+
+
+def test_the_plugin_installs_the_hook_in_a_fresh_process_only_when_asked(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    probe = "import verl, verl_ext.models.freeze as f; print(f._handle is not None)"
+    for flag, expected in (("1", "True"), ("0", "False")):
+        env = {**os.environ, freeze.ENV_FLAG: flag}
+        out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+        assert out.stdout.strip().splitlines()[-1] == expected, out.stderr[-2000:]
