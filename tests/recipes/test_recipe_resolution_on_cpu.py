@@ -39,7 +39,7 @@ def test_neos_recipe_sets_the_papers_loss_and_sampling_defaults(neos_job):
     actor = neos_job["actor_rollout_ref"]["actor"]
     assert (actor["clip_ratio"], actor["clip_ratio_c"], actor["loss_agg_mode"]) == (0.2, 3.0, "token-mean")
     assert (actor["entropy_coeff"], actor["use_kl_loss"], actor["ppo_epochs"]) == (0, False, 1)
-    assert (actor["optim"]["lr"], actor["optim"]["weight_decay"], actor["grad_clip"]) == (1e-6, 0.01, 1.0)
+    assert (actor["optim"]["lr"], actor["optim"]["weight_decay"], actor["optim"]["clip_grad"]) == (1e-6, 0.01, 1.0)
     rollout = neos_job["actor_rollout_ref"]["rollout"]
     assert (rollout["n"], rollout["temperature"], rollout["multi_turn"]["max_assistant_turns"]) == (8, 1.0, 50)
 

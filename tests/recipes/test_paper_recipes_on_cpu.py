@@ -1,0 +1,166 @@
+"""The paper recipes as a cluster user launches them: composed by ``main_ppo`` from the installed package with only
+device keys overridden, every value is the paper's (Neos, Table 12 and Appendix C; ModalSearcher, §4 and Appendix C,
+Tables 9-11), and what the trainer derives from them holds at paper scale: the sampler's B, window and admission
+limit, one optimizer step per update, verl's own config validation at 32 and 64 ranks, a long question with its image
+and the tool schemas inside the prompt budget (real Qwen tokenizer and image processor), the turn limit inside the
+response budget."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+from PIL import Image
+
+DEVICE_KEYS = ("actor_rollout_ref.model.path=/models/policy",)
+
+
+def compose_resolved(*overrides: str) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-m", "verl.trainer.main_ppo", *overrides, "--cfg", "job", "--resolve"],
+        capture_output=True, text=True, timeout=300, cwd="/",  # only what pip installed
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return yaml.safe_load(out.stdout)
+
+
+@pytest.fixture(scope="module")
+def neos() -> dict:
+    return compose_resolved("+recipe=neos", *DEVICE_KEYS)
+
+
+@pytest.fixture(scope="module")
+def modalsearcher() -> dict:
+    return compose_resolved("+recipe=modalsearcher", *DEVICE_KEYS)
+
+
+def test_neos_table_12_values(neos):
+    data, actor = neos["data"], neos["actor_rollout_ref"]["actor"]
+    rollout = neos["actor_rollout_ref"]["rollout"]
+    assert data["train_batch_size"] == 64  # B
+    assert rollout["n"] == 8  # G
+    assert data["max_prompt_length"] + data["max_response_length"] == 131_072  # context
+    assert rollout["multi_turn"]["max_assistant_turns"] == 50
+    assert (rollout["temperature"], rollout["top_p"]) == (1.0, 1.0)
+    assert (actor["clip_ratio_low"], actor["clip_ratio_high"], actor["clip_ratio_c"]) == (0.2, 0.2, 3.0)
+    assert (actor["loss_agg_mode"], actor["entropy_coeff"], actor["use_kl_loss"]) == ("token-mean", 0, False)
+    assert neos["algorithm"]["use_kl_in_reward"] is False
+    optim = actor["optim"]
+    assert (optim["lr"], optim["weight_decay"], optim["betas"], optim["clip_grad"]) == (1e-6, 0.01, [0.9, 0.999], 1.0)
+    assert (optim["lr_decay_style"], optim["lr_warmup_steps_ratio"]) == ("constant", 0.0)
+    assert actor["ppo_epochs"] == 1 and neos["trainer"]["total_epochs"] == 1
+    megatron = actor["megatron"]
+    assert actor["strategy"] == "megatron"
+    assert (megatron["tensor_model_parallel_size"], megatron["context_parallel_size"],
+            megatron["pipeline_model_parallel_size"]) == (4, 2, 1)
+    assert neos["trainer"]["n_gpus_per_node"] * neos["trainer"]["nnodes"] == 32  # policy GPUs
+    assert neos["trainer"]["v1"]["neos"]["mei"]["update_every"] == 10  # K
+
+
+def test_neos_freezes_the_vision_tower_in_every_worker(neos, modalsearcher):
+    assert neos["actor_rollout_ref"]["actor"]["freeze_vision_tower"] is True
+    env = neos["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]
+    assert env["NEOS_FREEZE_VISION_TOWER"] == "1"  # what verl_ext.models.freeze acts on, in each Ray worker
+    # ModalSearcher trains the vision tower (Table 9: "Vision tower frozen: False")
+    assert modalsearcher["actor_rollout_ref"]["actor"]["freeze_vision_tower"] is False
+    assert "env_vars" not in modalsearcher["ray_kwargs"]["ray_init"]["runtime_env"]
+
+
+def test_both_recipes_configure_an_llm_answer_judge(neos, modalsearcher, monkeypatch):
+    for job in (neos, modalsearcher):
+        judge = job["reward"]["reward_kwargs"]["judge"]
+        assert judge["url"] == "http://127.0.0.1:8000/v1" and judge["model"] == "judge"
+    from verl_ext.reward.judge import JudgeConfig
+
+    assert JudgeConfig.from_mapping(neos["reward"]["reward_kwargs"]["judge"]).url  # the manager's own parser accepts it
+
+
+def test_neos_derived_sampler_and_update_plan(neos):
+    from verl_ext.trainer.mixed_groups import mixed_group_settings
+
+    config = OmegaConf.create(neos)
+    sampler, _, _ = mixed_group_settings(config, config.data.train_batch_size)
+    assert (sampler.groups, sampler.group_size, sampler.max_per_group) == (64, 8, 12)
+    assert (sampler.window, sampler.admission_limit) == (128, 1024)
+    actor = config.actor_rollout_ref.actor
+    selected = sampler.groups * sampler.group_size  # exactly B*G trajectories per update
+    per_step = actor.ppo_mini_batch_size * config.actor_rollout_ref.rollout.n  # verl's global batch per step
+    assert (selected, selected // per_step * actor.ppo_epochs) == (512, 1)  # one optimizer step per update
+
+
+def test_the_35b_variant_derives_the_papers_smaller_window(tmp_path):
+    job = compose_resolved("+recipe=neos", *DEVICE_KEYS, "data.train_batch_size=32")
+    from verl_ext.trainer.mixed_groups import mixed_group_settings
+
+    sampler, _, _ = mixed_group_settings(OmegaConf.create(job), 32)
+    assert (sampler.window, sampler.admission_limit) == (64, 512)
+    assert job["actor_rollout_ref"]["actor"]["ppo_mini_batch_size"] == 32  # follows B
+
+
+@pytest.mark.parametrize("recipe", ["neos", "modalsearcher"])
+@pytest.mark.parametrize("nodes", [4, 8])  # 8-GPU nodes: the paper's 32 policy GPUs, and 64
+def test_verl_validates_the_config_at_paper_scale(recipe, nodes, neos, modalsearcher):
+    """verl's own check (``validate_config``, run by its TaskRunner; it instantiates the engine's actor config, so a
+    key the engine does not know fails here, as ``actor.grad_clip`` did on Megatron)."""
+    from verl.utils.config import validate_config
+
+    config = OmegaConf.create({"neos": neos, "modalsearcher": modalsearcher}[recipe])
+    config.trainer.n_gpus_per_node, config.trainer.nnodes = 8, nodes
+    validate_config(config, use_reference_policy=False, use_critic=False)
+
+
+def test_modalsearcher_table_10_values(modalsearcher):
+    job = modalsearcher
+    actor, rollout = job["actor_rollout_ref"]["actor"], job["actor_rollout_ref"]["rollout"]
+    assert job["algorithm"]["adv_estimator"] == "rloo_vectorized"
+    assert (job["data"]["train_batch_size"], actor["ppo_mini_batch_size"], rollout["n"]) == (96, 96, 6)
+    assert (actor["optim"]["lr"], job["trainer"]["total_epochs"], actor["loss_agg_mode"]) == (1e-6, 4, "token-mean")
+    assert (actor["use_kl_loss"], actor["entropy_coeff"], job["algorithm"]["use_kl_in_reward"]) == (False, 0, False)
+    assert (rollout["name"], rollout["tensor_model_parallel_size"]) == ("vllm", 1)
+    assert (rollout["gpu_memory_utilization"], rollout["max_num_batched_tokens"]) == (0.8, 8192)
+    assert rollout["multi_turn"]["max_assistant_turns"] == 46
+    assert job["data"]["max_prompt_length"] + job["data"]["max_response_length"] == 48_000
+    assert job["data"]["mm_processor_kwargs"]["size"]["longest_edge"] == 262_144  # Table 9
+    custom = rollout["custom"]["neos_rollout"]
+    assert (custom["max_consecutive_errors"], custom["group_cache"]) == (3, True)
+
+
+LONG_QUESTION = (
+    "Start from the flag shown in the image. Let A be the country it belongs to; among the cities of A that lie on "
+    "a river rising in a neighbouring country, take the one whose coat of arms shows a white tower on a red field; "
+) * 12  # ~2,400 characters: longer than any question our pipelines write
+
+
+@pytest.mark.parametrize("recipe, protocol", [("neos", "neos"), ("modalsearcher", "modalsearch")])
+def test_system_prompt_tool_schemas_long_question_and_a_large_image_fit_the_prompt(
+    recipe, protocol, tiny_vl_processor, neos, modalsearcher
+):
+    from tool_server.protocol import tool_schemas
+    from verl_ext.rollout.prompts import system_prompt
+
+    job = {"neos": neos, "modalsearcher": modalsearcher}[recipe]
+    schemas = tool_schemas(protocol)
+    messages = [
+        {"role": "system", "content": system_prompt(protocol, schemas)},
+        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": LONG_QUESTION}]},
+    ]
+    text = tiny_vl_processor.apply_chat_template(
+        messages, tools=schemas if protocol == "neos" else None, add_generation_prompt=True
+    )
+    photo = Image.new("RGB", (6000, 4000))  # a 24-megapixel question photo: resized to the recipe's pixel limit
+    kwargs = job["data"]["mm_processor_kwargs"]
+    ids = tiny_vl_processor(text=[text], images=[photo], return_tensors="pt", **kwargs)["input_ids"][0]
+    image_tokens = int((ids == tiny_vl_processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")).sum())
+    assert image_tokens > 200  # the photo really is large in tokens
+    assert len(ids) <= job["data"]["max_prompt_length"], (len(ids), image_tokens)
+
+
+def test_the_response_budget_holds_every_turn_the_neos_protocol_allows(neos):
+    rollout = neos["actor_rollout_ref"]["rollout"]
+    turns, turn_tokens = rollout["multi_turn"]["max_assistant_turns"], rollout["custom"]["neos_rollout"]["max_turn_tokens"]
+    response = neos["data"]["max_response_length"]
+    assert turns * turn_tokens <= response
+    assert (response - turns * turn_tokens) / turns >= 200  # room left per turn for observations beyond generation
