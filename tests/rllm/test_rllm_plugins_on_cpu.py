@@ -81,7 +81,8 @@ def tool_server_url(small_world) -> Iterator[str]:
 def qwen_tokenizer(request):
     transformers = pytest.importorskip("transformers", reason="the Qwen tokenizer needs transformers")
     if not os.environ.get("NEOS_TINY_VL_DIR") and importlib.util.find_spec("torch") is None:
-        pytest.skip("no torch here to build the tiny Qwen2.5-VL: set NEOS_TINY_VL_DIR (python -m verl_ext.models build)")
+        pytest.skip("no torch here to build the tiny Qwen2.5-VL: set NEOS_TINY_VL_DIR to a built one "
+                    "(python -m verl_ext.models build)")
     return transformers.AutoTokenizer.from_pretrained(request.getfixturevalue("tiny_vl_model_dir"))
 
 

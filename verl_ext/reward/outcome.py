@@ -2,8 +2,8 @@
 
 The verl reward managers (``managers.py``) and the rLLM adapters (``verl_ext.rllm``) both score through
 :func:`score_turns`, so an episode gets the same reward whichever framework ran it.
-Neos: binary correctness of the final turn's plain text. ModalSearcher (Sec. 3.3 of the paper): 0.9·accuracy +
-0.1·format; an episode ended by 3 consecutive agent errors gets 0.1, one ended by tool instability 0.
+Neos: binary correctness of the final turn's plain text. ModalSearcher (Sec. 3.3 and Appendix C.3 of its paper):
+0.9·accuracy + 0.1·format; an episode ended by 3 consecutive agent errors gets 0.1, one ended by tool instability 0.
 """
 
 from __future__ import annotations

@@ -74,6 +74,7 @@ def export(rows: list[Mapping[str, Any]], out: Path, *, name: str) -> dict[str, 
                 "id": task_id, "question": task.question, "images": paths, "ground_truth": task.ground_truth,
                 "agent_name": row.get("agent_name"),
             }, ensure_ascii=False))
+        description = f"{protocol} tasks exported by neos-verl; evaluator: {EVALUATOR_OF_PROTOCOL[protocol]}"
         (tmp / "data" / f"{split}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
         (tmp / "dataset.toml").write_text(
             "[dataset]\n"
@@ -83,7 +84,7 @@ def export(rows: list[Mapping[str, Any]], out: Path, *, name: str) -> dict[str, 
             'category = "vlm"\n'
             'instruction_field = "question"\n'
             f"default_agent = {json.dumps(AGENT_OF_PROTOCOL[protocol])}\n"
-            f"description = {json.dumps(f'{protocol} tasks exported by neos-verl; evaluator: {EVALUATOR_OF_PROTOCOL[protocol]}')}\n",
+            f"description = {json.dumps(description)}\n",
             encoding="utf-8",
         )
         tmp.rename(out)

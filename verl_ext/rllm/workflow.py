@@ -21,7 +21,9 @@ from verl_ext.rllm.env import ToolServerEnv
 
 _workflow = require_rllm("rllm.workflows.workflow")
 _types = require_rllm("rllm.types")
-Workflow, TerminationEvent, TerminationReason = _workflow.Workflow, _workflow.TerminationEvent, _workflow.TerminationReason
+Workflow, TerminationEvent, TerminationReason = (
+    _workflow.Workflow, _workflow.TerminationEvent, _workflow.TerminationReason
+)
 Episode, Step, Trajectory = _types.Episode, _types.Step, _types.Trajectory
 
 _WORKFLOW_KEYS = ("timeout", "gamma", "reward_bonus_coeff", "store")
