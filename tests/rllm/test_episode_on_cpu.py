@@ -4,7 +4,6 @@ a scripted stand-in for a model, since no model writes valid calls here. No verl
 from __future__ import annotations
 
 import importlib.util
-import io
 import json
 from pathlib import Path
 
@@ -15,36 +14,18 @@ from PIL import Image
 from verl_ext.reward.judge import AnswerJudge, JudgeConfig
 from verl_ext.rllm.benchmark import export
 from verl_ext.rllm.episode import Observation, SearchEpisode, SearchSettings, SearchTask, assistant_text
-from verl_ext.rllm.messages import engine_observation, engine_prompt, openai_observations, openai_prompt
+from verl_ext.rllm.messages import (
+    answer_native_calls,
+    engine_observation,
+    engine_prompt,
+    openai_observations,
+    openai_prompt,
+)
 from verl_ext.rollout.prompts import final_turn_instruction
 
-ORIGIN = "https://neos-world.invalid"
+from .conftest import ORIGIN, call, png, react, row
+
 RULE_JUDGE = AnswerJudge(JudgeConfig())
-
-
-def call(name: str, **arguments) -> str:
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
-
-
-def react(name: str, **arguments) -> str:
-    return "<think>next step</think>" + call(name, **arguments)
-
-
-def png(color=(200, 30, 30), size=(64, 48)) -> bytes:
-    buf = io.BytesIO()
-    Image.new("RGB", size, color).save(buf, format="PNG")
-    return buf.getvalue()
-
-
-def row(question: str, answer: str, agent: str = "neos_search_agent") -> dict:
-    """A row as data generation writes our task parquet (verl's columns)."""
-    return {
-        "prompt": [{"role": "user", "content": "<image>\n" + question}],
-        "images": [{"bytes": png(), "path": None}],
-        "reward_model": {"style": "rule", "ground_truth": {"target": answer, "aliases": []}},
-        "agent_name": agent,
-        "extra_info": {"split": "benchmark", "question": question, "task_id": "t0"},
-    }
 
 
 def url_of(server: TestServer) -> str:
@@ -150,6 +131,15 @@ def test_tool_images_render_as_user_turns_with_images_and_text_only_results_stay
     assert native[1]["role"] == "user" and native[1]["content"][0]["image_url"]["url"].startswith("data:image/png")
     react_turn = openai_observations([Observation("3 results")])
     assert react_turn == [{"role": "user", "content": "<tool_response>\n3 results\n</tool_response>"}]
+
+
+def test_every_native_call_gets_an_answer_even_when_the_turn_was_refused():
+    ok = [Observation("3 results")]
+    assert [o.call_id for o in answer_native_calls(ok, ["c1"])] == ["c1"]
+    refused = [Observation("Error (too_many_calls): 2 tool calls in one turn; at most 1")]
+    answered = answer_native_calls(refused, ["c1", "c2"])
+    assert [(o.call_id, o.text) for o in answered] == [("c1", refused[0].text), ("c2", refused[0].text)]
+    assert answer_native_calls(ok, []) == ok  # text-form calls (ModalSearcher) have no ids
 
 
 def test_openai_native_calls_become_the_text_form_our_parsers_read():

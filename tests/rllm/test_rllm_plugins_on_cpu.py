@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import io
 import json
 import os
 import subprocess
@@ -27,6 +26,7 @@ pytest.importorskip(
     "rllm", reason="rLLM is not installed: it installs from its repository into its own environment (docs/rllm.md)"
 )
 
+import aiohttp  # noqa: E402
 from aiohttp import web  # noqa: E402
 from rllm.engine.agent_workflow_engine import AgentWorkflowEngine  # noqa: E402
 from rllm.engine.rollout.rollout_engine import ModelOutput, RolloutEngine  # noqa: E402
@@ -34,6 +34,7 @@ from rllm.environments.base.base_env import BaseEnv  # noqa: E402
 from rllm.eval.agent_loader import load_agent  # noqa: E402
 from rllm.eval.evaluator_loader import load_evaluator  # noqa: E402
 from rllm.parser.chat_template_parser import QwenChatTemplateParser  # noqa: E402
+from rllm.types import AgentConfig  # noqa: E402
 from rllm.workflows.workflow import TerminationEvent, TerminationReason  # noqa: E402
 
 from tool_server.launch import served  # noqa: E402
@@ -42,33 +43,9 @@ from verl_ext.rllm.env import ToolServerEnv  # noqa: E402
 from verl_ext.rllm.flow import ModalSearchFlow, NeosAnswerEvaluator, NeosSearchFlow  # noqa: E402
 from verl_ext.rllm.workflow import SearchWorkflow  # noqa: E402
 
-ORIGIN = "https://neos-world.invalid"
+from .conftest import ORIGIN, call, react, row  # noqa: E402
+
 VISION = "<|vision_start|><|image_pad|><|vision_end|>"
-
-
-def call(name: str, **arguments) -> str:
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
-
-
-def react(name: str, **arguments) -> str:
-    return "<think>next step</think>" + call(name, **arguments)
-
-
-def png(color=(200, 30, 30), size=(64, 48)) -> bytes:
-    buf = io.BytesIO()
-    Image.new("RGB", size, color).save(buf, format="PNG")
-    return buf.getvalue()
-
-
-def row(question: str, answer: str, agent: str = "neos_search_agent") -> dict:
-    """A row as data generation writes our task parquet (verl's columns)."""
-    return {
-        "prompt": [{"role": "user", "content": "<image>\n" + question}],
-        "images": [{"bytes": png(), "path": None}],
-        "reward_model": {"style": "rule", "ground_truth": {"target": answer, "aliases": []}},
-        "agent_name": agent,
-        "extra_info": {"split": "benchmark", "question": question, "task_id": "t0"},
-    }
 
 
 @pytest.fixture(scope="module")
@@ -218,6 +195,15 @@ async def test_an_episode_the_engine_terminates_is_still_scored_and_its_session_
     assert len(trajectory.steps) == 1 and trajectory.reward == 0.0
     workflow = await engine.workflow_queue.get()
     assert workflow.env.episode._session.session_id is None  # closed on the server
+
+
+async def test_a_dead_model_server_fails_the_flow_and_its_session_is_closed(tool_server_url, tmp_path: Path):
+    flow = NeosSearchFlow(tool_server_url=tool_server_url, model_timeout_s=10)
+    dead = AgentConfig(base_url="http://127.0.0.1:9/v1", model="none", session_uid="s0")  # port 9: nothing listens
+    with pytest.raises(aiohttp.ClientError):  # rLLM's engine records the episode as an error
+        await flow.arun(row("Which country?", "France"), dead)
+    async with aiohttp.ClientSession() as http, http.get(tool_server_url + "/healthz") as resp:
+        assert (await resp.json())["sessions"] == 0
 
 
 def test_the_flows_and_evaluators_are_found_through_rllms_entry_points():

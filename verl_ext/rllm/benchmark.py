@@ -66,7 +66,7 @@ def export(rows: list[Mapping[str, Any]], out: Path, *, name: str) -> dict[str, 
                 raise ValueError(f"row {index}: {e}") from None
             task_id = str((row.get("extra_info") or {}).get("task_id") or index)
             paths = []
-            for k, data in enumerate(task.images):
+            for data in task.images:
                 path = f"images/{hashlib.sha1(data).hexdigest()[:16]}{_suffix(data)}"
                 (tmp / path).write_bytes(data)
                 paths.append(path)

@@ -81,16 +81,21 @@ class SearchTask:
         question = row.get("question") or extra.get("question") or _prompt_text(row.get("prompt"))
         if not question:
             raise ValueError("task row has no question (question, extra_info.question or a user prompt message)")
-        reward_model = row.get("reward_model") or {}
-        ground_truth = row.get("ground_truth", reward_model.get("ground_truth"))
-        if ground_truth is None:
-            raise ValueError("task row has no ground_truth (ground_truth or reward_model.ground_truth)")
+        ground_truth = ground_truth_of(row)
         agent = row.get("agent_name")
         protocol = PROTOCOL_OF_AGENT.get(agent) if agent else None
         if agent and protocol is None:
             raise ValueError(f"task row's agent_name {agent!r} is none of {sorted(PROTOCOL_OF_AGENT)}")
         images = tuple(_image_file(item, base_dir) for item in list(row.get("images") or []))
         return cls(str(question), ground_truth, images, protocol, row.get("group_id"))
+
+
+def ground_truth_of(row: Mapping[str, Any]) -> Any:
+    """The reference answer of a task row: ``ground_truth`` (benchmark export) or ``reward_model.ground_truth``."""
+    ground_truth = row.get("ground_truth", (row.get("reward_model") or {}).get("ground_truth"))
+    if ground_truth is None:
+        raise ValueError("task row has no ground_truth (ground_truth or reward_model.ground_truth)")
+    return ground_truth
 
 
 def _prompt_text(prompt: Any) -> str:

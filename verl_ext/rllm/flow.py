@@ -13,9 +13,7 @@ matcher decides.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -23,8 +21,8 @@ import aiohttp
 from verl_ext.reward.judge import AnswerJudge, JudgeConfig, chat_message
 from verl_ext.reward.outcome import score_turns
 from verl_ext.rllm import require_rllm
-from verl_ext.rllm.episode import SearchEpisode, SearchSettings, SearchTask, assistant_text
-from verl_ext.rllm.messages import instruction, openai_observations, openai_prompt
+from verl_ext.rllm.episode import SearchEpisode, SearchSettings, SearchTask, assistant_text, ground_truth_of
+from verl_ext.rllm.messages import answer_native_calls, instruction, openai_observations, openai_prompt
 
 _types = require_rllm("rllm.types")
 _eval_types = require_rllm("rllm.eval.types")
@@ -77,9 +75,7 @@ class SearchAgentFlow:
                     observations = await ep.act(text)
                     if observations is None:
                         break
-                    ids = [c.get("id") for c in calls]
-                    if ids and len(ids) == len(observations):
-                        observations = [dataclasses.replace(o, call_id=i) for o, i in zip(observations, ids)]
+                    observations = answer_native_calls(observations, [c.get("id") for c in calls])
                     messages += openai_observations(observations)
                     if ep.final_turn:
                         messages.append(instruction(ep.final_instruction))
@@ -119,15 +115,14 @@ class SearchEvaluator:
         record = _record(episode)
         if record is None:
             return EvalOutput(reward=0.0, is_correct=False, metadata={"neos_eval_error": "no episode record"})
-        search_task = SearchTask.from_row(row, base_dir=getattr(task, "dataset_dir", None) or Path("."))
         protocol = self.protocol or record["protocol"]
         reward, info = asyncio.run(
             score_turns(
                 AnswerJudge(self.judge_config),
                 protocol,
                 [t for t in record["turn_texts"] if t.strip()],
-                question=search_task.question,
-                ground_truth=search_task.ground_truth,
+                question=record["question"],
+                ground_truth=ground_truth_of(row),
                 termination_reason=record["termination_reason"],
             )
         )

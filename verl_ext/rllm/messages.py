@@ -14,6 +14,7 @@ loaded follow in a ``user`` message.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from verl_ext.rllm.episode import Observation, SearchEpisode, png_data_uri
@@ -44,6 +45,18 @@ def openai_prompt(episode: SearchEpisode) -> list[dict[str, Any]]:
     parts: list[dict[str, Any]] = [_image_part(im) for im in episode.question_images]
     parts.append({"type": "text", "text": episode.task.question})
     return [{"role": "system", "content": episode.system_prompt}, {"role": "user", "content": parts}]
+
+
+def answer_native_calls(observations: list[Observation], call_ids: list[str]) -> list[Observation]:
+    """The observations as answers to the turn's native calls: chat APIs require a ``tool`` message for every call
+    id. When the turn was refused as a whole (more calls than allowed, a malformed one), its one error observation
+    answers each call."""
+    if not call_ids:
+        return observations
+    if len(observations) == len(call_ids):
+        return [dataclasses.replace(o, call_id=i) for o, i in zip(observations, call_ids)]
+    (error,) = observations
+    return [dataclasses.replace(error, call_id=i) for i in call_ids]
 
 
 def openai_observations(observations: list[Observation]) -> list[dict[str, Any]]:

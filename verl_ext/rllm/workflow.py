@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from verl_ext.rllm import require_rllm
-from verl_ext.rllm.episode import assistant_text
 from verl_ext.rllm.env import ToolServerEnv
+from verl_ext.rllm.episode import assistant_text
 
 _workflow = require_rllm("rllm.workflows.workflow")
 _types = require_rllm("rllm.types")
