@@ -42,6 +42,7 @@ from verl_ext.rllm.benchmark import export  # noqa: E402
 from verl_ext.rllm.env import ToolServerEnv  # noqa: E402
 from verl_ext.rllm.flow import ModalSearchFlow, NeosAnswerEvaluator, NeosSearchFlow  # noqa: E402
 from verl_ext.rllm.workflow import SearchWorkflow  # noqa: E402
+from verl_ext.tools.client import close_shared_clients  # noqa: E402
 
 from .conftest import ORIGIN, call, react, row  # noqa: E402
 
@@ -98,6 +99,16 @@ class ScriptedStandInEngine(RolloutEngine):
         )
 
 
+async def run_tasks(engine: AgentWorkflowEngine, rows: list[dict], **kwargs) -> list:
+    """``engine.execute_tasks``, then each pooled workflow's env closed (rLLM's engine has no shutdown of its own),
+    from this event loop: the synchronous env API works from async code too."""
+    try:
+        return await engine.execute_tasks(rows, **kwargs)
+    finally:
+        while engine.workflow_queue is not None and not engine.workflow_queue.empty():
+            engine.workflow_queue.get_nowait().env.close()
+
+
 def test_the_env_is_an_rllm_base_env_returning_tool_images_as_images(tool_server_url):
     env = ToolServerEnv.from_dict({**row("Which country's flag is it?", "Mexico"),
                                    "env_settings": {"tool_server_url": tool_server_url}})
@@ -135,7 +146,7 @@ async def test_the_workflow_runs_neos_turns_through_rllms_engine_with_tool_image
         rollout_engine=model,
         n_parallel_tasks=1,
     )
-    (episode,) = await engine.execute_tasks([row("Which country's flag has the emblem?", "Mexico")], task_ids=["t0"])
+    (episode,) = await run_tasks(engine, [row("Which country's flag has the emblem?", "Mexico")], task_ids=["t0"])
     assert episode.termination_reason == TerminationReason.ENV_DONE and episode.is_correct
     (trajectory,) = episode.trajectories
     assert trajectory.name == "neos" and trajectory.reward == 1.0 and len(trajectory.steps) == 3
@@ -165,7 +176,7 @@ async def test_the_workflow_scores_modalsearch_with_accuracy_and_format(tool_ser
         rollout_engine=model,
         n_parallel_tasks=1,
     )
-    (episode,) = await engine.execute_tasks([row("Which country?", "France", "modalsearch_react_agent")])
+    (episode,) = await run_tasks(engine, [row("Which country?", "France", "modalsearch_react_agent")])
     (trajectory,) = episode.trajectories
     assert trajectory.name == "modalsearch" and trajectory.reward == pytest.approx(0.9 + 0.1)
     assert episode.info["fmt"] == 1.0 and episode.is_correct
@@ -176,7 +187,7 @@ async def test_format_credit_alone_is_not_counted_correct(tool_server_url, qwen_
     model = ScriptedStandInEngine(qwen_tokenizer, ["<think>guess</think><answer>Spain</answer>"])
     engine = AgentWorkflowEngine(workflow_cls=SearchWorkflow, workflow_args={"tool_server_url": tool_server_url},
                                  rollout_engine=model, n_parallel_tasks=1)
-    (episode,) = await engine.execute_tasks([row("Which country?", "France", "modalsearch_react_agent")])
+    (episode,) = await run_tasks(engine, [row("Which country?", "France", "modalsearch_react_agent")])
     assert episode.trajectories[0].reward == pytest.approx(0.1) and not episode.is_correct
 
 
@@ -188,22 +199,38 @@ async def test_an_episode_the_engine_terminates_is_still_scored_and_its_session_
     ])
     engine = AgentWorkflowEngine(workflow_cls=SearchWorkflow, workflow_args={"tool_server_url": tool_server_url},
                                  rollout_engine=model, n_parallel_tasks=1)
-    (episode,) = await engine.execute_tasks([row("Which country?", "Mexico")])
+    (episode,) = await run_tasks(engine, [row("Which country?", "Mexico")])
     assert episode.termination_reason == TerminationReason.MAX_PROMPT_LENGTH_EXCEEDED
     assert episode.info["termination_reason"] == "context" and episode.info["reward"] == 0.0
     (trajectory,) = episode.trajectories
     assert len(trajectory.steps) == 1 and trajectory.reward == 0.0
-    workflow = await engine.workflow_queue.get()
-    assert workflow.env.episode._session.session_id is None  # closed on the server
+    assert await open_sessions(tool_server_url) == 0
+
+
+async def test_an_engine_failure_is_an_error_episode_with_its_session_closed(tool_server_url, qwen_tokenizer):
+    model = ScriptedStandInEngine(qwen_tokenizer, [call("TextSearch", query=["Mexico"]), RuntimeError("engine down")])
+    engine = AgentWorkflowEngine(workflow_cls=SearchWorkflow, workflow_args={"tool_server_url": tool_server_url},
+                                 rollout_engine=model, n_parallel_tasks=1, retry_limit=1, raise_on_error=False)
+    (episode,) = await run_tasks(engine, [row("Which country?", "Mexico")])
+    assert episode.termination_reason == TerminationReason.ERROR
+    assert episode.info["error"]["error_message"] == "engine down"
+    assert await open_sessions(tool_server_url) == 0
+
+
+async def open_sessions(url: str) -> int:
+    async with aiohttp.ClientSession() as http, http.get(url + "/healthz") as resp:
+        return (await resp.json())["sessions"]
 
 
 async def test_a_dead_model_server_fails_the_flow_and_its_session_is_closed(tool_server_url, tmp_path: Path):
     flow = NeosSearchFlow(tool_server_url=tool_server_url, model_timeout_s=10)
     dead = AgentConfig(base_url="http://127.0.0.1:9/v1", model="none", session_uid="s0")  # port 9: nothing listens
-    with pytest.raises(aiohttp.ClientError):  # rLLM's engine records the episode as an error
-        await flow.arun(row("Which country?", "France"), dead)
-    async with aiohttp.ClientSession() as http, http.get(tool_server_url + "/healthz") as resp:
-        assert (await resp.json())["sessions"] == 0
+    try:
+        with pytest.raises(aiohttp.ClientError):  # rLLM's engine records the episode as an error
+            await flow.arun(row("Which country?", "France"), dead)
+    finally:
+        await close_shared_clients()
+    assert await open_sessions(tool_server_url) == 0
 
 
 def test_the_flows_and_evaluators_are_found_through_rllms_entry_points():

@@ -2,7 +2,8 @@
 
 rLLM's environments are synchronous (gym's ``reset``/``step``, run in its executor threads); our session is async.
 Each env therefore owns an event loop and a connection pool bound to it, and runs its coroutines there: envs never
-share a loop, so they are safe in rLLM's thread pool (``is_multithread_safe``), one thread at a time per env.
+share a loop, so they are safe in rLLM's thread pool (``is_multithread_safe``), one thread at a time per env, and
+callable from async code too.
 
 Observations: ``reset`` gives the system prompt, the question, its images (PIL) and the tool schemas; ``step(text)``
 takes the assistant turn as text (Qwen's form; OpenAI-native calls: ``episode.assistant_text``) and gives the
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from verl_ext.reward.judge import AnswerJudge
@@ -39,7 +41,15 @@ class ToolServerEnv(BaseEnv):
         self.episode: SearchEpisode | None = None
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self._loop.run_until_complete(coro)
+        """``coro`` on the env's loop. Called from inside a running event loop (the sync API used from async code),
+        the env's loop runs in a helper thread, since a thread can run one loop at a time; the caller blocks, as a
+        synchronous environment does."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self._loop.run_until_complete(coro)
+        with ThreadPoolExecutor(1) as pool:
+            return pool.submit(self._loop.run_until_complete, coro).result()
 
     def reset(self, task: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
         if task is not None:
@@ -91,7 +101,12 @@ class ToolServerEnv(BaseEnv):
         try:
             return self._run(ep.score(AnswerJudge(ep.settings.judge_config())))
         finally:
-            self._run(ep.close())
+            self.close_session()
+
+    def close_session(self) -> None:
+        """Closes the episode's tool-server session (idempotent); the episode's record stays readable."""
+        if self.episode is not None:
+            self._run(self.episode.close())
 
     def _require_episode(self) -> SearchEpisode:
         if self.episode is None:

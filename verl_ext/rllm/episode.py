@@ -17,7 +17,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from PIL import Image
 from pydantic import BaseModel, ConfigDict, Field
@@ -48,7 +48,7 @@ class SearchSettings(BaseModel):
     group_cache: bool = False
     max_parallel_calls: int = Field(1, ge=1)
     max_observation_chars: int = Field(8192, ge=16)
-    truncate_side: str = "middle"
+    truncate_side: Literal["left", "right", "middle"] = "middle"
     call_timeout_s: float = Field(120.0, gt=0)
     max_concurrent_calls: int = Field(256, ge=1)
     system_prompt: str | None = None
@@ -163,8 +163,8 @@ class SearchEpisode:
     register: list[str] = field(default_factory=list)  # refs the session holds, question images first
     calls: list[dict[str, Any]] = field(default_factory=list)  # per call: turn, name, ok, error class/type, refs
     question_images: list[Image.Image] = field(default_factory=list)  # decoded, in register order
-    _session: ToolSession | None = None
-    _schemas: list[dict[str, Any]] = field(default_factory=list)
+    _session: ToolSession | None = field(default=None, init=False, repr=False)
+    _schemas: list[dict[str, Any]] = field(default_factory=list, init=False, repr=False)
 
     @property
     def protocol(self) -> Protocol:

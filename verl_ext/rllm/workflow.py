@@ -77,6 +77,9 @@ class SearchWorkflow(Workflow):
         except TerminationEvent as e:  # the engine stopped it (e.g. the prompt outgrew its budget)
             ep.end_early("context" if e.reason == TerminationReason.MAX_PROMPT_LENGTH_EXCEEDED else e.reason.value)
             reason = e.reason
+        except BaseException:  # rLLM records the failed episode; the session is not left to the server's TTL
+            await self.run_in_executor(env.close_session)
+            raise
         if not done:  # ended by the driver: score it as our reward managers would
             reward, reward_info = await self.run_in_executor(env.finish)
         else:
