@@ -42,7 +42,6 @@ from verl_ext.rllm.benchmark import export  # noqa: E402
 from verl_ext.rllm.env import ToolServerEnv  # noqa: E402
 from verl_ext.rllm.flow import ModalSearchFlow, NeosAnswerEvaluator, NeosSearchFlow  # noqa: E402
 from verl_ext.rllm.workflow import SearchWorkflow  # noqa: E402
-from verl_ext.tools.client import close_shared_clients  # noqa: E402
 
 from .conftest import ORIGIN, call, react, row  # noqa: E402
 
@@ -225,11 +224,8 @@ async def open_sessions(url: str) -> int:
 async def test_a_dead_model_server_fails_the_flow_and_its_session_is_closed(tool_server_url, tmp_path: Path):
     flow = NeosSearchFlow(tool_server_url=tool_server_url, model_timeout_s=10)
     dead = AgentConfig(base_url="http://127.0.0.1:9/v1", model="none", session_uid="s0")  # port 9: nothing listens
-    try:
-        with pytest.raises(aiohttp.ClientError):  # rLLM's engine records the episode as an error
-            await flow.arun(row("Which country?", "France"), dead)
-    finally:
-        await close_shared_clients()
+    with pytest.raises(aiohttp.ClientError):  # rLLM's engine records the episode as an error
+        await flow.arun(row("Which country?", "France"), dead)
     assert await open_sessions(tool_server_url) == 0
 
 

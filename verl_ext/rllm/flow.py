@@ -23,6 +23,7 @@ from verl_ext.reward.outcome import score_turns
 from verl_ext.rllm import require_rllm
 from verl_ext.rllm.episode import SearchEpisode, SearchSettings, SearchTask, assistant_text, ground_truth_of
 from verl_ext.rllm.messages import answer_native_calls, instruction, openai_observations, openai_prompt
+from verl_ext.tools.client import ToolServerClient
 
 _types = require_rllm("rllm.types")
 _eval_types = require_rllm("rllm.eval.types")
@@ -52,38 +53,47 @@ class SearchAgentFlow:
         row = getattr(task, "metadata", task)
         search_task = SearchTask.from_row(row, base_dir=getattr(task, "dataset_dir", None))
         protocol = self.protocol or search_task.protocol or "neos"
-        ep = SearchEpisode(search_task, SearchSettings.for_protocol(protocol, **self.settings_overrides))
+        settings = SearchSettings.for_protocol(protocol, **self.settings_overrides)
         model = JudgeConfig(
             url=config.base_url, model=config.model, max_tokens=self.max_turn_tokens, timeout_s=self.model_timeout_s
         )
-        steps = []
-        try:
-            await ep.open()
-            messages = openai_prompt(ep)
-            if ep.final_turn:
-                messages.append(instruction(ep.final_instruction))
-            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.model_timeout_s)) as http:
-                while True:
-                    reply = await chat_message(http, model, messages, tools=ep.native_tools)
-                    calls = reply.get("tool_calls") or []
-                    text = assistant_text(reply.get("content"), calls)
-                    assistant: dict[str, Any] = {"role": "assistant", "content": reply.get("content") or ""}
-                    if calls:
-                        assistant["tool_calls"] = calls
-                    messages.append(assistant)
-                    steps.append(Step(output=text, action=text, model_response=text))
-                    observations = await ep.act(text)
-                    if observations is None:
-                        break
-                    observations = answer_native_calls(observations, [c.get("id") for c in calls])
-                    messages += openai_observations(observations)
-                    if ep.final_turn:
-                        messages.append(instruction(ep.final_instruction))
-        finally:
-            await ep.close()
+        # Pools of the episode's own, closed with it: rLLM's engines have no shutdown hook for a shared one.
+        async with (
+            ToolServerClient(settings.tool_server_url, timeout_s=settings.call_timeout_s) as tools,
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.model_timeout_s)) as http,
+        ):
+            ep = SearchEpisode(search_task, settings, client=tools)
+            try:
+                steps = await self._turns(ep, http, model)
+            finally:
+                await ep.close()
         record = {**ep.summary(), "turn_texts": list(ep.turn_texts), "question": search_task.question}
         trajectory = Trajectory(name=protocol, steps=steps, output=ep.answer or "", metadata={RECORD_KEY: record})
         return Episode(trajectories=[trajectory], metadata={"termination_reason": ep.termination_reason})
+
+
+    @staticmethod
+    async def _turns(ep: SearchEpisode, http: aiohttp.ClientSession, model: JudgeConfig) -> list[Any]:
+        await ep.open()
+        messages = openai_prompt(ep)
+        if ep.final_turn:
+            messages.append(instruction(ep.final_instruction))
+        steps = []
+        while True:
+            reply = await chat_message(http, model, messages, tools=ep.native_tools)
+            calls = reply.get("tool_calls") or []
+            text = assistant_text(reply.get("content"), calls)
+            assistant: dict[str, Any] = {"role": "assistant", "content": reply.get("content") or ""}
+            if calls:
+                assistant["tool_calls"] = calls
+            messages.append(assistant)
+            steps.append(Step(output=text, action=text, model_response=text))
+            observations = await ep.act(text)
+            if observations is None:
+                return steps
+            messages += openai_observations(answer_native_calls(observations, [c.get("id") for c in calls]))
+            if ep.final_turn:
+                messages.append(instruction(ep.final_instruction))
 
 
 class NeosSearchFlow(SearchAgentFlow):
