@@ -27,17 +27,9 @@ from verl import DataProto
 from verl.experimental.reward_loop.reward_manager import register
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
-from verl_ext.reward.judge import AnswerJudge, JudgeConfig, Verdict
-from verl_ext.reward.protocols import (
-    modalsearcher_answer,
-    modalsearcher_format_ok,
-    neos_final_text,
-    split_assistant_turns,
-)
-
-ACC_WEIGHT, FORMAT_WEIGHT = 0.9, 0.1
-AGENT_ERRORS_REWARD, TOOL_ERRORS_REWARD = 0.1, 0.0
-_PRED_CHARS = 500  # enough to audit a verdict in logs without bloating the batch
+from verl_ext.reward.judge import AnswerJudge, JudgeConfig
+from verl_ext.reward.outcome import score_turns
+from verl_ext.reward.protocols import split_assistant_turns
 
 
 def _question(non_tensor: Mapping[str, Any], extra_info: Mapping[str, Any]) -> str:
@@ -92,10 +84,8 @@ class NeosAnswerJudgeRewardManager(_JudgedRewardManager):
 
     async def run_single(self, data: DataProto) -> dict:
         turns, fields = await self._turns_and_fields(data)
-        prediction = neos_final_text(turns)
-        verdict = await self.judge.judge(fields["question"], fields["ground_truth"], prediction)
-        info = {**AnswerJudge.extra_info(verdict), "pred": prediction[:_PRED_CHARS]}
-        return {"reward_score": float(verdict.correct), "reward_extra_info": info}
+        score, info = await score_turns(self.judge, "neos", turns, **fields)
+        return {"reward_score": score, "reward_extra_info": info}
 
 
 @register("modalsearch_reward")
@@ -104,19 +94,5 @@ class ModalSearchRewardManager(_JudgedRewardManager):
 
     async def run_single(self, data: DataProto) -> dict:
         turns, fields = await self._turns_and_fields(data)
-        termination = fields["termination_reason"]
-        prediction = modalsearcher_answer(turns)
-        fmt = float(modalsearcher_format_ok(turns))
-        if termination in ("agent_errors", "tool_errors"):
-            # How the episode ended decides its reward: no judge call, and it does not count as correct.
-            verdict = Verdict(correct=False, source="rule")
-            score = AGENT_ERRORS_REWARD if termination == "agent_errors" else TOOL_ERRORS_REWARD
-        else:
-            verdict = await self.judge.judge(fields["question"], fields["ground_truth"], prediction)
-            score = ACC_WEIGHT * float(verdict.correct) + FORMAT_WEIGHT * fmt
-        info = {
-            **AnswerJudge.extra_info(verdict),
-            "fmt": fmt,
-            "pred": prediction[:_PRED_CHARS],
-        }
+        score, info = await score_turns(self.judge, "modalsearch", turns, **fields)
         return {"reward_score": score, "reward_extra_info": info}

@@ -36,7 +36,7 @@ from verl_ext.rollout.record import (
     TrajectoryRecord,
     TurnRecord,
 )
-from verl_ext.rollout.settings import EpisodeSettings, resolve_settings
+from verl_ext.rollout.settings import EpisodeSettings, resolve_settings, truncate
 from verl_ext.rollout.splice import Splice, merge_tail
 from verl_ext.rollout.tokens import (
     OFF_LOOP_MERGE_CHARS,
@@ -47,18 +47,6 @@ from verl_ext.rollout.tokens import (
 )
 from verl_ext.rollout.tool_backend import CallOutcome, ToolSession, encoded_question_images, tool_catalog
 from verl_ext.rollout.verl_tools_session import VerlToolsSession, verl_tool_catalog
-
-
-def truncate(text: str, limit: int, side: str) -> str:
-    """verl's ``tool_response_truncate_side`` semantics, so a user's setting means the same in both loops."""
-    if len(text) <= limit:
-        return text
-    if side == "left":
-        return "(truncated)..." + text[-limit:]
-    if side == "right":
-        return text[:limit] + "...(truncated)"
-    half = limit // 2
-    return text[:half] + "...(truncated)..." + text[-half:]
 
 
 @dataclass

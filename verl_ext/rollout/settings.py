@@ -27,6 +27,18 @@ PROTOCOL_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
+def truncate(text: str, limit: int, side: str) -> str:
+    """verl's ``tool_response_truncate_side`` semantics, so a user's setting means the same in every loop."""
+    if len(text) <= limit:
+        return text
+    if side == "left":
+        return "(truncated)..." + text[-limit:]
+    if side == "right":
+        return text[:limit] + "...(truncated)"
+    half = limit // 2
+    return text[:half] + "...(truncated)..." + text[-half:]
+
+
 class EpisodeSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 

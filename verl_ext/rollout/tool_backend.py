@@ -20,7 +20,7 @@ from PIL import Image
 
 from verl_ext.rollout.media import media_parts, session_png
 from verl_ext.rollout.protocols import Protocol, ToolCall
-from verl_ext.tools.client import ToolCallError, ToolServerError, shared_client
+from verl_ext.tools.client import ToolCallError, ToolServerClient, ToolServerError, shared_client
 
 
 # The policy's copies of the question images (verl's decoded, resized images), awaited only by a session that needs
@@ -75,15 +75,19 @@ _CATALOG_LOCKS: dict[tuple[str, str, int], asyncio.Lock] = {}
 _SEMAPHORES: dict[tuple[int, int], asyncio.Semaphore] = {}
 
 
-async def tool_catalog(base_url: str, protocol: Protocol, timeout_s: float) -> ToolCatalog:
-    """The protocol's tools from ``GET /v1/tools``, fetched once per process."""
+async def tool_catalog(
+    base_url: str, protocol: Protocol, timeout_s: float, client: ToolServerClient | None = None
+) -> ToolCatalog:
+    """The protocol's tools from ``GET /v1/tools``, fetched once per process (through ``client`` when the caller owns
+    one, else the process's shared pool)."""
     key = (base_url, protocol)
     if key in _CATALOGS:
         return _CATALOGS[key]
     lock = _CATALOG_LOCKS.setdefault((*key, id(asyncio.get_running_loop())), asyncio.Lock())
     async with lock:
         if key not in _CATALOGS:
-            _CATALOGS[key] = ToolCatalog.from_schemas(await shared_client(base_url, timeout_s).list_tools(protocol))
+            client = client or shared_client(base_url, timeout_s)
+            _CATALOGS[key] = ToolCatalog.from_schemas(await client.list_tools(protocol))
     return _CATALOGS[key]
 
 
@@ -102,8 +106,17 @@ def _decode_png(data: bytes) -> Image.Image:
 class ToolSession:
     """One episode's session on the tool server (its visual register lives there)."""
 
-    def __init__(self, base_url: str, catalog: ToolCatalog, *, timeout_s: float, max_in_flight: int) -> None:
-        self.client = shared_client(base_url, timeout_s)
+    def __init__(
+        self,
+        base_url: str,
+        catalog: ToolCatalog,
+        *,
+        timeout_s: float,
+        max_in_flight: int,
+        client: ToolServerClient | None = None,
+    ) -> None:
+        # ``client``: a pool the caller owns (one bound to its own event loop); by default the process's shared one
+        self.client = client or shared_client(base_url, timeout_s)
         self.catalog = catalog
         self.max_in_flight = max_in_flight
         self.session_id: str | None = None
