@@ -146,8 +146,9 @@ def world(small_world):
 
 
 @pytest.fixture
-async def tool_server(world, tmp_path):
-    """A real tool server (our aiohttp app, extractive MEI without OCR) on loopback, in this event loop."""
+async def tool_server_with(world, tmp_path):
+    """``await tool_server_with(**ServerSettings fields)``: a real tool server (our aiohttp app, extractive MEI
+    without OCR) on loopback, in this event loop, with those settings; all are closed after the test."""
     from aiohttp.test_utils import TestServer
 
     from tool_server.app import ServerSettings, create_app
@@ -155,14 +156,26 @@ async def tool_server(world, tmp_path):
     from tool_server.mei import MEIConfig, build_interface
     from verl_ext.tools.client import close_shared_clients
 
-    app = create_app(
-        world=world,
-        mei=build_interface(MEIConfig(log_path=tmp_path / "mei.jsonl", ocr=False)),
-        cache=TieredCache.from_config(memory_items=1000),
-        settings=ServerSettings(max_register_images=64),
-    )
-    server = TestServer(app)
-    await server.start_server()
-    yield server
+    servers: list[TestServer] = []
+
+    async def start(**settings):
+        app = create_app(
+            world=world,
+            mei=build_interface(MEIConfig(log_path=tmp_path / f"mei{len(servers) or ''}.jsonl", ocr=False)),
+            cache=TieredCache.from_config(memory_items=1000),
+            settings=ServerSettings(**{"max_register_images": 64, **settings}),
+        )
+        servers.append(TestServer(app))
+        await servers[-1].start_server()
+        return servers[-1]
+
+    yield start
     await close_shared_clients()
-    await server.close()
+    for server in servers:
+        await server.close()
+
+
+@pytest.fixture
+async def tool_server(tool_server_with):
+    """A real tool server with the default settings (see ``tool_server_with``)."""
+    return await tool_server_with()

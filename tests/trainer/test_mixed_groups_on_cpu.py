@@ -20,6 +20,7 @@ same path.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from collections import defaultdict
@@ -46,6 +47,7 @@ from verl_ext.credit.labels import CREDIT_KEY, CreditLabels
 from verl_ext.rollout.record import RECORD_KEY, TrajectoryRecord
 from verl_ext.rollout.admission import admission_key
 from verl_ext.rollout.tq_worker import NeosAgentLoopWorker
+from verl_ext.trainer.metrics import failed_session_warn_share
 from verl_ext.trainer.mixed_groups import (
     CHECKPOINT_FILE,
     MixedGroupReplayBuffer,
@@ -250,14 +252,23 @@ def test_settings_come_from_trainer_v1_neos_sampler(config):
         make_trainer(config)
 
 
+def test_the_failed_session_warning_threshold_defaults_to_five_percent(config):
+    assert failed_session_warn_share(config) == 0.05
+    with open_dict(config):
+        config.trainer.v1.neos.failed_session_warn_share = 1.5
+    with pytest.raises(ValueError, match="failed_session_warn_share"):
+        failed_session_warn_share(config)
+
+
 async def sample(trainer, step: int):
     trainer.global_steps = step
     return await asyncio.to_thread(trainer.replay_buffer.sample, step, "train", B)
 
 
 async def test_mixed_groups_batch_topups_deferral_cancel_and_resume(
-    transfer_queue, config, tmp_path, scripted_agent
+    transfer_queue, config, tmp_path, scripted_agent, caplog
 ):
+    caplog.set_level(logging.WARNING, logger="verl_ext.trainer.metrics")
     SCRIPT.calls.clear()
     SCRIPT.uids.clear()
     SCRIPT.blocked.clear()
@@ -303,6 +314,10 @@ async def test_mixed_groups_batch_topups_deferral_cancel_and_resume(
     assert metrics["neos_sampler/cancelled"] == 5.0 and metrics["neos_sampler/discarded"] == 1.0
     assert metrics["neos_sampler/selected"] == 4.0 and metrics["neos_sampler/carried"] == 2.0
     assert metrics["neos_sampler/judged_failures"] == 3.0  # q0's one, q1's two
+    # q2's crashed sample is the batch's one failed session, of the 9 that ended (8 finished + 1 aborted): > 5%, warned
+    assert metrics["neos_rollout/failed_sessions"] == 1.0
+    assert metrics["neos_rollout/failed_session_share"] == pytest.approx(1 / 9)
+    assert "1 of 9 trajectories" in caplog.text
     tq.kv_clear(keys=batch.keys, partition_id="train")  # what verl's fit() does after the step
 
     # Checkpoint after step 1, then a fresh trainer resumes: q2 and q4 (carried, rows from the checkpoint) make

@@ -83,6 +83,7 @@ class NeosAgentLoopWorker(_VerlWorker):
         self.assessor = GroupAssessor(size=int(rollout.n))
         self._warned = False
         self._sessions: dict[str, asyncio.Task[None]] = {}  # admission key -> running mixed-group session
+        self._submitted: set[tuple[str, str]] = set()  # (uid, session) of trajectories in the assessor, until they end
 
     def _assess_group(self, kwargs: dict[str, Any]):
         if self.llm_judge is not None:
@@ -108,6 +109,7 @@ class NeosAgentLoopWorker(_VerlWorker):
                     self._warned = True
             else:
                 record = TrajectoryRecord.model_validate(final.extra_fields[RECORD_KEY])
+                self._submitted.add((str(kwargs["uid"]), str(kwargs["session_id"])))
                 labels = await self.assessor.submit(
                     str(kwargs["uid"]),
                     str(kwargs["session_id"]),
@@ -118,6 +120,22 @@ class NeosAgentLoopWorker(_VerlWorker):
                 if labels is not None:
                     final.extra_fields[CREDIT_KEY] = labels.model_dump(mode="json")
         return await super()._agent_loop_postprocess(output, validate, **kwargs)
+
+    async def _run_agent_loop(self, sampling_params: dict, trajectory: dict, **kwargs: Any) -> Any:
+        """verl's, and a trajectory that raises before its group's assessor has it (tool server down at session
+        open, a processor error, a failed reward call) is withdrawn from the group, which completes without it: its
+        siblings are assessed among themselves instead of waiting for it forever. verl's ``_run_prompt`` still logs
+        the error and marks the group ``failure``; the trainer counts the missing trajectory
+        (``neos_rollout/failed_sessions``)."""
+        member = (str(kwargs.get("uid")), str(kwargs.get("session_id")))
+        try:
+            return await super()._run_agent_loop(sampling_params, trajectory, **kwargs)
+        except BaseException:
+            if not trajectory["validate"] and not _TRAINER_JUDGES.get() and member not in self._submitted:
+                await self.assessor.withdraw(*member)
+            raise
+        finally:
+            self._submitted.discard(member)
 
     async def _run_prompt(self, prompt: dict, sampling_params: dict, trajectory: dict, trace: bool = False) -> None:
         """verl's ``_run_prompt``, except that a row with ``__session_ids__`` runs exactly those sessions."""

@@ -31,6 +31,11 @@ training set's size) and ``poll_interval`` (seconds between TransferQueue polls,
 ``data.train_batch_size`` (per ``parameter_sync_step``), G is ``actor_rollout_ref.rollout.n``. Rewards must be known
 at sampling time (a rule-based reward or ``reward.reward_model.enable_resource_pool``), and the agent-loop manager
 must be ``verl_ext.rollout.tq_worker.NeosAgentLoopManagerTQ``.
+
+A trajectory whose agent loop raises (tool server down at session open, a processor error) ends with no rows, with or
+without the sampler: it is counted per batch in ``neos_rollout/failed_sessions`` and ``.../failed_session_share``
+(the sampler's aborted ones; with verl's batches the sampled groups' missing members), and a share above
+``trainer.v1.neos.failed_session_warn_share`` (default 0.05) logs a warning.
 """
 
 from __future__ import annotations
@@ -54,6 +59,12 @@ from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 from verl.utils import tensordict_utils as tu
 
 from verl_ext.rollout.admission import SESSIONS_KEY, SUCCESS_THRESHOLD, TRAIN, admission_key
+from verl_ext.trainer.metrics import (
+    DEFAULT_FAILED_SESSION_WARN_SHARE,
+    failed_session_metrics,
+    failed_session_warn_share,
+    sessions_present,
+)
 from verl_ext.trainer.sampler import Admission, GroupStatus, MixedGroupSampler, SamplerConfig, Selection
 
 log = logging.getLogger(__name__)
@@ -142,9 +153,11 @@ class MixedGroupReplayBuffer(ReplayBuffer):
         next_rows: Callable[[], TensorDict],
         poll_interval: float,
         max_deferred: int | None = None,
+        failed_session_warn_share: float = DEFAULT_FAILED_SESSION_WARN_SHARE,
         **replay_buffer_kwargs: Any,
     ) -> None:
         super().__init__(poll_interval=poll_interval, **replay_buffer_kwargs)
+        self.failed_session_warn_share = failed_session_warn_share
         self._next_rows = next_rows
         self.rows: dict[str, TensorDict] = {}  # question id (the row's uid) -> its one-row dataset batch
         self.sampler = MixedGroupSampler(sampler_config, self._questions())
@@ -308,6 +321,10 @@ class MixedGroupReplayBuffer(ReplayBuffer):
         metrics[f"{METRIC_PREFIX}judged_failures"] = float(sum(len(s) for s in self._judged.values()))
         outcomes = [ok for g in selection.groups for ok in g.outcomes]
         metrics[f"{METRIC_PREFIX}selected_success_share"] = sum(outcomes) / max(1, len(outcomes))
+        stats = selection.stats  # an aborted trajectory's agent loop raised: its slot went to another sample
+        metrics.update(
+            failed_session_metrics(stats.aborted, stats.finished + stats.aborted, self.failed_session_warn_share)
+        )
         return metrics
 
     # -------------------------------------------------------------- checkpoint
@@ -372,6 +389,7 @@ class MixedGroupSamplingMixin:
             next_rows=lambda: self._next_train_batch(1),
             poll_interval=poll_interval,
             max_deferred=max_deferred,
+            failed_session_warn_share=failed_session_warn_share(config),
             trainer_mode=self.trainer_mode,
             trainer_config=config.trainer.v1.get(self.trainer_mode, {}),
             max_off_policy_threshold=sampler.max_off_policy_threshold,
@@ -392,6 +410,17 @@ class MixedGroupSamplingMixin:
         """``data.gen_batch_size = 1``: the dataloader's position then matches the questions the sampler took."""
         with open_dict(self.config):
             self.config.data.gen_batch_size = 1
+
+    def _step_once(self, metrics: dict, timing_raw: dict, sample_batch_size: int) -> KVBatchMeta:
+        """verl's step; with verl's batches, the trajectories missing from the sampled groups (an agent loop raised;
+        verl trains the group on the rest) are counted: ``sample_batch_size`` x ``rollout.n`` were started. (The
+        sampler counts its own: ``BatchStats.aborted``.)"""
+        batch = super()._step_once(metrics, timing_raw, sample_batch_size)  # type: ignore[misc]
+        if not self._mixed_groups():
+            started = sample_batch_size * int(self.config.actor_rollout_ref.rollout.n)
+            failed = started - sessions_present(batch.keys, batch.tags)
+            metrics.update(failed_session_metrics(failed, started, failed_session_warn_share(self.config)))
+        return batch
 
     def prepare_step(self) -> dict:
         if not self._mixed_groups():
