@@ -140,3 +140,12 @@ def test_batch_metrics_tool_mix_and_credit_composition_hand_computed():
         "productive": 0.2, "causal_error": 0.2, "re_derailment": 0.0, "downstream": 0.2, "recovery": 0.2,
         "neutral": 0.2}
     assert "neos_credit/turn_share/neutral" not in batch_metrics(rows[:1], CreditParams())  # nothing judged
+    assert "neos_reward/judge_fallback_share" not in got  # no answer went to an LLM judge
+
+
+def test_batch_metrics_answer_judge_fallback_share_over_llm_judged_answers():
+    from verl_ext.credit import CreditParams
+    from verl_ext.trainer.metrics import batch_metrics
+
+    rows = [{"reward_extra_info": {"judge": source}} for source in ("llm", "llm", "rule_fallback", "rule")]
+    assert batch_metrics(rows, CreditParams())["neos_reward/judge_fallback_share"] == 1 / 3  # "rule" was a choice

@@ -54,13 +54,18 @@ def sessions_present(keys: Iterable[str], tags: Iterable[dict[str, Any]]) -> int
 
 
 def batch_metrics(rows: Sequence[dict[str, Any] | None], params: CreditParams) -> dict[str, float]:
-    """``neos_tools/calls_per_trajectory/<tool>`` over rows with a trajectory record, and
-    ``neos_credit/turn_share/<type>`` over the turns of assessed failures (absent when there are none)."""
+    """``neos_tools/calls_per_trajectory/<tool>`` over rows with a trajectory record, ``neos_credit/turn_share/<type>``
+    over the turns of assessed failures and ``neos_reward/judge_fallback_share`` over the answers sent to the LLM
+    answer judge (each absent when there are none)."""
     calls: Counter[str] = Counter()
     types: Counter[str] = Counter()
-    trajectories = 0
+    trajectories = llm_judged = judge_fallbacks = 0
     for extra in rows:
         extra = extra or {}
+        reward_info = extra.get("reward_extra_info") or {}
+        if reward_info.get("judge") in ("llm", "rule_fallback"):  # answers the LLM answer judge was asked about
+            llm_judged += 1
+            judge_fallbacks += reward_info["judge"] == "rule_fallback"
         record = extra.get(RECORD_KEY)
         if record is not None:
             trajectories += 1
@@ -71,6 +76,8 @@ def batch_metrics(rows: Sequence[dict[str, Any] | None], params: CreditParams) -
             if labels.assessed:
                 types.update(labels.turn_types(params))
     out = {f"neos_tools/calls_per_trajectory/{tool}": n / trajectories for tool, n in calls.items()}
+    if llm_judged:  # the answer judge's rule fallbacks (each process also warns: verl_ext.reward.judge)
+        out["neos_reward/judge_fallback_share"] = judge_fallbacks / llm_judged
     total = sum(types.values())
     if total:
         out.update({f"neos_credit/turn_share/{kind}": types[kind] / total for kind in CREDIT_TYPES})
