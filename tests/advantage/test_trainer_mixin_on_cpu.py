@@ -34,7 +34,7 @@ def test_labels_reach_the_estimator_in_verls_row_order(transfer_queue) -> None:
     from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
     labels = LABELS.model_dump(mode="json")
-    fallback = {"assessed": False, "judge": "test", "num_turns": 6, "fallback_reason": "fallback_timeout"}
+    fallback = {"assessed": False, "judge": "test", "num_turns": 6, "fallback_reason": "timeout"}
     rows = {
         "g1_0_0": _row("g1", SUCC_MASK[:6], 1.0, {"termination_reason": "answer"}),
         "g1_1_0": _row("g1", FAIL_MASK, 0.0, {CREDIT_KEY: labels}),
@@ -79,4 +79,6 @@ def test_labels_reach_the_estimator_in_verls_row_order(transfer_queue) -> None:
     np.testing.assert_allclose(adv["g2_1_0"], -0.5 * np.array(FAIL_MASK), rtol=1e-6)  # judge fell back: GRPO
     np.testing.assert_array_equal(adv["pad0_0_0"], 0.0)  # padding: its own group of one, no credit
     assert metrics["neos_credit/assessed_share"] == pytest.approx(1 / 5)
-    assert metrics["neos_credit/fallback_share"] == pytest.approx(1 / 5)
+    assert metrics["neos_credit/judged_failures"] == 2  # g1_1_0 and g2_1_0; the padding copy is not counted
+    assert metrics["neos_credit/fallback_share"] == pytest.approx(1 / 2)
+    assert metrics["neos_credit/fallback/timeout"] == pytest.approx(1 / 2)

@@ -1,4 +1,5 @@
-"""The credit judge's prompt (Neos §3.4 rules, in our words) and the rendering of reference and candidate.
+"""The credit judge's prompt (the rules of Neos §3.4 and App. F Fig. 18, in our words) and the rendering of the
+reference and candidate.
 
 Each candidate turn is shown with its span id, the call it made and what came back, and the images the policy
 could actually see when it took that turn, so the judge can apply the "only images in the history" rule.
@@ -14,7 +15,8 @@ from verl_ext.rollout.record import TrajectoryRecord, TurnRecord, span_id
 SYSTEM_PROMPT = f"""\
 You assign credit to the turns of a failed search-agent trajectory. You get the question, one verified successful \
 trajectory for the same question (the reference) and the failed trajectory (the candidate). Find the turns that \
-made the candidate fail and the turns that still did useful work.
+made the candidate fail and the turns that still did useful work. Judge the agent's decisions, not how closely it \
+imitated the reference, and do not grade the final answer again: it is already known to be wrong.
 
 How to judge:
 1. The reference shows one route that works. It is not the only one: a candidate turn that differs from the \
@@ -28,8 +30,18 @@ merely continue from that decision are its downstream consequences: leave them u
 leaves a workable route again, label that turn re_derailment.
 5. Judge a claim about an image only against images the candidate had seen by that turn; each turn lists them. \
 Captions, titles, file names, URLs and other metadata are not evidence of what an image shows.
-6. Use only the candidate's span ids as listed (t0, t1, ...), each at most once across events and productive turns. \
-A productive turn is one that retrieved or used evidence the answer needs.
+6. The final answer turn is a causal_error only if the candidate still held evidence that could have led to the \
+right answer (a viable route remained) and it chose an unsupported answer anyway. If the answer only states what an \
+earlier, never recovered error made inevitable, leave it unlabelled: it is a downstream consequence.
+7. A turn inside an unrecovered error branch can still be productive (it retrieved or used evidence the answer \
+needs). List it under productive_turns: it earns positive credit instead of the downstream penalty. Being \
+productive does not end the branch: only a recovery event does, and the other turns of the branch stay downstream.
+8. Some observations were never shown to the agent (marked "not shown to the agent"): the tool ran, but its result \
+did not fit the agent's remaining context. Do not guess what they held, and never blame the agent for not using \
+them.
+9. Use only the candidate's span ids as listed (t0, t1, ...), each at most once across events and productive turns. \
+A productive turn is one that retrieved or used evidence the answer needs. Label only significant events and \
+genuinely productive turns, and keep each rationale to one or two evidence-specific sentences.
 
 Reply with one JSON object and nothing else:
 {{"schema_version": "{SCHEMA_VERSION}",
@@ -41,6 +53,10 @@ Reply with one JSON object and nothing else:
  "confidence": <0..1>}}"""
 
 REPAIR_PROMPT = "Your reply could not be used: {error}\nReply again with only the corrected JSON object."
+TRUNCATED_ERROR = (
+    "it was cut off at the output limit of {max_tokens} tokens before the JSON object closed. Label only "
+    "significant events and genuinely productive turns, with shorter rationales"
+)
 
 _NOT_SHOWN = "(not shown to the agent)"
 

@@ -10,7 +10,7 @@ overlaps with every other group's generation. ``TurnCreditAdvantageMixin`` then 
 Select it with ``actor_rollout_ref.rollout.agent.agent_loop_manager_class=verl_ext.rollout.tq_worker.NeosAgentLoopManagerTQ``
 and configure the judge under ``actor_rollout_ref.rollout.custom.neos_credit_judge``: ``{kind: offline}`` (the task's
 ``extra_info.task_path``, ``OfflinePathJudge``) or ``{kind: llm, url: ..., model: ...}``
-(``JudgeConfig`` fields, ``CreditJudge``). Validation rollouts are not judged.
+(``CreditJudgeConfig`` fields, ``CreditJudge``). Validation rollouts are not judged.
 
 Mixed-group sampling (``verl_ext.trainer.mixed_groups``) changes two things. A prompt row carrying
 ``__session_ids__`` runs exactly those sessions (run-wide session indices chosen by the sampler, not ``0..n-1``), each
@@ -37,10 +37,9 @@ from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorke
 from verl.utils import tensordict_utils as tu
 
 from verl_ext.credit.group import GroupAssessor
-from verl_ext.credit.judge import CreditJudge
-from verl_ext.credit.labels import CREDIT_KEY, CreditLabels
+from verl_ext.credit.judge import CreditJudge, CreditJudgeConfig
+from verl_ext.credit.labels import CREDIT_KEY, CreditLabels, unassessed
 from verl_ext.credit.offline_judge import OfflinePathJudge, TaskPath
-from verl_ext.reward.judge import JudgeConfig
 from verl_ext.rollout.admission import SESSIONS_KEY, SUCCESS_THRESHOLD, TRAIN, admission_key
 from verl_ext.rollout.record import RECORD_KEY, TrajectoryRecord
 
@@ -79,7 +78,7 @@ class NeosAgentLoopWorker(_VerlWorker):
         kind = self.judge_config.pop("kind", "offline")
         if kind not in ("offline", "llm"):
             raise ValueError(f"{JUDGE_KEY}.kind must be offline or llm, got {kind!r}")
-        self.llm_judge = CreditJudge(JudgeConfig(**self.judge_config)) if kind == "llm" else None
+        self.llm_judge = CreditJudge(CreditJudgeConfig.from_mapping(self.judge_config)) if kind == "llm" else None
         self.assessor = GroupAssessor(size=int(rollout.n))
         self._warned = False
         self._sessions: dict[str, asyncio.Task[None]] = {}  # admission key -> running mixed-group session
@@ -167,8 +166,8 @@ class NeosAgentLoopWorker(_VerlWorker):
     async def assess_failures(self, reference_key: str, failure_keys: Sequence[str], task: dict[str, Any]) -> int:
         """Judge failed trajectories of one question against a success of it, both already in TransferQueue, and
         write each failure's labels into its ``extra_fields``. ``task`` is the dataset row's ``extra_info`` and
-        ``reward_model`` (the offline judge's path and answer). Returns how many were labelled; a judge that fails
-        labels none (those failures keep the plain outcome advantage)."""
+        ``reward_model`` (the offline judge's path and answer). Returns how many were labelled; a judge that raises
+        labels each failure unassessed (reason ``error``: the plain outcome advantage, counted by the estimator)."""
         keys = [reference_key, *failure_keys]
         data = await tq.async_kv_batch_get(keys=keys, partition_id=TRAIN, select_fields=["extra_fields"])
         extra = [dict(e) for e in data["extra_fields"]]
@@ -177,9 +176,10 @@ class NeosAgentLoopWorker(_VerlWorker):
         records = [TrajectoryRecord.model_validate(e[RECORD_KEY]) for e in extra]
         try:
             labels = await self._assess_group(task)(records[0], records[1:])
-        except Exception:
+        except Exception:  # counted: each failure falls back with reason "error"
             log.exception("credit judge failed for %s: outcome advantages only", list(failure_keys))
-            return 0
+            judge = self.llm_judge.name if self.llm_judge is not None else "offline_path"
+            labels = [unassessed(judge, len(r.turns), "error") for r in records[1:]]
         for fields, label in zip(extra[1:], labels, strict=True):
             fields[CREDIT_KEY] = label.model_dump(mode="json")
         await tq.async_kv_batch_put(
