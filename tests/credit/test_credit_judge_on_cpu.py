@@ -119,6 +119,21 @@ def test_prompt_carries_the_rules_span_ids_and_what_the_agent_saw() -> None:
         "span ids as listed",
     ):
         assert rule in SYSTEM_PROMPT
+
+
+def test_prompt_carries_the_three_rules_of_neos_fig18() -> None:
+    """Neos App. F Fig. 18, rules 6 and 7 and the withheld-observation note, in our words and the schema's keys."""
+    prompt = " ".join(SYSTEM_PROMPT.split())
+    # a wrong final answer is causal only if viable evidence remained; otherwise it is downstream (unlabelled)
+    assert "final answer turn is a causal_error only if" in prompt and "a viable route remained" in prompt
+    assert "earlier, never recovered error made inevitable, leave it unlabelled" in prompt
+    # productive turns inside an error branch keep positive credit; only recovery closes the branch
+    assert "inside an unrecovered error branch can still be productive" in prompt
+    assert "List it under productive_turns" in prompt and "only a recovery event does" in prompt
+    # withheld observations are never the policy's fault; the rendering marks them with the same words
+    assert '"not shown to the agent"' in prompt and "never blame the agent for not using them" in prompt
+    t4 = credit_messages(reference(), candidate())[1]["content"].split("[t4]")[1].split("\n\n")[0]
+    assert "(not shown to the agent)" in t4
     user = credit_messages(reference(), candidate())[1]["content"]
     assert "[reference turn 2]" in user and "[t7]" in user and "t0, t1, t2, t3, t4, t5, t6, t7" in user
     t0, t1, t3 = (user.split(f"[t{i}]")[1].split("\n\n")[0] for i in (0, 1, 3))
