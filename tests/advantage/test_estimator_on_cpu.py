@@ -149,6 +149,16 @@ def test_metrics_are_returned_through_the_context() -> None:
     assert metrics["neos_credit/neg_adv_mass"] == pytest.approx((1.025 + 3.5) / 4, rel=1e-6)
 
 
+def test_in_group_references_are_counted() -> None:
+    rows = _rows()
+    rows[1] = CreditRow("g1", LABELS.model_copy(update={"reference": "in_group"}))
+    rows[3] = CreditRow("g2", unassessed("test", 6, "invalid").model_copy(update={"reference": "verified"}))
+    _, metrics = _through_verl("full", rows)
+    assert metrics["neos_credit/reference/in_group_share"] == 0.5
+    _, metrics = _through_verl("full", _rows())
+    assert "neos_credit/reference/in_group_share" not in metrics  # the labels do not record it
+
+
 def test_rows_must_line_up_with_verls_batch() -> None:
     swapped = _rows()
     swapped[1], swapped[2] = swapped[2], swapped[1]

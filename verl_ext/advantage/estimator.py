@@ -15,6 +15,7 @@ and one warning per step is logged when the share of judged failures that fall b
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
@@ -213,15 +214,20 @@ def credit_metrics(
     fallbacks: FallbackCount,
 ) -> dict[str, float]:
     """Per-batch diagnostics: the share of rows trained with turn credit, the fallbacks (``FallbackCount.metrics``),
-    and the mean positive and negative advantage mass (token sums) per row."""
+    the mean positive and negative advantage mass (token sums) per row, and the share of labelled failures judged
+    against an in-group success rather than a verified reference (when the labels record it)."""
     n = max(1, len(rows))
     mass = run_values * run_lengths
-    return {
+    out = {
         "neos_credit/assessed_share": float(labelled.assessed.sum()) / n,
         **fallbacks.metrics(),
         "neos_credit/pos_adv_mass": float(np.maximum(mass, 0.0).sum()) / n,
         "neos_credit/neg_adv_mass": float(np.maximum(-mass, 0.0).sum()) / n,
     }
+    references = Counter(row.labels.reference for row in rows if row.labels is not None and row.labels.reference)
+    if references:  # judged against a success of the own group instead of a verified reference (Neos §3.4)
+        out["neos_credit/reference/in_group_share"] = references["in_group"] / sum(references.values())
+    return out
 
 
 def log_fallbacks(fallbacks: FallbackCount, labelled: LabelledFailures, max_share: float) -> None:

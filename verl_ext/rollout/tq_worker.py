@@ -10,7 +10,9 @@ overlaps with every other group's generation. ``TurnCreditAdvantageMixin`` then 
 Select it with ``actor_rollout_ref.rollout.agent.agent_loop_manager_class=verl_ext.rollout.tq_worker.NeosAgentLoopManagerTQ``
 and configure the judge under ``actor_rollout_ref.rollout.custom.neos_credit_judge``: ``{kind: offline}`` (the task's
 ``extra_info.task_path``, ``OfflinePathJudge``) or ``{kind: llm, url: ..., model: ...}``
-(``CreditJudgeConfig`` fields, ``CreditJudge``). Validation rollouts are not judged.
+(``CreditJudgeConfig`` fields, ``CreditJudge``, plus ``references``: the path of data generation's
+``references.jsonl``, whose verified success for the row's ``extra_info.reference_trajectory_id`` is the judge's
+reference; without it, or for a task it lacks, a success of the same group is). Validation rollouts are not judged.
 
 Mixed-group sampling (``verl_ext.trainer.mixed_groups``) changes two things. A prompt row carrying
 ``__session_ids__`` runs exactly those sessions (run-wide session indices chosen by the sampler, not ``0..n-1``), each
@@ -40,6 +42,7 @@ from verl_ext.credit.group import GroupAssessor
 from verl_ext.credit.judge import CreditJudge, CreditJudgeConfig
 from verl_ext.credit.labels import CREDIT_KEY, CreditLabels, unassessed
 from verl_ext.credit.offline_judge import OfflinePathJudge, TaskPath
+from verl_ext.credit.references import load_references, reference_id, with_reference
 from verl_ext.rollout.admission import SESSIONS_KEY, SUCCESS_THRESHOLD, TRAIN, admission_key
 from verl_ext.rollout.record import RECORD_KEY, TrajectoryRecord
 
@@ -78,14 +81,23 @@ class NeosAgentLoopWorker(_VerlWorker):
         kind = self.judge_config.pop("kind", "offline")
         if kind not in ("offline", "llm"):
             raise ValueError(f"{JUDGE_KEY}.kind must be offline or llm, got {kind!r}")
+        references = self.judge_config.pop("references", None)
         self.llm_judge = CreditJudge(CreditJudgeConfig.from_mapping(self.judge_config)) if kind == "llm" else None
+        self.references = load_references(references) if references and self.llm_judge else {}
+        if self.llm_judge is not None and not references:
+            log.warning(
+                "%s.references is not set: failures are judged against a success of their own group (checked only "
+                "by the answer reward), not a verified reference (Neos §3.4); set it to data generation's "
+                "references.jsonl", JUDGE_KEY,
+            )
         self.assessor = GroupAssessor(size=int(rollout.n))
         self._warned = False
         self._sessions: dict[str, asyncio.Task[None]] = {}  # admission key -> running mixed-group session
 
     def _assess_group(self, kwargs: dict[str, Any]):
         if self.llm_judge is not None:
-            return self.llm_judge.assess_group
+            verified = self.references.get(reference_id(kwargs.get("extra_info")) or "")
+            return with_reference(self.llm_judge.assess_group, verified)
         path = task_path(kwargs.get("extra_info"))
 
         async def offline(reference: TrajectoryRecord, failures: Sequence[TrajectoryRecord]) -> list[CreditLabels]:
