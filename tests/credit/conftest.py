@@ -160,7 +160,7 @@ async def credit_server(latency_s: float = 0.0) -> AsyncIterator[tuple[str, Coun
                 await asyncio.sleep(1.0)
             if model == "html" or (model == "html_once" and calls[model] == 1):
                 return web.Response(status=200, text="<html><body>502 Bad Gateway</body></html>")
-            repaired = body["messages"][-1]["content"].startswith("Your reply could not be used")
+            repaired = str(body["messages"][-1]["content"]).startswith("Your reply could not be used")
             content = {
                 "valid": VALID,
                 "fenced": f"```json\n{VALID}\n```",

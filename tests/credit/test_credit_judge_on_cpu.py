@@ -88,11 +88,11 @@ def test_a_judge_that_raises_falls_back_for_that_failure_only(monkeypatch) -> No
     real = CreditJudge.assess
     seen = []
 
-    async def flaky(self, reference, candidate, session=None):
+    async def flaky(self, reference, candidate, session=None, images=None):
         seen.append(candidate.session_id)
         if len(seen) == 2:
             raise RuntimeError("bug in the judge")
-        return await real(self, reference, candidate, session)
+        return await real(self, reference, candidate, session, images)
 
     monkeypatch.setattr(CreditJudge, "assess", flaky)
     labels, counters, _, _ = _assess("valid", n=3)

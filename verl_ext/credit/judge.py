@@ -15,7 +15,7 @@ import asyncio
 import logging
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -51,6 +51,7 @@ class CreditJudgeConfig(JudgeConfig):
     max_tokens: int = CREDIT_MAX_TOKENS  # per attempt, repairs included: see CREDIT_MAX_TOKENS
     timeout_s: float = 300.0  # a multi-thousand-token reply takes minutes on a busy server, not seconds
     max_observation_chars: int = 2000  # per tool observation shown to the judge
+    images: bool = True  # the candidate's images inline as data URLs (Neos App. F Fig. 19); false: text-only judges
 
 
 def parse_credit_reply(text: str, candidate: TrajectoryRecord, judge: str) -> CreditLabels:
@@ -72,13 +73,21 @@ class CreditJudge:
         self._semaphore = asyncio.Semaphore(config.max_concurrency)
 
     async def assess(
-        self, reference: TrajectoryRecord, candidate: TrajectoryRecord, session: aiohttp.ClientSession | None = None
+        self,
+        reference: TrajectoryRecord,
+        candidate: TrajectoryRecord,
+        session: aiohttp.ClientSession | None = None,
+        images: Mapping[str, str] | None = None,
     ) -> CreditLabels:
-        """Labels for one failed ``candidate``; never raises for judge misbehaviour (falls back instead)."""
+        """Labels for one failed ``candidate``; never raises for judge misbehaviour (falls back instead).
+
+        ``images``: the candidate's register refs -> data URLs of the pixels the agent saw (``credit_messages``);
+        not sent when ``config.images`` is off."""
         if session is None:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.config.timeout_s)) as own:
-                return await self.assess(reference, candidate, own)
-        messages = credit_messages(reference, candidate, self.config.max_observation_chars)
+                return await self.assess(reference, candidate, own, images)
+        shown = images if self.config.images else None
+        messages = credit_messages(reference, candidate, self.config.max_observation_chars, shown)
         failure: FallbackReason = "http"
         async with self._semaphore:
             for attempt in range(self.config.max_retries + 1):
@@ -118,16 +127,24 @@ class CreditJudge:
         return unassessed(self.name, len(candidate.turns), reason)
 
     async def assess_group(
-        self, reference: TrajectoryRecord, failures: Sequence[TrajectoryRecord]
+        self,
+        reference: TrajectoryRecord,
+        failures: Sequence[TrajectoryRecord],
+        images: Sequence[Mapping[str, str] | None] | None = None,
     ) -> list[CreditLabels]:
-        """Labels for every failure of one group against its reference, requested concurrently, in input order.
+        """Labels for every failure of one group against its reference, requested concurrently, in input order;
+        ``images[i]`` are failure i's (see ``assess``).
 
         A request that raises anyway (a bug, not judge misbehaviour) is logged and falls back for its failure only.
         """
+        images = list(images) if images is not None else [None] * len(failures)
+        if len(images) != len(failures):
+            raise ValueError(f"got images for {len(images)} of {len(failures)} failures")
         timeout = aiohttp.ClientTimeout(total=self.config.timeout_s)
         async with aiohttp.ClientSession(timeout=timeout) as session:
-            results = await asyncio.gather(*(self.assess(reference, f, session) for f in failures),
-                                           return_exceptions=True)
+            results = await asyncio.gather(
+                *(self.assess(reference, f, session, im) for f, im in zip(failures, images)), return_exceptions=True
+            )
         labels = []
         for failure, result in zip(failures, results, strict=True):
             if isinstance(result, asyncio.CancelledError):

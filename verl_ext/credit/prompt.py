@@ -8,6 +8,8 @@ could actually see when it took that turn, so the judge can apply the "only imag
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from typing import Any
 
 from verl_ext.credit.schema import SCHEMA_VERSION
 from verl_ext.rollout.record import TrajectoryRecord, TurnRecord, span_id
@@ -92,8 +94,9 @@ def _images_by_turn(record: TrajectoryRecord, turn: int) -> tuple[list[str], lis
     return seen, unseen
 
 
-def render_trajectory(record: TrajectoryRecord, candidate: bool, max_chars: int = 2000) -> str:
-    """Turns as text; candidate turns carry span ids and visible images, reference turns are numbered from 1."""
+def _blocks(record: TrajectoryRecord, candidate: bool, max_chars: int) -> list[str]:
+    """One text block per turn; candidate turns carry span ids and visible images, reference turns are numbered
+    from 1."""
     blocks = []
     for turn in record.turns:
         head = f"[{span_id(turn.index)}]" if candidate else f"[reference turn {turn.index + 1}]"
@@ -104,18 +107,65 @@ def render_trajectory(record: TrajectoryRecord, candidate: bool, max_chars: int 
             if unseen:
                 lines.append(f"registered but never shown (metadata only): {', '.join(unseen)}")
         blocks.append("\n".join(lines))
-    return "\n\n".join(blocks) or "(no turns)"
+    return blocks
 
 
-def credit_messages(reference: TrajectoryRecord, candidate: TrajectoryRecord, max_chars: int = 2000) -> list[dict]:
-    """Chat messages for one assessment: the rules, then question, reference and candidate."""
+def render_trajectory(record: TrajectoryRecord, candidate: bool, max_chars: int = 2000) -> str:
+    """Turns as text (see ``_blocks``)."""
+    return "\n\n".join(_blocks(record, candidate, max_chars)) or "(no turns)"
+
+
+def _image_parts(record: TrajectoryRecord, turn: int | None, images: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The pixels that entered the agent's context with ``turn``'s observation (None: the question's), as OpenAI
+    content parts, each after a line naming it; images never shown to the agent are not sent."""
+    parts: list[dict[str, Any]] = []
+    for image in record.images:
+        if image.turn == turn and image.in_context and image.ref in images:
+            since = "from the start" if turn is None else f"after {span_id(turn)}"
+            parts.append({"type": "text", "text": f"[{image.ref} ({image.source}): what the agent saw {since}]\n"})
+            parts.append({"type": "image_url", "image_url": {"url": images[image.ref]}})
+    return parts
+
+
+def _merged(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Adjacent text parts joined into one."""
+    out: list[dict[str, Any]] = []
+    for part in parts:
+        if part["type"] == "text" and out and out[-1]["type"] == "text":
+            out[-1] = {"type": "text", "text": out[-1]["text"] + part["text"]}
+        else:
+            out.append(part)
+    return out
+
+
+def credit_messages(
+    reference: TrajectoryRecord,
+    candidate: TrajectoryRecord,
+    max_chars: int = 2000,
+    images: Mapping[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """Chat messages for one assessment: the rules, then question, reference and candidate.
+
+    ``images`` maps the candidate's register refs to data URLs of the pixels the agent saw (Neos App. F Fig. 19:
+    the trajectory "with inline images"). Each is placed where it entered the agent's context, so the judge meets
+    an image no earlier than the agent did; refs never shown to the agent are skipped. Without ``images`` the user
+    message is plain text (text-only judges).
+    """
     span_ids = ", ".join(span_id(t.index) for t in candidate.turns)
-    user = (
+    head = (
         f"[Question]\n{candidate.question}\n\n"
         f"[Reference: successful, final answer {reference.final_answer!r}]\n"
         f"{render_trajectory(reference, candidate=False, max_chars=max_chars)}\n\n"
         f"[Candidate: failed ({candidate.termination_reason}), final answer {candidate.final_answer!r}]\n"
-        f"{render_trajectory(candidate, candidate=True, max_chars=max_chars)}\n\n"
-        f"[Span ids you may use]\n{span_ids}"
     )
-    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+    blocks = _blocks(candidate, True, max_chars)
+    tail = f"\n\n[Span ids you may use]\n{span_ids}"
+    system = {"role": "system", "content": SYSTEM_PROMPT}
+    if not images:
+        return [system, {"role": "user", "content": head + ("\n\n".join(blocks) or "(no turns)") + tail}]
+    parts = [{"type": "text", "text": head}, *_image_parts(candidate, None, images)]
+    for i, (turn, block) in enumerate(zip(candidate.turns, blocks, strict=True)):
+        parts.append({"type": "text", "text": ("\n\n" if i else "") + block + "\n"})
+        parts += _image_parts(candidate, turn.index, images)
+    parts.append({"type": "text", "text": tail})
+    return [system, {"role": "user", "content": _merged(parts)}]
