@@ -28,9 +28,33 @@ def _row(uid: str, mask: list[int], reward: float, extra: dict) -> dict:
     return {"uid": uid, "response_mask": torch.tensor(mask), "rm_scores": scores, "extra_fields": extra}
 
 
+def credit_trainer(neos_credit: dict):
+    """verl's real ``PPOTrainerSync`` with the mixin, only its constructor skipped (``_compute_advantage`` needs
+    ``config`` alone; a full trainer needs GPUs); ``neos_credit`` is ``algorithm.neos_credit``."""
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    class Trainer(TurnCreditAdvantageMixin, PPOTrainerSync):
+        pass
+
+    trainer = object.__new__(Trainer)
+    trainer.config = OmegaConf.create(
+        {
+            "algorithm": {
+                "adv_estimator": "neos_turn_credit",
+                "gamma": 1.0,
+                "lam": 1.0,
+                "norm_adv_by_std_in_grpo": False,
+                "use_kl_in_reward": False,
+                "neos_credit": neos_credit,
+            },
+            "actor_rollout_ref": {"rollout": {"n": 2}},
+        }
+    )
+    return trainer
+
+
 def test_labels_reach_the_estimator_in_verls_row_order(transfer_queue) -> None:
     from transfer_queue import KVBatchMeta
-    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
     from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
     labels = LABELS.model_dump(mode="json")
@@ -47,23 +71,7 @@ def test_labels_reach_the_estimator_in_verls_row_order(transfer_queue) -> None:
         keys=list(rows), fields=list_of_dict_to_tensordict(list(rows.values())), tags=tags, partition_id="train"
     )
 
-    class Trainer(TurnCreditAdvantageMixin, PPOTrainerSync):
-        pass
-
-    trainer = object.__new__(Trainer)
-    trainer.config = OmegaConf.create(
-        {
-            "algorithm": {
-                "adv_estimator": "neos_turn_credit",
-                "gamma": 1.0,
-                "lam": 1.0,
-                "norm_adv_by_std_in_grpo": False,
-                "use_kl_in_reward": False,
-                "neos_credit": {"ablation": "corrective"},
-            },
-            "actor_rollout_ref": {"rollout": {"n": 2}},
-        }
-    )
+    trainer = credit_trainer({"ablation": "corrective"})
     order = ["g2_1_0", "pad0_0_0", "g1_1_0", "g2_0_0", "g1_0_0"]
     batch = KVBatchMeta(partition_id="train", keys=order, tags=[tags[list(rows).index(k)] for k in order])
     metrics: dict = {}

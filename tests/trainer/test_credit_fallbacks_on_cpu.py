@@ -13,14 +13,12 @@ import asyncio
 
 import numpy as np
 import pytest
-import torch
-from omegaconf import OmegaConf
 
 import verl_ext.advantage.estimator  # noqa: F401  (registers neos_turn_credit)
-from verl_ext.advantage.trainer_mixin import TurnCreditAdvantageMixin
 from verl_ext.credit.judge import CreditJudge, CreditJudgeConfig
 from verl_ext.credit.labels import CREDIT_KEY
 
+from ..advantage.test_trainer_mixin_on_cpu import _row, credit_trainer
 from ..credit.conftest import candidate, credit_server, reference
 
 MODELS = {"g1": "valid", "g2": "invalid", "g3": "slow", "g4": "html"}
@@ -41,15 +39,8 @@ def _judge_all() -> dict[str, dict]:
     return asyncio.run(main())
 
 
-def _row(uid: str, mask: list[int], reward: float, extra: dict) -> dict:
-    scores = torch.zeros(len(mask))
-    scores[max(i for i, m in enumerate(mask) if m)] = reward
-    return {"uid": uid, "response_mask": torch.tensor(mask), "rm_scores": scores, "extra_fields": extra}
-
-
 def test_garbage_and_timeouts_show_as_fallback_metrics_and_one_warning(transfer_queue, caplog) -> None:
     from transfer_queue import KVBatchMeta
-    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
     from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
     labels = _judge_all()
@@ -65,23 +56,7 @@ def test_garbage_and_timeouts_show_as_fallback_metrics_and_one_warning(transfer_
     tq.kv_batch_put(keys=list(rows), fields=list_of_dict_to_tensordict(list(rows.values())), tags=tags,
                     partition_id="train")
 
-    class Trainer(TurnCreditAdvantageMixin, PPOTrainerSync):
-        pass
-
-    trainer = object.__new__(Trainer)
-    trainer.config = OmegaConf.create(
-        {
-            "algorithm": {
-                "adv_estimator": "neos_turn_credit",
-                "gamma": 1.0,
-                "lam": 1.0,
-                "norm_adv_by_std_in_grpo": False,
-                "use_kl_in_reward": False,
-                "neos_credit": {},  # the shipped defaults: full credit, max_fallback_share 0.1
-            },
-            "actor_rollout_ref": {"rollout": {"n": 2}},
-        }
-    )
+    trainer = credit_trainer({})  # the shipped defaults: full credit, max_fallback_share 0.1
     metrics: dict = {}
     with caplog.at_level("WARNING", logger="verl_ext.advantage.estimator"):
         trainer._compute_advantage(KVBatchMeta(partition_id="train", keys=list(rows), tags=tags), metrics)
