@@ -78,7 +78,7 @@ def test_the_worker_picks_the_rows_verified_reference(tmp_path: Path) -> None:
         async with credit_server() as (url, _, bodies):
             worker = object.__new__(NeosAgentLoopWorker)
             worker.llm_judge = CreditJudge(CreditJudgeConfig(url=url, model="valid"))
-            worker.references = load_references(_write_references(tmp_path))
+            worker.references, worker._judge_images = load_references(_write_references(tmp_path)), {}
             rows = [{"extra_info": {"reference_trajectory_id": "n2"}}, {"extra_info": {}}]
             labels = [(await worker._assess_group(row)(reference(), [candidate()]))[0] for row in rows]
             return labels, bodies
