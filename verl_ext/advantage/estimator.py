@@ -28,6 +28,7 @@ from verl.trainer.ppo.core_algos import register_adv_est
 
 from verl_ext.advantage.inputs import CreditRow, current_credit_inputs, mask_array
 from verl_ext.credit import CreditAblation, CreditParams
+from verl_ext.credit.batch import run_credit_values
 from verl_ext.credit.fallbacks import (
     LABEL_RULES,
     LABEL_TURNS,
@@ -37,7 +38,6 @@ from verl_ext.credit.fallbacks import (
     FallbackCount,
     max_fallback_share,
 )
-from verl_ext.credit.batch import run_credit_values
 from verl_ext.credit.runs import MaskRuns, submit_mask_runs
 from verl_ext.credit.weight_table import WeightTable
 from verl_ext.rollout.admission import SUCCESS_THRESHOLD

@@ -168,8 +168,8 @@ class NeosAgentLoopWorker(_VerlWorker):
             return {}
         refs = [image.ref for image in record.images if image.in_context]
         if len(refs) != len(images):
-            log.warning("%d images in context but %d in the register: the judge gets this failure as text only",
-                        len(images), len(refs))
+            log.warning("%d images in the agent's context but %d in-context refs in its register: the judge gets "
+                        "this failure as text only", len(images), len(refs))
             return {}
         loop = asyncio.get_running_loop()
         encoded = await loop.run_in_executor(None, lambda: [png_base64(image) for image in images])
