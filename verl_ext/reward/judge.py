@@ -95,8 +95,22 @@ async def chat_message(
     """The assistant message (``content`` and any native ``tool_calls``) of one chat-completions call, greedy, at most
     ``max_tokens``, offering ``tools`` (OpenAI function schemas) when given, the API key from ``api_key_env``; raises
     ``JudgeReplyError`` for a body that is not a completion. The project's one client: every model step uses it."""
+    return (await chat_reply(session, config, messages, tools))[0]
+
+
+async def chat_reply(
+    session: aiohttp.ClientSession,
+    config: JudgeConfig,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None = None,
+    sampling: Mapping[str, Any] | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``chat_message`` with the server's ``usage`` (token counts; ``{}`` when it sends none) and ``sampling``
+    parameters (``temperature``, ``top_p``, ``seed``, ...) in place of greedy decoding: an evaluated policy samples
+    as its paper's inference configuration says."""
     payload: dict[str, Any] = {
-        "model": config.model, "messages": messages, "temperature": 0.0, "max_tokens": config.max_tokens
+        "model": config.model, "messages": messages, "temperature": 0.0, "max_tokens": config.max_tokens,
+        **(sampling or {}),
     }
     if tools:
         payload["tools"] = tools
@@ -111,7 +125,8 @@ async def chat_message(
         raise JudgeReplyError(f"not a chat completion: {str(body)[:200]!r}") from exc
     if not isinstance(message, dict):
         raise JudgeReplyError(f"not a chat message: {str(message)[:200]!r}")
-    return message
+    usage = body.get("usage") if isinstance(body, dict) else None
+    return message, usage if isinstance(usage, dict) else {}
 
 
 async def chat_completion(session: aiohttp.ClientSession, config: JudgeConfig, messages: list[dict[str, Any]]) -> str:
