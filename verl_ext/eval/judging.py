@@ -5,8 +5,9 @@ The rule is both papers' (the response holds an answer consistent with the refer
 ``verl_ext.reward.judge.AnswerJudge``, which falls back to the rule matcher (``verl_ext.reward.answers``) when the
 judge keeps failing. As ModalSearcher's evaluation does, only the final answer is judged, not the trajectory.
 
-- Pinned: judge model, URL, the prompt's digest (of ``judge_messages`` with placeholders) and ``JUDGE_VERSION`` go
-  into ``run.json``; a restart with another judge is refused, so one results file never mixes judges.
+- Pinned: judge model, the prompt's digest (of ``judge_messages`` with placeholders) and ``JUDGE_VERSION`` go into
+  ``run.json`` (the URL too, as an endpoint); a restart with another judge is refused, so one results file never
+  mixes judges.
 - Cached: LLM replies are kept in ``judge_cache.jsonl`` by (model, prompt digest, pass, question, reference,
   response); a rerun or a second report asks nothing twice. Fallback verdicts are not cached (the next run asks).
 - Repeatability: with two passes every response is judged again under a separate cache key; the report gives the
@@ -39,7 +40,7 @@ def prompt_digest() -> str:
 
 def judge_pin(config: JudgeConfig) -> dict[str, Any]:
     """What decides the verdicts of a run: recorded in ``run.json`` and in the report."""
-    return {"kind": "llm" if config.url else "rule", "url": config.url, "model": config.model if config.url else None,
+    return {"kind": "llm" if config.url else "rule", "model": config.model if config.url else None,
             "prompt_sha256": prompt_digest(), "version": JUDGE_VERSION}
 
 

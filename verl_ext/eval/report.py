@@ -126,8 +126,9 @@ def markdown(summary: dict[str, Any], figures: dict[str, Path]) -> str:
     pin, b = summary["pin"], summary["behaviour"]
     lines = ["# Evaluation report", ""]
     if "policy" in pin:
-        lines += [f"Policy `{pin['policy']['model']}` at `{pin['policy']['url']}`; {pin['runs']} runs per item; "
-                  f"judge: {_judge_line(pin['judge'])}.", ""]
+        ends = pin.get("endpoints", {})
+        lines += [f"Policy `{pin['policy']['model']}` at `{ends.get('policy')}`; {pin['runs']} runs per item; "
+                  f"judge: {_judge_line(pin['judge'], ends.get('judge'))}.", ""]
     if summary.get("accuracy"):
         k = next(iter(summary["accuracy"].values()))["k"]
         lines += ["## Accuracy", "", f"| benchmark | items | runs | accuracy (%) ± 95% CI | pass@1 | pass@{k} |",
@@ -167,10 +168,10 @@ def markdown(summary: dict[str, Any], figures: dict[str, Path]) -> str:
     return "\n".join(lines)
 
 
-def _judge_line(pin: dict[str, Any]) -> str:
+def _judge_line(pin: dict[str, Any], url: str | None) -> str:
     if pin["kind"] == "rule":
         return f"rule matcher (offline), {pin['version']}"
-    return f"LLM `{pin['model']}` at `{pin['url']}`, prompt sha256 {pin['prompt_sha256']}, {pin['version']}"
+    return f"LLM `{pin['model']}` at `{url}`, prompt sha256 {pin['prompt_sha256']}, {pin['version']}"
 
 
 def _repeated(r: dict[str, Any]) -> str:

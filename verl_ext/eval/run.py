@@ -80,12 +80,19 @@ class RunConfig:
     progress: bool = True
 
     def pin(self) -> dict[str, Any]:
+        """What decides the results; ``PINNED`` keys must match on a restart (endpoints, runs and judge passes may
+        change: a moved server, more runs, a second judge pass)."""
         return {
-            "policy": {"url": self.policy.chat.url, "model": self.policy.chat.model,
-                       "max_tokens_per_turn": self.policy.chat.max_tokens, "max_turns": self.policy.max_turns},
+            "policy": {"model": self.policy.chat.model, "max_tokens_per_turn": self.policy.chat.max_tokens,
+                       "max_turns": self.policy.max_turns},
             "sampling": {p: {**s, **self.sampling_override} for p, s in PAPER_SAMPLING.items()},
-            "judge": judge_pin(self.judge), "judge_passes": self.judge_passes, "runs": self.runs,
+            "judge": judge_pin(self.judge),
+            "endpoints": {"policy": self.policy.chat.url, "judge": self.judge.url, "tool_server": self.tool_url},
+            "judge_passes": self.judge_passes, "runs": self.runs,
         }
+
+
+PINNED = ("policy", "sampling", "judge")
 
 
 def load_items(config: RunConfig) -> list[EvalItem]:
@@ -97,15 +104,15 @@ def load_items(config: RunConfig) -> list[EvalItem]:
 
 
 def check_pin(out: Path, pin: dict[str, Any]) -> None:
-    """Writes ``run.json``, or refuses a restart whose configuration differs from the recorded one."""
+    """Writes ``run.json``, or refuses a restart whose pinned settings differ from the recorded ones."""
     path = out / "run.json"
+    pin = json.loads(json.dumps(pin))
     if path.exists():
         recorded = json.loads(path.read_text())
-        if recorded != json.loads(json.dumps(pin)):
-            changed = sorted(k for k in pin if recorded.get(k) != json.loads(json.dumps(pin[k])))
+        changed = [k for k in PINNED if recorded.get(k) != pin[k]]
+        if changed:
             raise ValueError(f"{path}: this output directory was run with other settings ({', '.join(changed)}); "
                              "use a new --out or the recorded settings")
-        return
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(pin, indent=2))
     tmp.replace(path)
