@@ -121,12 +121,18 @@ def _png(image: Image.Image) -> bytes:
 
 def turn_text(message: dict[str, Any]) -> str:
     """The reply as the rollout's parser reads it: native calls written as the ``<tool_call>`` JSON a Hermes-style
-    template renders them as (arguments stay a JSON string when the server sent one; the parser decodes it)."""
+    template renders them as (OpenAI's JSON-string arguments decoded where they parse; otherwise left for the
+    parser to report as a malformed call)."""
     text = message.get("content") if isinstance(message.get("content"), str) else ""
     for call in message.get("tool_calls") or []:
         function = call.get("function") if isinstance(call, dict) else None
         body = {"name": function.get("name"), "arguments": function.get("arguments")} if isinstance(
             function, dict) else call
+        if isinstance(body, dict) and isinstance(body.get("arguments"), str):
+            try:
+                body["arguments"] = json.loads(body["arguments"])
+            except json.JSONDecodeError:
+                pass
         text += f"<tool_call>{json.dumps(body, ensure_ascii=False)}</tool_call>"
     return text
 
