@@ -4,15 +4,20 @@ are worked out by hand from the script (see ``conftest.py``)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import socket
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from verl_ext.eval.__main__ import main
+from verl_ext.eval.benchmarks import EvalItem
+from verl_ext.eval.episode import Episode, PolicySettings
 from verl_ext.eval.judging import prompt_digest
+from verl_ext.reward.judge import JudgeConfig
 
 from .conftest import QUESTIONS, scripted_policy
 
@@ -153,3 +158,33 @@ def test_restart_with_another_judge_is_refused(tmp_path, capsys, threaded_chat, 
         main(_args(out, benchmark_files, threaded_chat.url, tool_server, "--runs", "1", "--limit", "1",
                    "--judge-url", threaded_chat.url))
     assert exit_.value.code == 2 and "was run with other settings (judge)" in capsys.readouterr().err
+
+
+def test_malformed_native_call_is_an_observation_and_a_refused_context_ends_the_episode(
+        tmp_path, threaded_chat, tool_server) -> None:
+    """Turn 1: a native call whose arguments are not JSON (the policy is told and goes on); turn 2: an unknown tool
+    (refused by the schema check, agent-caused); turn 3: the endpoint answers 400 (a context overflow): the episode
+    ends as ``context`` instead of failing."""
+    def reply(body: dict):
+        turn = sum(m["role"] == "assistant" for m in body["messages"])
+        if turn == 2:
+            return 400
+        name, arguments = [("TextSearch", "{not json"), ("Teleport", "{}")][turn]
+        return {"role": "assistant", "content": "",
+                "tool_calls": [{"id": "c", "type": "function", "function": {"name": name, "arguments": arguments}}]}
+
+    threaded_chat.reply = reply
+    item = EvalItem("b", "i", "Capital of France?", {"target": "Paris", "aliases": []})
+    policy = PolicySettings(JudgeConfig(url=threaded_chat.url, model="p", retry_backoff_s=0.0))
+
+    async def run():
+        async with aiohttp.ClientSession() as http:
+            return await Episode(item, "neos", policy, tool_server, http, tmp_path, 0).run_episode()
+
+    result = asyncio.run(run())
+    record = result.record
+    assert record.termination_reason == "context" and result.response == ""
+    assert [(t.outcome, t.error_class, t.error_type) for t in record.turns] == [
+        ("no_action", "agent", "malformed_call"), ("call_error", "agent", "unknown_tool")]
+    second = threaded_chat.seen[1]["messages"]
+    assert second[-1]["role"] == "user" and "Error (malformed_call)" in second[-1]["content"][-1]["text"]
