@@ -14,8 +14,6 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 
-from scipy.stats import t as student_t
-
 
 @dataclass(frozen=True)
 class Accuracy:
@@ -38,6 +36,11 @@ def mean_ci95(values: list[float]) -> tuple[float, float | None]:
     mean = sum(values) / k
     if k < 2:
         return mean, None
+    try:
+        from scipy.stats import t as student_t
+    except ImportError:
+        raise ImportError("confidence intervals need scipy, in the [eval] extra: pip install 'neos-verl[eval]'") \
+            from None
     s = math.sqrt(sum((v - mean) ** 2 for v in values) / (k - 1))
     return mean, float(student_t.ppf(0.975, k - 1)) * s / math.sqrt(k)
 
