@@ -151,7 +151,9 @@ def _image_refs(value: Any, base: Path, where: tuple[Path, int, str]) -> tuple[I
     return tuple(_image_ref(v, base, (where[0], where[1], f"{where[2]}/{i}")) for i, v in enumerate(value))
 
 
-def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(1-based line number, object) of each non-blank line; a line that is not a JSON object raises
+    ``BenchmarkError`` naming file and line (the results, exports and metric logs are read the same way)."""
     with path.open(encoding="utf-8") as fh:
         for number, line in enumerate(fh, 1):
             if not line.strip():
@@ -173,7 +175,7 @@ def _parquet_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 def _rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    return _parquet_rows(path) if path.suffix == ".parquet" else _jsonl_rows(path)
+    return _parquet_rows(path) if path.suffix == ".parquet" else json_lines(path)
 
 
 def _question_of(prompt: Any, where: tuple[Path, int, str]) -> str:

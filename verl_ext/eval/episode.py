@@ -93,24 +93,21 @@ async def image_bytes(ref: ImageRef, http: aiohttp.ClientSession) -> bytes:
     return await asyncio.to_thread(Path(ref.path).read_bytes)
 
 
-def save_image(images_dir: Path, data: bytes | None = None, image: Image.Image | None = None) -> str:
-    """Writes an image once by content (PNG) and returns its file name."""
-    if data is None:
-        buf = io.BytesIO()
-        assert image is not None
-        image.save(buf, format="PNG")
-        data = buf.getvalue()
-    name = f"{hashlib.sha1(data).hexdigest()[:20]}.png"
+def save_image(images_dir: Path, data: bytes) -> str:
+    """Writes an encoded image once by content and returns its file name (extension from its format)."""
+    with Image.open(io.BytesIO(data)) as im:
+        extension = (im.format or "png").lower()
+    name = f"{hashlib.sha1(data).hexdigest()[:20]}.{extension}"
     target = images_dir / name
     if not target.exists():
         tmp = target.with_name(f"{name}.{uuid4().hex}.tmp")  # episodes may save the same picture at once
-        if image is None:
-            with Image.open(io.BytesIO(data)) as im:
-                im.save(tmp, format="PNG")
-        else:
-            tmp.write_bytes(data)
+        tmp.write_bytes(data)
         tmp.replace(target)
     return name
+
+
+def _save_pixels(images_dir: Path, image: Image.Image) -> str:
+    return save_image(images_dir, _png(image))
 
 
 def _png(image: Image.Image) -> bytes:
@@ -242,7 +239,7 @@ class Episode:
                 outcome = await session.call(call, turn)
                 record = self._call_turn(base, call, outcome)
                 for ref, image in outcome.images:
-                    self.files[ref] = await asyncio.to_thread(save_image, self.images_dir, None, image)
+                    self.files[ref] = await asyncio.to_thread(_save_pixels, self.images_dir, image)
                     self.register.append(ImageEntry(ref=ref, source=call.name, turn=turn, in_context=True))
             self.turns.append(record)
             messages += self._exchange(turn, message, text, call, outcome, parsed.error)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
 
@@ -100,7 +99,3 @@ class CachedJudge:
 
     def close(self) -> None:
         self.log.close()
-
-
-def verdict_fields(verdict: Verdict) -> dict[str, Any]:
-    return asdict(verdict)

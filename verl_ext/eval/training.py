@@ -13,11 +13,11 @@ each metric family that is present over the training steps:
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
 
 from verl_ext.credit.labels import CREDIT_TYPES
+from verl_ext.eval.benchmarks import json_lines
 from verl_ext.walkthrough.plots import COLOURS, _save, plt
 
 FAMILIES = {
@@ -35,18 +35,14 @@ def read_metrics(path: Path) -> dict[str, list[tuple[int, float]]]:
         raise ValueError(f"{path}: no *.jsonl metric files (verl's file logger writes <experiment>.jsonl)")
     series: dict[str, list[tuple[int, float]]] = defaultdict(list)
     for file in files:
-        with file.open(encoding="utf-8") as fh:
-            for number, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                    step, data = int(row["step"]), row["data"]
-                except (ValueError, KeyError, TypeError) as exc:
-                    raise ValueError(f"{file}:{number}: not a file-logger line {{\"step\", \"data\"}} ({exc})") from None
-                for key, value in data.items():
-                    if isinstance(value, (int, float)) and not isinstance(value, bool):
-                        series[key].append((step, float(value)))
+        for number, row in json_lines(file):
+            try:
+                step, data = int(row["step"]), dict(row["data"])
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ValueError(f"{file}:{number}: not a file-logger line {{\"step\", \"data\"}} ({exc})") from None
+            for key, value in data.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    series[key].append((step, float(value)))
     return {k: sorted(v) for k, v in series.items()}
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from verl_ext.credit.labels import CREDIT_KEY, CreditLabels
 from verl_ext.credit.params import CreditParams
+from verl_ext.eval.benchmarks import json_lines
 from verl_ext.rollout.record import RECORD_KEY, TrajectoryRecord
 
 
@@ -44,22 +45,17 @@ class ViewerEpisode:
     @classmethod
     def from_export(cls, path: Path) -> Iterator[ViewerEpisode]:
         """Trajectories exported during training (JSONL); a bad line raises ``ValueError`` naming file and line."""
-        with path.open(encoding="utf-8") as fh:
-            for number, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                    raw = row.get(RECORD_KEY, row)
-                    record = TrajectoryRecord.model_validate(raw)
-                    labels = row.get(CREDIT_KEY)
-                    credit = CreditLabels.model_validate(labels) if labels else None
-                except (ValueError, AttributeError) as exc:
-                    raise ValueError(f"{path}:{number}: not a trajectory record ({str(exc).splitlines()[0]})") from None
-                correct = row.get("correct", row.get("acc"))
-                yield cls(f"{path.name}:{number}", record, None if correct is None else bool(correct),
-                          response=record.final_answer or "",
-                          credit=credit.turn_types(CreditParams()) if credit and credit.assessed else None)
+        for number, row in json_lines(path):
+            try:
+                record = TrajectoryRecord.model_validate(row.get(RECORD_KEY, row))
+                labels = row.get(CREDIT_KEY)
+                credit = CreditLabels.model_validate(labels) if labels else None
+            except ValueError as exc:
+                raise ValueError(f"{path}:{number}: not a trajectory record ({str(exc).splitlines()[0]})") from None
+            correct = row.get("correct", row.get("acc"))
+            yield cls(f"{path.name}:{number}", record, None if correct is None else bool(correct),
+                      response=record.final_answer or "",
+                      credit=credit.turn_types(CreditParams()) if credit and credit.assessed else None)
 
 
 _CSS = """
