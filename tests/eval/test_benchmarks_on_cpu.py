@@ -111,3 +111,24 @@ def test_spec_parsing(tmp_path: Path) -> None:
         BenchmarkSpec.parse(f"mine={path}")
     with pytest.raises(ValueError, match="no such file"):
         BenchmarkSpec.parse("mine=generic:/nonexistent.jsonl")
+
+
+async def test_question_images_from_a_url_a_file_and_row_bytes(tmp_path: Path) -> None:
+    """``image_bytes`` downloads a URL image (a real loopback HTTP server here), reads a file, passes row bytes."""
+    import aiohttp
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    from verl_ext.eval.benchmarks import ImageRef
+    from verl_ext.eval.episode import image_bytes, save_image
+
+    app = web.Application()
+    app.router.add_get("/x.png", lambda request: web.Response(body=_png("blue"), content_type="image/png"))
+    (tmp_path / "a.png").write_bytes(_png("green"))
+    async with TestServer(app, host="127.0.0.1") as server, aiohttp.ClientSession() as http:
+        got = [await image_bytes(ImageRef(path=str(server.make_url("/x.png"))), http),
+               await image_bytes(ImageRef(path=str(tmp_path / "a.png")), http),
+               await image_bytes(ImageRef(data=_png()), http)]
+    assert got == [_png("blue"), _png("green"), _png()]
+    name = save_image(tmp_path, got[0])
+    assert name.endswith(".png") and (tmp_path / name).read_bytes() == got[0] and save_image(tmp_path, got[0]) == name
