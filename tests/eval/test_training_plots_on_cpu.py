@@ -47,3 +47,18 @@ def test_bad_metric_lines_name_file_and_line(tmp_path) -> None:
     (tmp_path / "other.jsonl").write_text(json.dumps({"step": 1, "data": {"actor/lr": 1e-6}}) + "\n")
     with pytest.raises(ValueError, match="none of the plotted metric families"):
         training_plots(tmp_path / "other.jsonl", tmp_path / "out")
+
+
+def test_tensorboard_event_files_read_the_same(tmp_path) -> None:
+    """verl's tensorboard logger writes through torch's SummaryWriter: the same series come back."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(tmp_path / "tb" / "neos" / "exp1"))
+    for step in (1, 2, 3):
+        writer.add_scalar("neos_tools/calls_per_trajectory/FetchImage", 0.5 * step, step)
+        writer.add_scalar("neos_credit/turn_share/productive", 0.25, step)
+    writer.close()
+    series = read_metrics(tmp_path / "tb")
+    assert series["neos_tools/calls_per_trajectory/FetchImage"] == [(1, 0.5), (2, 1.0), (3, 1.5)]
+    written = training_plots(tmp_path / "tb", tmp_path / "plots")
+    assert sorted(p.name for p in written) == ["credit_composition.png", "tool_use.png"]

@@ -1,8 +1,9 @@
 """Training-time analytics: a run's logged metrics to plots with one command (no verl import).
 
 Reads verl's file logger output (``trainer.logger=['console','file']``: one ``{"step": N, "data": {...}}`` JSON
-line per step, at ``$VERL_FILE_LOGGER_PATH`` or ``$VERL_FILE_LOGGER_ROOT/<project>/<experiment>.jsonl``) and draws
-each metric family that is present over the training steps:
+line per step, at ``$VERL_FILE_LOGGER_PATH`` or ``$VERL_FILE_LOGGER_ROOT/<project>/<experiment>.jsonl``), or the
+event files of its ``tensorboard`` logger (``$TENSORBOARD_DIR``), and draws each metric family that is present over
+the training steps:
 
 - ``tool_use.png``: tool calls per trajectory by tool, ``neos_tools/calls_per_trajectory/*`` (Neos Fig. 6);
 - ``credit_composition.png``: turn shares of the judged failures by credit type, ``neos_credit/turn_share/*``
@@ -29,10 +30,14 @@ FAMILIES = {
 
 
 def read_metrics(path: Path) -> dict[str, list[tuple[int, float]]]:
-    """metric -> [(step, value)] from one file logger JSONL, or from every ``*.jsonl`` under a directory."""
+    """metric -> [(step, value)] from verl's file logger JSONL (a file, or every ``*.jsonl`` under a directory) or,
+    where a directory holds no JSONL, from its TensorBoard event files (verl's ``tensorboard`` logger)."""
     files = sorted(path.rglob("*.jsonl")) if path.is_dir() else [path]
+    if not files and path.is_dir() and any(path.rglob("events.out.tfevents.*")):
+        return _tensorboard_scalars(path)
     if not files:
-        raise ValueError(f"{path}: no *.jsonl metric files (verl's file logger writes <experiment>.jsonl)")
+        raise ValueError(f"{path}: no *.jsonl metric files (verl's file logger writes <experiment>.jsonl) and no "
+                         "TensorBoard event files")
     series: dict[str, list[tuple[int, float]]] = defaultdict(list)
     for file in files:
         for number, row in json_lines(file):
@@ -43,6 +48,19 @@ def read_metrics(path: Path) -> dict[str, list[tuple[int, float]]]:
             for key, value in data.items():
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
                     series[key].append((step, float(value)))
+    return {k: sorted(v) for k, v in series.items()}
+
+
+def _tensorboard_scalars(path: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar of the event files under ``path`` (TensorBoard's own reader; verl depends on tensorboard)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    series: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    for run in sorted({f.parent for f in path.rglob("events.out.tfevents.*")}):
+        accumulator = EventAccumulator(str(run), size_guidance={"scalars": 0})  # 0: keep every point
+        accumulator.Reload()
+        for tag in accumulator.Tags()["scalars"]:
+            series[tag] += [(e.step, float(e.value)) for e in accumulator.Scalars(tag)]
     return {k: sorted(v) for k, v in series.items()}
 
 
