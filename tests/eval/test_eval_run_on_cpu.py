@@ -142,6 +142,8 @@ def test_bad_flags_are_one_line_errors(tmp_path, capsys, benchmark_files) -> Non
         (["run", "--bench", f"ms=generic:{benchmark_files['ms']}", "--out", str(tmp_path), "--policy-url", "u",
           "--world", str(tmp_path)], "not a built world"),
         (["training", str(tmp_path / "none.jsonl"), "--out", str(tmp_path)], "No such file"),
+        (["run", "--bench", f"ms=generic:{benchmark_files['ms']}", "--out", "o", "--policy-url", "u", "--world",
+          "w", "--sampling", "[1]"], "argument --sampling: must be a JSON object"),
     ]
     for argv, message in cases:
         with pytest.raises(SystemExit) as exit_:
@@ -153,10 +155,12 @@ def test_bad_flags_are_one_line_errors(tmp_path, capsys, benchmark_files) -> Non
 def test_restart_with_another_judge_is_refused(tmp_path, capsys, threaded_chat, tool_server, benchmark_files):
     threaded_chat.reply = scripted_policy(ANSWERS)
     out = tmp_path / "run"
-    assert main(_args(out, benchmark_files, threaded_chat.url, tool_server, "--runs", "1", "--limit", "1")) == 0
+    assert main(_args(out, benchmark_files, threaded_chat.url, tool_server, "--runs", "1", "--limit", "1",
+                      "--sampling", '{"temperature": 0.5}')) == 0
+    assert {b["temperature"] for b in threaded_chat.seen} == {0.5} and not any("top_k" in b for b in threaded_chat.seen)
     with pytest.raises(SystemExit) as exit_:
         main(_args(out, benchmark_files, threaded_chat.url, tool_server, "--runs", "1", "--limit", "1",
-                   "--judge-url", threaded_chat.url))
+                   "--sampling", '{"temperature": 0.5}', "--judge-url", threaded_chat.url))
     assert exit_.value.code == 2 and "was run with other settings (judge)" in capsys.readouterr().err
 
 

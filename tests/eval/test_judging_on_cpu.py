@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 
 from verl_ext.eval.judging import JUDGE_VERSION, CachedJudge, judge_pin, prompt_digest
 from verl_ext.eval.report import judge_summary
@@ -41,7 +42,7 @@ def test_replies_are_cached_by_question_reference_response_and_pass(tmp_path, th
     assert len(threaded_chat.seen) == 4
 
 
-def test_fallbacks_are_counted_by_reason_and_not_cached(tmp_path, threaded_chat) -> None:
+def test_fallbacks_are_counted_by_reason_and_not_cached(tmp_path, threaded_chat, caplog) -> None:
     threaded_chat.reply = lambda body: 500 if body["messages"][1]["content"].endswith("Lyon") else "I think so."
     judge = CachedJudge(JudgeConfig(url=threaded_chat.url, model="j", max_retries=1, retry_backoff_s=0.0),
                         tmp_path / "cache.jsonl")
@@ -53,7 +54,9 @@ def test_fallbacks_are_counted_by_reason_and_not_cached(tmp_path, threaded_chat)
     records = [EvalRecord(key=str(i), status="ok", benchmark="b", item_id=str(i), run=0, protocol="neos",
                           question="q", ground_truth=GT, verdict=v.__dict__) for i, v in enumerate([malformed,
                                                                                                    unavailable])]
-    summary = judge_summary(records)
+    with caplog.at_level(logging.WARNING):
+        summary = judge_summary(records)
+    assert "the rule matcher decided 2 of 2 LLM-judged responses" in caplog.text
     assert summary["by_source"] == {"rule_fallback": 2} and summary["fallback_rate"] == 1.0
     assert summary["fallbacks_by_reason"] == {"JudgeReplyError": 1, "ClientResponseError": 1}
 

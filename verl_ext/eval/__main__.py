@@ -37,6 +37,16 @@ def _positive(text: str) -> int:
     return value
 
 
+def _json_object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON ({exc.msg} at char {exc.pos})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return value
+
+
 def _bench(text: str) -> BenchmarkSpec:
     try:
         return BenchmarkSpec.parse(text)
@@ -68,6 +78,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--max-tokens", type=_positive, default=4096, help="tokens per policy turn (default 4096)")
     r.add_argument("--temperature", type=float, default=None, help="override the paper's sampling temperature")
     r.add_argument("--top-p", type=float, default=None, help="override the paper's top-p")
+    r.add_argument("--sampling", type=_json_object, default=None, metavar="JSON",
+                   help="sampling parameters sent instead of the paper's, e.g. '{\"temperature\": 0.7}' for an API "
+                   "that refuses vLLM's top_k (--temperature/--top-p/--seed still apply on top)")
     r.add_argument("--seed", type=int, default=None, help="sampling seed sent to the policy (servers that honour it)")
     r.add_argument("--policy-timeout", type=float, default=600.0, help="seconds per policy request (default 600)")
     r.add_argument("--judge-url", default=None, help="OpenAI-compatible base URL of the LLM judge (default: the "
@@ -124,7 +137,8 @@ def _run(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
             config = RunConfig(out=args.out, benches=args.bench, policy=PolicySettings(chat, max_turns=args.max_turns),
                                tool_url=url, runs=args.runs, concurrency=args.concurrency,
                                default_protocol=args.protocol, judge=judge, judge_passes=args.judge_passes,
-                               limit=args.limit, sampling_override=sampling, progress=not args.no_progress)
+                               limit=args.limit, sampling_override=sampling, sampling_replace=args.sampling,
+                               progress=not args.no_progress)
             counts = asyncio.run(evaluate(config))
         paths = write_report(args.out, args.out / "report", embeddings=not args.no_embeddings)
     print(json.dumps(counts))

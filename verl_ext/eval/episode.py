@@ -154,10 +154,9 @@ class Episode:
         session = ToolSession(self.tool_url, catalog, timeout_s=self.policy.call_timeout_s,
                               max_in_flight=self.policy.max_concurrent_calls)
         files = [await image_bytes(ref, self.http) for ref in self.item.images]
-        decoded = await asyncio.to_thread(lambda: [_decode(f) for f in files])
 
-        async def question_images() -> list[Image.Image]:
-            return decoded
+        async def question_images() -> list[Image.Image]:  # decoded only if the server refuses a file
+            return await asyncio.to_thread(lambda: [_decode(f) for f in files])
 
         refs = await session.open(question_images, None, files)
         try:

@@ -8,6 +8,7 @@ infrastructure errors, and the behaviour analyses of ``behaviour.py``. Plots use
 from __future__ import annotations
 
 import json
+import logging
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,6 +23,7 @@ from verl_ext.reward.judge import Verdict
 from verl_ext.rollout.record import TrajectoryRecord
 from verl_ext.walkthrough.plots import FAILURE, SUCCESS, _save, histograms_by_correctness, plt
 
+logger = logging.getLogger(__name__)
 JUDGE_FALLBACK_WARNING = 0.05  # rule fallbacks above this share of LLM-judged verdicts are flagged in the report
 
 
@@ -38,6 +40,9 @@ def judge_summary(records: Sequence[EvalRecord]) -> dict[str, Any]:
     sources = Counter(v.source for v in verdicts)
     reasons = Counter(fallback_reason(v) for v in verdicts if v.source == "rule_fallback")
     asked = sources["llm"] + sources["rule_fallback"]
+    if asked and sources["rule_fallback"] / asked > JUDGE_FALLBACK_WARNING:
+        logger.warning("the rule matcher decided %d of %d LLM-judged responses (judge failures by reason: %s)",
+                       sources["rule_fallback"], asked, dict(reasons))
     pairs = [(r.verdict["correct"], r.verdict_pass2["correct"]) for r in records
              if r.verdict and r.verdict_pass2 and r.verdict["source"] == r.verdict_pass2["source"] == "llm"]
     return {

@@ -76,7 +76,8 @@ class RunConfig:
     judge: JudgeConfig = field(default_factory=JudgeConfig)
     judge_passes: int = 1
     limit: int | None = None  # items per benchmark
-    sampling_override: dict[str, Any] = field(default_factory=dict)
+    sampling_override: dict[str, Any] = field(default_factory=dict)  # merged into the paper's
+    sampling_replace: dict[str, Any] | None = None  # instead of the paper's (an API that refuses top_k, ...)
     progress: bool = True
 
     def pin(self) -> dict[str, Any]:
@@ -85,11 +86,16 @@ class RunConfig:
         return {
             "policy": {"model": self.policy.chat.model, "max_tokens_per_turn": self.policy.chat.max_tokens,
                        "max_turns": self.policy.max_turns},
-            "sampling": {p: {**s, **self.sampling_override} for p, s in PAPER_SAMPLING.items()},
+            "sampling": {p: self.sampling(p) for p in PAPER_SAMPLING},
             "judge": judge_pin(self.judge),
             "endpoints": {"policy": self.policy.chat.url, "judge": self.judge.url, "tool_server": self.tool_url},
             "judge_passes": self.judge_passes, "runs": self.runs,
         }
+
+
+    def sampling(self, protocol: str) -> dict[str, Any]:
+        base = PAPER_SAMPLING[protocol] if self.sampling_replace is None else self.sampling_replace
+        return {**base, **self.sampling_override}
 
 
 PINNED = ("policy", "sampling", "judge")
@@ -165,7 +171,7 @@ def _key(item: EvalItem, run: int) -> str:
 async def _episode(config: RunConfig, item: EvalItem, run: int, http: aiohttp.ClientSession, judge: CachedJudge,
                    images_dir: Path) -> EvalRecord:
     protocol = item.protocol or config.default_protocol
-    policy = replace(config.policy, sampling={**PAPER_SAMPLING[protocol], **config.sampling_override})
+    policy = replace(config.policy, sampling=config.sampling(protocol))
     base = {"key": _key(item, run), "benchmark": item.benchmark, "item_id": item.item_id, "run": run,
             "protocol": protocol, "question": item.question, "ground_truth": item.ground_truth}
     start = time.perf_counter()
