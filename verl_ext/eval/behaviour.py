@@ -41,7 +41,7 @@ Embed = Callable[[list[str]], np.ndarray]  # texts -> (n, d) embeddings
 
 
 @dataclass
-class Episode:
+class TrajectorySample:
     """One trajectory for analysis."""
 
     record: TrajectoryRecord
@@ -88,7 +88,7 @@ def _describe(values: Sequence[float]) -> dict[str, float | None]:
             "p90": ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]}
 
 
-def analyse(episodes: Sequence[Episode], embed: Embed | None) -> dict[str, Any]:
+def analyse(episodes: Sequence[TrajectorySample], embed: Embed | None) -> dict[str, Any]:
     """Every analysis as plain JSON; ``embed`` None leaves the repeated-search count out (reported as skipped)."""
     n = len(episodes)
     calls = [c for e in episodes for t in e.record.turns for c in t.calls]

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from verl_ext.eval.behaviour import Episode, analyse
+from verl_ext.eval.behaviour import TrajectorySample, analyse
 from verl_ext.eval.judging import fallback_reason
 from verl_ext.eval.run import EvalRecord, read_results
 from verl_ext.eval.stats import by_benchmark
@@ -58,7 +58,7 @@ def summarize(records: Sequence[EvalRecord], pin: dict[str, Any], embeddings: bo
     errors = Counter(r.error.split(":", 1)[0] for r in records if r.status == "error")
     k = pin.get("runs", max((r.run for r in records), default=0) + 1)
     accuracy = by_benchmark(((r.benchmark, r.item_id, r.run, bool(r.correct)) for r in ok), k)
-    episodes = [Episode(TrajectoryRecord.model_validate(r.trajectory), r.correct, r.turn_stats)
+    episodes = [TrajectorySample(TrajectoryRecord.model_validate(r.trajectory), r.correct, r.turn_stats)
                 for r in ok if r.trajectory]
     return {
         "pin": pin,
@@ -210,5 +210,5 @@ def write_report(run_dir: Path, out: Path, *, embeddings: bool = True) -> dict[s
 def write_trajectory_report(path: Path, out: Path, *, embeddings: bool = True) -> dict[str, Path]:
     """Behaviour and viewer of trajectories exported during training (no accuracy table: no runs per item)."""
     episodes = list(ViewerEpisode.from_export(path))
-    behaviour = analyse([Episode(e.record, e.correct) for e in episodes], _embedder(embeddings))
+    behaviour = analyse([TrajectorySample(e.record, e.correct) for e in episodes], _embedder(embeddings))
     return _write(out, {"pin": {}, "behaviour": behaviour}, episodes, None)

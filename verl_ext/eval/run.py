@@ -150,7 +150,14 @@ async def evaluate(config: RunConfig) -> dict[str, Any]:
                 bar.update()
                 bar.set_postfix(errors=counts["error"])
 
-            await asyncio.gather(*(one(item, run) for item, run in todo))
+            tasks = [asyncio.ensure_future(one(item, run)) for item, run in todo]
+            try:
+                await asyncio.gather(*tasks)
+            except BaseException:  # a bug or Ctrl-C: stop the other episodes before the log closes
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                raise
     finally:
         bar.close()
         judge.close()
