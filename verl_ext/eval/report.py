@@ -193,10 +193,16 @@ def _num(x: float | None) -> str:
 def _write(out: Path, summary: dict[str, Any], episodes: list[ViewerEpisode], images_root: Path | None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     figures = plots(summary, [(e.record, e.correct) for e in episodes], out)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    (out / "report.md").write_text(markdown(summary, figures))
+    _atomic_write(out / "summary.json", json.dumps(summary, indent=2, default=str))
+    _atomic_write(out / "report.md", markdown(summary, figures))
     viewer = write_viewer(episodes, out / "viewer.html", images_root)
     return {"report": out / "report.md", "viewer": viewer, "summary": out / "summary.json", **figures}
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
 
 
 def write_report(run_dir: Path, out: Path, *, embeddings: bool = True) -> dict[str, Path]:
