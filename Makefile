@@ -8,16 +8,17 @@ WORLD ?= worlds/small
 
 .PHONY: venv install system-deps test demo clean-venv
 
-# Debian packages the tests use: a real Redis server for the shared cache tier, libGL for OpenCV.
+# Debian packages the tests use: a real Redis server for the shared cache tier, libGL for OpenCV, Chromium for the
+# evaluation report's trajectory viewer (rendered headless).
 system-deps:
-	@command -v redis-server >/dev/null && ldconfig -p | grep -q 'libGL.so.1' || \
-		{ apt-get update -qq && apt-get install -y -qq redis-server libgl1 >/dev/null; }
+	@command -v redis-server >/dev/null && ldconfig -p | grep -q 'libGL.so.1' && command -v chromium >/dev/null || \
+		{ apt-get update -qq && apt-get install -y -qq redis-server libgl1 chromium >/dev/null; }
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
-	$(PY) -m pip install -q ".[test]"
+	$(PY) -m pip install -q ".[test,eval]"
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -9,10 +9,15 @@ model (a pydantic model with ``key`` and ``status``).
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
+
+from pydantic import ValidationError
+
+logger = logging.getLogger(__name__)
 
 
 class _Record(Protocol):
@@ -44,14 +49,23 @@ class ResultLog(Generic[R]):
     def _repair(self) -> None:
         data = self.path.read_bytes()
         if data and not data.endswith(b"\n"):
+            line = data.count(b"\n") + 1
+            logger.warning("%s:%d: a line cut mid-write (a crash while writing) is dropped; that work is redone",
+                           self.path, line)
             with self.path.open("r+b") as fh:
                 fh.truncate(data.rfind(b"\n") + 1)
 
     def read(self) -> Iterator[R]:
+        """Every record in file order; a line that is not a valid record raises ``ValueError`` naming file and line
+        (a complete line was written whole, so it is damage from outside, not a crash: nothing is guessed)."""
         with self.path.open(encoding="utf-8") as fh:
-            for line in fh:
+            for number, line in enumerate(fh, 1):
                 if line.strip():
-                    yield self.record_type.model_validate_json(line)
+                    try:
+                        yield self.record_type.model_validate_json(line)
+                    except ValidationError as exc:
+                        raise ValueError(f"{self.path}:{number}: not a valid result record "
+                                         f"({exc.errors()[0]['msg']}); fix or remove that line") from None
 
     def outcomes(self) -> list[R]:
         """The latest record per key (an error later retried successfully counts once, as the retry)."""

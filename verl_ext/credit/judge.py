@@ -94,7 +94,7 @@ class CreditJudge:
                 if attempt and failure not in _REPAIRABLE:
                     await asyncio.sleep(self.config.retry_backoff_s * 2 ** (attempt - 1))
                 try:
-                    choice = await chat_choice(session, self.config, messages)
+                    choice, _ = await chat_choice(session, self.config, messages)
                 except asyncio.TimeoutError:
                     failure = "timeout"
                     continue

@@ -102,13 +102,16 @@ async def chat_choice(
     config: JudgeConfig,
     messages: list[dict[str, Any]],
     tools: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
-    """The first choice (``message`` and ``finish_reason``) of one chat-completions call, greedy, at most
-    ``max_tokens``, offering ``tools`` (OpenAI function schemas) when given, the API key from ``api_key_env``; raises
-    ``JudgeReplyError`` for a 200 body that is not a chat completion (not JSON, no choices, no message). The
-    project's one client: every model step uses it."""
+    sampling: Mapping[str, Any] | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The first choice (``message`` and ``finish_reason``) of one chat-completions call and the server's ``usage``
+    (token counts; ``{}`` when it sends none). Greedy unless ``sampling`` (``temperature``, ``top_p``, ``seed``, ...)
+    says otherwise, at most ``max_tokens``, offering ``tools`` (OpenAI function schemas) when given, the API key from
+    ``api_key_env``; raises ``JudgeReplyError`` for a 200 body that is not a chat completion (not JSON, no choices,
+    no message). The project's one client: every model step uses it."""
     payload: dict[str, Any] = {
-        "model": config.model, "messages": messages, "temperature": 0.0, "max_tokens": config.max_tokens
+        "model": config.model, "messages": messages, "temperature": 0.0, "max_tokens": config.max_tokens,
+        **(sampling or {}),
     }
     if tools:
         payload["tools"] = tools
@@ -118,14 +121,29 @@ async def chat_choice(
         resp.raise_for_status()
         text = await resp.text(errors="replace")
     try:
-        choice = json.loads(text)["choices"][0]
+        body = json.loads(text)
+        choice = body["choices"][0]
     except ValueError as exc:  # json.JSONDecodeError
         raise JudgeReplyError(f"body is not JSON: {text[:200]!r}") from exc
     except (KeyError, IndexError, TypeError) as exc:
         raise JudgeReplyError(f"not a chat completion: {text[:200]!r}") from exc
     if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
         raise JudgeReplyError(f"not a chat message: {str(choice)[:200]!r}")
-    return choice
+    usage = body.get("usage")
+    return choice, usage if isinstance(usage, dict) else {}
+
+
+async def chat_reply(
+    session: aiohttp.ClientSession,
+    config: JudgeConfig,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None = None,
+    sampling: Mapping[str, Any] | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The assistant message of :func:`chat_choice` and the server's ``usage``: an evaluated policy samples as its
+    paper's inference configuration says and reports its token counts."""
+    choice, usage = await chat_choice(session, config, messages, tools, sampling)
+    return choice["message"], usage
 
 
 async def chat_message(
@@ -135,7 +153,7 @@ async def chat_message(
     tools: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The assistant message (``content`` and any native ``tool_calls``) of :func:`chat_choice`."""
-    return (await chat_choice(session, config, messages, tools))["message"]
+    return (await chat_choice(session, config, messages, tools))[0]["message"]
 
 
 async def chat_completion(session: aiohttp.ClientSession, config: JudgeConfig, messages: list[dict[str, Any]]) -> str:

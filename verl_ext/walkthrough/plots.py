@@ -120,10 +120,17 @@ def token_advantages(w: Walkthrough, path: Path) -> Path:
 
 def turn_histograms(w: Walkthrough, path: Path) -> Path:
     """Assistant turns and tool calls per trajectory, split by correctness (Neos Fig. 5 style)."""
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
-    for ax, (label, value) in zip(axes, (("assistant turns", lambda r: len(r.record.turns)),
-                                         ("tool calls", lambda r: r.tool_calls))):
-        values = {ok: [value(r) for r in w.rollouts if r.success == ok] for ok in (True, False)}
+    panels = {label: {ok: [value(r) for r in w.rollouts if r.success == ok] for ok in (True, False)}
+              for label, value in (("assistant turns", lambda r: len(r.record.turns)),
+                                   ("tool calls", lambda r: r.tool_calls))}
+    return histograms_by_correctness(panels, path, "Turns and tool calls by correctness")
+
+
+def histograms_by_correctness(panels: dict[str, dict[bool, list[int]]], path: Path, title: str) -> Path:
+    """One histogram per panel of integer counts per trajectory, correct and incorrect side by side (also the
+    evaluation report's, ``verl_ext.eval.report``)."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 3.6), squeeze=False)
+    for ax, (label, values) in zip(axes[0], panels.items()):
         top = max((v for vs in values.values() for v in vs), default=1)
         bins = np.arange(0, top + 2) - 0.5
         ax.hist([values[True], values[False]], bins=bins, color=[SUCCESS, FAILURE],
@@ -132,7 +139,7 @@ def turn_histograms(w: Walkthrough, path: Path) -> Path:
         ax.set_ylabel("trajectories")
         ax.legend(fontsize=8)
         ax.yaxis.get_major_locator().set_params(integer=True)
-    fig.suptitle("Turns and tool calls by correctness")
+    fig.suptitle(title)
     return _save(fig, path)
 
 
