@@ -32,17 +32,18 @@ from tool_server.mei.log import BlobStore, MEILog, blobs_dir_of
 from verl_ext.credit.labels import CREDIT_KEY, CreditLabels
 from verl_ext.mei.buffer import MEIBuffer
 from verl_ext.mei.selection import RolloutResult, select_calls
+from verl_ext.rollout.admission import SUCCESS_THRESHOLD
 from verl_ext.rollout.record import RECORD_KEY, TrajectoryRecord
 from verl_ext.trainer.rows import selected_rows
 
 log = logging.getLogger(__name__)
 
 
-def rollout_results(rows: list[dict[str, Any]], scores: list[float]) -> list[RolloutResult]:
-    """Selected rows (their ``extra_fields``) and outcome rewards -> what MEI selection needs; rows without a
-    trajectory record (another agent loop) are left out."""
+def rollout_results(rows: list[dict[str, Any]], successes: list[bool], *, selected: bool) -> list[RolloutResult]:
+    """Rows (their ``extra_fields``) and outcomes -> what MEI selection needs; rows without a trajectory record
+    (another agent loop) are left out."""
     results = []
-    for extra, score in zip(rows, scores, strict=True):
+    for extra, success in zip(rows, successes, strict=True):
         record = (extra or {}).get(RECORD_KEY)
         if record is None:
             continue
@@ -50,8 +51,8 @@ def rollout_results(rows: list[dict[str, Any]], scores: list[float]) -> list[Rol
         results.append(
             RolloutResult(
                 record=TrajectoryRecord.model_validate(record),
-                success=score > 0.5,
-                selected=True,
+                success=success,
+                selected=selected,
                 labels=CreditLabels.model_validate(labels) if labels is not None else None,
             )
         )
@@ -80,6 +81,8 @@ class MEICoEvolutionMixin:
         self.mei_enabled = bool(cfg.get("enable", False))
         if not self.mei_enabled:
             return
+        if hasattr(self.replay_buffer, "keep_unselected_successes"):  # the mixed-group sampler's buffer
+            self.replay_buffer.keep_unselected_successes = True
         from verl_ext.mei.worker import MEITrainSettings, build_worker_group
 
         for key in ("log_path", "server_url", "model_path"):
@@ -124,9 +127,19 @@ class MEICoEvolutionMixin:
         return batch
 
     def _retain_mei_calls(self, batch: KVBatchMeta, metrics: dict[str, Any]) -> None:
+        """The paper's rule over every completed trajectory of the round: the selected batch first, then the
+        successes the mixed-group sampler did not select (all-success, deferred and carried groups, surplus)."""
         rows, scores = selected_rows(batch)
+        results = rollout_results(rows, [score >= SUCCESS_THRESHOLD for score in scores], selected=True)
+        # None: verl's own buffer, whose batch is every trajectory of the round
+        take = getattr(getattr(self, "replay_buffer", None), "take_unselected_successes", None)
+        if take is not None:
+            unselected, failures = take()
+            results += rollout_results(unselected, [True] * len(unselected), selected=False)
+            metrics["mei/selection/unselected_successes"] = float(len(unselected))
+            metrics["mei/selection/unselected_failures"] = float(failures)
         read = MEILog.read(self._mei_config().log_path)  # the tool server appends; a torn last line is skipped
-        selection = select_calls(rollout_results(rows, scores), read.records)
+        selection = select_calls(results, read.records)
         added = self.mei_buffer.add(selection.retained, BlobStore(blobs_dir_of(self._mei_config().log_path)))
         metrics["mei/retained_calls"] = float(added)
         for key, count in selection.counts.items():
