@@ -77,7 +77,7 @@ async def test_chat_versions_errors_and_swap(mei_server, v1_dir, tmp_path):
 
 async def test_tool_server_records_the_version_that_served_each_call(mei_server, v1_dir, world, tmp_path):
     mei_url = str(mei_server.make_url("")).rstrip("/")
-    mei = build_interface(MEIConfig(endpoint=mei_url + "/v1", model="mei", version="configured", max_tokens=8,
+    mei = build_interface(MEIConfig(endpoint=mei_url + "/v1", model="mei", max_tokens=8,
                                     max_retries=0, max_page_chars=1500, ocr=False, log_path=tmp_path / "mei.jsonl"))
     app = create_tool_app(world=world, mei=mei, cache=None, settings=ServerSettings(max_register_images=8))
 
@@ -92,7 +92,8 @@ async def test_tool_server_records_the_version_that_served_each_call(mei_server,
     async with TestClient(TestServer(app)) as client:
         first = (await (await client.post("/v1/sessions", json={})).json())["session_id"]
         assert await web_visit(client, first, 0) + await web_visit(client, first, 1) == ["v0", "v0"]
-        assert await activate(mei_url, v1_dir, "v1") == "v1"  # between rollout rounds
+        assert await activate(mei_url, v1_dir, "v1") == "v1"  # between rollout rounds, then the tool server is told
+        assert (await client.post("/admin/mei_version", json={"version": "v1"})).status == 200
         second = (await (await client.post("/v1/sessions", json={})).json())["session_id"]
         assert await web_visit(client, second, 0) == ["v1"]
     records = MEILog.read(tmp_path / "mei.jsonl").records
