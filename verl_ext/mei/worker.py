@@ -103,6 +103,14 @@ class MEITrainSettings(BaseModel):
     optimizer_offload: bool | None = None
     n_gpus: int = Field(default=1, ge=1)  # GPUs of a pool of its own (build_worker_group without a pool)
 
+    @property
+    def model_parallel_size(self) -> int:
+        """Ranks per model replica (Megatron TP x PP x CP; 1 on FSDP): the world size over this is data-parallel."""
+        if self.engine != "megatron":
+            return 1
+        m = self.megatron
+        return m.tensor_model_parallel_size * m.pipeline_model_parallel_size * m.context_parallel_size
+
     def placed(self, pool: Placement) -> MEITrainSettings:
         """These settings with the offload defaults of ``pool`` filled in (explicit values are kept)."""
         shared = pool == "shared"
