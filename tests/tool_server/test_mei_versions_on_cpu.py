@@ -128,3 +128,15 @@ async def test_an_unannounced_version_is_fixed_by_the_sessions_first_answer(setu
     assert (await _session(c))["mei_version"] == "v3"
     r = await c.post("/admin/mei_version", json={"version": ""})
     assert r.status == 400 and (await r.json())["error"]["field"] == "version"
+
+
+async def test_the_trainers_announcement_reaches_the_tool_server(setup):
+    """``verl_ext.mei.server.announce``, what the trainer calls after the MEI server loads a checkpoint."""
+    from verl_ext.mei.server import announce
+
+    c, _, _, _ = setup
+    url = str(c.make_url("")).rstrip("/")
+    assert await announce(url, "v5") == "v5"
+    assert (await _session(c))["mei_version"] == "v5"
+    with pytest.raises(RuntimeError, match="refused MEI version"):
+        await announce(url, "")

@@ -118,7 +118,8 @@ def test_three_policy_updates_and_one_mei_update(tmp_path, tiny_vl_model_dir, ve
             proc.wait(timeout=30)
     log = (tmp_path / "main_ppo.log").read_text(errors="replace")
     for line in log.splitlines():  # the key lines: each step's metrics, MEI updates, sampler give-ups
-        if re.search(r"step:\d+ - |MEI v\d+ trained|questions deferred|Error|Traceback", line):
+        if re.search(r"step:\d+ - |MEI v\d+ trained|MEI co-evolution on|MEI calls span|questions deferred|Error|"
+                     r"Traceback", line):
             print(line[:4000])
     if run.returncode != 0:
         for name in ("tools", "mei"):
@@ -128,3 +129,10 @@ def test_three_policy_updates_and_one_mei_update(tmp_path, tiny_vl_model_dir, ve
     assert re.search(r"step:3 - ", log)
     assert "neos_credit/assessed_share" in log  # the estimator saw the rows' labels (or their absence)
     assert re.search(r"mei/version_index:1\b", log), "no MEI update after K=2 policy updates"
+    # one MEI version per round: v0 for steps 1-2, v1 (announced to the tool server) for step 3
+    mix = [float(v) for v in re.findall(r"mei/round_versions:([0-9.]+)", log)]
+    assert len(mix) == 3 and max(mix) == 1.0, mix  # 0.0: a round whose trajectories made no MEI call
+    assert not re.search(r"mei/round_unexpected_version_calls:[1-9]", log)
+    assert re.search(r"mei/update/version:1\b", log)
+    tools_log = (tmp_path / "tools.log").read_text(errors="replace")
+    assert "MEI version v1 activated (was v0)" in tools_log

@@ -164,27 +164,30 @@ def test_a_round_spanning_two_mei_versions_is_counted_and_warned(caplog):
 
 
 def test_mei_worker_follows_the_policys_engine_and_placement(tiny_vl_model_dir):
-    """The paper's recipe (Megatron policy) gets verl's Megatron engine config for the MEI SFT workers, co-located
-    by default with weights and Adam state offloaded between updates; an FSDP policy gets FSDP; a dedicated pool keeps
-    them on its GPUs. (The Megatron model itself needs Transformer Engine, absent here: only the config is built.)"""
+    """The paper's recipe (Megatron policy, the MEI on 8 GPUs of its own) gets verl's Megatron engine config for the
+    MEI SFT workers; co-located (pool=shared) their weights and Adam state are offloaded between updates; an FSDP
+    policy gets FSDP; a dedicated pool keeps them on its GPUs. (The Megatron model itself needs Transformer Engine,
+    absent here: only the config is built.)"""
     from verl.workers.config import FSDPEngineConfig, McoreEngineConfig
 
     from verl_ext.mei.worker import worker_config
     from verl_ext.trainer.mei_coevolution import mei_placement, mei_train_settings
 
-    neos = compose("+recipe=neos")
-    assert neos.actor_rollout_ref.actor.strategy == "megatron" and mei_placement(neos.trainer.v1.neos.mei) == "shared"
+    paper = compose("+recipe=neos").trainer.v1.neos.mei  # Neos §4.1: 8 GPUs of its own for MEI serving and SFT
+    assert (mei_placement(paper), paper.n_gpus_per_node, paper.nnodes) == ("dedicated", 8, 1)
+    neos = compose("+recipe=neos", "trainer.v1.neos.mei.pool=shared")
+    assert neos.actor_rollout_ref.actor.strategy == "megatron"
     settings = mei_train_settings(neos, str(tiny_vl_model_dir))
     assert (settings.engine, settings.param_offload, settings.optimizer_offload) == ("megatron", True, True)
     engine = worker_config(settings).engine_config
     assert isinstance(engine, McoreEngineConfig) and (engine.param_offload, engine.optimizer_offload) == (True, True)
     assert engine.dtype == "bfloat16" and engine.use_distributed_optimizer  # fp32 main params in the optimizer
 
-    fsdp = compose("+recipe=neos", "model_engine=dp", "+trainer.v1.neos.mei.pool=dedicated")
+    fsdp = compose("+recipe=neos", "model_engine=dp")
     settings = mei_train_settings(fsdp, str(tiny_vl_model_dir))
     assert (settings.engine, settings.param_offload, settings.optimizer_offload) == ("fsdp", False, False)
     assert isinstance(worker_config(settings).engine_config, FSDPEngineConfig)
-    explicit = compose("+recipe=neos", "+trainer.v1.neos.mei.train.engine=fsdp",
+    explicit = compose("+recipe=neos", "trainer.v1.neos.mei.pool=shared", "+trainer.v1.neos.mei.train.engine=fsdp",
                        "+trainer.v1.neos.mei.train.param_offload=false")
     settings = mei_train_settings(explicit, str(tiny_vl_model_dir))
     assert (settings.engine, settings.param_offload, settings.optimizer_offload) == ("fsdp", False, True)
@@ -199,8 +202,8 @@ def test_a_dedicated_mei_pool_joins_verls_resource_pool_spec(tmp_path, monkeypat
 
     monkeypatch.setenv("NEOS_SMOKE_DATA", str(tmp_path))
     monkeypatch.setenv("NEOS_SMOKE_MODEL", str(tmp_path))
-    trainer = NeosTrainer(compose("+recipe=neos_smoke", "+trainer.v1.neos.mei.pool=dedicated",
-                                  "+trainer.v1.neos.mei.n_gpus_per_node=2", "+trainer.v1.neos.mei.nnodes=2"))
+    trainer = NeosTrainer(compose("+recipe=neos_smoke", "++trainer.v1.neos.mei.pool=dedicated",
+                                  "++trainer.v1.neos.mei.n_gpus_per_node=2", "++trainer.v1.neos.mei.nnodes=2"))
     trainer._init_resource_pool_mgr()
     assert trainer.resource_pool_manager.resource_pool_spec == {"global_pool": [1], MEI_POOL: [2, 2]}
     assert trainer.resource_pool_manager.get_n_gpus() == 5
