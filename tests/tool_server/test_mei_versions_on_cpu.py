@@ -140,3 +140,25 @@ async def test_the_trainers_announcement_reaches_the_tool_server(setup):
     assert (await _session(c))["mei_version"] == "v5"
     with pytest.raises(RuntimeError, match="refused MEI version"):
         await announce(url, "")
+
+
+async def test_entries_of_the_earlier_key_format_are_never_read(setup):
+    """A disk or shared cache written before fallbacks were kept out may hold fallbacks under ``WebVisit@mei=v0``:
+    the key format changed, so they are never served (an entry under the current format is, as a control)."""
+    from tool_server.app import CACHE
+    from tool_server.cache import cache_key
+
+    c, model, app, _ = setup
+    await c.post("/admin/mei_version", json={"version": "v0"})
+    sid = (await _session(c))["session_id"]
+
+    def args(page: str) -> dict:
+        return {"url": [f"{ORIGIN}/wiki/{page}"], "goal": "capital of France"}
+
+    stale = b'{"text":"stale","records":[],"mei":[{"call_id":"old","version":"v0"}]}'
+    await app[CACHE].set(cache_key("WebVisit@mei=v0", args("France")), stale)
+    await app[CACHE].set(cache_key("WebVisit@mei:v0", args("Paris")), stale)
+    status, body = await _visit(c, sid, "France", 0)
+    assert status == 200 and not body["cached"] and body["text"] != "stale" and model.requests == 1
+    status, body = await _visit(c, sid, "Paris", 1)
+    assert body["cached"] and body["text"] == "stale" and model.requests == 1

@@ -48,10 +48,11 @@ class ToolRunner:
 
     def _key(self, session: Session, call: ToolCall) -> str:
         """The cache key; memoised on ``call`` when it does not depend on the session's register."""
-        # web results never answer world queries; a trajectory's MEI calls carry its session's version
+        # web results never answer world queries; a trajectory's MEI calls carry its session's version ("mei:", not the
+        # earlier "mei=": entries written before fallbacks were kept out of the cache are never read again)
         tool = call.name if self.ctx.online is None else f"{call.name}@online"
         if call.name in neos.MEI_BACKED:
-            tool = f"{tool}@mei={session.mei_version}"
+            tool = f"{tool}@mei:{session.mei_version}"
         scope = session.group_id
         memo = call.key
         if memo is not None and memo[0] == tool and memo[1] == scope:
