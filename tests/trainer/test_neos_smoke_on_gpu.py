@@ -33,6 +33,10 @@ turns of judged failures), the MEI update after step 2 served as v1 (``mei/versi
 With the sampler on (``trainer.v1.neos.sampler.enable=true trainer.total_training_steps=1``, so the step-3 and MEI
 assertions fail by design) main_ppo exited 0 after one update: 42 trajectories admitted, 13 cancelled, 2 mixed groups
 selected, generation 344 s (docs/benchmarks.md, "Mixed-group sampler").
+
+Added since, not yet run on the GPU (docs/mei_coevolution.md): the MEI SFT group's weights and Adam state are
+offloaded between updates (``pool: shared``), each step logs the rollout round's MEI version mix (asserted: never more
+than one version), the update logs ``mei/update/*`` and the tool server logs the v1 activation the trainer announced.
 """
 
 from __future__ import annotations
