@@ -149,11 +149,11 @@ def test_a_round_spanning_two_mei_versions_is_counted_and_warned(caplog):
     from verl_ext.trainer.mei_coevolution import version_mix
 
     def result(session: str, versions: list[str]) -> RolloutResult:
-        call = CallRecord(tool_name="WebVisit", arguments={}, ok=True, mei_call_ids=[f"c{i}" for i in range(len(versions))],
-                          mei_versions=versions)
+        ids = [f"c{i}" for i in range(len(versions))]
+        call = CallRecord(tool_name="WebVisit", arguments={}, ok=True, mei_call_ids=ids, mei_versions=versions)
         turn = TurnRecord(index=0, span=(0, 3), text="t", outcome="call_ok", calls=[call])
-        record = TrajectoryRecord(protocol="neos", question="q", session_id=session, group_id="g", mei_version=versions[0],
-                                  termination_reason="answer", final_answer="a", turns=[turn])
+        record = TrajectoryRecord(protocol="neos", question="q", session_id=session, group_id="g",
+                                  mei_version=versions[0], termination_reason="answer", final_answer="a", turns=[turn])
         return RolloutResult(record, success=True, selected=True)
 
     assert version_mix([result("a", ["v1", "v1"]), result("b", ["v1"])], "v1") == {
