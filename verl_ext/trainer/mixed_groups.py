@@ -163,6 +163,11 @@ class MixedGroupReplayBuffer(ReplayBuffer):
         self.sampler = MixedGroupSampler(sampler_config, self._questions())
         self.control: RolloutControl | None = None
         self.max_deferred = max_deferred  # deferrals in one batch before sample() gives up (DAPO: max_num_gen_batches)
+        # MEI co-evolution (Neos §3.5) learns from every success of the round, selected or not: when set, the batch
+        # close keeps the extra_fields of completed successes it does not select (see take_unselected_successes).
+        self.keep_unselected_successes = False
+        self._unselected_successes: list[dict[str, Any]] = []
+        self._unselected_failures = 0
         self._reset_batch()
 
     def bind(self, control: RolloutControl) -> None:
@@ -198,6 +203,7 @@ class MixedGroupReplayBuffer(ReplayBuffer):
         self._in_flight: dict[str, Admission] = {}  # admission key -> trajectory still running
         self._admitted: set[str] = set()  # every admission key of this batch
         self._final_key: dict[tuple[str, int], str] = {}  # (question, session) -> its final output's key
+        self._succeeded: set[tuple[str, int]] = set()  # (question, session) of the judged successes
         self._reference: dict[str, int] = {}  # question -> the success its failures are judged against
         self._judged: dict[str, set[int]] = defaultdict(set)
         self._assessments: list[Any] = []
@@ -258,7 +264,10 @@ class MixedGroupReplayBuffer(ReplayBuffer):
             a = self._in_flight.pop(key)
             if key in rewards:
                 self._final_key[(a.question_id, a.session_index)] = outputs[key][-1]
-                status = self.sampler.finish(a.question_id, a.session_index, rewards[key] >= SUCCESS_THRESHOLD)
+                success = rewards[key] >= SUCCESS_THRESHOLD
+                if success:
+                    self._succeeded.add((a.question_id, a.session_index))
+                status = self.sampler.finish(a.question_id, a.session_index, success)
             else:
                 status = self.sampler.abort(a.question_id, a.session_index)
             if status is GroupStatus.ELIGIBLE:
@@ -306,6 +315,8 @@ class MixedGroupReplayBuffer(ReplayBuffer):
         outputs = self._outputs(listing)
         selected = [admission_key(g.question_id, s) for g in selection.groups for s in g.sessions]
         keys = [key for k in selected for key in outputs[k]]
+        if self.keep_unselected_successes:
+            self._keep_unselected(selection)
         kept = set(keys)
         stale = [*self._admitted, *(key for k in self._admitted for key in outputs.get(k, ()) if key not in kept)]
         tq.kv_clear(keys=[k for k in stale if k in listing], partition_id=TRAIN)
@@ -314,6 +325,23 @@ class MixedGroupReplayBuffer(ReplayBuffer):
         metrics = self._metrics(selection)
         self._reset_batch()
         return KVBatchMeta(partition_id=TRAIN, keys=keys, tags=[listing[k] for k in keys]), metrics
+
+    def _keep_unselected(self, selection: Selection) -> None:
+        """The extra_fields of every completed success not selected (all-success, deferred and carried groups, a
+        selected group's surplus), read before the batch close clears them; failures are only counted."""
+        kept = {(g.question_id, s) for g in selection.groups for s in g.sessions}
+        unselected = sorted((s, q) for q, s in self._final_key if (q, s) not in kept)
+        successes = [self._final_key[(q, s)] for s, q in unselected if (q, s) in self._succeeded]
+        self._unselected_failures += len(unselected) - len(successes)
+        if successes:
+            extra = tq.kv_batch_get(keys=successes, partition_id=TRAIN, select_fields=["extra_fields"])["extra_fields"]
+            self._unselected_successes.extend(e or {} for e in (extra.tolist() if hasattr(extra, "tolist") else extra))
+
+    def take_unselected_successes(self) -> tuple[list[dict[str, Any]], int]:
+        """``(extra_fields of the unselected successes, number of unselected failures)`` since the last take."""
+        taken = (self._unselected_successes, self._unselected_failures)
+        self._unselected_successes, self._unselected_failures = [], 0
+        return taken
 
     def _metrics(self, selection: Selection) -> dict[str, float]:
         metrics = selection.stats.metrics(prefix=METRIC_PREFIX)
