@@ -89,9 +89,10 @@ def test_epochs_repeat_the_plan_under_one_schedule(tmp_path):
     assert update.metrics["mei/steps"] == 6 and update.metrics["mei/final_loss"] == pytest.approx(1 / 6)
     assert update.metrics["mei/tokens"] == 45 and update.metrics["mei/target_tokens"] == 27
     assert group.saved == str(tmp_path / "v0") and update.checkpoint_dir == tmp_path / "v0" / "huggingface"
-    # 3 examples, micro-batches of 2: each epoch's batch is cut to 2 (verl splits a batch into equal micro-batches)
+    # 3 examples, micro-batches of 2: the step is filled to 4 with a loss-masked copy (verl splits a batch into equal
+    # micro-batches); no example is dropped
     group = RecordingGroup()
-    train_mei(group, items, "v0", out_dir=tmp_path, pad_token_id=0, global_batch_size=4, micro_batch_size=2)
-    assert group.batches == [2]
+    update = train_mei(group, items, "v0", out_dir=tmp_path, pad_token_id=0, global_batch_size=4, micro_batch_size=2)
+    assert group.batches == [4] and update.metrics["mei/fill_rows"] == 1
     with pytest.raises(ValueError, match="epochs"):
         train_mei(group, items, "v0", out_dir=tmp_path, pad_token_id=0, epochs=0)
