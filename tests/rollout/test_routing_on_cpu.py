@@ -24,7 +24,7 @@ def router(policy: str, replicas=("a", "b", "c"), **settings) -> TurnRouter:
 def test_shipped_defaults_and_router_files():
     s = RouterSettings()
     assert (s.policy, s.expected_generation_tokens, s.block_tokens) == ("cache_aware", 512, 256)
-    assert (s.balance_abs_threshold, s.balance_rel_threshold, s.cache_threshold) == (32_768, 1.5, 0.3)
+    assert (s.balance_abs_threshold, s.balance_rel_threshold, s.cache_threshold) == (131_072, 1.5, 0.3)
     for path in ROUTERS.glob("*.yaml"):
         data = OmegaConf.to_container(OmegaConf.load(path))
         assert data.pop("router_class") == "verl_ext.rollout.turn_router.TurnLoadBalancer"
@@ -160,3 +160,21 @@ def test_clear_forgets_placements_and_prefixes():
     s = router("sticky")
     s.route("ep", [], 1)
     assert s.clear() == 1 and not s.sticky
+
+
+def test_the_neos_recipe_routes_turns_cache_aware_through_verls_router_hook():
+    """``+recipe=neos`` sets verl's ``rollout.router_config_path`` to the shipped cache_aware file; what verl's
+    ``get_router_handle`` would load from it builds our balancer with the default settings."""
+    from hydra import compose, initialize_config_module
+    from verl.workers.rollout.router import _load_router_yaml, _resolve_router_class
+
+    import verl_ext.config  # noqa: F401  (the neos_path resolver, as the plugin registers it)
+    from verl_ext.rollout.turn_router import TurnLoadBalancer
+
+    with initialize_config_module(config_module="verl.trainer.config", version_base=None):
+        job = compose(config_name="ppo_trainer", overrides=["+recipe=neos"])
+    path = job.actor_rollout_ref.rollout.router_config_path
+    assert Path(path).name == "cache_aware.yaml" and Path(path).is_file()
+    loaded = _load_router_yaml(path)
+    assert _resolve_router_class(loaded["router_class"]) is TurnLoadBalancer
+    assert TurnLoadBalancer({}, loaded).settings == RouterSettings()

@@ -48,8 +48,10 @@ class RouterSettings(BaseModel):
     expected_generation_tokens: int = Field(512, ge=1)
     block_tokens: int = Field(256, ge=1)  # prefix-cache block: only whole blocks match
     cache_capacity_tokens: int = Field(600_000, ge=1)  # per replica: its KV pool's tokens that can hold prefixes
-    balance_abs_threshold: int = Field(32_768, ge=0)  # tokens: cache_aware leaves the holder only above both ...
-    balance_rel_threshold: float = Field(1.5, ge=1.0)  # ... thresholds (SGLang router's abs/rel pair)
+    # cache_aware leaves the prefix holder only when it is busier than the least-loaded replica by both thresholds
+    # (SGLang router's abs/rel pair); abs = one full context: moving recomputes up to a whole context's prefill.
+    balance_abs_threshold: int = Field(131_072, ge=0)  # tokens
+    balance_rel_threshold: float = Field(1.5, ge=1.0)
     cache_threshold: float = Field(0.3, ge=0.0, le=1.0)  # cache_aware: below this matched share, go least loaded
     max_tracked_requests: int = Field(10_000, ge=1)  # sticky map entries (verl's DEFAULT_ROUTING_CACHE_SIZE)
     health_check_interval_s: float = Field(5.0, gt=0)  # the Ray balancer probes every replica this often
