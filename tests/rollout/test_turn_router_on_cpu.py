@@ -64,6 +64,9 @@ class StandInGenerateServer:
     async def served(self) -> list[tuple[int, ...]]:
         return self.prompts
 
+    async def reset(self) -> None:
+        self.prompts = []
+
 
 class Pool:
     """verl's server manager over stand-in replicas ``r0..r{n-1}``, and our loop built per episode."""
@@ -135,30 +138,46 @@ def tools(tmp_path_factory):
     return load_all_tools(tool_config_path=None, function_tool_path=str(path))
 
 
-@pytest.fixture
-def make_pool(ray_cluster, compose_ppo_config, tiny_vl_model_dir, tiny_vl_processor, tools):
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the stand-in class travels to its actor
+@pytest.fixture(scope="module")
+def reply_ids(tiny_vl_processor) -> list[int]:
     text = '<tool_call>\n{"name": "pad", "arguments": {"words": %d}}\n</tool_call><|im_end|>' % PAD_WORDS
-    reply_ids = tiny_vl_processor.tokenizer(text)["input_ids"]
-    actors: list = []
+    return tiny_vl_processor.tokenizer(text)["input_ids"]
 
-    async def make(router_yaml: Path, replicas: int = 3, seconds_per_token: float = 2e-5) -> Pool:
+
+def stand_in(reply_ids: list[int], seconds_per_token: float = 2e-5):
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the stand-in class travels to its actor
+    return ray.remote(StandInGenerateServer).remote(reply_ids, seconds_per_token)
+
+
+@pytest.fixture(scope="module")
+def stand_ins(ray_cluster, reply_ids):
+    """Three replicas shared by the module's tests (an actor start costs seconds on a busy 2-core box)."""
+    servers = {f"r{i}": stand_in(reply_ids) for i in range(3)}
+    yield servers
+    for actor in servers.values():
+        ray.kill(actor)
+
+
+@pytest.fixture
+def make_pool(compose_ppo_config, tiny_vl_model_dir, tiny_vl_processor, tools, stand_ins):
+    balancers: list = []
+
+    async def make(router_yaml: Path, servers: dict | None = None) -> Pool:
+        servers = servers or stand_ins
+        await asyncio.gather(*(s.reset.remote() for s in servers.values()))
         config = compose_ppo_config(
             tiny_vl_model_dir,
             f"actor_rollout_ref.rollout.router_config_path={router_yaml}",
             "actor_rollout_ref.rollout.nnodes=1",
             rollout="hf",
         )
-        manager = await LLMServerManager.create_empty(config=config)
-        servers = {
-            f"r{i}": ray.remote(StandInGenerateServer).remote(reply_ids, seconds_per_token) for i in range(replicas)
-        }
+        manager = await LLMServerManager.create_empty(config=config)  # builds the balancer from the YAML
         await manager.global_load_balancer.add_servers.remote(servers)
-        actors.extend([manager.global_load_balancer, *servers.values()])
+        balancers.append(manager.global_load_balancer)
         return Pool(manager, servers, tiny_vl_processor, tools)
 
     yield make
-    for actor in actors:
+    for actor in balancers:
         ray.kill(actor)
 
 
@@ -223,12 +242,13 @@ async def test_load_stays_balanced_under_a_skewed_workload(make_pool):
         else:
             assert set(long_episode) == {"r0", "r1", "r2"}
             assert shares[policy] < 0.45  # 1/3 is perfect; one late turn is ~10% of the total
-        ray.kill(pool.balancer)
 
 
-async def test_a_down_or_removed_replica_is_never_chosen(make_pool, tmp_path):
-    pool = await make_pool(custom_router(tmp_path, policy="least_loaded", health_check_timeout_s=5))
-    ray.kill(pool.servers["r1"])  # the replica dies
+async def test_a_down_or_removed_replica_is_never_chosen(make_pool, stand_ins, reply_ids, tmp_path):
+    doomed = stand_in(reply_ids)
+    servers = {"r0": stand_ins["r0"], "r1": doomed, "r2": stand_ins["r2"]}
+    pool = await make_pool(custom_router(tmp_path, policy="least_loaded", health_check_timeout_s=5), servers)
+    ray.kill(doomed)  # the replica dies
     assert await pool.balancer.probe.remote() == {"r0": True, "r1": False, "r2": True}
     status = await pool.balancer.get_status.remote()
     assert status["replicas"]["r1"]["down"] and status["active_servers"] == 2 and status["probe_failures"] == 1
