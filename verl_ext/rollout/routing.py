@@ -177,16 +177,10 @@ class TurnRouter:
         policy = self.settings.policy
         if policy == "sticky":
             decision = self._sticky(request_id, up)
+        elif policy == "least_loaded":
+            decision = Decision(self._least_loaded(up), 0, "least_loaded")
         else:
-            matches = {rid: self.replicas[rid].mirror.match(keys) for rid in up}
-            best_down = max((s.mirror.match(keys) for s in self.replicas.values() if s.down), default=0)
-            if best_down > max(matches.values()):
-                self.counters["down_skipped"] += 1
-            target = self._least_loaded(up)
-            if policy == "least_loaded":
-                decision = Decision(target, 0, "least_loaded")
-            else:
-                decision = self._cache_aware(matches, target, prompt_tokens)
+            decision = self._cache_aware(keys, up, prompt_tokens)
         state = self.replicas[decision.replica]
         cached = min(prompt_tokens, state.mirror.match(keys) * self.settings.block_tokens)
         work = prompt_tokens + self.expected_generation(max_tokens)
@@ -229,7 +223,11 @@ class TurnRouter:
         """Least outstanding tokens; equal loads go to the replica that was given the least work so far."""
         return min(up, key=lambda rid: (self.replicas[rid].load_tokens, self.replicas[rid].assigned_tokens))
 
-    def _cache_aware(self, matches: dict[str, int], least: str, prompt_tokens: int) -> Decision:
+    def _cache_aware(self, keys: Sequence[Hashable], up: list[str], prompt_tokens: int) -> Decision:
+        matches = {rid: self.replicas[rid].mirror.match(keys) for rid in up}
+        if max((s.mirror.match(keys) for s in self.replicas.values() if s.down), default=0) > max(matches.values()):
+            self.counters["down_skipped"] += 1
+        least = self._least_loaded(up)
         holder = max(matches, key=lambda rid: (matches[rid], -self.replicas[rid].load_tokens))
         matched = min(prompt_tokens, matches[holder] * self.settings.block_tokens)
         if matches[holder] == 0 or matched < self.settings.cache_threshold * prompt_tokens:
