@@ -76,7 +76,7 @@ class Pool:
         self.balancer = manager.global_load_balancer
         self.questions: list[str] = []
 
-    async def episode(self, question: str, turns: int):
+    async def episode(self, question: str, turns: int, agent: str = "neos_search_agent", **settings):
         self.questions.append(question)
         config = OmegaConf.create(
             {
@@ -85,20 +85,30 @@ class Pool:
                         "prompt_length": 16384,
                         "response_length": 16384,
                         "multi_turn": {"max_tool_response_length": 4000},
-                        "custom": {"neos_rollout": {"tool_backend": "verl", "max_turns": turns}},
+                        "custom": {"neos_rollout": {"tool_backend": "verl", "max_turns": turns, **settings}},
                     }
                 },
                 "data": {},
             }
         )
         client = self.manager.get_client()  # verl's LLMServerClient over the balancer
-        loop = instantiate_agent_loop("neos_search_agent", client, self.processor, config, self.tools)
+        loop = instantiate_agent_loop(agent, client, self.processor, config, self.tools)
         out = await loop.run(
             {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True},
             raw_prompt=[{"role": "user", "content": question}],
             uid=question,
         )
         return out, TrajectoryRecord.model_validate(out.extra_fields[RECORD_KEY])
+
+    async def settled_status(self) -> dict:
+        """The balancer's status once the releases are in: verl's client releases fire-and-forget, and an asyncio
+        actor may run a later call first (bounded: 100 polls)."""
+        for _ in range(100):
+            status = await self.balancer.get_status.remote()
+            if status["total_inflight"] == 0:
+                break
+            await asyncio.sleep(0.05)
+        return status
 
     async def _served(self) -> dict[str, list[tuple[int, ...]]]:
         served = {}
@@ -201,7 +211,7 @@ async def test_one_episodes_turns_spread_under_least_loaded(make_pool):
     placed = (await pool.placements())["question one"]
     assert len(placed) == 6 and set(placed) == {"r0", "r1", "r2"}  # alone, it takes the replicas in turn
     assert all(a != b for a, b in zip(placed, placed[1:]))
-    status = await pool.balancer.get_status.remote()
+    status = await pool.settled_status()
     assert status["total_inflight"] == 0 and all(r["load_tokens"] == 0 for r in status["replicas"].values())
 
 

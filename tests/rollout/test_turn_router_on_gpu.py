@@ -3,8 +3,9 @@
 verl's replica layout gives ``main_ppo`` one ``hf`` replica per GPU (hybrid: one per trainer rank; two FSDP ranks
 cannot share a device), so this test builds the pool as verl's elastic trainers do: ``LLMServerManager.create_empty``
 (the balancer from ``recipes/routers/least_loaded.yaml``) and ``add_servers`` with two ``HFRolloutServer`` actors of
-half a GPU each. Our ``neos_search_agent`` runs two episodes through verl's ``LLMServerClient``; the random model
-writes no valid call, so each turn's parse error is the next observation and every episode runs its 6 turns. On a
+half a GPU each. Our ``modalsearch_react_agent`` runs two episodes through verl's ``LLMServerClient``; the random
+model writes neither a call nor an answer, so each turn's format error is the next observation (the 3-error rule
+off) and every episode runs its 6 turns. On a
 machine without CUDA the servers run on CPU (the same test, slower). Run on the H200::
 
     PYTHONPATH=/tmp/site:$PWD NEOS_TINY_VL_DIR=.gpu/tiny-vl \\
@@ -56,7 +57,12 @@ async def test_two_hf_replicas_on_one_gpu_share_each_episodes_turns(
         await asyncio.gather(*(s.__ray_ready__.remote() for s in servers.values()))
         await manager.global_load_balancer.add_servers.remote(servers)
         pool = Pool(manager, servers, tiny_vl_processor, tools)
-        results = await asyncio.gather(pool.episode("first question", turns=6), pool.episode("second question", turns=6))
+        # The ReAct loop: the random model's words are neither a call nor an <answer>, so each turn is a format
+        # error the next turn sees (the 3-error rule off), and every episode runs its 6 turns.
+        react = {"agent": "modalsearch_react_agent", "max_consecutive_errors": None, "group_cache": False}
+        results = await asyncio.gather(
+            pool.episode("first question", turns=6, **react), pool.episode("second question", turns=6, **react)
+        )
         assert [len(record.turns) for _, record in results] == [6, 6]
         status = await manager.global_load_balancer.get_status.remote()
         assigned = {rid: r["assigned_tokens"] for rid, r in status["replicas"].items()}
