@@ -1,0 +1,180 @@
+"""The turn router's decisions, hand-computed: loads in tokens, prefix mirrors, the cache-aware margin, down replicas.
+
+The router is framework-free (``verl_ext.rollout.routing``); ``test_turn_router_on_cpu.py`` runs it as verl's load
+balancer behind verl's real server manager and our agent loop.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+from pydantic import ValidationError
+
+from verl_ext.rollout.routing import NO_REPLICA, NoReplicaError, RouterSettings, TurnRouter, prefix_keys
+
+ROUTERS = Path(__file__).resolve().parents[2] / "recipes" / "routers"
+
+
+def router(policy: str, replicas=("a", "b", "c"), **settings) -> TurnRouter:
+    return TurnRouter(RouterSettings(policy=policy, **settings), replicas)
+
+
+def test_shipped_defaults_and_router_files():
+    s = RouterSettings()
+    assert (s.policy, s.expected_generation_tokens, s.block_tokens) == ("cache_aware", 512, 256)
+    assert (s.balance_abs_threshold, s.balance_rel_threshold, s.cache_threshold) == (131_072, 1.5, 0.3)
+    for path in ROUTERS.glob("*.yaml"):
+        data = OmegaConf.to_container(OmegaConf.load(path))
+        assert data.pop("router_class") == "verl_ext.rollout.turn_router.TurnLoadBalancer"
+        assert RouterSettings.model_validate(data).policy == path.stem
+    assert sorted(p.stem for p in ROUTERS.glob("*.yaml")) == ["cache_aware", "least_loaded", "sticky"]
+
+
+def test_unknown_policy_or_field_is_refused():
+    with pytest.raises(ValidationError, match="policy"):
+        RouterSettings(policy="round_robin")
+    with pytest.raises(ValidationError, match="margin"):
+        RouterSettings.model_validate({"margin": 3})
+
+
+def test_prefix_keys_cover_whole_blocks_and_name_the_whole_prefix():
+    a = prefix_keys(list(range(10)), 4)
+    assert len(a) == 2  # tokens 8, 9 are a partial block
+    assert prefix_keys(list(range(12)), 4)[:2] == a  # an extended prompt keeps its prefix's keys
+    assert prefix_keys([99, *range(1, 10)], 4)[1] != a[1]  # a different first block changes every later key
+
+
+def test_load_is_prompt_plus_expected_generation_and_release_returns_it():
+    r = router("least_loaded", expected_generation_tokens=100)
+    d = r.route("ep1", [], prompt_tokens=1000, max_tokens=None)
+    assert d.replica == "a" and r.replicas["a"].load_tokens == 1100
+    d2 = r.route("ep2", [], prompt_tokens=50, max_tokens=30)  # max_tokens below the estimate caps it
+    assert d2.replica == "b" and r.replicas["b"].load_tokens == 80
+    r.release("a", "ep1")
+    assert (r.replicas["a"].load_tokens, r.replicas["a"].in_flight) == (0, 0)
+    r.release("a", "ep1")  # a second release of the same request changes nothing
+    assert r.replicas["a"].load_tokens == 0
+
+
+def test_least_loaded_spreads_one_episodes_sequential_turns():
+    """Alone, every turn sees equal (zero) loads: the replica given the least work so far takes it."""
+    r = router("least_loaded", expected_generation_tokens=10)
+    placed = []
+    for prompt in (100, 200, 300, 400):
+        placed.append(r.route("ep", [], prompt).replica)
+        r.release(placed[-1], "ep")
+    assert placed == ["a", "b", "c", "a"]
+
+
+def test_least_loaded_goes_where_the_outstanding_tokens_are_fewest_not_the_requests():
+    r = router("least_loaded", expected_generation_tokens=10)
+    r.route("long", [], 50_000)  # a: one request, 50,010 tokens
+    r.route("s1", [], 100)  # b
+    r.route("s2", [], 100)  # c
+    r.route("s3", [], 100)  # b or c (110 each; b was given no more work than c)
+    assert r.route("next", [], 100).replica != "a"  # a has the fewest requests but the most work
+
+
+def test_sticky_is_verls_behaviour_first_turn_to_fewest_in_flight_then_stays():
+    r = router("sticky", seed=1)
+    first = r.route("ep", [], 100).replica
+    for _ in range(5):
+        r.release(first, "ep")
+        assert r.route("ep", [], 100_000).replica == first
+    others = {r.route(f"o{i}", [], 10).replica for i in range(2)}
+    assert others == {"a", "b", "c"} - {first}  # one in flight on `first`: new episodes go to the idle ones
+
+
+def test_cache_aware_stays_with_the_prefix_until_its_load_exceeds_both_margins():
+    r = router("cache_aware", expected_generation_tokens=1, balance_abs_threshold=1000, block_tokens=4)
+    prompt = list(range(40))
+    keys = prefix_keys(prompt, 4)
+    home = r.route("ep", keys, 40).replica
+    r.release(home, "ep")
+    d = r.route("ep", prefix_keys(prompt + [7] * 8, 4), 48)  # the next turn: 40 of its 48 tokens are cached
+    assert (d.replica, d.reason, d.cached_tokens) == (home, "cache_hit", 40)
+    r.release(home, "ep")
+    others = [rid for rid in r.replicas if rid != home]
+
+    def loads(held: int, low: int) -> None:  # the holder's and the other replicas' outstanding tokens
+        r.replicas[home].load_tokens = held
+        for rid in others:
+            r.replicas[rid].load_tokens = low
+
+    loads(900, 0)  # 900 above the least loaded: under the 1,000-token margin, stay
+    assert r.route("ep", keys, 40).reason == "cache_hit"
+    r.release(home, "ep")
+    loads(10_000, 8_000)  # 2,000 above, but not 1.5x: stay
+    assert r.route("ep", keys, 40).reason == "cache_hit"
+    r.release(home, "ep")
+    loads(2_000, 0)  # above both: leave for the least loaded, where the prefix is recomputed
+    d = r.route("ep", keys, 40)
+    assert d.replica != home and d.reason == "rebalanced" and d.cached_tokens == 0
+    assert r.counters["rebalanced"] == 1 and r.counters["cache_hit"] == 3
+
+
+def test_cache_aware_without_a_useful_match_goes_least_loaded():
+    r = router("cache_aware", block_tokens=4, cache_threshold=0.5)
+    r.route("x", prefix_keys(list(range(8)), 4), 8)  # caches 2 blocks on "a"
+    d = r.route("y", prefix_keys(list(range(8)) + list(range(100, 120)), 4), 28)  # 8 of 28 tokens match: < 0.5
+    assert (d.replica, d.reason) == ("b", "no_cache_match")
+
+
+@pytest.mark.parametrize("policy", ["sticky", "least_loaded", "cache_aware"])
+def test_a_down_or_removed_replica_is_never_chosen(policy):
+    r = router(policy, block_tokens=4)
+    keys = prefix_keys(list(range(16)), 4)
+    home = r.route("ep", keys, 16).replica
+    r.release(home, "ep")
+    assert r.set_down(home, True)
+    for i in range(6):
+        chosen = r.route("ep" if i % 2 else f"new{i}", keys, 16).replica
+        assert chosen != home
+    gone = next(rid for rid in r.replicas if rid != home)
+    r.remove([gone])  # verl removes a replica from its balancer while it sleeps for a weight update
+    (last,) = set(r.replicas) - {home, gone}
+    assert {r.route(f"n{i}", keys, 16).replica for i in range(4)} == {last}
+    if policy == "sticky":
+        assert r.counters["sticky_replica_unavailable"] >= 1
+    if policy == "cache_aware":
+        assert r.counters["down_skipped"] >= 1  # the down replica held the best prefix: counted
+
+
+def test_no_replica_up_raises_verls_error_and_counts_it():
+    r = router("least_loaded", replicas=("a",))
+    r.set_down("a", True)
+    with pytest.raises(NoReplicaError, match=NO_REPLICA):
+        r.route("ep", [], 10)
+    assert r.counters["no_replica"] == 1
+    assert r.set_down("a", False) and r.route("ep", [], 10).replica == "a"
+
+
+def test_clear_forgets_placements_and_prefixes():
+    r = router("cache_aware", block_tokens=4)
+    keys = prefix_keys(list(range(16)), 4)
+    r.route("ep", keys, 16)
+    assert r.clear() == 0  # cache_aware keeps no sticky map
+    assert all(len(s.mirror) == 0 for s in r.replicas.values())
+    s = router("sticky")
+    s.route("ep", [], 1)
+    assert s.clear() == 1 and not s.sticky
+
+
+def test_the_neos_recipe_routes_turns_cache_aware_through_verls_router_hook():
+    """``+recipe=neos`` sets verl's ``rollout.router_config_path`` to the shipped cache_aware file; what verl's
+    ``get_router_handle`` would load from it builds our balancer with the default settings."""
+    from hydra import compose, initialize_config_module
+    from verl.workers.rollout.router import _load_router_yaml, _resolve_router_class
+
+    import verl_ext.config  # noqa: F401  (the neos_path resolver, as the plugin registers it)
+    from verl_ext.rollout.turn_router import TurnLoadBalancer
+
+    with initialize_config_module(config_module="verl.trainer.config", version_base=None):
+        job = compose(config_name="ppo_trainer", overrides=["+recipe=neos"])
+    path = job.actor_rollout_ref.rollout.router_config_path
+    assert Path(path).name == "cache_aware.yaml" and Path(path).is_file()
+    loaded = _load_router_yaml(path)
+    assert _resolve_router_class(loaded["router_class"]) is TurnLoadBalancer
+    assert TurnLoadBalancer({}, loaded).settings == RouterSettings()

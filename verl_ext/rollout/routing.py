@@ -1,0 +1,255 @@
+"""Turn-level routing of generate requests over rollout replicas (Neos Appendix B: "requests are scheduled at turn
+boundaries; there is no permanent trajectory-to-replica binding"). Framework-free: no verl, no Ray; the verl load
+balancer (:mod:`verl_ext.rollout.turn_router`) and the routing benchmark (``bench/bench_routing.py``) both drive
+:class:`TurnRouter`.
+
+Policies (``RouterSettings.policy``):
+
+- ``sticky``: verl 0.9.1's ``GlobalRequestLoadBalancer``: a request id (our agent loops pass one per episode) stays on
+  the replica its first turn went to; a first turn goes to the replica with the fewest requests in flight.
+- ``least_loaded``: every turn to the replica with the least outstanding work, wherever the episode's prefix is.
+- ``cache_aware``: stay on the replica whose prefix cache holds most of the prompt, unless that replica's outstanding
+  work exceeds the least-loaded one's by both ``balance_abs_threshold`` tokens and ``balance_rel_threshold`` times
+  (SGLang router's two imbalance thresholds, applied between the cache holder and the least-loaded replica).
+
+Outstanding work of a replica = the sum, over its requests in flight, of prompt tokens + expected generation tokens
+(``min(max_tokens, expected_generation_tokens)``). The router mirrors each replica's prefix cache as an LRU of
+full-block prefix keys (vLLM's and SGLang's prefix caches also match whole blocks from the start of the prompt),
+bounded by ``cache_capacity_tokens``; the mirror is an estimate: the engine may evict earlier under memory pressure.
+A replica marked down, or removed from the pool (verl removes replicas from its balancer while they sleep for a
+weight update), is never chosen; with none left :class:`NoReplicaError` is raised, as verl's balancer does.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import OrderedDict, defaultdict
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Policy = Literal["sticky", "least_loaded", "cache_aware"]
+NO_REPLICA = "No available servers in load balancer"  # verl's message: FullyAsyncLLMServerClient retries on it
+
+
+class NoReplicaError(RuntimeError):
+    """No replica is up and in the pool."""
+
+
+class RouterSettings(BaseModel):
+    """What ``rollout.router_config_path``'s YAML holds besides ``router_class``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    policy: Policy = "cache_aware"
+    # Per-turn generation estimate for the load (a turn is a reasoning step and one call; max_tokens caps it).
+    expected_generation_tokens: int = Field(512, ge=1)
+    block_tokens: int = Field(256, ge=1)  # prefix-cache block: only whole blocks match
+    cache_capacity_tokens: int = Field(600_000, ge=1)  # per replica: its KV pool's tokens that can hold prefixes
+    # cache_aware leaves the prefix holder only when it is busier than the least-loaded replica by both thresholds
+    # (SGLang router's abs/rel pair); abs = one full context: moving recomputes up to a whole context's prefill.
+    balance_abs_threshold: int = Field(131_072, ge=0)  # tokens
+    balance_rel_threshold: float = Field(1.5, ge=1.0)
+    cache_threshold: float = Field(0.3, ge=0.0, le=1.0)  # cache_aware: below this matched share, go least loaded
+    max_tracked_requests: int = Field(10_000, ge=1)  # sticky map entries (verl's DEFAULT_ROUTING_CACHE_SIZE)
+    health_check_interval_s: float = Field(5.0, gt=0)  # the Ray balancer probes every replica this often
+    health_check_timeout_s: float = Field(30.0, gt=0)
+    seed: int = 0  # sticky's random tie-break among equally busy replicas, as verl's
+
+
+def prefix_keys(token_ids: Sequence[int], block_tokens: int) -> list[int]:
+    """One key per whole block of ``token_ids``, each identifying the prefix up to its block's end (chained hashes,
+    as vLLM's prefix cache keys its blocks). A partial last block has no key: engines do not share it."""
+    keys, parent = [], 0
+    for end in range(block_tokens, len(token_ids) + 1, block_tokens):
+        parent = hash((parent, tuple(token_ids[end - block_tokens : end])))
+        keys.append(parent)
+    return keys
+
+
+class PrefixMirror:
+    """The router's picture of one replica's prefix cache: an LRU of block keys, at most ``capacity`` blocks."""
+
+    def __init__(self, capacity_blocks: int) -> None:
+        self.capacity = capacity_blocks
+        self._blocks: OrderedDict[Hashable, None] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    def match(self, keys: Sequence[Hashable]) -> int:
+        """How many leading blocks of ``keys`` are cached."""
+        n = 0
+        for key in keys:
+            if key not in self._blocks:
+                break
+            n += 1
+        return n
+
+    def insert(self, keys: Iterable[Hashable]) -> None:
+        """The replica computed (or reused) these blocks: most recently used now; the oldest go past capacity."""
+        for key in keys:
+            self._blocks[key] = None
+            self._blocks.move_to_end(key)
+        while len(self._blocks) > self.capacity:
+            self._blocks.popitem(last=False)
+
+
+@dataclass
+class ReplicaState:
+    mirror: PrefixMirror
+    load_tokens: int = 0  # outstanding work
+    in_flight: int = 0
+    assigned_tokens: int = 0  # all work ever routed here: least_loaded's tie-break, so equal loads take turns
+    down: bool = False
+    # (request id) -> the tokens each of its in-flight requests added, released in order
+    pending: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+
+
+@dataclass(frozen=True)
+class Decision:
+    replica: str
+    cached_tokens: int  # of the prompt, on the chosen replica as the mirror sees it
+    reason: str  # sticky | first_turn | least_loaded | cache_hit | rebalanced | no_cache_match
+
+
+class TurnRouter:
+    """Chooses a replica per generate request and keeps the per-replica load and prefix mirrors.
+
+    Counters (``counters``): every decision by its reason, plus ``sticky_replica_unavailable`` (an episode's sticky
+    replica was down or gone: it moved) and ``down_skipped`` (a down replica held the best prefix)."""
+
+    def __init__(self, settings: RouterSettings, replicas: Iterable[str] = ()) -> None:
+        self.settings = settings
+        self.replicas: dict[str, ReplicaState] = {}
+        self.sticky: OrderedDict[str, str] = OrderedDict()
+        self.counters: dict[str, int] = defaultdict(int)
+        self._rng = random.Random(settings.seed)
+        self._capacity_blocks = max(1, settings.cache_capacity_tokens // settings.block_tokens)
+        self.add(replicas)
+
+    # pool
+    def add(self, replica_ids: Iterable[str]) -> None:
+        """New (or re-added, e.g. woken after a weight update) replicas start with an empty prefix cache."""
+        for rid in replica_ids:
+            self.replicas[rid] = ReplicaState(PrefixMirror(self._capacity_blocks))
+
+    def remove(self, replica_ids: Iterable[str]) -> None:
+        for rid in replica_ids:
+            self.replicas.pop(rid, None)
+
+    def set_down(self, replica_id: str, down: bool) -> bool:
+        """Mark a replica down (never chosen) or up again; returns whether that changed anything. A replica that
+        comes back has lost its cache (a restarted engine starts empty)."""
+        state = self.replicas.get(replica_id)
+        if state is None or state.down == down:
+            return False
+        state.down = down
+        if not down:
+            state.mirror = PrefixMirror(self._capacity_blocks)
+        return True
+
+    def clear(self) -> int:
+        """Forget episode placements and cached prefixes (verl's ``clear_sticky_cache`` at a phase switch, after which
+        engines reset their prefix caches); returns the number of sticky entries dropped."""
+        dropped = len(self.sticky)
+        self.sticky.clear()
+        for state in self.replicas.values():
+            state.mirror = PrefixMirror(self._capacity_blocks)
+        return dropped
+
+    # routing
+    def expected_generation(self, max_tokens: int | None) -> int:
+        cap = self.settings.expected_generation_tokens
+        return cap if max_tokens is None else max(1, min(int(max_tokens), cap))
+
+    def route(
+        self, request_id: str, keys: Sequence[Hashable], prompt_tokens: int, max_tokens: int | None = None
+    ) -> Decision:
+        """Choose a replica for one turn and account for it (call :meth:`release` when it returns). ``keys`` are the
+        prompt's :func:`prefix_keys` (the benchmark passes its own; any hashable keys that identify prefixes do)."""
+        up = [rid for rid, s in self.replicas.items() if not s.down]
+        if not up:
+            self.counters["no_replica"] += 1
+            raise NoReplicaError(NO_REPLICA)
+        policy = self.settings.policy
+        if policy == "sticky":
+            decision = self._sticky(request_id, up)
+        elif policy == "least_loaded":
+            decision = Decision(self._least_loaded(up), 0, "least_loaded")
+        else:
+            decision = self._cache_aware(keys, up, prompt_tokens)
+        state = self.replicas[decision.replica]
+        cached = min(prompt_tokens, state.mirror.match(keys) * self.settings.block_tokens)
+        work = prompt_tokens + self.expected_generation(max_tokens)
+        state.load_tokens += work
+        state.assigned_tokens += work
+        state.in_flight += 1
+        state.pending[request_id].append(work)
+        state.mirror.insert(keys)
+        self.counters[decision.reason] += 1
+        return Decision(decision.replica, cached, decision.reason)
+
+    def release(self, replica_id: str, request_id: str) -> None:
+        """A request routed to ``replica_id`` returned (or failed). Unknown ids are ignored (the replica may have been
+        removed meanwhile)."""
+        state = self.replicas.get(replica_id)
+        if state is None or not state.pending.get(request_id):
+            return
+        work = state.pending[request_id].pop(0)
+        if not state.pending[request_id]:
+            del state.pending[request_id]
+        state.load_tokens -= work
+        state.in_flight -= 1
+
+    def _sticky(self, request_id: str, up: list[str]) -> Decision:
+        placed = self.sticky.get(request_id)
+        if placed is not None:
+            if placed in up:
+                self.sticky.move_to_end(request_id)
+                return Decision(placed, 0, "sticky")
+            self.counters["sticky_replica_unavailable"] += 1
+        fewest = min(self.replicas[rid].in_flight for rid in up)
+        chosen = self._rng.choice([rid for rid in up if self.replicas[rid].in_flight == fewest])
+        self.sticky[request_id] = chosen
+        self.sticky.move_to_end(request_id)
+        while len(self.sticky) > self.settings.max_tracked_requests:
+            self.sticky.popitem(last=False)
+        return Decision(chosen, 0, "first_turn")
+
+    def _least_loaded(self, up: list[str]) -> str:
+        """Least outstanding tokens; equal loads go to the replica that was given the least work so far."""
+        return min(up, key=lambda rid: (self.replicas[rid].load_tokens, self.replicas[rid].assigned_tokens))
+
+    def _cache_aware(self, keys: Sequence[Hashable], up: list[str], prompt_tokens: int) -> Decision:
+        matches = {rid: self.replicas[rid].mirror.match(keys) for rid in up}
+        if max((s.mirror.match(keys) for s in self.replicas.values() if s.down), default=0) > max(matches.values()):
+            self.counters["down_skipped"] += 1
+        least = self._least_loaded(up)
+        holder = max(matches, key=lambda rid: (matches[rid], -self.replicas[rid].load_tokens))
+        matched = min(prompt_tokens, matches[holder] * self.settings.block_tokens)
+        if matches[holder] == 0 or matched < self.settings.cache_threshold * prompt_tokens:
+            return Decision(least, 0, "no_cache_match")
+        held, low = self.replicas[holder].load_tokens, self.replicas[least].load_tokens
+        s = self.settings
+        if held - low > s.balance_abs_threshold and held > s.balance_rel_threshold * low:
+            return Decision(least, 0, "rebalanced")
+        return Decision(holder, 0, "cache_hit")
+
+    def status(self) -> dict[str, object]:
+        return {
+            "policy": self.settings.policy,
+            "replicas": {
+                rid: {
+                    "load_tokens": s.load_tokens,
+                    "in_flight": s.in_flight,
+                    "assigned_tokens": s.assigned_tokens,
+                    "cached_blocks": len(s.mirror),
+                    "down": s.down,
+                }
+                for rid, s in self.replicas.items()
+            },
+            "counters": dict(self.counters),
+        }
