@@ -49,7 +49,9 @@ async def test_groups_without_both_outcomes_are_not_judged(rewards):
     assert results == [None, None] and judge.calls == []
 
 
-async def test_a_failing_judge_fails_every_member_and_a_duplicate_is_refused():
+async def test_a_raising_judge_labels_the_failures_unassessed_and_a_duplicate_is_refused(caplog):
+    """No member's episode fails with the judge: its failures fall back to GRPO with reason "error" (counted by the
+    estimator), its success keeps the outcome advantage, and the error is logged."""
     candidate, reference = make_candidate(), make_reference()
 
     async def broken(ref, failures):
@@ -60,10 +62,9 @@ async def test_a_failing_judge_fails_every_member_and_a_duplicate_is_refused():
     await asyncio.sleep(0)
     with pytest.raises(ValueError, match="submitted twice"):
         await assessor.submit("g", "0", candidate, 0.0, broken)
-    with pytest.raises(RuntimeError, match="judge down"):
-        await assessor.submit("g", "1", reference, 1.0, broken)
-    with pytest.raises(RuntimeError, match="judge down"):
-        await waiting
+    assert await assessor.submit("g", "1", reference, 1.0, broken) is None
+    assert await waiting == unassessed("error", len(candidate.turns), "error")
+    assert "judge down" in caplog.text
 
 
 async def test_a_member_that_raised_is_withdrawn_and_its_siblings_are_judged_without_it():
@@ -100,17 +101,17 @@ async def test_withdrawals_before_and_after_arrivals_and_a_group_with_no_traject
     assert await asyncio.wait_for(waiting, timeout=10) is None
 
 
-async def test_a_judge_failure_reaches_the_members_not_the_withdrawal():
+async def test_a_judge_failure_after_a_withdrawal_labels_the_failures_unassessed():
     async def broken(ref, failures):
         raise RuntimeError("judge down")
 
     assessor = GroupAssessor(size=3)
+    candidate = make_candidate()
     waiting = [
         asyncio.create_task(assessor.submit("g", str(i), r, float(i == 0), broken))
-        for i, r in enumerate((make_reference(), make_candidate()))
+        for i, r in enumerate((make_reference(), candidate))
     ]
     await asyncio.sleep(0)
     assert await assessor.withdraw("g", "2") is True
-    for task in waiting:
-        with pytest.raises(RuntimeError, match="judge down"):
-            await asyncio.wait_for(task, timeout=10)
+    success, failure = [await asyncio.wait_for(task, timeout=10) for task in waiting]
+    assert success is None and failure == unassessed("error", len(candidate.turns), "error")

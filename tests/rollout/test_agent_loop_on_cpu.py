@@ -9,6 +9,7 @@ tokens still go through a real forward pass with the images), because a random m
 from __future__ import annotations
 
 import asyncio
+import base64
 import io
 import json
 from collections.abc import Callable, Sequence
@@ -427,6 +428,17 @@ async def test_an_image_the_processor_refuses_is_withheld_and_named_and_the_epis
     assert note in processor.tokenizer.decode(client.calls[1].prompt_ids)  # the policy was told
     assert len(out.multi_modal_data["images"]) == 3
     assert_well_formed(out, record, processor.tokenizer)
+    # The LLM credit judge gets these pixels under the refs the agent saw them as; img_2's never reached it.
+    from verl_ext.credit.judge import CreditJudge, CreditJudgeConfig
+    from verl_ext.rollout.tq_worker import NeosAgentLoopWorker
+
+    worker = object.__new__(NeosAgentLoopWorker)  # only the judge state of the real class
+    worker.llm_judge = CreditJudge(CreditJudgeConfig(url="http://127.0.0.1:9/v1"))
+    judged = await worker._failure_images(record, 0.0, out.multi_modal_data)
+    assert sorted(judged) == ["img_1", "img_3", "img_4"]
+    for ref, image in zip(["img_1", "img_3", "img_4"], out.multi_modal_data["images"]):
+        sent = Image.open(io.BytesIO(base64.b64decode(judged[ref].split(",", 1)[1])))
+        np.testing.assert_array_equal(np.asarray(sent.convert("RGB")), np.asarray(image.convert("RGB")))
 
 
 async def test_three_consecutive_tool_failures_end_a_modalsearch_episode_as_tool_errors(

@@ -3,7 +3,8 @@
 Each trajectory of a group arrives with its outcome as soon as it finishes; when the last of the group's ``size``
 arrives, its failures go to the judge against one success of the same group (the reference), while other groups
 keep generating. Every member awaits the group's one assessment and gets its own labels (None for successes and
-for groups that are all successes or all failures, which keep the plain outcome advantage).
+for groups that are all successes or all failures, which keep the plain outcome advantage). A judge that raises
+labels the group's failures unassessed (reason ``error``), so they are counted and no member's episode fails.
 
 A member whose agent loop raised has no trajectory: it is ``withdraw``n, and the group completes with the members
 that did arrive (it is neither a reference nor judged), so its siblings never wait for it.
@@ -12,11 +13,14 @@ that did arrive (it is neither a reference nor judged), so its siblings never wa
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from verl_ext.credit.labels import CreditLabels
+from verl_ext.credit.labels import CreditLabels, unassessed
 from verl_ext.rollout.record import TrajectoryRecord
+
+log = logging.getLogger(__name__)
 
 AssessGroup = Callable[[TrajectoryRecord, Sequence[TrajectoryRecord]], Awaitable[list[CreditLabels]]]
 
@@ -96,6 +100,11 @@ class GroupAssessor:
         if not successes or not failures:
             return labels
         reference = members[successes[0]][0]
-        assessed = await assess(reference, [members[m][0] for m in failures])
-        labels.update(zip(failures, assessed))
+        records = [members[m][0] for m in failures]
+        try:
+            assessed = await assess(reference, records)
+        except Exception:  # a judge that raises costs its group the labels, never its members' episodes
+            log.exception("credit judge raised for group of %r: its failures fall back to GRPO", reference.group_id)
+            assessed = [unassessed("error", len(r.turns), "error") for r in records]
+        labels.update(zip(failures, assessed, strict=True))
         return labels

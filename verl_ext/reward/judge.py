@@ -9,6 +9,7 @@ exactly one ``correct: yes|no`` line), never stalls or zeroes training: the norm
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -86,15 +87,16 @@ def parse_judge_reply(text: str) -> tuple[bool, str]:
     return verdicts[0] == "yes", (reasoning.group(1).strip() if reasoning else "")
 
 
-async def chat_message(
+async def chat_choice(
     session: aiohttp.ClientSession,
     config: JudgeConfig,
     messages: list[dict[str, Any]],
     tools: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The assistant message (``content`` and any native ``tool_calls``) of one chat-completions call, greedy, at most
+    """The first choice (``message`` and ``finish_reason``) of one chat-completions call, greedy, at most
     ``max_tokens``, offering ``tools`` (OpenAI function schemas) when given, the API key from ``api_key_env``; raises
-    ``JudgeReplyError`` for a body that is not a completion. The project's one client: every model step uses it."""
+    ``JudgeReplyError`` for a 200 body that is not a chat completion (not JSON, no choices, no message). The
+    project's one client: every model step uses it."""
     payload: dict[str, Any] = {
         "model": config.model, "messages": messages, "temperature": 0.0, "max_tokens": config.max_tokens
     }
@@ -104,14 +106,26 @@ async def chat_message(
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     async with session.post(f"{config.url.rstrip('/')}/chat/completions", json=payload, headers=headers) as resp:
         resp.raise_for_status()
-        body = await resp.json(content_type=None)
+        text = await resp.text(errors="replace")
     try:
-        message = body["choices"][0]["message"]
+        choice = json.loads(text)["choices"][0]
+    except ValueError as exc:  # json.JSONDecodeError
+        raise JudgeReplyError(f"body is not JSON: {text[:200]!r}") from exc
     except (KeyError, IndexError, TypeError) as exc:
-        raise JudgeReplyError(f"not a chat completion: {str(body)[:200]!r}") from exc
-    if not isinstance(message, dict):
-        raise JudgeReplyError(f"not a chat message: {str(message)[:200]!r}")
-    return message
+        raise JudgeReplyError(f"not a chat completion: {text[:200]!r}") from exc
+    if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
+        raise JudgeReplyError(f"not a chat message: {str(choice)[:200]!r}")
+    return choice
+
+
+async def chat_message(
+    session: aiohttp.ClientSession,
+    config: JudgeConfig,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The assistant message (``content`` and any native ``tool_calls``) of :func:`chat_choice`."""
+    return (await chat_choice(session, config, messages, tools))["message"]
 
 
 async def chat_completion(session: aiohttp.ClientSession, config: JudgeConfig, messages: list[dict[str, Any]]) -> str:
