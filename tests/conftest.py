@@ -152,8 +152,9 @@ def world(small_world):
 
 @pytest.fixture
 async def tool_server_with(world, tmp_path):
-    """``await tool_server_with(**ServerSettings fields)``: a real tool server (our aiohttp app, extractive MEI
-    without OCR) on loopback, in this event loop, with those settings; all are closed after the test."""
+    """``await tool_server_with(middlewares=(), **ServerSettings fields)``: a real tool server (our aiohttp app,
+    extractive MEI without OCR) on loopback, in this event loop, with those settings and ``middlewares`` in front
+    (fault injection); all are closed after the test."""
     from aiohttp.test_utils import TestServer
 
     from tool_server.app import ServerSettings, create_app
@@ -163,13 +164,14 @@ async def tool_server_with(world, tmp_path):
 
     servers: list[TestServer] = []
 
-    async def start(**settings):
+    async def start(middlewares=(), **settings):
         app = create_app(
             world=world,
             mei=build_interface(MEIConfig(log_path=tmp_path / f"mei{len(servers) or ''}.jsonl", ocr=False)),
             cache=TieredCache.from_config(memory_items=1000),
             settings=ServerSettings(**{"max_register_images": 64, **settings}),
         )
+        app.middlewares.extend(middlewares)
         servers.append(TestServer(app))
         await servers[-1].start_server()
         return servers[-1]

@@ -204,6 +204,23 @@ async def test_data_mm_processor_kwargs_reach_every_generate_call_and_the_output
     assert [t * h * w // 4 for t, h, w in client.calls[-1].image_grid_thw] == expected
 
 
+async def test_nested_mm_processor_kwargs_from_the_config_reach_the_processor_as_plain_dicts(
+    tiny_vl_model, processor, server, world
+):
+    """The recipes' form, ``size: {shortest_edge, longest_edge}``, arrives from the composed config as a nested
+    DictConfig (verl copies it shallowly); transformers 5's processors refuse that at the first prompt. The loop
+    hands plain dicts to the token builder, the generate calls and its output."""
+    nested = {"size": {"shortest_edge": MM_KWARGS["min_pixels"], "longest_edge": MM_KWARGS["max_pixels"]}}
+    script = scripted("Mexico")
+    client = TransformersGenerateClient(tiny_vl_model, processor, max_new_tokens=16, forced=script)
+    loop = make_loop("neos_search_agent", client, url_of(server), data={"mm_processor_kwargs": nested})
+    out, record = await run(loop, question(world, "Which country's flag is this?"))
+    assert record.final_answer == "Mexico" and out.mm_processor_kwargs == nested
+    assert type(out.mm_processor_kwargs["size"]) is dict
+    image = out.multi_modal_data["images"][0]
+    assert client.calls[0].num_image_pad_tokens == qwen_placeholders(image, **MM_KWARGS)  # the bounds were applied
+
+
 def png_part(image: Image.Image) -> dict:
     """An image part as verl's ``RLHFDataset`` builds it from a parquet row: the file, and the image opened on it."""
     buf = io.BytesIO()

@@ -23,6 +23,7 @@ from functools import partial
 from typing import Any, ClassVar
 from uuid import uuid4
 
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
 from verl.utils.profiler import simple_timer
 
@@ -75,6 +76,12 @@ class _Episode:
     mei_version: str | None = None
 
 
+def _plain(kwargs: Any) -> dict[str, Any]:
+    """``mm_processor_kwargs`` as plain dicts and lists, however deep (OmegaConf containers resolved)."""
+    return {k: OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig | ListConfig) else v
+            for k, v in (kwargs or {}).items()}
+
+
 class SearchAgentLoop(AgentLoopBase):
     """The shared engine; subclasses fix the protocol. Settings: see ``settings.py``."""
 
@@ -86,6 +93,13 @@ class SearchAgentLoop(AgentLoopBase):
         # tool_backend: verl; the default backend is our tool server.
         overrides = {k: kwargs.pop(k) for k in list(kwargs) if k in EpisodeSettings.model_fields}
         super().__init__(*args, **kwargs)
+        # verl hands ``data.mm_processor_kwargs`` over as the config's DictConfig and copies it shallowly; a nested
+        # value (the recipes' ``size: {shortest_edge, longest_edge}``) then reaches the processor as a DictConfig,
+        # which transformers 5's strict kwargs refuse at the first prompt of every episode. Plain containers here,
+        # for the token builder, the generate calls and the output alike.
+        self.mm_processor_kwargs = _plain(self.mm_processor_kwargs)
+        if hasattr(self.continuous_token_builder, "mm_processor_kwargs"):
+            self.continuous_token_builder.mm_processor_kwargs = _plain(self.continuous_token_builder.mm_processor_kwargs)
         self.verl_tools = list(tools.tools) if tools is not None else []
         self.continuous_token_builder = fast_text_renders(self.continuous_token_builder)
         self.settings = resolve_settings(self.protocol, self.rollout_config, overrides)
