@@ -23,9 +23,17 @@ from verl_ext.credit import rescale_advantages
 from verl_ext.tools.client import ToolServerClient
 from verl_ext.walkthrough.__main__ import main as walkthrough_main
 from verl_ext.walkthrough.__main__ import walkthrough
-from verl_ext.walkthrough.behaviour import Call, Distractor, ScriptedBehaviourPolicy, draw_plans, make_plan
+from verl_ext.walkthrough.behaviour import (
+    BEHAVIOURS,
+    Call,
+    Distractor,
+    ScriptedBehaviourPolicy,
+    draw_plans,
+    make_plan,
+)
 from verl_ext.walkthrough.pipeline import group_plans
 from verl_ext.walkthrough.questions import load_questions
+from verl_ext.walkthrough.report import adv_mass
 from verl_ext.walkthrough.rollouts import RolloutSettings
 
 QUESTIONS, G = 2, 4
@@ -151,12 +159,67 @@ def test_the_report_carries_the_returned_numbers_and_valid_plots(run):
     report = (out / "report.md").read_text()
     assert f"{summary['successes']} correct; mixed groups: {summary['mixed_groups']};" in report
     assert "scripted behaviour policy" in report
-    for name in ("group_outcomes", "credit_composition", "token_advantages", "turn_histograms"):
-        path = out / f"{name}.png"
+    assert all(f"| `{variant}` | {text} |" in report for variant, text in BEHAVIOURS.items())
+    assert "recovery followed by a re-derailment" in report
+    for name in ("group_outcomes", "credit_composition", "token_advantages", "tool_calls"):
         assert f"]({name}.png)" in report
-        with Image.open(path) as image:
-            assert image.format == "PNG" and image.width > 400
-            image.verify()
+        _assert_png(out / f"{name}.png", min_width=400)
+    for g, row in zip(result.groups, summary["groups"]):
+        assert f"> {g.question}" in report
+        assert len(row["images"]) == len(g.images) >= 1
+        for path, image in zip(row["images"], g.images):
+            assert f'<img src="{path}"' in report
+            _assert_png(out / path, min_width=1)
+            with Image.open(out / path) as saved:
+                assert saved.size == image.size
+    assert "`mei.jsonl`: the tool server's MEI log" in report
+
+
+def _assert_png(path, min_width: int) -> None:
+    with Image.open(path) as image:
+        assert image.format == "PNG" and image.width >= min_width
+        image.verify()
+
+
+def test_mean_logprob_is_over_policy_tokens_and_near_uniform_for_a_random_model(run):
+    """Observation tokens carry 0.0 placeholders in the rollout's log-probs; averaged in, they would pull the mean
+    of a random model (about -ln V per token) towards 0."""
+    result, summary, _ = run
+    rows = [row for g in summary["groups"] for row in g["rollouts"]]
+    uniform = -np.log(result.vocab_size)
+    assert summary["vocab_size"] == result.vocab_size > 150_000
+    for row, r in zip(rows, result.rollouts):
+        policy = [lp for lp, m in zip(r.logprobs, r.response_mask) if m]
+        observations = [lp for lp, m in zip(r.logprobs, r.response_mask) if not m]
+        assert row["mean_logprob"] == pytest.approx(np.mean(policy))
+        assert abs(row["mean_logprob"] - uniform) < 0.5, (row["mean_logprob"], uniform)
+        assert observations and set(observations) == {0.0}  # every rollout saw tool results
+
+
+def test_adv_mass_sums_positive_and_negative_token_advantages():
+    assert adv_mass(np.array([0.5, -1.0, 0.0, -0.25, 2.0])) == (2.5, 1.25)
+    assert adv_mass(np.array([])) == (0.0, 0.0)
+
+
+def test_the_grpo_vs_turn_credit_table_matches_the_estimator_and_the_grpo_values(run):
+    result, summary, out = run
+    table = summary["adv_mass"]
+    batch = table["all trajectories (the batch)"]
+    assert batch["trajectories"] == len(result.rollouts)
+    for key in ("pos_adv_mass", "neg_adv_mass"):  # the estimator logs the same batch means
+        assert batch["neos_turn_credit"][key] == pytest.approx(result.metrics[f"neos_credit/{key}"], rel=1e-5)
+    failures = [r for r in result.rollouts if r.types is not None]
+    row = table["assessed failures (mixed groups)"]
+    assert row["trajectories"] == len(failures) > 0
+    # GRPO gives each of those tokens A_i < 0: its negative mass is |A_i| times its policy tokens.
+    expected = np.mean([-r.grpo_value * sum(r.response_mask) for r in failures])
+    assert row["grpo"] == {"pos_adv_mass": 0.0, "neg_adv_mass": pytest.approx(expected, rel=1e-5)}
+    assert 0 < row["neos_turn_credit"]["neg_adv_mass"] < row["grpo"]["neg_adv_mass"]
+    for scope in ("successes", "failures of homogeneous groups"):  # turn credit leaves them alone
+        assert table[scope]["grpo"] == table[scope]["neos_turn_credit"]
+    report = (out / "report.md").read_text()
+    assert "**pos_adv_mass** is the sum of its positive per-token advantages" in report
+    assert f"| assessed failures (mixed groups) | {len(failures)} | 0.00 | {row['grpo']['neg_adv_mass']:.2f} |" in report
 
 
 def test_plans_script_each_variant_as_documented():
