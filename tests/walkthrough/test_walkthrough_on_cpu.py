@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -248,12 +250,47 @@ def test_plans_script_each_variant_as_documented():
         policy.bind("r1", plans["recovery"])
 
 
-def test_the_cli_rejects_bad_arguments_with_a_message(small_world, tmp_path, capsys):
-    def error(*argv: str) -> str:
-        with pytest.raises(SystemExit):
-            walkthrough_main(["--tasks", str(tmp_path), "--out", str(tmp_path / "out"), *argv])
+def test_the_cli_rejects_bad_arguments_with_exit_2_and_writes_nothing(small_world, tmp_path, capsys):
+    def error(*argv: str, tasks=tmp_path) -> str:
+        out = tmp_path / "out"
+        argv = ["--tasks", str(tasks), "--out", str(out), *argv]
+        try:
+            code = walkthrough_main(argv)
+        except SystemExit as exit_:  # argparse's own errors
+            code = exit_.code
+        assert code == 2 and not out.exists(), argv
         return capsys.readouterr().err
 
-    assert "is not a built world" in error("--world", str(tmp_path))
-    assert "--group-size >= 2" in error("--world", str(small_world), "--group-size", "1")
+    message = error("--world", str(tmp_path))
+    assert f"error: --world: {tmp_path} is not a built world" in message
+    assert "argument --group-size: must be >= 2, got 1" in error("--world", str(small_world), "--group-size", "1")
+    assert "argument --groups: expected a whole number >= 1, got 'x'" in error("--world", str(small_world),
+                                                                              "--groups", "x")
     assert "results.jsonl does not exist: run `python -m data_gen neos" in error("--world", str(small_world))
+
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    (cut / "results.jsonl").write_text('{"key": "a", "status": "verif\n')
+    message = error("--world", str(small_world), tasks=cut)
+    assert message.startswith(f"python -m verl_ext.walkthrough: error: --tasks: {cut / 'results.jsonl'}:1: not a "
+                              "valid Outcome record (Invalid JSON")
+    assert message.endswith("delete that line and rerun to redo its work\n") and message.count("\n") == 1
+
+    (tmp_path / "a_file").touch()
+    out_is_file = ["--world", str(small_world), "--tasks", str(tmp_path), "--out", str(tmp_path / "a_file")]
+    assert walkthrough_main(out_is_file) == 2
+    assert capsys.readouterr().err.endswith("error: --out: " + str(tmp_path / "a_file") + " is a file, not a directory\n")
+
+
+def test_help_is_clean_and_imports_no_torch_transformers_or_verl():
+    """``--help`` answers before the heavy imports: nothing on stderr (no warnings), the description first."""
+    probe = ("import runpy, sys\n"
+             "sys.argv = ['walkthrough', '--help']\n"
+             "try:\n    runpy.run_module('verl_ext.walkthrough', run_name='__main__')\n"
+             "except SystemExit as e:\n    assert e.code == 0\n"
+             "print([m for m in ('torch', 'transformers', 'verl', 'matplotlib') if m in sys.modules])")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    lines = done.stdout.splitlines()
+    assert done.stderr == "" and lines[-1] == "[]"
+    assert lines[0].startswith("usage: python -m verl_ext.walkthrough")
+    assert "One Neos RL step on CPU" in done.stdout and "``" not in done.stdout
