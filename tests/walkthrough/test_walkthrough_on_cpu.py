@@ -221,7 +221,8 @@ def test_the_grpo_vs_turn_credit_table_matches_the_estimator_and_the_grpo_values
         assert table[scope]["grpo"] == table[scope]["neos_turn_credit"]
     report = (out / "report.md").read_text()
     assert "**pos_adv_mass** is the sum of its positive per-token advantages" in report
-    assert f"| assessed failures (mixed groups) | {len(failures)} | 0.00 | {row['grpo']['neg_adv_mass']:.2f} |" in report
+    grpo_neg = row["grpo"]["neg_adv_mass"]
+    assert f"| assessed failures (mixed groups) | {len(failures)} | 0.00 | {grpo_neg:.2f} |" in report
 
 
 def test_plans_script_each_variant_as_documented():
@@ -279,7 +280,7 @@ def test_the_cli_rejects_bad_arguments_with_exit_2_and_writes_nothing(small_worl
     (tmp_path / "a_file").touch()
     out_is_file = ["--world", str(small_world), "--tasks", str(tmp_path), "--out", str(tmp_path / "a_file")]
     assert walkthrough_main(out_is_file) == 2
-    assert capsys.readouterr().err.endswith("error: --out: " + str(tmp_path / "a_file") + " is a file, not a directory\n")
+    assert capsys.readouterr().err.endswith(f"error: --out: {tmp_path / 'a_file'} is a file, not a directory\n")
 
 
 def test_help_is_clean_and_imports_no_torch_transformers_or_verl():

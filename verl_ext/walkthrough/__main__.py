@@ -25,7 +25,8 @@ DESCRIPTION = (
     "advantages under GRPO and under Neos turn credit (Neos: Learning to Interleave Search and Visual Reasoning, "
     "Sec. 3.4). Writes OUT/report.md with its figures, OUT/summary.json and OUT/mei.jsonl."
 )
-EPILOG = "example: python -m verl_ext.walkthrough --world worlds/small --tasks worlds/demo/tasks --out worlds/demo/report"
+EPILOG = ("example (what make demo runs): python -m verl_ext.walkthrough --world worlds/small "
+          "--tasks worlds/demo/tasks --out worlds/demo/report")
 
 
 def _at_least(minimum: int):

@@ -209,11 +209,12 @@ def _mass_section(s: dict[str, Any]) -> list[str]:
     failures = s["adv_mass"]["assessed failures (mixed groups)"]
     if failures["trajectories"]:
         g, t = failures["grpo"], failures["neos_turn_credit"]
+        share = t["neg_adv_mass"] / g["neg_adv_mass"] if g["neg_adv_mass"] else 0.0
         lines += ["", f"Only assessed failures differ: GRPO pushes every token of such a trajectory down "
                   f"(neg_adv_mass {g['neg_adv_mass']:.1f} per trajectory); turn credit keeps each one's sum negative "
-                  f"but concentrates the push on the turns the judge blamed (neg_adv_mass {t['neg_adv_mass']:.1f}) "
-                  f"and gives its productive and recovery turns a small positive advantage (pos_adv_mass "
-                  f"{t['pos_adv_mass']:.1f})."]
+                  f"but pushes down only the turns the judge blamed and their consequences (neg_adv_mass "
+                  f"{t['neg_adv_mass']:.1f}, {share:.0%} of GRPO's) and gives its productive and recovery turns a "
+                  f"small positive advantage (pos_adv_mass {t['pos_adv_mass']:.1f})."]
     return lines + [""]
 
 
@@ -298,7 +299,8 @@ def _markdown(s: dict[str, Any], figures: dict[str, Path], focus: Rollout | None
 def terminal_summary(s: dict[str, Any], out: Path) -> str:
     comp = ", ".join(f"{kind} {n}" for kind, n in s["credit_composition"].items() if n)
     lines = [f"walkthrough: {s['questions']} questions x {s['group_size']} rollouts, {s['successes']}/"
-             f"{s['trajectories']} correct, mixed groups: {s['mixed_groups']}, failures judged: {s['assessed_failures']}"]
+             f"{s['trajectories']} correct, mixed groups: {s['mixed_groups']}, "
+             f"failures judged: {s['assessed_failures']}"]
     for g in s["groups"]:
         outcome = " ".join("+" if r["reward"] >= 0.5 else "-" for r in g["rollouts"])
         lines.append(f"  {g['question_id'][:8]} [{outcome}] answer {g['answer']!r}")
