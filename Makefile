@@ -8,13 +8,15 @@ WORLD ?= worlds/small
 
 .PHONY: venv install system-deps test demo clean-venv
 
-# Debian packages the tests use: a real Redis server for the shared cache tier, libGL for OpenCV. Only missing ones
-# are installed, after a message saying so (apt-get: root). NEOS_TEST_REDIS_URL=redis://HOST:PORT/DB points the
-# Redis tests at an existing server (they write a few keys to that database) instead of starting redis-server.
+# Debian packages the tests use: a real Redis server for the shared cache tier, libGL for OpenCV, Chromium for the
+# evaluation report's trajectory viewer (rendered headless). Only missing ones are installed, after a message saying
+# so (apt-get: root). NEOS_TEST_REDIS_URL=redis://HOST:PORT/DB points the Redis tests at an existing server (they
+# write a few keys to that database) instead of starting redis-server.
 system-deps:
 	@need=""; \
 	if [ -z "$$NEOS_TEST_REDIS_URL" ] && ! command -v redis-server >/dev/null; then need="redis-server"; fi; \
 	if ! ldconfig -p | grep -q 'libGL.so.1'; then need="$$need libgl1"; fi; \
+	if ! command -v chromium >/dev/null; then need="$$need chromium"; fi; \
 	if [ -n "$$need" ]; then \
 		echo "make test: installing the Debian packages the tests need:$$need (apt-get install; needs root)."; \
 		echo "  To use an existing Redis instead of redis-server: NEOS_TEST_REDIS_URL=redis://HOST:PORT/DB make test"; \
@@ -26,7 +28,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
-	$(PY) -m pip install -q ".[test]"
+	$(PY) -m pip install -q ".[test,eval]"
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -22,8 +22,7 @@ import time
 from aiohttp import web
 
 from verl_ext.credit import SCHEMA_VERSION
-from verl_ext.credit.judge import CreditJudge
-from verl_ext.reward.judge import JudgeConfig
+from verl_ext.credit.judge import CreditJudge, CreditJudgeConfig
 from verl_ext.rollout.record import CallRecord, ImageEntry, TrajectoryRecord, TurnRecord
 
 TURNS = 30
@@ -100,7 +99,8 @@ def trajectory(session: str, turns: int, answer: str) -> TrajectoryRecord:
 
 
 async def run(url: str, concurrency: int, failures: int, group: int, latency_s: float) -> tuple[float, float, dict]:
-    judge = CreditJudge(JudgeConfig(url=url, model="bench", max_concurrency=concurrency, timeout_s=60 + latency_s))
+    config = CreditJudgeConfig(url=url, model="bench", max_concurrency=concurrency, timeout_s=60 + latency_s)
+    judge = CreditJudge(config)
     reference = trajectory("ref", 12, "Beirut River")
     candidates = [trajectory(f"s{i}", TURNS, "Orontes") for i in range(failures)]
     groups = [candidates[i : i + group] for i in range(0, failures, group)]

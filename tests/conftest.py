@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import shutil
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -146,8 +151,9 @@ def world(small_world):
 
 
 @pytest.fixture
-async def tool_server(world, tmp_path):
-    """A real tool server (our aiohttp app, extractive MEI without OCR) on loopback, in this event loop."""
+async def tool_server_with(world, tmp_path):
+    """``await tool_server_with(**ServerSettings fields)``: a real tool server (our aiohttp app, extractive MEI
+    without OCR) on loopback, in this event loop, with those settings; all are closed after the test."""
     from aiohttp.test_utils import TestServer
 
     from tool_server.app import ServerSettings, create_app
@@ -155,14 +161,75 @@ async def tool_server(world, tmp_path):
     from tool_server.mei import MEIConfig, build_interface
     from verl_ext.tools.client import close_shared_clients
 
-    app = create_app(
-        world=world,
-        mei=build_interface(MEIConfig(log_path=tmp_path / "mei.jsonl", ocr=False)),
-        cache=TieredCache.from_config(memory_items=1000),
-        settings=ServerSettings(max_register_images=64),
-    )
-    server = TestServer(app)
-    await server.start_server()
-    yield server
+    servers: list[TestServer] = []
+
+    async def start(**settings):
+        app = create_app(
+            world=world,
+            mei=build_interface(MEIConfig(log_path=tmp_path / f"mei{len(servers) or ''}.jsonl", ocr=False)),
+            cache=TieredCache.from_config(memory_items=1000),
+            settings=ServerSettings(**{"max_register_images": 64, **settings}),
+        )
+        servers.append(TestServer(app))
+        await servers[-1].start_server()
+        return servers[-1]
+
+    yield start
     await close_shared_clients()
-    await server.close()
+    for server in servers:
+        await server.close()
+
+
+@pytest.fixture
+async def tool_server(tool_server_with):
+    """A real tool server with the default settings (see ``tool_server_with``)."""
+    return await tool_server_with()
+
+
+@dataclass
+class ChatServer:
+    """A real chat-completions server (aiohttp) on loopback, on its own thread: callers that block (the
+    data-generation model steps) or run their own event loop (``python -m verl_ext.eval``) cannot share the test's
+    loop. ``reply(body) -> str`` answers each request (an ``int`` is sent as that HTTP status, a ``dict`` as the whole
+    assistant message, e.g. with native ``tool_calls``, and its ``usage`` key as the body's token counts); ``seen``
+    logs bodies."""
+
+    url: str = ""
+    reply: Callable[[dict], str | int | dict] = lambda body: "{}"
+    seen: list[dict] = field(default_factory=list)
+
+
+@pytest.fixture
+def threaded_chat():
+    server = ChatServer()
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    async def chat(request: web.Request) -> web.Response:
+        body = await request.json()
+        server.seen.append(body)
+        content = server.reply(body)
+        if isinstance(content, int):
+            return web.Response(status=content, text="unavailable")
+        message = dict(content) if isinstance(content, dict) else {"role": "assistant", "content": content}
+        usage = message.pop("usage", None)  # a script may report token counts as a server does
+        return web.json_response({"choices": [{"message": message}], **({"usage": usage} if usage else {})})
+
+    async def start() -> web.AppRunner:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", chat)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        server.url = f"http://127.0.0.1:{port}/v1"
+        return runner
+
+    runner = asyncio.run_coroutine_threadsafe(start(), loop).result()
+    yield server
+    asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result()
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join()
+    loop.close()

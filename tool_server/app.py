@@ -126,8 +126,11 @@ async def tools(request: web.Request) -> web.Response:
 
 async def create_session(request: web.Request) -> web.Response:
     body = json_object(await request.read(), optional=True)
-    check_keys(body, {"images", "group_id"})
+    check_keys(body, {"images", "group_id", "mei_version"})
     images, group_id = body.get("images", []), body.get("group_id")
+    mei_version = body.get("mei_version", request.app[RUNNER].ctx.mei.version)
+    if mei_version is not None and (not isinstance(mei_version, str) or not mei_version):
+        raise ToolError("invalid_request", "mei_version must be a non-empty string", "mei_version")
     settings: ServerSettings = request.app[SETTINGS]
     if not isinstance(images, list) or not all(isinstance(i, str) for i in images):
         raise ToolError("invalid_request", "images must be a list of base64 images or image URLs", "images")
@@ -145,9 +148,25 @@ async def create_session(request: web.Request) -> web.Response:
                 decode_base64_image, item, max_pixels=settings.max_pixels, field=f"images/{i}"
             )
             decoded.append((pixels, "question"))
-    session = request.app[SESSIONS].create(group_id)
+    session = request.app[SESSIONS].create(group_id, mei_version)
     refs = [session.register.append(pixels, source).ref for pixels, source in decoded]
-    return web.json_response({"session_id": session.id, "images": refs})
+    return web.json_response({"session_id": session.id, "images": refs, "mei_version": session.mei_version})
+
+
+async def mei_version(request: web.Request) -> web.Response:
+    """``GET``: the active MEI version. ``POST {"version": V}``: a checkpoint was activated behind the MEI endpoint;
+    sessions created from now on are fixed to V (the trainer calls it right after the MEI server loads V)."""
+    mei = request.app[RUNNER].ctx.mei
+    previous = mei.version
+    if request.method == "POST":
+        body = json_object(await request.read(), optional=False)
+        check_keys(body, {"version"})
+        version = body.get("version")
+        if not isinstance(version, str) or not version:
+            raise ToolError("invalid_request", "version must be a non-empty string", "version")
+        mei.activate(version)
+        log.info("MEI version %s activated (was %s)", version, previous)
+    return web.json_response({"version": mei.version, "previous": previous})
 
 
 async def delete_session(request: web.Request) -> web.Response:
@@ -225,6 +244,8 @@ def create_app(
     router.add_get("/v1/tools", wrap(tools))
     router.add_post("/v1/sessions", wrap(create_session))
     router.add_delete("/v1/sessions/{session_id}", wrap(delete_session))
+    router.add_get("/admin/mei_version", wrap(mei_version))
+    router.add_post("/admin/mei_version", wrap(mei_version))
     if online is not None and online.public is not None:  # query images for the reverse-image API
         router.add_get(PUBLIC_PATH + "{name}", wrap(online.public.handle))
     router.add_route("*", "/{tail:.*}", wrap(_no_route))  # last: what no other route takes

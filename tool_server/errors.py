@@ -21,7 +21,9 @@ STATUS = {
     "unsupported_content": 415,
     "fetch_failed": 502,
     "search_unavailable": 503,
-    "public_url_required": 503,  # a register image cannot go to the reverse-image API without --public-base-url
+    "public_url_required": 503,
+    # the MEI now serves another version than the session's (Neos §3.5: one MEI version per trajectory): tool-caused
+    "mei_version_changed": 503,  # a register image cannot go to the reverse-image API without --public-base-url
 }
 
 

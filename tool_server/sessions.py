@@ -80,6 +80,7 @@ class Session:
     register: VisualRegister
     last_used: float
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # register appends of one call stay contiguous
+    mei_version: str | None = None  # fixed at creation (Neos §3.5); None until its first MEI answer when unknown
 
 
 class SessionStore:
@@ -103,11 +104,12 @@ class SessionStore:
     def __len__(self) -> int:
         return len(self._sessions)
 
-    def create(self, group_id: str | None = None) -> Session:
+    def create(self, group_id: str | None = None, mei_version: str | None = None) -> Session:
         self.evict_idle()
         if len(self._sessions) >= self._max_sessions:
             raise ToolError("too_many_sessions", f"the server holds its limit of {self._max_sessions} sessions")
-        session = Session(f"s_{secrets.token_hex(12)}", group_id, VisualRegister(self._max_images), self._clock())
+        session = Session(f"s_{secrets.token_hex(12)}", group_id, VisualRegister(self._max_images), self._clock(),
+                          mei_version=mei_version)
         self._sessions[session.id] = session
         return session
 

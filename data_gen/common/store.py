@@ -9,12 +9,15 @@ model (a pydantic model with ``key`` and ``status``).
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
 from pydantic import ValidationError
+
+logger = logging.getLogger(__name__)
 
 
 class _Record(Protocol):
@@ -46,7 +49,7 @@ def read_records(path: Path, record_type: type[R]) -> Iterator[R]:
                 first = err.errors()[0]
                 where = ".".join(str(part) for part in first["loc"])
                 raise ResultLogError(
-                    f"{path}:{number}: not a valid {record_type.__name__} record ({where + ': ' if where else ''}"
+                    f"{path}:{number}: not a valid result record ({where + ': ' if where else ''}"
                     f"{first['msg']}); delete that line and rerun to redo its work"
                 ) from None
 
@@ -79,10 +82,14 @@ class ResultLog(Generic[R]):
     def _repair(self) -> None:
         data = self.path.read_bytes()
         if data and not data.endswith(b"\n"):
+            line = data.count(b"\n") + 1
+            logger.warning("%s:%d: a line cut mid-write (a crash while writing) is dropped; that work is redone",
+                           self.path, line)
             with self.path.open("r+b") as fh:
                 fh.truncate(data.rfind(b"\n") + 1)
 
     def read(self) -> Iterator[R]:
+        """Every record in file order (:func:`read_records`)."""
         return read_records(self.path, self.record_type)
 
     def outcomes(self) -> list[R]:

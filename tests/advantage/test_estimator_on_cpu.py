@@ -21,7 +21,7 @@ from verl.protocol import DataProto
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
-from verl_ext.advantage.estimator import ESTIMATOR, credit_params_from_config
+from verl_ext.advantage.estimator import ESTIMATOR, credit_params_from_config, max_fallback_share_from_config
 from verl_ext.advantage.inputs import CreditRow, credit_inputs
 from verl_ext.credit import CreditAblation, CreditParams
 from verl_ext.credit.labels import CreditLabels, LabelEvent, unassessed
@@ -74,7 +74,7 @@ def _rows() -> list[CreditRow]:
         CreditRow("g1"),
         CreditRow("g1", LABELS),
         CreditRow("g2"),
-        CreditRow("g2", unassessed("test", 6, "fallback_invalid")),
+        CreditRow("g2", unassessed("test", 6, "invalid")),
     ]
 
 
@@ -141,9 +141,22 @@ def test_metrics_are_returned_through_the_context() -> None:
     _, metrics = _through_verl("full", _rows())
     # row masses: +0.5·5 (row 0), +0.35 / -1.025 (row 1), +0.5·5 (row 2), -0.5·7 (row 3); averaged over 4 rows
     assert metrics["neos_credit/assessed_share"] == 0.25
-    assert metrics["neos_credit/fallback_share"] == 0.25
+    # two failures were judged (rows 1 and 3); row 3's judge fell back with reason "invalid"
+    assert metrics["neos_credit/judged_failures"] == 2
+    assert metrics["neos_credit/fallback_share"] == 0.5
+    assert metrics["neos_credit/fallback/invalid"] == 0.5
     assert metrics["neos_credit/pos_adv_mass"] == pytest.approx((2.5 + 0.35 + 2.5) / 4, rel=1e-6)
     assert metrics["neos_credit/neg_adv_mass"] == pytest.approx((1.025 + 3.5) / 4, rel=1e-6)
+
+
+def test_in_group_references_are_counted() -> None:
+    rows = _rows()
+    rows[1] = CreditRow("g1", LABELS.model_copy(update={"reference": "in_group"}))
+    rows[3] = CreditRow("g2", unassessed("test", 6, "invalid").model_copy(update={"reference": "verified"}))
+    _, metrics = _through_verl("full", rows)
+    assert metrics["neos_credit/reference/in_group_share"] == 0.5
+    _, metrics = _through_verl("full", _rows())
+    assert "neos_credit/reference/in_group_share" not in metrics  # the labels do not record it
 
 
 def test_rows_must_line_up_with_verls_batch() -> None:
@@ -154,14 +167,60 @@ def test_rows_must_line_up_with_verls_batch() -> None:
     short = _rows()[:3]
     with pytest.raises(ValueError, match="3 rows for a batch of 4"):
         _through_verl("full", short)
-    wrong_turns = _rows()
-    wrong_turns[1] = CreditRow("g1", LABELS.model_copy(update={"num_turns": 7}))
-    with pytest.raises(ValueError, match="labelled for 7 turns but its response_mask has 6"):
-        _through_verl("full", wrong_turns)
-    on_success = _rows()
-    on_success[0] = CreditRow("g1", CreditLabels(assessed=True, judge="t", num_turns=2, productive={0: 1.0}))
-    with pytest.raises(ValueError, match="outcome advantage 0.5 > 0"):
-        _through_verl("full", on_success)
+
+
+def _fallback_row_1(rows: list[CreditRow], reason: str, caplog, message: str) -> None:
+    """Row 1 gets the plain A_i = -0.5 on its policy tokens, every other row keeps its hand-computed advantage, the
+    reason is counted and one warning names the row."""
+    with caplog.at_level("WARNING", logger="verl_ext.advantage.estimator"):
+        adv, metrics = _through_verl("full", rows)
+    np.testing.assert_allclose(adv[1].numpy(), -0.5 * np.array(FAIL_MASK, dtype=float), rtol=1e-6)
+    np.testing.assert_allclose(adv[3].numpy(), -0.5 * np.array(FAIL_MASK, dtype=float), rtol=1e-6)
+    np.testing.assert_allclose(adv[2].numpy(), 0.5 * np.array(SUCC_MASK, dtype=float), rtol=1e-6)
+    assert metrics["neos_credit/assessed_share"] == 0
+    assert metrics["neos_credit/fallback_share"] == 1.0  # rows 1 and 3 both fell back: above 0.1, so it warns
+    assert metrics[f"neos_credit/fallback/{reason}"] == 0.5 and metrics["neos_credit/fallback/invalid"] == 0.5
+    warnings = [r.getMessage() for r in caplog.records if r.name == "verl_ext.advantage.estimator"]
+    assert len(warnings) == 1 and message in warnings[0] and "2 of 2 judged failures" in warnings[0]
+
+
+def test_a_label_whose_turn_count_disagrees_with_the_mask_falls_back_for_its_row_only(caplog) -> None:
+    rows = _rows()
+    rows[1] = CreditRow("g1", LABELS.model_copy(update={"num_turns": 7}))
+    _fallback_row_1(rows, "label_turns", caplog, "labelled for 7 turns but its response_mask has 6")
+
+
+def test_labels_on_a_row_with_positive_advantage_fall_back_for_that_row_only(caplog) -> None:
+    rows = _rows()
+    rows[0] = CreditRow("g1", CreditLabels(assessed=True, judge="t", num_turns=2, productive={0: 1.0}))
+    rows[1] = CreditRow("g1")  # row 1 unjudged: a failure of a mixed group without labels
+    with caplog.at_level("WARNING", logger="verl_ext.advantage.estimator"):
+        adv, metrics = _through_verl("full", rows)
+    np.testing.assert_allclose(adv[0].numpy(), 0.5 * np.array(SUCC_MASK, dtype=float), rtol=1e-6)
+    assert metrics["neos_credit/judged_failures"] == 3  # rows 0 (labelled), 1 (unjudged) and 3
+    assert metrics["neos_credit/fallback/positive_advantage"] == pytest.approx(1 / 3)
+    assert metrics["neos_credit/fallback/unjudged"] == pytest.approx(1 / 3)
+    assert "outcome advantage 0.5 > 0" in caplog.text
+
+
+def test_no_warning_at_or_below_the_threshold(caplog) -> None:
+    """Shipped default 0.1; with max_fallback_share 0.5 the batch's 1 of 2 fallbacks is not over it."""
+    from verl_ext.credit.fallbacks import DEFAULT_MAX_FALLBACK_SHARE
+
+    assert DEFAULT_MAX_FALLBACK_SHARE == 0.1
+    rewards, mask, uid = _batch()
+    tensors = {"token_level_rewards": rewards, "response_mask": mask}
+    data = DataProto.from_dict(tensors=tensors, non_tensors={"uid": uid})
+    config = OmegaConf.create(
+        {"adv_estimator": ESTIMATOR, "norm_adv_by_std_in_grpo": False, "neos_credit": {"max_fallback_share": 0.5}}
+    )
+    with caplog.at_level("WARNING", logger="verl_ext.advantage.estimator"), credit_inputs(_rows()) as inputs:
+        compute_advantage(data, adv_estimator=ESTIMATOR, norm_adv_by_std_in_grpo=False, config=config)
+    assert inputs.metrics["neos_credit/fallback_share"] == 0.5
+    assert not [r for r in caplog.records if r.name == "verl_ext.advantage.estimator"]
+    with caplog.at_level("WARNING", logger="verl_ext.advantage.estimator"):
+        _through_verl("full", _rows())  # default threshold 0.1 < 0.5: warns
+    assert "1 of 2 judged failures (50% > algorithm.neos_credit.max_fallback_share = 10%)" in caplog.text
 
 
 def test_params_come_from_algorithm_neos_credit() -> None:
@@ -170,6 +229,12 @@ def test_params_come_from_algorithm_neos_credit() -> None:
     assert credit_params_from_config(OmegaConf.create({})) == CreditParams()
     with pytest.raises(ValueError, match=r"unknown algorithm.neos_credit keys \['gama'\]"):
         credit_params_from_config({"neos_credit": {"gama": 0.5}})
+    with_threshold = OmegaConf.create({"neos_credit": {"gamma": 0.5, "max_fallback_share": 0.25}})
+    assert credit_params_from_config(with_threshold) == CreditParams(gamma=0.5)
+    assert max_fallback_share_from_config(with_threshold) == 0.25
+    assert max_fallback_share_from_config(OmegaConf.create({})) == 0.1
+    with pytest.raises(ValueError, match="max_fallback_share must be a number in"):
+        max_fallback_share_from_config({"neos_credit": {"max_fallback_share": 1.5}})
 
 
 @pytest.mark.parametrize("norm", [True, False])
@@ -201,16 +266,11 @@ def _broken_labels(num_turns: int) -> CreditLabels:
     )
 
 
-def test_label_rule_errors_come_after_the_checks_against_the_mask() -> None:
-    """The Eq. 3 weights are computed before the mask is read, but their error is raised only after the row's turn
-    count was checked against the mask: a row labelled for the wrong number of turns reports that first."""
+def test_labels_that_break_an_eq3_rule_fall_back_for_their_row_only(caplog) -> None:
+    """Checked before the mask is read: such a row is dropped as label_rules (whatever its turn count)."""
     rows = _rows()
-    rows[1] = CreditRow("g1", _broken_labels(num_turns=7))
-    with pytest.raises(ValueError, match="labelled for 7 turns but its response_mask has 6"):
-        _through_verl("full", rows)
     rows[1] = CreditRow("g1", _broken_labels(num_turns=6))
-    with pytest.raises(ValueError, match="recovery at turn 2 has no unrecovered error before it"):
-        _through_verl("full", rows)
+    _fallback_row_1(rows, "label_rules", caplog, "recovery at turn 2 has no unrecovered error before it")
 
 
 def test_labelled_failures_by_hand() -> None:
@@ -221,9 +281,10 @@ def test_labelled_failures_by_hand() -> None:
     _, _, uid = _batch()
     labelled = labelled_failures(_rows(), uid, 4, CreditParams())
     assert labelled.assessed.tolist() == [False, True, False, False]
-    assert labelled.rows.tolist() == [1] and labelled.num_turns.tolist() == [6] and labelled.error is None
+    assert labelled.rows.tolist() == [1] and labelled.num_turns.tolist() == [6] and labelled.dropped == {}
     np.testing.assert_allclose(labelled.weights, [[0.1, -0.5, -0.2, 0.3, -0.9, -0.45]], rtol=1e-12)
     broken = _rows()
     broken[1] = CreditRow("g1", _broken_labels(num_turns=6))
     labelled = labelled_failures(broken, uid, 4, CreditParams())
-    assert labelled.weights is None and "no unrecovered error" in str(labelled.error)
+    assert labelled.assessed.tolist() == [False] * 4 and labelled.rows.tolist() == []
+    assert labelled.dropped == {1: "label_rules"} and "no unrecovered error" in labelled.first_problem

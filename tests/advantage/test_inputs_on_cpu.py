@@ -44,7 +44,7 @@ def test_rows_from_extra_fields_skip_successes_and_padding() -> None:
     labels = unassessed("offline_path", 2, "no_task_path")
     extra = [{CREDIT_KEY: labels.model_dump(mode="json")}, {}, {CREDIT_KEY: labels.model_dump(mode="json")}]
     rows = credit_rows(["u1", "u1", "pad"], extra, padding=[False, False, True])
-    assert rows == [CreditRow("u1", labels), CreditRow("u1", None), CreditRow("pad", None)]
+    assert rows == [CreditRow("u1", labels), CreditRow("u1", None), CreditRow("pad", None, padding=True)]
     with pytest.raises(ValueError, match="2 uids, 3 extra_fields"):
         credit_rows(["u1", "u1"], extra)
 

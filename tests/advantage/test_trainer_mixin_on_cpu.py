@@ -28,24 +28,10 @@ def _row(uid: str, mask: list[int], reward: float, extra: dict) -> dict:
     return {"uid": uid, "response_mask": torch.tensor(mask), "rm_scores": scores, "extra_fields": extra}
 
 
-def test_labels_reach_the_estimator_in_verls_row_order(transfer_queue) -> None:
-    from transfer_queue import KVBatchMeta
+def credit_trainer(neos_credit: dict):
+    """verl's real ``PPOTrainerSync`` with the mixin, only its constructor skipped (``_compute_advantage`` needs
+    ``config`` alone; a full trainer needs GPUs); ``neos_credit`` is ``algorithm.neos_credit``."""
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
-    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
-
-    labels = LABELS.model_dump(mode="json")
-    fallback = {"assessed": False, "judge": "test", "num_turns": 6, "fallback_reason": "fallback_timeout"}
-    rows = {
-        "g1_0_0": _row("g1", SUCC_MASK[:6], 1.0, {"termination_reason": "answer"}),
-        "g1_1_0": _row("g1", FAIL_MASK, 0.0, {CREDIT_KEY: labels}),
-        "g2_0_0": _row("g2", SUCC_MASK[:6], 1.0, {}),
-        "g2_1_0": _row("g2", FAIL_MASK, 0.0, {CREDIT_KEY: fallback}),
-        "pad0_0_0": _row("pad0", FAIL_MASK, 0.0, {CREDIT_KEY: labels}),  # verl's padding copies a real row
-    }
-    tags = [{"status": "success", "is_padding": key.startswith("pad")} for key in rows]
-    tq.kv_batch_put(
-        keys=list(rows), fields=list_of_dict_to_tensordict(list(rows.values())), tags=tags, partition_id="train"
-    )
 
     class Trainer(TurnCreditAdvantageMixin, PPOTrainerSync):
         pass
@@ -59,11 +45,33 @@ def test_labels_reach_the_estimator_in_verls_row_order(transfer_queue) -> None:
                 "lam": 1.0,
                 "norm_adv_by_std_in_grpo": False,
                 "use_kl_in_reward": False,
-                "neos_credit": {"ablation": "corrective"},
+                "neos_credit": neos_credit,
             },
             "actor_rollout_ref": {"rollout": {"n": 2}},
         }
     )
+    return trainer
+
+
+def test_labels_reach_the_estimator_in_verls_row_order(transfer_queue) -> None:
+    from transfer_queue import KVBatchMeta
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+    labels = LABELS.model_dump(mode="json")
+    fallback = {"assessed": False, "judge": "test", "num_turns": 6, "fallback_reason": "timeout"}
+    rows = {
+        "g1_0_0": _row("g1", SUCC_MASK[:6], 1.0, {"termination_reason": "answer"}),
+        "g1_1_0": _row("g1", FAIL_MASK, 0.0, {CREDIT_KEY: labels}),
+        "g2_0_0": _row("g2", SUCC_MASK[:6], 1.0, {}),
+        "g2_1_0": _row("g2", FAIL_MASK, 0.0, {CREDIT_KEY: fallback}),
+        "pad0_0_0": _row("pad0", FAIL_MASK, 0.0, {CREDIT_KEY: labels}),  # verl's padding copies a real row
+    }
+    tags = [{"status": "success", "is_padding": key.startswith("pad")} for key in rows]
+    tq.kv_batch_put(
+        keys=list(rows), fields=list_of_dict_to_tensordict(list(rows.values())), tags=tags, partition_id="train"
+    )
+
+    trainer = credit_trainer({"ablation": "corrective"})
     order = ["g2_1_0", "pad0_0_0", "g1_1_0", "g2_0_0", "g1_0_0"]
     batch = KVBatchMeta(partition_id="train", keys=order, tags=[tags[list(rows).index(k)] for k in order])
     metrics: dict = {}
@@ -79,4 +87,6 @@ def test_labels_reach_the_estimator_in_verls_row_order(transfer_queue) -> None:
     np.testing.assert_allclose(adv["g2_1_0"], -0.5 * np.array(FAIL_MASK), rtol=1e-6)  # judge fell back: GRPO
     np.testing.assert_array_equal(adv["pad0_0_0"], 0.0)  # padding: its own group of one, no credit
     assert metrics["neos_credit/assessed_share"] == pytest.approx(1 / 5)
-    assert metrics["neos_credit/fallback_share"] == pytest.approx(1 / 5)
+    assert metrics["neos_credit/judged_failures"] == 2  # g1_1_0 and g2_1_0; the padding copy is not counted
+    assert metrics["neos_credit/fallback_share"] == pytest.approx(1 / 2)
+    assert metrics["neos_credit/fallback/timeout"] == pytest.approx(1 / 2)

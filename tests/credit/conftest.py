@@ -136,8 +136,10 @@ UNLISTED = assessment([("t99", "causal_error", 0.9, 0.8)], [])
 async def credit_server(latency_s: float = 0.0) -> AsyncIterator[tuple[str, Counter, list]]:
     """Chat completions on 127.0.0.1; ``model`` picks the behaviour: ``valid``, ``fenced`` (valid inside a ```json
     fence), ``repair`` (an unlisted span id, then valid once the repair message arrives), ``invalid`` (never JSON),
-    ``slow`` (valid after 1 s), ``http500``. Every reply waits ``latency_s`` first. Yields the base URL, a
-    per-model request counter and the list of request bodies; ``calls["max_in_flight"]`` is the peak concurrency."""
+    ``schema`` (JSON with a severity of 2), ``truncated`` (the valid reply cut in half, ``finish_reason: length``),
+    ``html`` (a 200 whose body is not JSON), ``html_once`` (that, then valid), ``slow`` (valid after 1 s),
+    ``http500``. Every reply waits ``latency_s`` first. Yields the base URL, a per-model request counter and the list
+    of request bodies; ``calls["max_in_flight"]`` is the peak concurrency."""
     calls: Counter = Counter()
     bodies: list = []
     in_flight = 0
@@ -156,15 +158,22 @@ async def credit_server(latency_s: float = 0.0) -> AsyncIterator[tuple[str, Coun
                 return web.Response(status=500)
             if model == "slow":
                 await asyncio.sleep(1.0)
-            repaired = body["messages"][-1]["content"].startswith("Your reply could not be used")
+            if model == "html" or (model == "html_once" and calls[model] == 1):
+                return web.Response(status=200, text="<html><body>502 Bad Gateway</body></html>")
+            repaired = str(body["messages"][-1]["content"]).startswith("Your reply could not be used")
             content = {
                 "valid": VALID,
                 "fenced": f"```json\n{VALID}\n```",
                 "repair": VALID if repaired else UNLISTED,
                 "invalid": "The candidate went wrong at turn 3.",
+                "schema": VALID.replace('"severity": 0.9', '"severity": 2.0'),
+                "truncated": VALID[: len(VALID) // 2],
+                "html_once": VALID,
                 "slow": VALID,
             }[model]
-            return web.json_response({"choices": [{"message": {"role": "assistant", "content": content}}]})
+            finish = "length" if model == "truncated" else "stop"
+            message = {"role": "assistant", "content": content}
+            return web.json_response({"choices": [{"message": message, "finish_reason": finish}]})
         finally:
             in_flight -= 1
 

@@ -7,11 +7,10 @@ import asyncio
 import pytest
 
 from verl_ext.credit import CreditParams
-from verl_ext.credit.judge import CreditJudge
+from verl_ext.credit.judge import CREDIT_MAX_TOKENS, CreditJudge, CreditJudgeConfig
 from verl_ext.credit.labels import CreditLabels, LabelEvent
 from verl_ext.credit.offline_judge import OfflinePathJudge
 from verl_ext.credit.prompt import SYSTEM_PROMPT, credit_messages
-from verl_ext.reward.judge import JudgeConfig
 
 from .conftest import PATH, candidate, credit_server, reference
 
@@ -27,7 +26,7 @@ EXPECTED_VALID = CreditLabels(
 def _assess(model: str, n: int = 1, latency_s: float = 0.0, **cfg: object):
     async def main():
         async with credit_server(latency_s) as (url, calls, bodies):
-            judge = CreditJudge(JudgeConfig(url=url, model=model, retry_backoff_s=0.0, max_tokens=2048, **cfg))
+            judge = CreditJudge(CreditJudgeConfig(url=url, model=model, retry_backoff_s=0.0, **cfg))
             labels = await judge.assess_group(reference(), [candidate()] * n)
             return labels, judge.counters, calls, bodies
 
@@ -50,24 +49,55 @@ def test_invalid_then_valid_is_repaired_with_the_error_sent_back() -> None:
     assert "t99" in second[-1]["content"] and "does not list" in second[-1]["content"]
 
 
-def test_always_invalid_falls_back_after_bounded_repairs() -> None:
-    labels, counters, calls, _ = _assess("invalid", max_retries=2)
-    assert labels == [
-        CreditLabels(assessed=False, judge="llm:invalid", num_turns=8, fallback_reason="fallback_invalid")
-    ]
-    assert (counters["fallback_invalid"], calls["invalid"]) == (1, 3)
+@pytest.mark.parametrize(
+    ("model", "reason"), [("invalid", "invalid"), ("schema", "invalid"), ("truncated", "truncated")]
+)
+def test_every_malformed_reply_is_a_repair_attempt_then_grpo(model: str, reason: str) -> None:
+    """Not JSON, schema-invalid and cut-off replies each cost one attempt of 1 + max_retries, each attempt sending
+    the reply back with what was wrong; after the last the failure falls back with the reason."""
+    labels, counters, calls, bodies = _assess(model, max_retries=2)
+    assert labels == [CreditLabels(assessed=False, judge=f"llm:{model}", num_turns=8, fallback_reason=reason)]
+    assert (counters[f"fallback_{reason}"], calls[model]) == (1, 3)
+    last = bodies[-1]["messages"]
+    assert [m["role"] for m in last] == ["system", "user", "assistant", "user", "assistant", "user"]
+    expected = {
+        "invalid": "Invalid JSON",
+        "schema": "less than or equal to 1",
+        "truncated": f"cut off at the output limit of {CREDIT_MAX_TOKENS} tokens",
+    }[model]
+    assert expected in last[-1]["content"]
 
 
-def test_slow_judge_times_out_and_http_errors_fall_back() -> None:
-    labels, counters, calls, _ = _assess("slow", timeout_s=0.2, max_retries=1)
-    assert (labels[0].assessed, labels[0].fallback_reason, counters["fallback_timeout"], calls["slow"]) == (
-        False,
-        "fallback_timeout",
-        1,
-        2,
-    )
-    labels, counters, calls, _ = _assess("http500", max_retries=0)
-    assert (labels[0].fallback_reason, counters["fallback_http"], calls["http500"]) == ("fallback_http", 1, 1)
+def test_a_200_body_that_is_not_json_is_a_failed_attempt_not_an_exception() -> None:
+    labels, counters, calls, bodies = _assess("html", max_retries=1)
+    assert labels[0].fallback_reason == "bad_body" and (counters["fallback_bad_body"], calls["html"]) == (1, 2)
+    labels, counters, calls, bodies = _assess("html_once", max_retries=1)
+    assert labels == [EXPECTED_VALID.model_copy(update={"judge": "llm:html_once"})]
+    assert counters["repaired"] == 1 and len(bodies[1]["messages"]) == 2  # the same request, sent again
+
+
+def test_output_budget_default_is_sent_with_every_attempt() -> None:
+    """The shipped default (not verl's or the answer judge's 256) goes out on the first request and on repairs."""
+    assert CreditJudgeConfig().max_tokens == CREDIT_MAX_TOKENS == 8192
+    assert CreditJudgeConfig().timeout_s == 300.0
+    _, _, _, bodies = _assess("repair", max_retries=2)
+    assert [b["max_tokens"] for b in bodies] == [CREDIT_MAX_TOKENS] * 2
+
+
+def test_a_judge_that_raises_falls_back_for_that_failure_only(monkeypatch) -> None:
+    real = CreditJudge.assess
+    seen = []
+
+    async def flaky(self, reference, candidate, session=None, images=None):
+        seen.append(candidate.session_id)
+        if len(seen) == 2:
+            raise RuntimeError("bug in the judge")
+        return await real(self, reference, candidate, session, images)
+
+    monkeypatch.setattr(CreditJudge, "assess", flaky)
+    labels, counters, _, _ = _assess("valid", n=3)
+    assert [label.assessed for label in labels] == [True, False, True]
+    assert labels[1].fallback_reason == "error" and counters["fallback_error"] == 1
 
 
 def test_group_requests_run_concurrently_up_to_the_limit_in_input_order() -> None:
@@ -89,6 +119,21 @@ def test_prompt_carries_the_rules_span_ids_and_what_the_agent_saw() -> None:
         "span ids as listed",
     ):
         assert rule in SYSTEM_PROMPT
+
+
+def test_prompt_carries_the_three_rules_of_neos_fig18() -> None:
+    """Neos App. F Fig. 18, rules 6 and 7 and the withheld-observation note, in our words and the schema's keys."""
+    prompt = " ".join(SYSTEM_PROMPT.split())
+    # a wrong final answer is causal only if viable evidence remained; otherwise it is downstream (unlabelled)
+    assert "final answer turn is a causal_error only if" in prompt and "a viable route remained" in prompt
+    assert "earlier, never recovered error made inevitable, leave it unlabelled" in prompt
+    # productive turns inside an error branch keep positive credit; only recovery closes the branch
+    assert "inside an unrecovered error branch can still be productive" in prompt
+    assert "List it under productive_turns" in prompt and "only a recovery event does" in prompt
+    # withheld observations are never the policy's fault; the rendering marks them with the same words
+    assert '"not shown to the agent"' in prompt and "never blame the agent for not using them" in prompt
+    t4 = credit_messages(reference(), candidate())[1]["content"].split("[t4]")[1].split("\n\n")[0]
+    assert "(not shown to the agent)" in t4
     user = credit_messages(reference(), candidate())[1]["content"]
     assert "[reference turn 2]" in user and "[t7]" in user and "t0, t1, t2, t3, t4, t5, t6, t7" in user
     t0, t1, t3 = (user.split(f"[t{i}]")[1].split("\n\n")[0] for i in (0, 1, 3))

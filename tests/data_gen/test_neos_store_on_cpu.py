@@ -46,7 +46,7 @@ def test_a_line_cut_in_the_middle_is_one_error_naming_the_file_and_line_and_noth
         with pytest.raises(ResultLogError) as err:
             open_log()
         message = str(err.value)
-        assert message.startswith(f"{path}:2: not a valid Outcome record (Invalid JSON") and "\n" not in message
+        assert message.startswith(f"{path}:2: not a valid result record (Invalid JSON") and "\n" not in message
         assert "delete that line and rerun" in message
     assert path.read_bytes() == before
 
@@ -54,7 +54,7 @@ def test_a_line_cut_in_the_middle_is_one_error_naming_the_file_and_line_and_noth
 def test_a_record_that_breaks_the_schema_names_its_field(tmp_path):
     path = tmp_path / "results.jsonl"
     path.write_text('{"key": "a", "status": "finished"}\n')
-    with pytest.raises(ResultLogError, match=r"results.jsonl:1: not a valid Outcome record \(status: Input should be"):
+    with pytest.raises(ResultLogError, match=r"results.jsonl:1: not a valid result record \(status: Input should be"):
         ResultLog(path)
 
 
@@ -72,5 +72,5 @@ def test_resuming_neos_into_an_out_with_a_cut_line_exits_2_with_one_line(small_w
     before = _log_with_a_cut_line(tmp_path / "results.jsonl")
     assert main(["neos", "--world", str(small_world), "--out", str(tmp_path), "--limit", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith(f"error: --out: {tmp_path / 'results.jsonl'}:2: not a valid Outcome record")
+    assert err[-1].startswith(f"error: --out: {tmp_path / 'results.jsonl'}:2: not a valid result record")
     assert (tmp_path / "results.jsonl").read_bytes() == before

@@ -7,7 +7,6 @@ import io
 
 import pytest
 import torch
-import aiohttp
 from aiohttp.test_utils import TestClient, TestServer
 from PIL import Image
 from transformers import AutoModelForImageTextToText, AutoProcessor
@@ -77,7 +76,7 @@ async def test_chat_versions_errors_and_swap(mei_server, v1_dir, tmp_path):
 
 async def test_tool_server_records_the_version_that_served_each_call(mei_server, v1_dir, world, tmp_path):
     mei_url = str(mei_server.make_url("")).rstrip("/")
-    mei = build_interface(MEIConfig(endpoint=mei_url + "/v1", model="mei", version="configured", max_tokens=8,
+    mei = build_interface(MEIConfig(endpoint=mei_url + "/v1", model="mei", max_tokens=8,
                                     max_retries=0, max_page_chars=1500, ocr=False, log_path=tmp_path / "mei.jsonl"))
     app = create_tool_app(world=world, mei=mei, cache=None, settings=ServerSettings(max_register_images=8))
 
@@ -92,7 +91,8 @@ async def test_tool_server_records_the_version_that_served_each_call(mei_server,
     async with TestClient(TestServer(app)) as client:
         first = (await (await client.post("/v1/sessions", json={})).json())["session_id"]
         assert await web_visit(client, first, 0) + await web_visit(client, first, 1) == ["v0", "v0"]
-        assert await activate(mei_url, v1_dir, "v1") == "v1"  # between rollout rounds
+        assert await activate(mei_url, v1_dir, "v1") == "v1"  # between rollout rounds, then the tool server is told
+        assert (await client.post("/admin/mei_version", json={"version": "v1"})).status == 200
         second = (await (await client.post("/v1/sessions", json={})).json())["session_id"]
         assert await web_visit(client, second, 0) == ["v1"]
     records = MEILog.read(tmp_path / "mei.jsonl").records
@@ -105,6 +105,7 @@ async def test_tool_server_records_the_version_that_served_each_call(mei_server,
 
 async def test_resume_makes_the_server_serve_the_buffers_latest_checkpoint(mei_server, v1_dir, tmp_path):
     from verl_ext.mei.buffer import MEIBuffer
+    from verl_ext.mei.server import served_version
     from verl_ext.trainer.mei_coevolution import resume_served_version
 
     url = str(mei_server.make_url("")).rstrip("/")
@@ -113,5 +114,4 @@ async def test_resume_makes_the_server_serve_the_buffers_latest_checkpoint(mei_s
     buffer.mark_mei_update("v1", end_offset=0, checkpoint=str(v1_dir))
     resumed = MEIBuffer(tmp_path / "mei", initial_version="v0")  # what a restarted trainer opens
     assert await resume_served_version(resumed, url) == "v1"
-    async with aiohttp.ClientSession() as session, session.get(f"{url}/admin/version") as r:
-        assert (await r.json())["version"] == "v1"
+    assert await served_version(url) == "v1"  # what a fresh run checks against trainer.v1.neos.mei.initial_version

@@ -94,3 +94,38 @@ def test_config_rejects_unknown_keys_and_prompt_has_all_parts() -> None:
         JudgeConfig.from_mapping({"ulr": "http://127.0.0.1:1"})
     user = judge_messages("Q?", "R", "S")[1]["content"]
     assert "Q?" in user and "R" in user and "S" in user
+
+
+def test_a_window_of_fallbacks_above_the_shipped_threshold_logs_one_warning(caplog) -> None:
+    """The shipped defaults (window 64, 10%): a judge down for a whole window warns once, naming the error; a healthy
+    window does not; answers the rule decides by choice (no URL) do not count."""
+    assert (JudgeConfig().fallback_window, JudgeConfig().max_fallback_share) == (64, 0.1)
+
+    async def main():
+        async with judge_server() as (url, _):
+            down = AnswerJudge(JudgeConfig(url=url, model="http500", max_retries=0, retry_backoff_s=0.0))
+            await asyncio.gather(*(down.judge("q", "Paris", "Paris") for _ in range(64)))
+            healthy = AnswerJudge(JudgeConfig(url=url, model="yes"))
+            await asyncio.gather(*(healthy.judge("q", "Paris", "Paris") for _ in range(64)))
+            return down.fallbacks, healthy.fallbacks
+
+    with caplog.at_level("WARNING", logger="verl_ext.reward.judge"):
+        down, healthy = asyncio.run(main())
+    warnings = [r.getMessage() for r in caplog.records if r.name == "verl_ext.reward.judge"]
+    assert len(warnings) == 1 and "64 of the last 64 answers" in warnings[0] and "ClientResponseError" in warnings[0]
+    assert (down.total_judged, down.total_fallbacks, healthy.total_fallbacks) == (64, 64, 0)
+    rule_only = AnswerJudge(JudgeConfig())
+    asyncio.run(rule_only.judge("q", "Paris", "Paris"))
+    assert rule_only.fallbacks.total_judged == 0
+
+
+def test_fallback_window_counts_by_hand() -> None:
+    from verl_ext.reward.judge import FallbackWindow, Verdict
+
+    window = FallbackWindow(size=4, max_share=0.25)
+    llm, fallback = Verdict(True, "llm"), Verdict(False, "rule_fallback", error="TimeoutError: ")
+    assert [window.add(v) for v in (llm, fallback, llm, llm)] == [None] * 4  # 1 of 4 = 25%: not above
+    results = [window.add(v) for v in (fallback, fallback, llm, llm)]  # 2 of 4 = 50%
+    assert results[:3] == [None] * 3 and "2 of the last 4" in results[3] and "TimeoutError" in results[3]
+    with pytest.raises(ValueError):
+        FallbackWindow(size=0, max_share=0.1)

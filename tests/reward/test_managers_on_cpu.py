@@ -105,7 +105,14 @@ def _modal(tokenizer, response: str, **extra: object) -> dict:
         (CALL + TOOL + "<think>Done.</think><answer>Paris</answer>", "answer", 0.9 * 1 + 0.1 * 1, 1.0, 1.0),
         (CALL + TOOL + "<answer>Paris</answer>", "answer", 0.9 * 1 + 0.1 * 0, 1.0, 0.0),  # no reasoning
         (CALL + TOOL + "<think>Done.</think><answer>Lyon</answer>", "answer", 0.9 * 0 + 0.1 * 1, 0.0, 1.0),
-        (CALL + TOOL + CALL, "max_turns", 0.0, 0.0, 0.0),
+        # Hand-computed r = 0.9 r_acc + 0.1 r_fmt (ModalSearcher, Section 3.3): r_fmt = 1 when all tool calls follow
+        # the format, so a well-formed rollout cut at the turn limit keeps it: 0.9 * 0 + 0.1 * 1.
+        (CALL + TOOL + CALL, "max_turns", 0.1, 0.0, 1.0),
+        # One malformed call the policy recovered from, then a correct answer: 0.9 * 1 + 0.1 * 0.
+        (CALL + TOOL + "<think>r</think><tool_call>{not json}</tool_call>" + TOOL + "<think>Done.</think>"
+         "<answer>Paris</answer>", "answer", 0.9, 1.0, 0.0),
+        # Cut at the turn limit on a malformed call: 0.9 * 0 + 0.1 * 0.
+        (CALL + TOOL + "<think>r</think><tool_call>{not json}</tool_call>", "max_turns", 0.0, 0.0, 0.0),
         (CALL + TOOL + "<think>Done.</think><answer>Paris</answer>", None, 1.0, 1.0, 1.0),  # no reason recorded
         (CALL + TOOL + "<tool_call>oops", "agent_errors", 0.1, 0.0, 0.0),
         (CALL + TOOL + "<think>Done.</think><answer>Paris</answer>", "tool_errors", 0.0, 0.0, 1.0),

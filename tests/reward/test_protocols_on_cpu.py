@@ -47,7 +47,10 @@ def test_modalsearcher_answer() -> None:
         ([CALL, CALL, ANSWER], True),
         ([ANSWER], True),
         ([ANSWER.replace("thinking", "think")], True),  # Qwen3-style reasoning tags
-        ([CALL], False),  # never answered (e.g. max turns)
+        ([CALL], True),  # cut at the turn limit on a well-formed call: no answer is needed
+        ([CALL, CALL], True),
+        ([CALL, "<thinking>r</thinking><tool_call>{not json}</tool_call>"], False),  # cut on a malformed call
+        ([CALL, '<thinking>r</thinking><tool_call>{"name": "t2t_search", "argu'], False),  # cut mid-call
         ([CALL, ANSWER, ANSWER], False),  # answer before the final turn
         (["<answer>330</answer>"], False),  # no reasoning
         (["<thinking> </thinking><answer>330</answer>"], False),  # empty reasoning
@@ -68,5 +71,5 @@ def test_modalsearcher_format(turns: list[str], ok: bool) -> None:
 
 
 def test_turn_check_depends_on_position() -> None:
-    assert modalsearcher_turn_ok(CALL, final=False) and not modalsearcher_turn_ok(CALL, final=True)
+    assert modalsearcher_turn_ok(CALL, final=False) and modalsearcher_turn_ok(CALL, final=True)
     assert modalsearcher_turn_ok(ANSWER, final=True) and not modalsearcher_turn_ok(ANSWER, final=False)

@@ -9,6 +9,7 @@ tokens still go through a real forward pass with the images), because a random m
 from __future__ import annotations
 
 import asyncio
+import base64
 import io
 import json
 from collections.abc import Callable, Sequence
@@ -20,6 +21,7 @@ import torch
 from aiohttp.test_utils import TestServer
 from omegaconf import OmegaConf
 from PIL import Image
+from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, AgentLoopWorker
 
 from tool_server.offline.world import OfflineWorld
@@ -66,7 +68,7 @@ def scripted(*turns: str) -> Callable[[GenerateCall], str | None]:
     return forced
 
 
-def make_loop(agent: str, client, url: str | None, *, response_length=4096, tools=(), **custom):
+def make_loop(agent: str, client, url: str | None, *, response_length=4096, tools=(), data=None, **custom):
     config = OmegaConf.create(
         {
             "actor_rollout_ref": {
@@ -77,7 +79,7 @@ def make_loop(agent: str, client, url: str | None, *, response_length=4096, tool
                     "custom": {"neos_rollout": {**({"tool_server_url": url} if url else {}), **custom}},
                 }
             },
-            "data": {},
+            "data": data or {},
         }
     )
     return instantiate_agent_loop(agent, client, client.processor, config, tools)
@@ -158,6 +160,48 @@ async def test_images_loaded_at_turn_k_are_in_every_later_generate_call_and_in_t
     inputs = worker._compute_multi_modal_inputs(out, input_ids)
     assert inputs["image_grid_thw"].shape[0] == 3
     assert tuple(map(tuple, inputs["image_grid_thw"].tolist())) == client.calls[-1].image_grid_thw
+
+
+MM_KWARGS = {"min_pixels": 3136, "max_pixels": 12544}  # 12,544 = 16 x 28 x 28: at most 16 placeholders an image
+
+
+def qwen_placeholders(image: Image.Image, min_pixels: int, max_pixels: int) -> int:
+    """Hand formula: Qwen2-VL resizes to sides that are multiples of 28 within [min, max] pixels (``smart_resize``);
+    one placeholder per 28 x 28 (2 x 2 patches of 14)."""
+    height, width = smart_resize(image.height, image.width, factor=28, min_pixels=min_pixels, max_pixels=max_pixels)
+    return height * width // (28 * 28)
+
+
+async def test_data_mm_processor_kwargs_reach_every_generate_call_and_the_output(
+    tiny_vl_model, processor, server, world
+):
+    """Non-default ``data.mm_processor_kwargs``: the token builder's placeholders, the ``hf`` backend's processing of
+    the images (it raises when the counts disagree) and verl's postprocessing agree, image by image."""
+    script = scripted(call("FetchImage", urls=[f"{ORIGIN}/media/flag_mex.png"]), "Mexico")
+    client = TransformersGenerateClient(tiny_vl_model, processor, max_new_tokens=64, forced=script)
+    loop = make_loop("neos_search_agent", client, url_of(server), data={"mm_processor_kwargs": MM_KWARGS})
+    out, record = await run(loop, question(world, "Which country's flag has the emblem in the fetched image?"))
+    assert record.final_answer == "Mexico" and out.mm_processor_kwargs == MM_KWARGS
+
+    images = out.multi_modal_data["images"]
+    expected = [qwen_placeholders(image, **MM_KWARGS) for image in images]
+    assert [c.num_images for c in client.calls] == [1, 2]
+    assert [c.num_image_pad_tokens for c in client.calls] == [expected[0], sum(expected)]
+    assert all(n <= 16 for n in expected)
+    default = processor.image_processor.size  # the processor's own bounds: many more placeholders for the question
+    assert qwen_placeholders(images[0], default["shortest_edge"], default["longest_edge"]) > expected[0]
+
+    # The same prompt without the settings: the hf backend processes the images at the defaults and refuses it.
+    with pytest.raises(ValueError, match="image placeholders do not match"):
+        await client.generate(
+            "again", prompt_ids=out.prompt_ids, sampling_params={"max_tokens": 1}, image_data=images[:1]
+        )
+    # verl's postprocessing takes the output's settings over the worker's (here: none).
+    worker = object.__new__(AgentLoopWorker)
+    worker.processor, worker.tokenizer, worker.mm_processor_kwargs = processor, processor.tokenizer, {}
+    inputs = worker._compute_multi_modal_inputs(out, torch.tensor([out.prompt_ids + out.response_ids]))
+    assert tuple(map(tuple, inputs["image_grid_thw"].tolist())) == client.calls[-1].image_grid_thw
+    assert [t * h * w // 4 for t, h, w in client.calls[-1].image_grid_thw] == expected
 
 
 def png_part(image: Image.Image) -> dict:
@@ -384,6 +428,17 @@ async def test_an_image_the_processor_refuses_is_withheld_and_named_and_the_epis
     assert note in processor.tokenizer.decode(client.calls[1].prompt_ids)  # the policy was told
     assert len(out.multi_modal_data["images"]) == 3
     assert_well_formed(out, record, processor.tokenizer)
+    # The LLM credit judge gets these pixels under the refs the agent saw them as; img_2's never reached it.
+    from verl_ext.credit.judge import CreditJudge, CreditJudgeConfig
+    from verl_ext.rollout.tq_worker import NeosAgentLoopWorker
+
+    worker = object.__new__(NeosAgentLoopWorker)  # only the judge state of the real class
+    worker.llm_judge = CreditJudge(CreditJudgeConfig(url="http://127.0.0.1:9/v1"))
+    judged = await worker._failure_images(record, 0.0, out.multi_modal_data)
+    assert sorted(judged) == ["img_1", "img_3", "img_4"]
+    for ref, image in zip(["img_1", "img_3", "img_4"], out.multi_modal_data["images"]):
+        sent = Image.open(io.BytesIO(base64.b64decode(judged[ref].split(",", 1)[1])))
+        np.testing.assert_array_equal(np.asarray(sent.convert("RGB")), np.asarray(image.convert("RGB")))
 
 
 async def test_three_consecutive_tool_failures_end_a_modalsearch_episode_as_tool_errors(
@@ -507,6 +562,7 @@ async def test_long_text_merges_off_the_event_loop_give_the_same_tokens(
 
 FUNCTION_TOOLS = '''
 from PIL import Image
+from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
 from verl.tools.function_tool import function_tool
 from verl.tools.schemas import ToolResponse
 

@@ -160,3 +160,25 @@ async def test_lifecycle_calls_of_verls_replica_and_adapter_return_and_serving_g
     await replica.stop_profile()
     after = await _generate(backend, "l1")
     assert (after.token_ids, after.log_probs) == (before.token_ids, pytest.approx(before.log_probs, abs=1e-6))
+
+
+async def test_mm_processor_kwargs_reach_the_server_through_verls_client(backend, tiny_vl_processor):
+    """``data.mm_processor_kwargs`` as the agent loops pass them: the server processes the image with them (12
+    placeholders for 240 x 320 under max_pixels 12,544, where the processor's defaults give 54) and accepts the
+    prompt; without them it refuses the prompt rather than generating from another resolution."""
+    processor = tiny_vl_processor  # the server's model directory's
+    kwargs = {"min_pixels": 3136, "max_pixels": 12544}
+    image = Image.new("RGB", (320, 240), (10, 200, 10))
+    content = [{"type": "image", "image": image}, {"type": "text", "text": "What is this?"}]
+    text = processor.apply_chat_template(
+        [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
+    )
+    prompt_ids = processor(text=[text], images=[image], return_tensors="pt", **kwargs)["input_ids"][0].tolist()
+    assert prompt_ids.count(processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")) == 12
+    client = backend.manager.get_client()
+    out = await client.generate(
+        "mm1", prompt_ids=prompt_ids, sampling_params=dict(GREEDY), image_data=[image], mm_processor_kwargs=kwargs
+    )
+    assert len(out.token_ids) >= 1
+    with pytest.raises(Exception, match="image placeholders do not match"):
+        await client.generate("mm2", prompt_ids=prompt_ids, sampling_params=dict(GREEDY), image_data=[image])

@@ -351,20 +351,19 @@ def test_cli_starts_prints_its_address_and_reports_bad_worlds(small_world, tmp_p
         proc.wait(timeout=30)
 
 
-async def test_mei_backed_results_are_cached_per_mei_version(client, monkeypatch):
-    """A new MEI checkpoint answers afresh: WebVisit's cache entry of v0 is not served once the MEI reports v1,
-    while TextSearch (no MEI) keeps its entry."""
-    from tool_server.app import RUNNER
-
+async def test_mei_backed_results_are_cached_per_mei_version(client):
+    """A new MEI checkpoint answers afresh: once v1 is activated, a new session (fixed to v1) is not served
+    WebVisit's v0 entry, while the v0 session keeps it and TextSearch (no MEI) keeps its entry for both."""
     sid = await _session(client)
     args = {"url": [f"{ORIGIN}/wiki/France"], "goal": "What is the capital of France?"}
     first = await _call(client, sid, "WebVisit", args)
     assert (await _call(client, sid, "WebVisit", args))["cached"] is True
     await _call(client, sid, "TextSearch", {"query": ["Mexico"]})
-    mei = client.app[RUNNER].ctx.mei
-    monkeypatch.setattr(type(mei), "version", property(lambda self: "v1"))  # as after a checkpoint swap
-    fresh = await _call(client, sid, "WebVisit", args)
+    assert (await client.post("/admin/mei_version", json={"version": "v1"})).status == 200  # a checkpoint swap
+    new = await _session(client)
+    fresh = await _call(client, new, "WebVisit", args)
     assert fresh["cached"] is False and fresh["mei"][0]["call_id"] != first["mei"][0]["call_id"]
     assert fresh["mei"][0]["version"] == "v1"
-    assert (await _call(client, sid, "WebVisit", args))["cached"] is True
-    assert (await _call(client, sid, "TextSearch", {"query": ["Mexico"]}))["cached"] is True
+    assert (await _call(client, new, "WebVisit", args))["cached"] is True
+    assert (await _call(client, sid, "WebVisit", args))["mei"] == first["mei"]  # the v0 session: its own version
+    assert (await _call(client, new, "TextSearch", {"query": ["Mexico"]}))["cached"] is True

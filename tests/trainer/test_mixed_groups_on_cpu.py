@@ -20,6 +20,7 @@ same path.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from collections import defaultdict
@@ -43,9 +44,11 @@ from verl.utils import tensordict_utils as tu
 from verl.utils.dataset.rl_dataset import collate_fn
 
 from verl_ext.credit.labels import CREDIT_KEY, CreditLabels
-from verl_ext.rollout.record import RECORD_KEY, TrajectoryRecord
+from verl_ext.rollout.record import RECORD_KEY, CallRecord, TrajectoryRecord, TurnRecord
 from verl_ext.rollout.admission import admission_key
 from verl_ext.rollout.tq_worker import NeosAgentLoopWorker
+from verl_ext.trainer.metrics import failed_session_warn_share
+from verl_ext.trainer.mei_coevolution import MEICoEvolutionMixin
 from verl_ext.trainer.mixed_groups import (
     CHECKPOINT_FILE,
     MixedGroupReplayBuffer,
@@ -67,6 +70,9 @@ OUTCOMES: dict[int, dict[str, list[bool | str | None]]] = {
     },
     2: {"q2": [True, False], "q4": [False, True], "q5": [None] * 3, "q6": [None] * 3},
     3: {f"q{i}": [False] * 3 for i in range(8)},  # a policy that solves nothing
+    # MEI retention: q0 all-success (deferred), q1 mixed, q2 success-success-failure (its second success surplus),
+    # q3 one success and the rest hanging (carried)
+    4: {"q0": [True] * 3, "q1": [True, False], "q2": [True, True, False], "q3": [True, None, None]},
 }
 
 
@@ -80,6 +86,7 @@ class Script:
         # (step, question) -> its session ids in admission order
         self.sessions: dict[tuple[int, str], list[int]] = defaultdict(list)
         self.buffer: MixedGroupReplayBuffer | None = None
+        self.mei_call_ids: dict[tuple[str, int], str] = {}  # (question, k-th sample) -> the MEI call of its one turn
 
 
 SCRIPT = Script()
@@ -106,14 +113,23 @@ class ScriptedLoop(AgentLoopBase):
             while not SCRIPT.buffer.sampler.stats.deferred:  # q3's deferral first: see the module docstring
                 await asyncio.sleep(0.01)
             SCRIPT.blocked.discard(key)
+        k = SCRIPT.sessions[(step, question)].index(int(kwargs["session_id"]))
+        mei_call = SCRIPT.mei_call_ids.get((question, k)) if step == 4 else None
+        turns = [] if mei_call is None else [
+            TurnRecord(index=0, span=(0, 1), text="t", outcome="call_ok",
+                       calls=[CallRecord(tool_name="WebVisit", arguments={}, ok=True, mei_call_ids=[mei_call],
+                                         mei_versions=["v0"])]),
+            TurnRecord(index=1, span=(1, 2), text="a", outcome="answer"),
+        ]
         record = TrajectoryRecord(
             protocol="neos",
             question=question,
             session_id=str(kwargs["session_id"]),
             group_id=str(kwargs["uid"]),
-            mei_version=None,
+            mei_version=None if mei_call is None else "v0",
             termination_reason="answer",
             final_answer="yes" if outcome else "no",
+            turns=turns,
         )
         return AgentLoopOutput(
             prompt_ids=[1, 2, 3],
@@ -250,14 +266,23 @@ def test_settings_come_from_trainer_v1_neos_sampler(config):
         make_trainer(config)
 
 
+def test_the_failed_session_warning_threshold_defaults_to_five_percent(config):
+    assert failed_session_warn_share(config) == 0.05
+    with open_dict(config):
+        config.trainer.v1.neos.failed_session_warn_share = 1.5
+    with pytest.raises(ValueError, match="failed_session_warn_share"):
+        failed_session_warn_share(config)
+
+
 async def sample(trainer, step: int):
     trainer.global_steps = step
     return await asyncio.to_thread(trainer.replay_buffer.sample, step, "train", B)
 
 
 async def test_mixed_groups_batch_topups_deferral_cancel_and_resume(
-    transfer_queue, config, tmp_path, scripted_agent
+    transfer_queue, config, tmp_path, scripted_agent, caplog
 ):
+    caplog.set_level(logging.WARNING, logger="verl_ext.trainer.metrics")
     SCRIPT.calls.clear()
     SCRIPT.uids.clear()
     SCRIPT.blocked.clear()
@@ -303,6 +328,10 @@ async def test_mixed_groups_batch_topups_deferral_cancel_and_resume(
     assert metrics["neos_sampler/cancelled"] == 5.0 and metrics["neos_sampler/discarded"] == 1.0
     assert metrics["neos_sampler/selected"] == 4.0 and metrics["neos_sampler/carried"] == 2.0
     assert metrics["neos_sampler/judged_failures"] == 3.0  # q0's one, q1's two
+    # q2's crashed sample is the batch's one failed session, of the 9 that ended (8 finished + 1 aborted): > 5%, warned
+    assert metrics["neos_rollout/failed_sessions"] == 1.0
+    assert metrics["neos_rollout/failed_session_share"] == pytest.approx(1 / 9)
+    assert "1 of 9 trajectories" in caplog.text
     tq.kv_clear(keys=batch.keys, partition_id="train")  # what verl's fit() does after the step
 
     # Checkpoint after step 1, then a fresh trainer resumes: q2 and q4 (carried, rows from the checkpoint) make
@@ -337,6 +366,56 @@ async def test_a_policy_that_solves_nothing_stops_with_a_clear_error(transfer_qu
     with pytest.raises(RuntimeError, match=r"4 questions deferred in one batch \(12 trajectories judged, 0 of 2 mixed groups\)"):
         await sample(trainer, 3)
     tq.kv_clear(keys=list(tq.kv_list("train")["train"]), partition_id="train")
+
+
+class _MEITrainer(MixedGroupSamplingMixin, MEICoEvolutionMixin, _FakeModelCheckpoint, PPOTrainerSync):
+    """The sampler and MEI co-evolution mixins over verl's sync trainer, in ``NeosTrainer``'s order."""
+
+
+async def test_mei_retains_successes_of_every_group_of_the_round(transfer_queue, config, scripted_agent, tmp_path):
+    """Neos §3.5: correct trajectories contribute all valid MEI calls, whether or not their group is selected.
+    Hand-computed schedule (B = G = 2, max 3 per group, window 4, limit 8): q0 0-1, q1 2-3, q2 4-5, q3 6-7 (7 hangs);
+    then the extras q0 8 (success: q0 deferred, all-success), q2 9 (failure: q2 mixed) and q3 10 (hangs). Selected:
+    q1 {2, 3} and q2 {4, 9}; completed but unselected: q0's 0, 1, 8 (deferred), q2's 5 (surplus), q3's 6 (carried).
+    Each trajectory made one valid MEI call; the selected failures were judged without a path (not assessed), so they
+    give nothing: retained = the selected successes 2 and 4 and the unselected successes 0, 1, 8, 5, 6."""
+    from tool_server.mei.log import MEILog
+    from tool_server.mei.schema import MEIContext
+    from verl_ext.mei.buffer import MEIBuffer
+
+    SCRIPT.sessions.clear()
+    mei_log = MEILog(tmp_path / "mei.jsonl", fsync_every=1)
+    output = {"rational": "r", "evidence": "e", "summary": "s", "relevant_images": []}
+    for question, outcomes in OUTCOMES[4].items():
+        for k in range(len(outcomes)):
+            SCRIPT.mei_call_ids[(question, k)] = mei_log.append(
+                ctx=MEIContext(session_id=f"{question}-{k}", turn=0, tool="WebVisit"), method="web_visit",
+                mei_version="v0", outcome="valid", latency_s=0.1, input={"goal": "g"}, output=output,
+                messages=[{"role": "user", "content": f"goal of {question} sample {k}"}])
+    mei_log.close()
+    with open_dict(config):
+        config.trainer.v1.neos.mei = {"enable": True, "log_path": str(mei_log.path)}
+    trainer = object.__new__(_MEITrainer)
+    trainer.__dict__.update(make_trainer(config).__dict__)
+    trainer.replay_buffer.keep_unselected_successes = True  # what MEICoEvolutionMixin.init sets
+    trainer.mei_buffer = MEIBuffer(tmp_path / "buffer")
+    trainer.replay_buffer.bind(LoopControl(NeosAgentLoopWorker(config, None), asyncio.get_running_loop()))
+    batch, _ = await sample(trainer, 4)
+    metrics: dict[str, float] = {}
+    trainer._retain_mei_calls(batch, metrics)
+
+    retained = [(c.trajectory_session, c.reason) for c in trainer.mei_buffer.pending().calls]
+    assert retained == [("2", "success"), ("4", "success"),  # the selected batch first, in key order
+                        ("0", "success"), ("1", "success"), ("5", "success"), ("6", "success"), ("8", "success")]
+    mei_of = {s: c.call.call_id for (s, _), c in zip(retained, trainer.mei_buffer.pending().calls, strict=True)}
+    assert mei_of["8"] == SCRIPT.mei_call_ids[("q0", 2)] and mei_of["5"] == SCRIPT.mei_call_ids[("q2", 1)]
+    assert metrics["mei/selection/unselected_successes"] == 5.0
+    assert metrics["mei/selection/unselected_failures"] == 0.0
+    assert metrics["mei/selection/ineligible_trajectory"] == 2.0  # the selected failures 3 and 9, not assessed
+    assert metrics["mei/retained_calls"] == 7.0 and metrics["mei/selection/retained_success"] == 7.0
+    assert trainer.replay_buffer.take_unselected_successes() == ([], 0)  # taken once
+    assert not [k for k in tq.kv_list("train")["train"] if k not in batch.keys]  # the close still cleared the rest
+    tq.kv_clear(keys=batch.keys, partition_id="train")
 
 
 def test_bad_wiring_is_refused_with_a_clear_error(transfer_queue):

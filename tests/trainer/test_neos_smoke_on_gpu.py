@@ -33,6 +33,10 @@ turns of judged failures), the MEI update after step 2 served as v1 (``mei/versi
 With the sampler on (``trainer.v1.neos.sampler.enable=true trainer.total_training_steps=1``, so the step-3 and MEI
 assertions fail by design) main_ppo exited 0 after one update: 42 trajectories admitted, 13 cancelled, 2 mixed groups
 selected, generation 344 s (docs/benchmarks.md, "Mixed-group sampler").
+
+Added since, not yet run on the GPU (docs/mei_coevolution.md): the MEI SFT group's weights and Adam state are
+offloaded between updates (``pool: shared``), each step logs the rollout round's MEI version mix (asserted: never more
+than one version), the update logs ``mei/update/*`` and the tool server logs the v1 activation the trainer announced.
 """
 
 from __future__ import annotations
@@ -118,7 +122,8 @@ def test_three_policy_updates_and_one_mei_update(tmp_path, tiny_vl_model_dir, ve
             proc.wait(timeout=30)
     log = (tmp_path / "main_ppo.log").read_text(errors="replace")
     for line in log.splitlines():  # the key lines: each step's metrics, MEI updates, sampler give-ups
-        if re.search(r"step:\d+ - |MEI v\d+ trained|questions deferred|Error|Traceback", line):
+        if re.search(r"step:\d+ - |MEI v\d+ trained|MEI co-evolution on|MEI calls span|questions deferred|Error|"
+                     r"Traceback", line):
             print(line[:4000])
     if run.returncode != 0:
         for name in ("tools", "mei"):
@@ -128,3 +133,10 @@ def test_three_policy_updates_and_one_mei_update(tmp_path, tiny_vl_model_dir, ve
     assert re.search(r"step:3 - ", log)
     assert "neos_credit/assessed_share" in log  # the estimator saw the rows' labels (or their absence)
     assert re.search(r"mei/version_index:1\b", log), "no MEI update after K=2 policy updates"
+    # one MEI version per round: v0 for steps 1-2, v1 (announced to the tool server) for step 3
+    mix = [float(v) for v in re.findall(r"mei/round_versions:([0-9.]+)", log)]
+    assert len(mix) == 3 and max(mix) == 1.0, mix  # 0.0: a round whose trajectories made no MEI call
+    assert not re.search(r"mei/round_unexpected_version_calls:[1-9]", log)
+    assert re.search(r"mei/update/version:1\b", log)
+    tools_log = (tmp_path / "tools.log").read_text(errors="replace")
+    assert "MEI version v1 activated (was v0)" in tools_log

@@ -3,6 +3,7 @@ co-evolution hook that runs after each actor update (through a real TransferQueu
 
 from __future__ import annotations
 
+import pytest
 import torch
 from omegaconf import OmegaConf
 from transfer_queue import KVBatchMeta
@@ -110,6 +111,7 @@ def test_after_each_update_the_selected_batchs_calls_are_retained_by_the_papers_
     retained = [(c.call.call_id, c.reason, c.turn) for c in trainer.mei_buffer.pending().calls]
     assert retained == [(s_ok, "success", 0), (f_productive, "productive", 0), (f_corrective, "corrective", 2)]
     assert metrics["mei/retained_calls"] == 3.0
+    assert (metrics["mei/round_versions"], metrics["mei/round_unexpected_version_calls"]) == (1.0, 0.0)  # all v0
     assert metrics["mei/selection/skipped_fallback"] == 1.0 and metrics["mei/selection/ineligible_turn"] == 1.0
     # A crash now loses nothing: a new buffer on the same directory sees the same pending calls.
     assert [c.call.call_id for c in MEIBuffer(tmp_path / "buffer").pending().calls] == [s_ok, f_productive,
@@ -140,3 +142,80 @@ def test_batch_metrics_tool_mix_and_credit_composition_hand_computed():
         "productive": 0.2, "causal_error": 0.2, "re_derailment": 0.0, "downstream": 0.2, "recovery": 0.2,
         "neutral": 0.2}
     assert "neos_credit/turn_share/neutral" not in batch_metrics(rows[:1], CreditParams())  # nothing judged
+    assert "neos_reward/judge_fallback_share" not in got  # no answer went to an LLM judge
+
+
+def test_batch_metrics_answer_judge_fallback_share_over_llm_judged_answers():
+    from verl_ext.credit import CreditParams
+    from verl_ext.trainer.metrics import batch_metrics
+
+    rows = [{"reward_extra_info": {"judge": source}} for source in ("llm", "llm", "rule_fallback", "rule")]
+    assert batch_metrics(rows, CreditParams())["neos_reward/judge_fallback_share"] == 1 / 3  # "rule" was a choice
+
+
+def test_a_round_spanning_two_mei_versions_is_counted_and_warned(caplog):
+    from verl_ext.mei.selection import RolloutResult
+    from verl_ext.trainer.mei_coevolution import version_mix
+
+    def result(session: str, versions: list[str]) -> RolloutResult:
+        ids = [f"c{i}" for i in range(len(versions))]
+        call = CallRecord(tool_name="WebVisit", arguments={}, ok=True, mei_call_ids=ids, mei_versions=versions)
+        turn = TurnRecord(index=0, span=(0, 3), text="t", outcome="call_ok", calls=[call])
+        record = TrajectoryRecord(protocol="neos", question="q", session_id=session, group_id="g",
+                                  mei_version=versions[0], termination_reason="answer", final_answer="a", turns=[turn])
+        return RolloutResult(record, success=True, selected=True)
+
+    assert version_mix([result("a", ["v1", "v1"]), result("b", ["v1"])], "v1") == {
+        "mei/round_versions": 1.0, "mei/round_unexpected_version_calls": 0.0}
+    assert version_mix([result("a", ["v1"]), result("b", ["v2", "v2"])], "v1") == {
+        "mei/round_versions": 2.0, "mei/round_unexpected_version_calls": 2.0}
+    assert version_mix([], "v1") == {"mei/round_versions": 0.0, "mei/round_unexpected_version_calls": 0.0}
+
+
+def test_mei_worker_follows_the_policys_engine_and_placement(tiny_vl_model_dir):
+    """The paper's recipe (Megatron policy, the MEI on 8 GPUs of its own) gets verl's Megatron engine config for the
+    MEI SFT workers; co-located (pool=shared) their weights and Adam state are offloaded between updates; an FSDP
+    policy gets FSDP; a dedicated pool keeps them on its GPUs. (The Megatron model itself needs Transformer Engine,
+    absent here: only the config is built.)"""
+    from verl.workers.config import FSDPEngineConfig, McoreEngineConfig
+
+    from verl_ext.mei.worker import worker_config
+    from verl_ext.trainer.mei_coevolution import mei_placement, mei_train_settings
+
+    paper = compose("+recipe=neos").trainer.v1.neos.mei  # Neos §4.1: 8 GPUs of its own for MEI serving and SFT
+    assert (mei_placement(paper), paper.n_gpus_per_node, paper.nnodes) == ("dedicated", 8, 1)
+    neos = compose("+recipe=neos", "trainer.v1.neos.mei.pool=shared")
+    assert neos.actor_rollout_ref.actor.strategy == "megatron"
+    settings = mei_train_settings(neos, str(tiny_vl_model_dir))
+    assert (settings.engine, settings.param_offload, settings.optimizer_offload) == ("megatron", True, True)
+    engine = worker_config(settings).engine_config
+    assert isinstance(engine, McoreEngineConfig) and (engine.param_offload, engine.optimizer_offload) == (True, True)
+    assert engine.dtype == "bfloat16" and engine.use_distributed_optimizer  # fp32 main params in the optimizer
+
+    fsdp = compose("+recipe=neos", "model_engine=dp")
+    settings = mei_train_settings(fsdp, str(tiny_vl_model_dir))
+    assert (settings.engine, settings.param_offload, settings.optimizer_offload) == ("fsdp", False, False)
+    assert isinstance(worker_config(settings).engine_config, FSDPEngineConfig)
+    explicit = compose("+recipe=neos", "trainer.v1.neos.mei.pool=shared", "+trainer.v1.neos.mei.train.engine=fsdp",
+                       "+trainer.v1.neos.mei.train.param_offload=false")
+    settings = mei_train_settings(explicit, str(tiny_vl_model_dir))
+    assert (settings.engine, settings.param_offload, settings.optimizer_offload) == ("fsdp", False, True)
+    with pytest.raises(ValueError, match="trainer.v1.neos.mei.pool"):
+        mei_placement(OmegaConf.create({"pool": "elsewhere"}))
+
+
+def test_a_dedicated_mei_pool_joins_verls_resource_pool_spec(tmp_path, monkeypatch):
+    """``pool: dedicated`` adds the MEI pool to verl's spec beside the policy's, so verl's own resource check and
+    pool creation include it; ``shared`` leaves verl's spec alone."""
+    from verl_ext.trainer.mei_coevolution import MEI_POOL
+
+    monkeypatch.setenv("NEOS_SMOKE_DATA", str(tmp_path))
+    monkeypatch.setenv("NEOS_SMOKE_MODEL", str(tmp_path))
+    trainer = NeosTrainer(compose("+recipe=neos_smoke", "++trainer.v1.neos.mei.pool=dedicated",
+                                  "++trainer.v1.neos.mei.n_gpus_per_node=2", "++trainer.v1.neos.mei.nnodes=2"))
+    trainer._init_resource_pool_mgr()
+    assert trainer.resource_pool_manager.resource_pool_spec == {"global_pool": [1], MEI_POOL: [2, 2]}
+    assert trainer.resource_pool_manager.get_n_gpus() == 5
+    shared = NeosTrainer(compose("+recipe=neos_smoke"))
+    shared._init_resource_pool_mgr()
+    assert shared.resource_pool_manager.resource_pool_spec == {"global_pool": [1]}

@@ -10,10 +10,12 @@ Use::
     call.version     # the version that served it: a model server's reported ``model`` (our MEI server: its checkpoint)
     call.outcome     # extractive | valid | repaired | retried | fallback
 
-Tools return ``{"call_id": call.call_id, "version": call.version}`` per MEI call to their clients. Each call gets its
-own :class:`~tool_server.mei.schema.MEICall` (no per-session "last call" state) because one tool call can run several
-MEI calls concurrently under the same context. ``mei.counters()`` gives ``calls``, a count per outcome, ``error``,
-and attempt-level ``timeout`` / ``http_error`` / ``invalid`` plus ``ocr_calls``. ``await mei.close()`` on shutdown.
+Tools return ``{"call_id": call.call_id, "version": call.version, "outcome": call.outcome}`` per MEI call to their
+clients. Each call gets its own :class:`~tool_server.mei.schema.MEICall` (no per-session "last call" state) because
+one tool call can run several MEI calls concurrently under the same context. ``mei.counters()`` gives ``calls``, a
+count per outcome, ``error``, ``version_mismatch`` (answers refused for a session fixed to another version),
+``activations``, and attempt-level ``timeout`` / ``http_error`` / ``invalid`` plus ``ocr_calls``. ``mei.version`` is
+the active version and ``mei.activate(v)`` changes it (see :mod:`.interface`). ``await mei.close()`` on shutdown.
 
 A model endpoint's bearer token, if it needs one, is read from the environment variable named by
 ``api_key_env`` (default ``NEOS_MEI_API_KEY``); unset means no ``Authorization`` header.
@@ -41,7 +43,9 @@ class MEIConfig(BaseModel):
 
     endpoint: str | None = None  # OpenAI-compatible base URL (".../v1"); None -> extractive interface
     model: str = "mei"
-    version: str | None = None  # recorded until a server reports its own in ``model``; default: the model name
+    # The active version until a checkpoint is activated (POST /admin/mei_version); None: the first version the model
+    # server reports in its answers' ``model`` field (our MEI server: its checkpoint version).
+    version: str | None = None
     timeout_s: float = Field(default=60.0, gt=0)
     max_retries: int = Field(default=2, ge=0)
     retry_backoff_s: float = Field(default=0.5, ge=0)
@@ -58,7 +62,7 @@ def build_interface(config: MEIConfig) -> LoggedInterface:
     extractive = ExtractiveMEI(ocr=OCR() if config.ocr else None)
     log = MEILog(config.log_path, fsync_every=config.fsync_every)
     if config.endpoint is None:
-        return LoggedInterface(extractive, log)
+        return LoggedInterface(extractive, log, version=config.version or extractive.version)
     producer = ModelMEI(
         endpoint=config.endpoint,
         model=config.model,
@@ -72,4 +76,4 @@ def build_interface(config: MEIConfig) -> LoggedInterface:
         api_key=os.environ.get(config.api_key_env) or None,
         json_mode=config.json_mode,
     )
-    return LoggedInterface(producer, log)
+    return LoggedInterface(producer, log, version=config.version)

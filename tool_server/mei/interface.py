@@ -2,6 +2,13 @@
 
 Producers (:class:`.extractive.ExtractiveMEI`, :class:`.client.ModelMEI`) only compute evidence; keeping logging
 here means a call is logged exactly once, whichever producer (or fallback inside it) answered.
+
+Versions (Neos §3.5: the MEI version is fixed within a trajectory): :attr:`LoggedInterface.version` is the active
+version, the one new sessions are fixed to. It is set when a checkpoint is activated (:meth:`activate`, the tool
+server's ``POST /admin/mei_version``), else it is the configured one, else the first version a model server reports.
+A call carries its session's version in ``ctx.mei_version``; a model answer reported under another version is
+refused (``mei_version_changed``, logged as an ``error`` and counted as ``version_mismatch``), so a trajectory's calls
+never span two versions. A fallback answer is recorded under the session's version with outcome ``fallback``.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Generic, Protocol, get_args
 
+from ..errors import ToolError
 from .log import MEILog, image_summary, page_summary
 from .schema import (
     E,
@@ -55,15 +63,28 @@ class Producer(Protocol):
 class LoggedInterface:
     """``counters()``: ``calls``, one count per final outcome, ``error``, plus the producer's own counters."""
 
-    def __init__(self, producer: Producer, log: MEILog) -> None:
+    def __init__(self, producer: Producer, log: MEILog, *, version: str | None = None) -> None:
         self._producer = producer
         self._log = log
         self._outcomes: Counter[str] = Counter()
+        self._active = version
+        self._activations = 0
 
     @property
-    def version(self) -> str:
-        """The producer's current version (a model-backed one follows what its server last reported)."""
-        return self._producer.version
+    def version(self) -> str | None:
+        """The active version: new sessions are fixed to it."""
+        return self._active
+
+    def activate(self, version: str) -> None:
+        """A checkpoint was activated behind the producer: sessions created from now on use ``version``."""
+        if not isinstance(version, str) or not version:
+            raise ValueError(f"an MEI version is a non-empty string, got {version!r}")
+        self._active = version
+        self._activations += 1
+
+    def _version_of(self, ctx: MEIContext) -> str:
+        """The version a call is recorded under when no server reported one: the session's, else the active one."""
+        return ctx.mei_version or self._active or self._producer.version
 
     async def _run(self, method: str, ctx: MEIContext, summary: dict, call) -> MEICall:
         start = time.perf_counter()
@@ -71,14 +92,25 @@ class LoggedInterface:
             produced = await call
         except Exception as e:
             self._outcomes["error"] += 1
-            self._log.append(ctx=ctx, method=method, mei_version=self.version, outcome="error",
+            self._log.append(ctx=ctx, method=method, mei_version=self._version_of(ctx), outcome="error",
                              latency_s=time.perf_counter() - start, input=summary,
                              output={"error": f"{type(e).__name__}: {e}"})
             raise
         if not isinstance(produced, Produced):  # the extractive producer returns bare evidence
             produced = Produced(produced, "extractive", [])
+        version = produced.version or self._version_of(ctx)
+        if produced.outcome == "fallback":
+            version = ctx.mei_version or version  # no model answer: the session's version; the outcome says the rest
+        elif ctx.mei_version is not None and version != ctx.mei_version:
+            self._outcomes["version_mismatch"] += 1
+            message = f"the MEI answered as {version}, this session is fixed to {ctx.mei_version}"
+            self._log.append(ctx=ctx, method=method, mei_version=version, outcome="error",
+                             latency_s=time.perf_counter() - start, input=summary,
+                             output={"error": f"version_mismatch: {message}"})
+            raise ToolError("mei_version_changed", message)
+        if self._active is None:
+            self._active = version  # the first version a model server reported
         self._outcomes[produced.outcome] += 1
-        version = produced.version or self.version
         call_id = self._log.append(
             ctx=ctx, method=method, mei_version=version, outcome=produced.outcome,
             latency_s=time.perf_counter() - start, input=summary,
@@ -107,7 +139,8 @@ class LoggedInterface:
 
     def counters(self) -> dict[str, int]:
         outcomes = {k: self._outcomes[k] for k in (*get_args(Outcome), "error")}
-        return {"calls": sum(outcomes.values()), **outcomes, **self._producer.counters()}
+        return {"calls": sum(outcomes.values()), **outcomes, "version_mismatch": self._outcomes["version_mismatch"],
+                "activations": self._activations, **self._producer.counters()}
 
     async def close(self) -> None:
         await self._producer.close()

@@ -44,6 +44,7 @@ class MEIContext(_Strict):
     session_id: str
     turn: int | None = None
     tool: Literal["WebVisit", "ImageSearch", "ReverseImageSearch", "read_url", "t2i_search", "i2i_search"]
+    mei_version: str | None = None  # the version fixed for the session; None: not known yet (its first answer fixes it)
 
 
 # ---- outputs (exact keys of the paper's MEI prompts) --------------------------------------------------------------
@@ -103,7 +104,9 @@ class MEICall(Generic[E]):
 class EvidenceInterface(Protocol):
     """Implemented by the extractive default (no model) and by the OpenAI-compatible model client."""
 
-    version: str
+    version: str | None  # the active version new sessions are fixed to (None: a model MEI not heard from yet)
+
+    def activate(self, version: str) -> None: ...
 
     async def web_visit(self, *, goal: str, page: PageView, ctx: MEIContext) -> MEICall[WebVisitEvidence]: ...
 

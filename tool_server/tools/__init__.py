@@ -1,4 +1,11 @@
-"""Tool dispatch of checked calls: consult the result cache, run the handler of either protocol."""
+"""Tool dispatch of checked calls: consult the result cache, run the handler of either protocol.
+
+MEI-backed results (Neos §3.5, one MEI version per trajectory) are cached under the version fixed for the session,
+never under the version the server knew before the call; a session whose version is not known yet (no activation
+and no answer so far) runs them uncached and is fixed to the version of its first answer. An observation holding a
+fallback answer (the MEI failed; the extractive stand-in answered) is not cached at all, so the model's answer is
+computed again once it recovers.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +14,7 @@ from typing import Any
 
 from tool_server.cache import TieredCache, cache_key
 from tool_server.calls import ToolCall
+from tool_server.errors import ToolError
 from tool_server.sessions import Session
 from tool_server.tools import modal, neos
 from tool_server.tools.base import CachedObservation, Call, Observation, ToolContext, pixels_digest
@@ -40,11 +48,11 @@ class ToolRunner:
 
     def _key(self, session: Session, call: ToolCall) -> str:
         """The cache key; memoised on ``call`` when it does not depend on the session's register."""
-        # web results never answer world queries; a trajectory's MEI calls carry one version, never an older
-        # checkpoint's cache
+        # web results never answer world queries; a trajectory's MEI calls carry its session's version ("mei:", not the
+        # earlier "mei=": entries written before fallbacks were kept out of the cache are never read again)
         tool = call.name if self.ctx.online is None else f"{call.name}@online"
         if call.name in neos.MEI_BACKED:
-            tool = f"{tool}@mei={self.ctx.mei.version}"
+            tool = f"{tool}@mei:{session.mei_version}"
         scope = session.group_id
         memo = call.key
         if memo is not None and memo[0] == tool and memo[1] == scope:
@@ -58,10 +66,13 @@ class ToolRunner:
     async def run(self, session: Session, call: ToolCall) -> Observation | CachedObservation:
         """Run a checked call (:func:`tool_server.calls.parse_call`), answering from the cache where it may."""
         name = call.name
-        if self.cache is None or name not in CACHED:
+        unpinned = name in neos.MEI_BACKED and session.mei_version is None
+        if self.cache is None or name not in CACHED or unpinned:
             observation = await HANDLERS[name](self.ctx, Call(session, call.arguments, call.turn))
         else:
             observation = await self._cached(session, call)
+        if isinstance(observation, Observation) and observation.mei:
+            self._fix_version(session, observation)
         if self.ctx.online is not None and name in modal.HANDLERS:  # later calls may name these web resources by id
             self.ctx.online.ids.learn(
                 observation.records if isinstance(observation, Observation) else json.loads(observation.blob)["records"]
@@ -74,10 +85,22 @@ class ToolRunner:
         async def compute() -> bytes | None:
             nonlocal computed
             computed = await HANDLERS[call.name](self.ctx, Call(session, call.arguments, call.turn))
-            return None if computed.images else computed.to_cache()  # register entries are this session's own
+            if computed.images or any(m["outcome"] == "fallback" for m in computed.mei):
+                return None  # register entries are this session's own; a fallback is no model result
+            return computed.to_cache()
 
         blob = await self.cache.get_or_compute(self._key(session, call), compute)
         if computed is not None:
             return computed
         assert blob is not None  # get_or_compute returns None only from a compute() of this caller
         return CachedObservation(blob)
+
+    @staticmethod
+    def _fix_version(session: Session, observation: Observation) -> None:
+        """Fix an unpinned session to the version of its first MEI answer; refuse a call whose concurrent MEI calls
+        were answered by two versions (a checkpoint activated while it ran)."""
+        versions = {m["version"] for m in observation.mei}
+        if session.mei_version is None and len(versions) == 1:
+            session.mei_version = versions.pop()
+        elif len(versions) > 1:
+            raise ToolError("mei_version_changed", f"this call's MEI answers came from {sorted(versions)}")

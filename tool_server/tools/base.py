@@ -82,7 +82,7 @@ class Call:
     turn: int | None
 
     def ctx(self, tool: str) -> MEIContext:
-        return MEIContext(session_id=self.session.id, turn=self.turn, tool=tool)
+        return MEIContext(session_id=self.session.id, turn=self.turn, tool=tool, mei_version=self.session.mei_version)
 
 
 @dataclass(slots=True)
@@ -94,7 +94,7 @@ class ToolContext:
 
 
 def mei_entry(call: MEICall) -> dict[str, str]:
-    return {"call_id": call.call_id, "version": call.version}
+    return {"call_id": call.call_id, "version": call.version, "outcome": call.outcome}
 
 
 def item_error(type_: str, message: str) -> dict[str, str]:

@@ -23,10 +23,12 @@ from verl_ext.credit.runs import mask_runs
 
 @dataclass(frozen=True)
 class CreditRow:
-    """One batch row: its verl uid (group) and its labels, or None (a success, or never judged)."""
+    """One batch row: its verl uid (group) and its labels, or None (a success, or never judged); ``padding`` rows
+    (verl's copies filling a batch) carry no credit and are not counted as unjudged failures."""
 
     uid: str
     labels: CreditLabels | None = None
+    padding: bool = False
 
 
 @dataclass
@@ -88,6 +90,7 @@ def credit_rows(
     rows = []
     for i, (uid, extra) in enumerate(zip(uids, extra_fields)):
         raw = extra.get(CREDIT_KEY) if isinstance(extra, dict) else None
-        skip = raw is None or (padding is not None and padding[i])
-        rows.append(CreditRow(uid=str(uid), labels=None if skip else CreditLabels.model_validate(raw)))
+        pad = padding is not None and bool(padding[i])
+        labels = None if raw is None or pad else CreditLabels.model_validate(raw)
+        rows.append(CreditRow(uid=str(uid), labels=labels, padding=pad))
     return rows

@@ -26,6 +26,8 @@ CreditType = Literal["productive", "causal_error", "re_derailment", "downstream"
 CREDIT_TYPES: tuple[CreditType, ...] = ("productive", "causal_error", "re_derailment", "downstream", "recovery",
                                         "neutral")
 Turn = Annotated[int, Field(ge=0)]
+# What the judge compared the failure with: a verified success from data generation, or a success of its own group.
+ReferenceKind = Literal["verified", "in_group"]
 
 
 class LabelEvent(BaseModel):
@@ -49,6 +51,7 @@ class CreditLabels(BaseModel):
     events: list[LabelEvent] = Field(default_factory=list)
     productive: dict[Turn, Unit] = Field(default_factory=dict)  # JSON object keys arrive as "3": parsed to int
     fallback_reason: str | None = None
+    reference: ReferenceKind | None = None  # None: not recorded (offline judge, labels from before the field)
 
     @model_validator(mode="after")
     def _consistent(self) -> CreditLabels:

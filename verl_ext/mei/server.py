@@ -139,17 +139,39 @@ def create_app(server: MEIServer) -> web.Application:
     return app
 
 
+async def _json(method: str, url: str, body: dict | None, timeout_s: float) -> tuple[int, Any]:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
+        async with session.request(method, url, json=body) as resp:
+            return resp.status, await resp.json(content_type=None)
+
+
 async def activate(base_url: str, path: str | Path, version: str, *, timeout_s: float = 600.0) -> str:
     """Make the MEI server at ``base_url`` (``http://host:port``) serve ``path`` as ``version``; returns the version
     it reports. Raises ``RuntimeError`` with the server's structured error when it refuses."""
-    timeout = aiohttp.ClientTimeout(total=timeout_s)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
-        async with session.post(base_url.rstrip("/") + "/admin/load",
-                                json={"path": str(path), "version": version}) as resp:
-            body = await resp.json(content_type=None)
-    if resp.status != 200:
+    status, body = await _json("POST", base_url.rstrip("/") + "/admin/load", {"path": str(path), "version": version},
+                               timeout_s)
+    if status != 200:
         raise RuntimeError(f"MEI server refused {path} as {version}: {body}")
     return body["version"]
+
+
+async def served_version(base_url: str, *, timeout_s: float = 30.0) -> str:
+    """The version the MEI server at ``base_url`` serves now."""
+    status, body = await _json("GET", base_url.rstrip("/") + "/admin/version", None, timeout_s)
+    if status != 200 or not isinstance(body, dict) or not isinstance(body.get("version"), str):
+        raise RuntimeError(f"MEI server at {base_url} did not report its version: HTTP {status} {str(body)[:200]}")
+    return body["version"]
+
+
+async def announce(tool_server_url: str, version: str, *, timeout_s: float = 30.0) -> str:
+    """Tell the tool server that ``version`` is now served (its ``POST /admin/mei_version``): sessions it creates from
+    now on are fixed to it and its MEI-backed cache entries are keyed by it. Returns the version it reports."""
+    status, body = await _json("POST", tool_server_url.rstrip("/") + "/admin/mei_version", {"version": version},
+                               timeout_s)
+    if status != 200 or not isinstance(body, dict) or body.get("version") != version:
+        raise RuntimeError(f"tool server at {tool_server_url} refused MEI version {version}: HTTP {status} "
+                           f"{str(body)[:200]}")
+    return version
 
 
 def main(argv: list[str] | None = None) -> None:

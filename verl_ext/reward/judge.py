@@ -1,14 +1,19 @@
-"""Answer correctness by an LLM judge (SPEC §8) behind an OpenAI-compatible endpoint, with a rule fallback.
+"""Answer correctness by an LLM judge (the papers' evaluation rule: Neos §4 and ModalSearcher Appendix C) behind an
+OpenAI-compatible endpoint, with a rule fallback.
 
 The judge decides whether the response contains, anywhere and in any wording, an answer consistent with the
 reference. A judge that is not configured, or that keeps failing (transport errors, timeouts, replies without
 exactly one ``correct: yes|no`` line), never stalls or zeroes training: the normalised-answer matcher of
-``answers`` decides instead, and the verdict records which path decided. No verl import.
+``answers`` decides instead, and the verdict records which path decided. A fallback is never silent: every verdict
+says ``judge_fallback`` in the sample's ``reward_extra_info``, and each process warns once per window of
+``fallback_window`` judged answers in which more than ``max_fallback_share`` fell back to the rule. No verl import.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -20,6 +25,7 @@ import aiohttp
 from verl_ext.reward.answers import answer_matches, primary_target
 
 JudgeSource = Literal["llm", "rule", "rule_fallback"]
+log = logging.getLogger(__name__)
 
 _SYSTEM = (
     "You grade answers to research questions. You are given a question, the reference answer and an agent's "
@@ -51,6 +57,11 @@ class JudgeConfig:
     max_retries: int = 2  # attempts = 1 + max_retries
     retry_backoff_s: float = 1.0  # doubled after each failed attempt
     max_tokens: int = 256
+    # Warn when more than this share of a window's judged answers fell back to the rule. An LLM judge at
+    # temperature 0 with two retries fails on well under 1% of answers; 10% means an outage or a misconfiguration,
+    # and the reward has then silently become the string rule for those answers.
+    max_fallback_share: float = 0.1
+    fallback_window: int = 64  # judged answers (those sent to the LLM) per check, per process
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any] | None) -> JudgeConfig:
@@ -86,17 +97,21 @@ def parse_judge_reply(text: str) -> tuple[bool, str]:
     return verdicts[0] == "yes", (reasoning.group(1).strip() if reasoning else "")
 
 
-async def chat_message(
+async def chat_choice(
     session: aiohttp.ClientSession,
     config: JudgeConfig,
     messages: list[dict[str, Any]],
     tools: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
-    """The assistant message (``content`` and any native ``tool_calls``) of one chat-completions call, greedy, at most
-    ``max_tokens``, offering ``tools`` (OpenAI function schemas) when given, the API key from ``api_key_env``; raises
-    ``JudgeReplyError`` for a body that is not a completion. The project's one client: every model step uses it."""
+    sampling: Mapping[str, Any] | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The first choice (``message`` and ``finish_reason``) of one chat-completions call and the server's ``usage``
+    (token counts; ``{}`` when it sends none). Greedy unless ``sampling`` (``temperature``, ``top_p``, ``seed``, ...)
+    says otherwise, at most ``max_tokens``, offering ``tools`` (OpenAI function schemas) when given, the API key from
+    ``api_key_env``; raises ``JudgeReplyError`` for a 200 body that is not a chat completion (not JSON, no choices,
+    no message). The project's one client: every model step uses it."""
     payload: dict[str, Any] = {
-        "model": config.model, "messages": messages, "temperature": 0.0, "max_tokens": config.max_tokens
+        "model": config.model, "messages": messages, "temperature": 0.0, "max_tokens": config.max_tokens,
+        **(sampling or {}),
     }
     if tools:
         payload["tools"] = tools
@@ -104,14 +119,41 @@ async def chat_message(
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     async with session.post(f"{config.url.rstrip('/')}/chat/completions", json=payload, headers=headers) as resp:
         resp.raise_for_status()
-        body = await resp.json(content_type=None)
+        text = await resp.text(errors="replace")
     try:
-        message = body["choices"][0]["message"]
+        body = json.loads(text)
+        choice = body["choices"][0]
+    except ValueError as exc:  # json.JSONDecodeError
+        raise JudgeReplyError(f"body is not JSON: {text[:200]!r}") from exc
     except (KeyError, IndexError, TypeError) as exc:
-        raise JudgeReplyError(f"not a chat completion: {str(body)[:200]!r}") from exc
-    if not isinstance(message, dict):
-        raise JudgeReplyError(f"not a chat message: {str(message)[:200]!r}")
-    return message
+        raise JudgeReplyError(f"not a chat completion: {text[:200]!r}") from exc
+    if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
+        raise JudgeReplyError(f"not a chat message: {str(choice)[:200]!r}")
+    usage = body.get("usage")
+    return choice, usage if isinstance(usage, dict) else {}
+
+
+async def chat_reply(
+    session: aiohttp.ClientSession,
+    config: JudgeConfig,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None = None,
+    sampling: Mapping[str, Any] | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The assistant message of :func:`chat_choice` and the server's ``usage``: an evaluated policy samples as its
+    paper's inference configuration says and reports its token counts."""
+    choice, usage = await chat_choice(session, config, messages, tools, sampling)
+    return choice["message"], usage
+
+
+async def chat_message(
+    session: aiohttp.ClientSession,
+    config: JudgeConfig,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The assistant message (``content`` and any native ``tool_calls``) of :func:`chat_choice`."""
+    return (await chat_choice(session, config, messages, tools))[0]["message"]
 
 
 async def chat_completion(session: aiohttp.ClientSession, config: JudgeConfig, messages: list[dict[str, Any]]) -> str:
@@ -122,18 +164,61 @@ async def chat_completion(session: aiohttp.ClientSession, config: JudgeConfig, m
     return str(message["content"])
 
 
+class FallbackWindow:
+    """Counts LLM verdicts and rule fallbacks over consecutive windows of ``size`` judged answers; at the end of a
+    window whose fallback share exceeds ``max_share`` it returns the warning to log (the last error included)."""
+
+    def __init__(self, size: int, max_share: float) -> None:
+        if size < 1 or not 0 <= max_share <= 1:
+            raise ValueError(f"fallback_window must be >= 1 and max_fallback_share in [0, 1], got {size}, {max_share}")
+        self.size, self.max_share = size, max_share
+        self.judged = self.fallbacks = 0
+        self.total_judged = self.total_fallbacks = 0
+        self.last_error = ""
+
+    def add(self, verdict: Verdict) -> str | None:
+        if verdict.source == "rule":
+            return None  # no LLM configured, or nothing to judge: a choice, not a fallback
+        fell_back = verdict.source == "rule_fallback"
+        self.judged += 1
+        self.total_judged += 1
+        if fell_back:
+            self.fallbacks += 1
+            self.total_fallbacks += 1
+            self.last_error = verdict.error
+        if self.judged < self.size:
+            return None
+        share, fallbacks = self.fallbacks / self.judged, self.fallbacks
+        self.judged = self.fallbacks = 0
+        if share <= self.max_share:
+            return None
+        return (
+            f"answer judge: {fallbacks} of the last {self.size} answers were scored by the string rule because the "
+            f"LLM judge failed ({share:.0%} > max_fallback_share {self.max_share:.0%}; last error: {self.last_error}). "
+            "Check reward.reward_kwargs.judge (url, model, timeout_s) and the judge_fallback reward field"
+        )
+
+
 class AnswerJudge:
     """One per reward manager; bounds in-flight judge requests per process with a semaphore."""
 
     def __init__(self, config: JudgeConfig) -> None:
         self.config = config
         self._semaphore = asyncio.Semaphore(config.max_concurrency)
+        self.fallbacks = FallbackWindow(config.fallback_window, config.max_fallback_share)
+
+    async def judge(self, question: str, ground_truth: Any, response: str) -> Verdict:
+        """Verdict for ``response``; an empty response is wrong without asking anyone. Fallbacks are counted."""
+        verdict = await self._judge(question, ground_truth, response)
+        warning = self.fallbacks.add(verdict)
+        if warning:
+            log.warning(warning)
+        return verdict
 
     async def _ask(self, session: aiohttp.ClientSession, messages: list[dict[str, str]]) -> tuple[bool, str]:
         return parse_judge_reply(await chat_completion(session, self.config, messages))
 
-    async def judge(self, question: str, ground_truth: Any, response: str) -> Verdict:
-        """Verdict for ``response``; an empty response is wrong without asking anyone."""
+    async def _judge(self, question: str, ground_truth: Any, response: str) -> Verdict:
         rule = answer_matches(response, ground_truth) if response.strip() else False
         if not self.config.url or not response.strip():
             return Verdict(correct=rule, source="rule")

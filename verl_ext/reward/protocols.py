@@ -68,14 +68,18 @@ def modalsearcher_answer(turns: list[str]) -> str:
 
 def modalsearcher_turn_ok(turn: str, *, final: bool) -> bool:
     """One turn follows the inference prompt (the rollout's own parser decides: reasoning block, then exactly one
-    tool call with a ``name`` and an ``arguments`` object, or one non-empty answer); the answer is allowed, and
-    required, only in the final turn."""
+    tool call with a ``name`` and an ``arguments`` object, or one non-empty answer); an answer ends the episode, so
+    it is allowed only in the final turn. A tool call is allowed in any turn, the final one included: a rollout cut at
+    the turn limit ends on a call."""
     parsed = parse_modalsearch_turn(turn)
     if parsed.error is not None:
         return False
-    return final if parsed.answer is not None else not final
+    return final or parsed.answer is None
 
 
 def modalsearcher_format_ok(turns: list[str]) -> bool:
-    """Format reward: every turn well formed and the trajectory ends with an answer turn."""
+    """Format reward r_fmt (ModalSearcher paper, Section 3.3, the reward r(τ)): 1 when all tool calls follow the
+    predefined interaction format. A final answer is not required: a well-formed rollout cut at the turn limit keeps
+    its format reward (it has no answer, so r_acc is 0 and its reward is 0.1). A rollout with no turn has no
+    well-formed call and earns 0."""
     return bool(turns) and all(modalsearcher_turn_ok(turn, final=i == len(turns) - 1) for i, turn in enumerate(turns))

@@ -1,11 +1,12 @@
 """verl agent loops ``neos_search_agent`` and ``modalsearch_react_agent``: one episode engine, two protocols.
 
 Per episode: open a tool-server session with the question image(s) as img_1.., then per assistant turn generate
-(``server_manager.generate`` with every image the policy has seen so far), parse one action under the protocol,
-run the call, and append the observation; the pixels a tool loads (FetchImage, CropImage, read_url of an image)
-enter the context through the VL processor and stay in ``image_data`` for every later turn and in the exported
-``multi_modal_data``. Tokens go through verl's Continuous Token builder (``ct_*`` of ``AgentLoopBase``), so the
-training inputs are token-identical to what the model generated from.
+(``server_manager.generate`` with every image the policy has seen so far, processed with ``data.mm_processor_kwargs``
+as the prompt's placeholders were), parse one action under the protocol, run the call, and append the observation;
+the pixels a tool loads (FetchImage, CropImage, read_url of an image) enter the context through the VL processor and
+stay in ``image_data`` for every later turn and in the exported ``multi_modal_data``. Tokens go through verl's
+Continuous Token builder (``ct_*`` of ``AgentLoopBase``), so the training inputs are token-identical to what the model
+generated from.
 
 Nothing the model writes raises: malformed calls, unknown tools and schema violations come back as error
 observations (agent-caused); timeouts, 5xx and refused connections too (tool-caused). The episode ends on an
@@ -55,6 +56,9 @@ class _Episode:
 
     messages: list[dict[str, Any]]
     images: list[Any]
+    # ``data.mm_processor_kwargs``: the server processes the images with the settings the token builder rendered
+    # their placeholders with, and verl's postprocessing computes the training inputs with them (as ToolAgentLoop)
+    mm_processor_kwargs: dict[str, Any] = field(default_factory=dict)
     prompt_ids: list[int] = field(default_factory=list)
     prompt_len: int = 0
     mask: list[int] = field(default_factory=list)
@@ -165,7 +169,9 @@ class SearchAgentLoop(AgentLoopBase):
             )
         group_id = str(kwargs["uid"]) if s.group_cache and kwargs.get("uid") is not None else None
         mm, refs = await self._open_session(session, messages, group_id, kwargs["raw_prompt"])
-        ep = _Episode(messages=messages, images=list(mm.get("images") or []))
+        ep = _Episode(
+            messages=messages, images=list(mm.get("images") or []), mm_processor_kwargs=self._get_mm_processor_kwargs()
+        )
         session_id = session.session_id or ""
         ep.register = [ImageEntry(ref=r, source="question", turn=None, in_context=True) for r in refs]
         SearchAgentLoop.in_flight += 1
@@ -225,6 +231,7 @@ class SearchAgentLoop(AgentLoopBase):
                     prompt_ids=ep.prompt_ids,
                     sampling_params=sampling_params,
                     image_data=ep.images or None,
+                    mm_processor_kwargs=ep.mm_processor_kwargs,
                 )
             self._merge_server_fields(ep, out.extra_fields or {})
             self._merge_assistant(ep, out.token_ids, out.log_probs)
@@ -425,6 +432,7 @@ class SearchAgentLoop(AgentLoopBase):
             response_mask=ep.mask[:budget],
             response_logprobs=ep.logprobs[:budget] if ep.logprobs else None,
             multi_modal_data={"images": ep.images} if ep.images else {},
+            mm_processor_kwargs=ep.mm_processor_kwargs,
             num_turns=len(ep.turns) + ep.context_turns + 1,  # as verl's ToolAgentLoop counts: + the prompt
             metrics=ep.metrics,
             extra_fields=extra,

@@ -31,6 +31,11 @@ training set's size) and ``poll_interval`` (seconds between TransferQueue polls,
 ``data.train_batch_size`` (per ``parameter_sync_step``), G is ``actor_rollout_ref.rollout.n``. Rewards must be known
 at sampling time (a rule-based reward or ``reward.reward_model.enable_resource_pool``), and the agent-loop manager
 must be ``verl_ext.rollout.tq_worker.NeosAgentLoopManagerTQ``.
+
+A trajectory whose agent loop raises (tool server down at session open, a processor error) ends with no rows, with or
+without the sampler: it is counted per batch in ``neos_rollout/failed_sessions`` and ``.../failed_session_share``
+(the sampler's aborted ones; with verl's batches the sampled groups' missing members), and a share above
+``trainer.v1.neos.failed_session_warn_share`` (default 0.05) logs a warning.
 """
 
 from __future__ import annotations
@@ -54,6 +59,12 @@ from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 from verl.utils import tensordict_utils as tu
 
 from verl_ext.rollout.admission import SESSIONS_KEY, SUCCESS_THRESHOLD, TRAIN, admission_key
+from verl_ext.trainer.metrics import (
+    DEFAULT_FAILED_SESSION_WARN_SHARE,
+    failed_session_metrics,
+    failed_session_warn_share,
+    sessions_present,
+)
 from verl_ext.trainer.sampler import Admission, GroupStatus, MixedGroupSampler, SamplerConfig, Selection
 
 log = logging.getLogger(__name__)
@@ -142,14 +153,21 @@ class MixedGroupReplayBuffer(ReplayBuffer):
         next_rows: Callable[[], TensorDict],
         poll_interval: float,
         max_deferred: int | None = None,
+        failed_session_warn_share: float = DEFAULT_FAILED_SESSION_WARN_SHARE,
         **replay_buffer_kwargs: Any,
     ) -> None:
         super().__init__(poll_interval=poll_interval, **replay_buffer_kwargs)
+        self.failed_session_warn_share = failed_session_warn_share
         self._next_rows = next_rows
         self.rows: dict[str, TensorDict] = {}  # question id (the row's uid) -> its one-row dataset batch
         self.sampler = MixedGroupSampler(sampler_config, self._questions())
         self.control: RolloutControl | None = None
         self.max_deferred = max_deferred  # deferrals in one batch before sample() gives up (DAPO: max_num_gen_batches)
+        # MEI co-evolution (Neos §3.5) learns from every success of the round, selected or not: when set, the batch
+        # close keeps the extra_fields of completed successes it does not select (see take_unselected_successes).
+        self.keep_unselected_successes = False
+        self._unselected_successes: list[dict[str, Any]] = []
+        self._unselected_failures = 0
         self._reset_batch()
 
     def bind(self, control: RolloutControl) -> None:
@@ -185,6 +203,7 @@ class MixedGroupReplayBuffer(ReplayBuffer):
         self._in_flight: dict[str, Admission] = {}  # admission key -> trajectory still running
         self._admitted: set[str] = set()  # every admission key of this batch
         self._final_key: dict[tuple[str, int], str] = {}  # (question, session) -> its final output's key
+        self._succeeded: set[tuple[str, int]] = set()  # (question, session) of the judged successes
         self._reference: dict[str, int] = {}  # question -> the success its failures are judged against
         self._judged: dict[str, set[int]] = defaultdict(set)
         self._assessments: list[Any] = []
@@ -245,7 +264,10 @@ class MixedGroupReplayBuffer(ReplayBuffer):
             a = self._in_flight.pop(key)
             if key in rewards:
                 self._final_key[(a.question_id, a.session_index)] = outputs[key][-1]
-                status = self.sampler.finish(a.question_id, a.session_index, rewards[key] >= SUCCESS_THRESHOLD)
+                success = rewards[key] >= SUCCESS_THRESHOLD
+                if success:
+                    self._succeeded.add((a.question_id, a.session_index))
+                status = self.sampler.finish(a.question_id, a.session_index, success)
             else:
                 status = self.sampler.abort(a.question_id, a.session_index)
             if status is GroupStatus.ELIGIBLE:
@@ -293,6 +315,8 @@ class MixedGroupReplayBuffer(ReplayBuffer):
         outputs = self._outputs(listing)
         selected = [admission_key(g.question_id, s) for g in selection.groups for s in g.sessions]
         keys = [key for k in selected for key in outputs[k]]
+        if self.keep_unselected_successes:
+            self._keep_unselected(selection)
         kept = set(keys)
         stale = [*self._admitted, *(key for k in self._admitted for key in outputs.get(k, ()) if key not in kept)]
         tq.kv_clear(keys=[k for k in stale if k in listing], partition_id=TRAIN)
@@ -302,12 +326,33 @@ class MixedGroupReplayBuffer(ReplayBuffer):
         self._reset_batch()
         return KVBatchMeta(partition_id=TRAIN, keys=keys, tags=[listing[k] for k in keys]), metrics
 
+    def _keep_unselected(self, selection: Selection) -> None:
+        """The extra_fields of every completed success not selected (all-success, deferred and carried groups, a
+        selected group's surplus), read before the batch close clears them; failures are only counted."""
+        kept = {(g.question_id, s) for g in selection.groups for s in g.sessions}
+        unselected = sorted((s, q) for q, s in self._final_key if (q, s) not in kept)
+        successes = [self._final_key[(q, s)] for s, q in unselected if (q, s) in self._succeeded]
+        self._unselected_failures += len(unselected) - len(successes)
+        if successes:
+            extra = tq.kv_batch_get(keys=successes, partition_id=TRAIN, select_fields=["extra_fields"])["extra_fields"]
+            self._unselected_successes.extend(e or {} for e in (extra.tolist() if hasattr(extra, "tolist") else extra))
+
+    def take_unselected_successes(self) -> tuple[list[dict[str, Any]], int]:
+        """``(extra_fields of the unselected successes, number of unselected failures)`` since the last take."""
+        taken = (self._unselected_successes, self._unselected_failures)
+        self._unselected_successes, self._unselected_failures = [], 0
+        return taken
+
     def _metrics(self, selection: Selection) -> dict[str, float]:
         metrics = selection.stats.metrics(prefix=METRIC_PREFIX)
         metrics[f"{METRIC_PREFIX}carried"] = float(len(selection.carried))
         metrics[f"{METRIC_PREFIX}judged_failures"] = float(sum(len(s) for s in self._judged.values()))
         outcomes = [ok for g in selection.groups for ok in g.outcomes]
         metrics[f"{METRIC_PREFIX}selected_success_share"] = sum(outcomes) / max(1, len(outcomes))
+        stats = selection.stats  # an aborted trajectory's agent loop raised: its slot went to another sample
+        metrics.update(
+            failed_session_metrics(stats.aborted, stats.finished + stats.aborted, self.failed_session_warn_share)
+        )
         return metrics
 
     # -------------------------------------------------------------- checkpoint
@@ -372,6 +417,7 @@ class MixedGroupSamplingMixin:
             next_rows=lambda: self._next_train_batch(1),
             poll_interval=poll_interval,
             max_deferred=max_deferred,
+            failed_session_warn_share=failed_session_warn_share(config),
             trainer_mode=self.trainer_mode,
             trainer_config=config.trainer.v1.get(self.trainer_mode, {}),
             max_off_policy_threshold=sampler.max_off_policy_threshold,
@@ -392,6 +438,17 @@ class MixedGroupSamplingMixin:
         """``data.gen_batch_size = 1``: the dataloader's position then matches the questions the sampler took."""
         with open_dict(self.config):
             self.config.data.gen_batch_size = 1
+
+    def _step_once(self, metrics: dict, timing_raw: dict, sample_batch_size: int) -> KVBatchMeta:
+        """verl's step; with verl's batches, the trajectories missing from the sampled groups (an agent loop raised;
+        verl trains the group on the rest) are counted: ``sample_batch_size`` x ``rollout.n`` were started. (The
+        sampler counts its own: ``BatchStats.aborted``.)"""
+        batch = super()._step_once(metrics, timing_raw, sample_batch_size)  # type: ignore[misc]
+        if not self._mixed_groups():
+            started = sample_batch_size * int(self.config.actor_rollout_ref.rollout.n)
+            failed = started - sessions_present(batch.keys, batch.tags)
+            metrics.update(failed_session_metrics(failed, started, failed_session_warn_share(self.config)))
+        return batch
 
     def prepare_step(self) -> dict:
         if not self._mixed_groups():

@@ -132,20 +132,25 @@ def token_advantages(w: Walkthrough, path: Path) -> Path:
     return _save(fig, path)
 
 
+def _histogram(ax, label: str, values: dict[bool, list[int]]) -> None:
+    """Integer counts per trajectory (``label``), correct and incorrect side by side, one bin per value."""
+    every = [v for vs in values.values() for v in vs]
+    bins = np.arange(min(every, default=0), max(every, default=0) + 2) - 0.5
+    ax.hist([values[True], values[False]], bins=bins, color=[SUCCESS, FAILURE],
+            label=[f"correct ({len(values[True])})", f"incorrect ({len(values[False])})"])
+    ax.set_xlabel(f"{label} per trajectory")
+    ax.set_ylabel("trajectories")
+    ax.legend(fontsize=8)
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.yaxis.get_major_locator().set_params(integer=True)
+
+
 def tool_calls(w: Walkthrough, path: Path) -> Path:
     """Left: tool calls per trajectory by correctness (each scripted turn makes one call and the last one answers,
     so the turn count is this plus one). Right: the mean calls of each tool per trajectory, by correctness."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
-    values = {ok: [r.tool_calls for r in w.rollouts if r.success == ok] for ok in (True, False)}
-    every = [v for vs in values.values() for v in vs]
-    left.hist([values[True], values[False]], bins=np.arange(min(every, default=0), max(every, default=0) + 2) - 0.5,
-              color=[SUCCESS, FAILURE], label=[f"correct ({len(values[True])})", f"incorrect ({len(values[False])})"])
-    left.set_xlabel("tool calls per trajectory")
-    left.set_ylabel("trajectories")
-    left.legend(fontsize=8)
-    left.xaxis.get_major_locator().set_params(integer=True)
-    left.yaxis.get_major_locator().set_params(integer=True)
-    left.set_title("Tool calls per trajectory")
+    _histogram(left, "tool calls", {ok: [r.tool_calls for r in w.rollouts if r.success == ok] for ok in (True, False)})
+    left.set_title("How many calls they made")
     tools = sorted({c.tool_name for r in w.rollouts for t in r.record.turns for c in t.calls})
     y = np.arange(len(tools))
     for ok, shift, colour, label in ((True, -0.2, SUCCESS, "correct"), (False, 0.2, FAILURE, "incorrect")):
@@ -159,6 +164,16 @@ def tool_calls(w: Walkthrough, path: Path) -> Path:
     right.set_xlabel("calls per trajectory (mean)")
     right.legend(fontsize=8)
     right.set_title("Which tools they called")
+    return _save(fig, path)
+
+
+def histograms_by_correctness(panels: dict[str, dict[bool, list[int]]], path: Path, title: str) -> Path:
+    """One histogram per panel of integer counts per trajectory, correct and incorrect side by side (also the
+    evaluation report's, ``verl_ext.eval.report``)."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 3.6), squeeze=False)
+    for ax, (label, values) in zip(axes[0], panels.items()):
+        _histogram(ax, label, values)
+    fig.suptitle(title)
     return _save(fig, path)
 
 

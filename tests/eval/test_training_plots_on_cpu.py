@@ -1,0 +1,64 @@
+"""Training-time analytics from verl's file logger output: one command turns the metrics JSONL into plots."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from PIL import Image
+
+from verl_ext.eval.__main__ import main
+from verl_ext.eval.training import read_metrics, training_plots
+
+
+def _log(path, steps: int) -> None:
+    """Lines as verl's ``FileLogger.log`` writes them: {"step": N, "data": {...}}."""
+    with path.open("w") as fh:
+        for step in range(1, steps + 1):
+            data = {"critic/score/mean": 0.1 * step, "neos_tools/calls_per_trajectory/TextSearch": 3.0 - 0.2 * step,
+                    "neos_tools/calls_per_trajectory/FetchImage": 0.5 * step, "neos_sampler/admitted": 40 + step,
+                    "neos_credit/turn_share/productive": 0.5, "neos_credit/turn_share/causal_error": 0.2,
+                    "neos_credit/turn_share/re_derailment": 0.0, "neos_credit/turn_share/downstream": 0.2,
+                    "neos_credit/turn_share/recovery": 0.05, "neos_credit/turn_share/neutral": 0.05,
+                    "timing_s/gen": 12.5, "note": "text values are skipped"}
+            fh.write(json.dumps({"step": step, "data": data}) + "\n")
+
+
+def test_one_command_makes_the_plots(tmp_path, capsys) -> None:
+    run = tmp_path / "logs" / "neos"
+    run.mkdir(parents=True)
+    _log(run / "exp1.jsonl", 4)
+    assert main(["training", str(tmp_path / "logs"), "--out", str(tmp_path / "plots")]) == 0
+    names = {p.split("/")[-1] for p in capsys.readouterr().out.split()}
+    assert names == {"tool_use.png", "credit_composition.png", "sampler.png", "reward.png"}  # no mei/* logged
+    with Image.open(tmp_path / "plots" / "credit_composition.png") as im:
+        assert im.width > 500
+    series = read_metrics(run / "exp1.jsonl")
+    assert series["neos_tools/calls_per_trajectory/FetchImage"] == [(1, 0.5), (2, 1.0), (3, 1.5), (4, 2.0)]
+    assert "note" not in series
+
+
+def test_bad_metric_lines_name_file_and_line(tmp_path) -> None:
+    path = tmp_path / "m.jsonl"
+    _log(path, 2)
+    path.write_text(path.read_text() + '{"data": {}}\n')
+    with pytest.raises(ValueError, match=rf"^{path}:3: not a file-logger line"):
+        read_metrics(path)
+    (tmp_path / "other.jsonl").write_text(json.dumps({"step": 1, "data": {"actor/lr": 1e-6}}) + "\n")
+    with pytest.raises(ValueError, match="none of the plotted metric families"):
+        training_plots(tmp_path / "other.jsonl", tmp_path / "out")
+
+
+def test_tensorboard_event_files_read_the_same(tmp_path) -> None:
+    """verl's tensorboard logger writes through torch's SummaryWriter: the same series come back."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(tmp_path / "tb" / "neos" / "exp1"))
+    for step in (1, 2, 3):
+        writer.add_scalar("neos_tools/calls_per_trajectory/FetchImage", 0.5 * step, step)
+        writer.add_scalar("neos_credit/turn_share/productive", 0.25, step)
+    writer.close()
+    series = read_metrics(tmp_path / "tb")
+    assert series["neos_tools/calls_per_trajectory/FetchImage"] == [(1, 0.5), (2, 1.0), (3, 1.5)]
+    written = training_plots(tmp_path / "tb", tmp_path / "plots")
+    assert sorted(p.name for p in written) == ["credit_composition.png", "tool_use.png"]

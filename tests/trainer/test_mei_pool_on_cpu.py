@@ -1,0 +1,86 @@
+"""``trainer.v1.neos.mei.pool`` on a real Ray cluster with logical GPUs (Ray schedules by declared resources, so a CPU
+machine can declare GPUs it does not have): the resource pools the neos trainer builds through verl's
+``ResourcePoolManager``, and verl ``RayWorkerGroup``s placed on them. ``dedicated``: the MEI ranks get GPUs of their
+own, disjoint from the policy's; ``shared``: they land on the policy's GPUs; too few GPUs for both pools is verl's
+clear error, not a hang. Its own Ray (``address="local"``) in a child process: the session's Ray has no GPUs.
+
+What Ray cannot show here: the MEI SFT engine itself on those GPUs (FSDP/Megatron need CUDA; the H200 run does it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+SCRIPT = r"""
+import json, os, sys
+import ray
+from hydra import compose, initialize_config_module
+
+from verl.single_controller.base import Worker
+from verl.single_controller.base.decorator import Dispatch, register
+from verl.single_controller.ray import RayClassWithInitArgs, RayWorkerGroup
+
+from verl_ext.trainer.neos_trainer import NeosTrainer
+
+
+class GPUProbe(Worker):
+    '''Reports the GPU Ray gave this rank (stand-in for the MEI SFT worker, whose engine needs CUDA).'''
+
+    @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+    def gpu(self):
+        return [int(i) for i in ray.get_gpu_ids()]
+
+
+gpus, placement = int(sys.argv[1]), sys.argv[2]
+ray.init(address="local", num_cpus=16, num_gpus=gpus, include_dashboard=False, log_to_driver=False)
+with initialize_config_module(config_module="verl.trainer.config", version_base=None):
+    config = compose(config_name="ppo_trainer", overrides=[
+        "+recipe=neos_smoke", "trainer.n_gpus_per_node=1", f"++trainer.v1.neos.mei.pool={placement}",
+        "++trainer.v1.neos.mei.n_gpus_per_node=2"])
+trainer = NeosTrainer(config)
+trainer._init_resource_pool_mgr()
+try:
+    trainer.resource_pool_manager.create_resource_pool()
+except ValueError as e:
+    print(json.dumps({"error": str(e)}))
+    raise SystemExit(0)
+
+def ranks(pool):
+    group = RayWorkerGroup(resource_pool=pool, ray_cls_with_init=RayClassWithInitArgs(ray.remote(GPUProbe)),
+                           device_name="cuda")
+    return sorted(g for gs in group.gpu() for g in gs)
+
+policy = trainer.resource_pool_manager.get_resource_pool(trainer._actor_role())
+mei = trainer._mei_resource_pool()
+print(json.dumps({"spec": trainer.resource_pool_manager.resource_pool_spec, "same_pool": mei is policy,
+                  "policy": ranks(policy), "mei": ranks(mei)}))
+"""
+
+
+def _run(gpus: int, placement: str, tmp_path: Path) -> dict:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+           "NEOS_SMOKE_DATA": str(tmp_path), "NEOS_SMOKE_MODEL": str(tmp_path), "RAY_ADDRESS": ""}
+    out = subprocess.run([sys.executable, "-c", SCRIPT, str(gpus), placement], capture_output=True, text=True,
+                         timeout=600, cwd=tmp_path, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_dedicated_and_shared_mei_pools_on_ray(tmp_path):
+    dedicated = _run(3, "dedicated", tmp_path)
+    assert dedicated["spec"] == {"global_pool": [1], "neos_mei_pool": [2]} and not dedicated["same_pool"]
+    assert len(dedicated["policy"]) == 1 and len(dedicated["mei"]) == 2
+    assert not set(dedicated["policy"]) & set(dedicated["mei"])  # GPUs of its own, as the paper's 32 + 8
+
+    shared = _run(1, "shared", tmp_path)
+    assert shared["spec"] == {"global_pool": [1]} and shared["same_pool"]
+    assert shared["mei"] == shared["policy"]  # beside the policy's actors, on the same GPU
+
+    too_few = _run(2, "dedicated", tmp_path)
+    assert too_few == {"error": "Total available GPUs 2.0 is less than total desired GPUs 3"}

@@ -1,0 +1,180 @@
+"""``python -m verl_ext.eval``: evaluate a search agent on benchmarks, report, and plot a training run.
+
+- ``run``: a policy behind an OpenAI-compatible endpoint (vLLM, SGLang, any chat-completions server) on one or more
+  benchmarks (``--bench NAME=FORMAT:PATH``), with our tool server offline (``--world DIR`` starts one) or online
+  (``--tool-server URL``), k runs per item, judged; resumable; then the report.
+- ``report``: ``report.md``, plots, ``summary.json`` and the trajectory viewer from a run directory (or from
+  trajectories exported during training, ``--trajectories FILE``).
+- ``training``: plots of a run's logged metrics (verl's file logger JSONL).
+
+Usage errors are one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from verl_ext.eval.benchmarks import FORMATS, KNOWN_BENCHMARKS, BenchmarkError, BenchmarkSpec
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line usage errors (``error: ...``), exit code 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _json_object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON ({exc.msg} at char {exc.pos})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return value
+
+
+def _bench(text: str) -> BenchmarkSpec:
+    try:
+        return BenchmarkSpec.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix(f"--bench {text!r}: ")) from None
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m verl_ext.eval", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    r = sub.add_parser("run", help="evaluate a policy endpoint on benchmarks (resumable), then report")
+    r.add_argument("--bench", type=_bench, action="append", required=True, metavar="NAME=FORMAT:PATH",
+                   help=f"a benchmark file; formats {', '.join(sorted(FORMATS))}; NAME=PATH for a known name "
+                   f"({', '.join(sorted(KNOWN_BENCHMARKS))}); repeat for several")
+    r.add_argument("--out", type=Path, required=True, help="run directory (results.jsonl, images/, report)")
+    r.add_argument("--policy-url", required=True, help="OpenAI-compatible base URL of the policy, e.g. "
+                   "http://127.0.0.1:8000/v1")
+    r.add_argument("--policy-model", default="policy", help="model name sent to --policy-url")
+    tools = r.add_mutually_exclusive_group(required=True)
+    tools.add_argument("--world", type=Path, help="offline: start our tool server on this world")
+    tools.add_argument("--tool-server", help="a running tool server's URL (e.g. one started with --online)")
+    r.add_argument("--protocol", choices=("neos", "modalsearch"), default="neos",
+                   help="protocol of items whose row names no agent (default: neos)")
+    r.add_argument("--runs", type=_positive, default=5, help="runs per item (default 5, as both papers report)")
+    r.add_argument("--concurrency", type=_positive, default=8, help="episodes in flight (default 8)")
+    r.add_argument("--limit", type=_positive, default=None, help="first N items of each benchmark")
+    r.add_argument("--max-turns", type=_positive, default=None,
+                   help="assistant turns (default: the protocol's, Neos 50, ModalSearcher 46)")
+    r.add_argument("--max-tokens", type=_positive, default=4096, help="tokens per policy turn (default 4096)")
+    r.add_argument("--temperature", type=float, default=None, help="override the paper's sampling temperature")
+    r.add_argument("--top-p", type=float, default=None, help="override the paper's top-p")
+    r.add_argument("--sampling", type=_json_object, default=None, metavar="JSON",
+                   help="sampling parameters sent instead of the paper's, e.g. '{\"temperature\": 0.7}' for an API "
+                   "that refuses vLLM's top_k (--temperature/--top-p/--seed still apply on top)")
+    r.add_argument("--seed", type=int, default=None, help="sampling seed sent to the policy (servers that honour it)")
+    r.add_argument("--policy-timeout", type=float, default=600.0, help="seconds per policy request (default 600)")
+    r.add_argument("--judge-url", default=None, help="OpenAI-compatible base URL of the LLM judge (default: the "
+                   "rule matcher alone, offline)")
+    r.add_argument("--judge-model", default="judge", help="model name sent to --judge-url")
+    r.add_argument("--judge-passes", type=int, choices=(1, 2), default=1,
+                   help="2: judge every response twice and report the agreement (repeatability)")
+    r.add_argument("--no-embeddings", action="store_true",
+                   help="report without the repeated-search analysis (it needs the [eval] extra's MiniLM)")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    rep = sub.add_parser("report", help="report.md, plots, summary.json and the trajectory viewer")
+    src = rep.add_mutually_exclusive_group(required=True)
+    src.add_argument("--run", type=Path, help="a run directory of `run`")
+    src.add_argument("--trajectories", type=Path, help="JSONL of trajectories exported during training: each "
+                     "line a neos_trajectory record, or an object with it under 'neos_trajectory' and optional "
+                     "'acc' (1/0) or 'correct'")
+    rep.add_argument("--out", type=Path, default=None, help="report directory (default: RUN/report)")
+    rep.add_argument("--no-embeddings", action="store_true", help="skip the repeated-search analysis")
+
+    tr = sub.add_parser("training", help="plots of a training run's logged metrics (verl's file logger)")
+    tr.add_argument("metrics", type=Path, help="the file logger's JSONL, or a directory holding such files")
+    tr.add_argument("--out", type=Path, required=True)
+    return p
+
+
+@contextlib.contextmanager
+def _usage_errors(p: argparse.ArgumentParser) -> Iterator[None]:
+    """Bad input found after parsing (a malformed row, a refused restart) is a usage error too: one line, exit 2."""
+    try:
+        yield
+    except (BenchmarkError, ValueError, FileNotFoundError) as exc:
+        p.exit(2, f"{p.prog}: error: {exc}\n")
+
+
+def _run(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
+    from tool_server.launch import served
+    from verl_ext.eval.episode import PolicySettings
+    from verl_ext.eval.report import write_report
+    from verl_ext.eval.run import RunConfig, evaluate
+    from verl_ext.reward.judge import JudgeConfig
+
+    sampling = {k: v for k, v in (("temperature", args.temperature), ("top_p", args.top_p), ("seed", args.seed))
+                if v is not None}
+    chat = JudgeConfig(url=args.policy_url, model=args.policy_model, max_tokens=args.max_tokens,
+                       timeout_s=args.policy_timeout)
+    judge = JudgeConfig(url=args.judge_url, model=args.judge_model) if args.judge_url else JudgeConfig()
+    with _usage_errors(p):
+        if args.world is not None and not (args.world / "manifest.json").is_file():
+            raise ValueError(f"--world {args.world}: not a built world (no manifest.json); build one with "
+                             "`python -m data_gen.world build --size small --out DIR`")
+        with contextlib.ExitStack() as stack:
+            url = args.tool_server or stack.enter_context(served(args.world))
+            config = RunConfig(out=args.out, benches=args.bench, policy=PolicySettings(chat, max_turns=args.max_turns),
+                               tool_url=url, runs=args.runs, concurrency=args.concurrency,
+                               default_protocol=args.protocol, judge=judge, judge_passes=args.judge_passes,
+                               limit=args.limit, sampling_override=sampling, sampling_replace=args.sampling,
+                               progress=not args.no_progress)
+            counts = asyncio.run(evaluate(config))
+        paths = write_report(args.out, args.out / "report", embeddings=not args.no_embeddings)
+    print(json.dumps(counts))
+    print(f"report: {paths['report']}  viewer: {paths['viewer']}")
+    return 0 if counts["errors"] == 0 else 1
+
+
+def _report(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
+    from verl_ext.eval.report import write_report, write_trajectory_report
+
+    with _usage_errors(p):
+        if args.run is not None:
+            paths = write_report(args.run, args.out or args.run / "report", embeddings=not args.no_embeddings)
+        else:
+            if args.out is None:
+                raise ValueError("--out is required with --trajectories")
+            paths = write_trajectory_report(args.trajectories, args.out, embeddings=not args.no_embeddings)
+    print(f"report: {paths['report']}  viewer: {paths['viewer']}")
+    return 0
+
+
+def _training(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
+    from verl_ext.eval.training import training_plots
+
+    with _usage_errors(p):
+        written = training_plots(args.metrics, args.out)
+    for path in written:
+        print(path)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser()
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    return {"run": _run, "report": _report, "training": _training}[args.command](args, p)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,268 @@
+"""Benchmark registry: loaders that turn the layouts the field ships into one item type (no verl import).
+
+Layouts (``FORMATS``; ``--bench NAME=FORMAT:PATH`` picks one per benchmark):
+
+- ``verl``: verl's RL parquet, as ``python -m data_gen neos|modalsearch`` writes its splits and as MMSearch-R1,
+  FVQA and InfoSeek are distributed: ``prompt`` (chat messages; ``<image>`` placeholders are dropped, the question
+  is the last user turn's text), ``images`` (``{"bytes", "path"}`` cells, a path or a URL),
+  ``reward_model.ground_truth`` (a string, a list of candidate answers, ``{"target", "aliases"}`` or that as JSON),
+  optional ``agent_name`` (picks the protocol), ``extra_info`` (``task_id``/``index`` name the item) and
+  ``data_source``.
+- ``vqa_jsonl``: one JSON object per line as SimpleVQA, LiveVQA, MMSearch and BrowseComp-VL style sets ship them:
+  the question under ``question`` (or ``query``/``prompt``), images under ``images``/``image``/``image_path``/
+  ``image_url``/``image_urls`` (paths relative to the file, or http(s) URLs), the answer under ``answer``/
+  ``gold_answer``/``ground_truth`` and aliases under ``aliases``/``answer_aliases``/``candidate_answers``/``answers``.
+- ``generic``: the documented minimal layout, JSONL or parquet, exactly these fields: ``id`` (optional),
+  ``question``, ``images`` (list of paths or URLs, optional), ``answer``, ``aliases`` (optional), ``protocol``
+  (optional: ``neos`` or ``modalsearch``).
+
+A row that cannot be read is a :class:`BenchmarkError` naming the file, the line (1-based; the row for parquet) and
+the field, before anything runs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from verl_ext.reward.answers import reference_answers
+from verl_ext.rollout.protocols import Protocol
+
+AGENT_PROTOCOLS: dict[str, Protocol] = {"neos_search_agent": "neos", "modalsearch_react_agent": "modalsearch"}
+
+
+class BenchmarkError(ValueError):
+    """A benchmark file that cannot be read; the message names file, line and field."""
+
+    def __init__(self, path: Path, line: int | None, field_name: str, problem: str) -> None:
+        where = f"{path}:{line}" if line is not None else str(path)
+        super().__init__(f"{where}: field {field_name!r}: {problem}")
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """A question image: the encoded file's bytes, a local file, or a URL (fetched when the episode starts)."""
+
+    data: bytes | None = None
+    path: str | None = None  # local file or http(s) URL
+
+    def describe(self) -> str:
+        return self.path or f"<{len(self.data or b'')} bytes>"
+
+
+@dataclass(frozen=True)
+class EvalItem:
+    benchmark: str
+    item_id: str
+    question: str
+    ground_truth: dict[str, Any]  # {"target": str, "aliases": [str, ...]}
+    images: tuple[ImageRef, ...] = ()
+    protocol: Protocol | None = None  # None: the run's --protocol
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+Loader = Callable[[str, Path], Iterator[EvalItem]]
+FORMATS: dict[str, Loader] = {}
+# The public sets by the layout they ship in (none can be downloaded here; point --bench at your copy).
+KNOWN_BENCHMARKS: dict[str, str] = {
+    "neos": "verl", "modalsearch": "verl",  # our splits: python -m data_gen neos|modalsearch --out DIR
+    "mmsearch_r1": "verl", "fvqa": "verl", "infoseek": "verl",
+    "simplevqa": "vqa_jsonl", "livevqa": "vqa_jsonl", "mmsearch": "vqa_jsonl", "browsecomp_vl": "vqa_jsonl",
+}
+
+
+def register_format(name: str) -> Callable[[Loader], Loader]:
+    def wrap(fn: Loader) -> Loader:
+        if name in FORMATS:
+            raise ValueError(f"benchmark format {name!r} is already registered")
+        FORMATS[name] = fn
+        return fn
+
+    return wrap
+
+
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    """One ``--bench NAME=FORMAT:PATH``."""
+
+    name: str
+    format: str
+    path: Path
+
+    @classmethod
+    def parse(cls, text: str) -> BenchmarkSpec:
+        """``NAME=FORMAT:PATH``, or ``NAME=PATH`` for a name of ``KNOWN_BENCHMARKS``."""
+        name, sep, rest = text.partition("=")
+        fmt, sep2, path = rest.partition(":")
+        if sep and not (sep2 and fmt in FORMATS) and name in KNOWN_BENCHMARKS:
+            fmt, path = KNOWN_BENCHMARKS[name], rest
+        elif not (sep and sep2 and name and path):
+            raise ValueError(f"--bench {text!r}: expected NAME=FORMAT:PATH (formats: {', '.join(sorted(FORMATS))}) "
+                             f"or NAME=PATH with NAME one of {', '.join(sorted(KNOWN_BENCHMARKS))}")
+        elif fmt not in FORMATS:
+            raise ValueError(f"--bench {text!r}: unknown format {fmt!r} (formats: {', '.join(sorted(FORMATS))})")
+        if not Path(path).exists():
+            raise ValueError(f"--bench {text!r}: no such file {path}")
+        return cls(name, fmt, Path(path))
+
+    def load(self) -> list[EvalItem]:
+        items = list(FORMATS[self.format](self.name, self.path))
+        seen: set[str] = set()
+        for item in items:
+            if item.item_id in seen:
+                raise BenchmarkError(self.path, None, "id", f"item id {item.item_id!r} occurs twice")
+            seen.add(item.item_id)
+        return items
+
+
+def _ground_truth(value: Any, aliases: Any, where: tuple[Path, int, str]) -> dict[str, Any]:
+    """``{"target", "aliases"}`` from any answer form ``reference_answers`` reads (a string, candidate answers,
+    ``{"target", "aliases"}`` or that as JSON), plus extra aliases; the first form is the target."""
+    forms = list(dict.fromkeys([*reference_answers(value), *reference_answers(aliases)]))
+    if not forms:
+        raise BenchmarkError(where[0], where[1], where[2], "no answer (empty or missing)")
+    return {"target": forms[0], "aliases": forms[1:]}
+
+
+def _image_ref(value: Any, base: Path, where: tuple[Path, int, str]) -> ImageRef:
+    if isinstance(value, Mapping):
+        data = value.get("bytes")
+        if data:
+            return ImageRef(data=bytes(data), path=value.get("path") or None)
+        value = value.get("path") or value.get("url")
+    if not isinstance(value, str) or not value.strip():
+        raise BenchmarkError(where[0], where[1], where[2], f"an image must be bytes, a path or a URL, got {value!r}")
+    if value.startswith(("http://", "https://", "data:")):
+        return ImageRef(path=value)
+    file = (base / value) if not Path(value).is_absolute() else Path(value)
+    if not file.is_file():
+        raise BenchmarkError(where[0], where[1], where[2], f"image file {value} does not exist (looked in {base})")
+    return ImageRef(path=str(file))
+
+
+def _image_refs(value: Any, base: Path, where: tuple[Path, int, str]) -> tuple[ImageRef, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, (str, Mapping)):
+        value = [value]
+    return tuple(_image_ref(v, base, (where[0], where[1], f"{where[2]}/{i}")) for i, v in enumerate(value))
+
+
+def json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(1-based line number, object) of each non-blank line; a line that is not a JSON object raises
+    ``BenchmarkError`` naming file and line (the results, exports and metric logs are read the same way)."""
+    with path.open(encoding="utf-8") as fh:
+        for number, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise BenchmarkError(path, number, "<line>", f"not JSON ({exc.msg} at char {exc.pos})") from None
+            if not isinstance(row, dict):
+                raise BenchmarkError(path, number, "<line>", "not a JSON object")
+            yield number, row
+
+
+def _parquet_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    import pyarrow.parquet as pq
+
+    for number, row in enumerate(pq.read_table(path).to_pylist(), 1):
+        yield number, row
+
+
+def _rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    return _parquet_rows(path) if path.suffix == ".parquet" else json_lines(path)
+
+
+def _question_of(prompt: Any, where: tuple[Path, int, str]) -> str:
+    if isinstance(prompt, str):
+        prompt = json.loads(prompt) if prompt.lstrip().startswith("[") else [{"role": "user", "content": prompt}]
+    users = [m for m in prompt or [] if isinstance(m, Mapping) and m.get("role") == "user"]
+    if not users:
+        raise BenchmarkError(where[0], where[1], where[2], "no user message")
+    content = users[-1].get("content")
+    if isinstance(content, list):
+        content = " ".join(p.get("text", "") for p in content if isinstance(p, Mapping) and p.get("type") == "text")
+    text = str(content or "").replace("<image>", "").strip()
+    if not text:
+        raise BenchmarkError(where[0], where[1], where[2], "the user message has no question text")
+    return text
+
+
+@register_format("verl")
+def load_verl(name: str, path: Path) -> Iterator[EvalItem]:
+    for number, row in _parquet_rows(path):
+        where = (path, number)
+        reward = row.get("reward_model")
+        if not isinstance(reward, Mapping) or "ground_truth" not in reward:
+            raise BenchmarkError(path, number, "reward_model.ground_truth", "missing")
+        extra = row.get("extra_info") or {}
+        candidates = extra.get("candidate_answers") if isinstance(extra, Mapping) else None
+        agent = row.get("agent_name")
+        if agent is not None and agent not in AGENT_PROTOCOLS:
+            raise BenchmarkError(path, number, "agent_name", f"{agent!r} is none of {sorted(AGENT_PROTOCOLS)}")
+        item_id = extra.get("task_id") or extra.get("id") or (
+            f"{extra['index']}" if extra.get("index") is not None else f"row{number}")
+        yield EvalItem(
+            benchmark=name,
+            item_id=str(item_id),
+            question=_question_of(row.get("prompt"), (*where, "prompt")),
+            ground_truth=_ground_truth(reward["ground_truth"], candidates, (*where, "reward_model.ground_truth")),
+            images=_image_refs(row.get("images"), path.parent, (*where, "images")),
+            protocol=AGENT_PROTOCOLS.get(agent) if agent else None,
+            extra={k: extra[k] for k in ("task_path", "label", "modality", "hops", "structure_type") if k in extra},
+        )
+
+
+def _first(row: Mapping[str, Any], keys: tuple[str, ...]) -> tuple[str, Any]:
+    for key in keys:
+        if row.get(key) is not None:
+            return key, row[key]
+    return keys[0], None
+
+
+_VQA_QUESTION = ("question", "query", "prompt")
+_VQA_IMAGES = ("images", "image", "image_path", "image_paths", "image_url", "image_urls")
+_VQA_ANSWER = ("answer", "gold_answer", "ground_truth")
+_VQA_ALIASES = ("aliases", "answer_aliases", "candidate_answers", "answers")
+_VQA_ID = ("id", "qid", "question_id", "data_id")
+
+
+def _items(name: str, path: Path, keys: dict[str, tuple[str, ...]]) -> Iterator[EvalItem]:
+    for number, row in _rows(path):
+        qkey, question = _first(row, keys["question"])
+        if not isinstance(question, str) or not question.strip():
+            raise BenchmarkError(path, number, qkey, "missing or not a non-empty string")
+        akey, answer = _first(row, keys["answer"])
+        _, aliases = _first(row, keys["aliases"])
+        ikey, images = _first(row, keys["images"])
+        _, item_id = _first(row, keys["id"])
+        protocol = row.get("protocol")
+        if protocol is not None and protocol not in ("neos", "modalsearch"):
+            raise BenchmarkError(path, number, "protocol", f"{protocol!r} is neither 'neos' nor 'modalsearch'")
+        yield EvalItem(
+            benchmark=name,
+            item_id=str(item_id) if item_id is not None else f"line{number}",
+            question=question.strip(),
+            ground_truth=_ground_truth(answer, aliases, (path, number, akey)),
+            images=_image_refs(images, path.parent, (path, number, ikey)),
+            protocol=protocol,
+        )
+
+
+@register_format("vqa_jsonl")
+def load_vqa_jsonl(name: str, path: Path) -> Iterator[EvalItem]:
+    keys = {"question": _VQA_QUESTION, "answer": _VQA_ANSWER, "aliases": _VQA_ALIASES, "images": _VQA_IMAGES,
+            "id": _VQA_ID}
+    return _items(name, path, keys)
+
+
+@register_format("generic")
+def load_generic(name: str, path: Path) -> Iterator[EvalItem]:
+    keys = {"question": ("question",), "answer": ("answer",), "aliases": ("aliases",), "images": ("images",),
+            "id": ("id",)}
+    return _items(name, path, keys)

