@@ -274,7 +274,7 @@ def test_the_cli_rejects_bad_arguments_with_exit_2_and_writes_nothing(small_worl
     (cut / "results.jsonl").write_text('{"key": "a", "status": "verif\n')
     message = error("--world", str(small_world), tasks=cut)
     assert message.startswith(f"python -m verl_ext.walkthrough: error: --tasks: {cut / 'results.jsonl'}:1: not a "
-                              "valid Outcome record (Invalid JSON")
+                              "valid result record (Invalid JSON")
     assert message.endswith("delete that line and rerun to redo its work\n") and message.count("\n") == 1
 
     (tmp_path / "a_file").touch()
