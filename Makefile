@@ -9,10 +9,20 @@ WORLD ?= worlds/small
 .PHONY: venv install system-deps test demo clean-venv
 
 # Debian packages the tests use: a real Redis server for the shared cache tier, libGL for OpenCV, Chromium for the
-# evaluation report's trajectory viewer (rendered headless).
+# evaluation report's trajectory viewer (rendered headless). Only missing ones are installed, after a message saying
+# so (apt-get: root). NEOS_TEST_REDIS_URL=redis://HOST:PORT/DB points the Redis tests at an existing server (they
+# write a few keys to that database) instead of starting redis-server.
 system-deps:
-	@command -v redis-server >/dev/null && ldconfig -p | grep -q 'libGL.so.1' && command -v chromium >/dev/null || \
-		{ apt-get update -qq && apt-get install -y -qq redis-server libgl1 chromium >/dev/null; }
+	@need=""; \
+	if [ -z "$$NEOS_TEST_REDIS_URL" ] && ! command -v redis-server >/dev/null; then need="redis-server"; fi; \
+	if ! ldconfig -p | grep -q 'libGL.so.1'; then need="$$need libgl1"; fi; \
+	if ! command -v chromium >/dev/null; then need="$$need chromium"; fi; \
+	if [ -n "$$need" ]; then \
+		echo "make test: installing the Debian packages the tests need:$$need (apt-get install; needs root)."; \
+		echo "  To use an existing Redis instead of redis-server: NEOS_TEST_REDIS_URL=redis://HOST:PORT/DB make test"; \
+		if [ "$$(id -u)" != 0 ]; then echo "  not root: run  sudo apt-get install -y$$need  and retry" >&2; exit 1; fi; \
+		apt-get update -qq && apt-get install -y -qq $$need >/dev/null; \
+	fi
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)

@@ -24,7 +24,13 @@ def main(argv: list[str] | None = None) -> int:
                                           "questions (SPEC §7)"))
     sub.add_parser("world", help="build or inspect the offline world (python -m data_gen.world --help)")
     args = parser.parse_args(argv)
-    return {"neos": neos_cli.main, "modalsearch": modalsearch_cli.main}[args.command](args)
+    from data_gen.common.store import ResultLogError
+
+    try:
+        return {"neos": neos_cli.main, "modalsearch": modalsearch_cli.main}[args.command](args)
+    except ResultLogError as err:  # a resumed --out whose results.jsonl has a bad line: nothing was appended
+        print(f"error: --out: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

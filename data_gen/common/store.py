@@ -30,8 +30,41 @@ class _Record(Protocol):
 R = TypeVar("R", bound=_Record)
 
 
+class ResultLogError(ValueError):
+    """A complete line of a results log that is not a record (cut in the middle, edited by hand); the message is
+    one line, ``path:line: why``."""
+
+
+def read_records(path: Path, record_type: type[R]) -> Iterator[R]:
+    """Every record of the log at ``path``, without opening it for writing; a torn last line (no newline: a crash
+    mid-write, which :class:`ResultLog` cuts off on open) is skipped, any other bad line raises
+    :class:`ResultLogError`."""
+    with path.open("rb") as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip() or not line.endswith(b"\n"):
+                continue
+            try:
+                yield record_type.model_validate_json(line)
+            except ValidationError as err:
+                first = err.errors()[0]
+                where = ".".join(str(part) for part in first["loc"])
+                raise ResultLogError(
+                    f"{path}:{number}: not a valid result record ({where + ': ' if where else ''}"
+                    f"{first['msg']}); delete that line and rerun to redo its work"
+                ) from None
+
+
+def latest_per_key(records: Iterator[R]) -> list[R]:
+    """The latest record per key (an error later retried successfully counts once, as the retry)."""
+    latest: dict[str, R] = {}
+    for record in records:
+        latest[record.key] = record
+    return list(latest.values())
+
+
 class ResultLog(Generic[R]):
-    """``record_type`` parses each line back (``model_validate_json``)."""
+    """``record_type`` parses each line back (``model_validate_json``); opening a log with a bad complete line raises
+    :class:`ResultLogError` before anything is appended."""
 
     def __init__(self, path: Path, record_type: type[R]) -> None:
         self.path = path
@@ -56,23 +89,12 @@ class ResultLog(Generic[R]):
                 fh.truncate(data.rfind(b"\n") + 1)
 
     def read(self) -> Iterator[R]:
-        """Every record in file order; a line that is not a valid record raises ``ValueError`` naming file and line
-        (a complete line was written whole, so it is damage from outside, not a crash: nothing is guessed)."""
-        with self.path.open(encoding="utf-8") as fh:
-            for number, line in enumerate(fh, 1):
-                if line.strip():
-                    try:
-                        yield self.record_type.model_validate_json(line)
-                    except ValidationError as exc:
-                        raise ValueError(f"{self.path}:{number}: not a valid result record "
-                                         f"({exc.errors()[0]['msg']}); fix or remove that line") from None
+        """Every record in file order (:func:`read_records`)."""
+        return read_records(self.path, self.record_type)
 
     def outcomes(self) -> list[R]:
-        """The latest record per key (an error later retried successfully counts once, as the retry)."""
-        latest: dict[str, R] = {}
-        for record in self.read():
-            latest[record.key] = record
-        return list(latest.values())
+        """The latest record per key (see :func:`latest_per_key`)."""
+        return latest_per_key(self.read())
 
     def append(self, record: R) -> None:
         if record.key in self.done:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from data_gen.world.adapters import ADAPTERS, AdapterError
-from data_gen.world.builder import SIZES, BuildError, build
+from data_gen.world.builder import SIZES, BuildError, build, check_out
 from data_gen.world.sources import SourceError
 from data_gen.world.store import World, WorldError
 
@@ -51,6 +51,11 @@ def summary(world: World) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "build":
+        try:
+            check_out(args.out)  # before the build's minutes, not after them
+        except BuildError as exc:
+            _parser().error(f"--out: {exc}")
     try:
         if args.command == "build":
             adapters = None

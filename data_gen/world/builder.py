@@ -88,6 +88,7 @@ def build(
     """Build the world of ``size`` into ``out`` (replacing a world already there); returns the manifest."""
     if size not in SIZES:
         raise BuildError(f"size must be one of {SIZES}, not {size!r}")
+    check_out(out)
     started = time.perf_counter()
     names = list(ADAPTERS if adapters is None else adapters)
     modules = [load_adapter(name) for name in names]
@@ -358,10 +359,25 @@ def _tool_versions() -> dict[str, str]:
     return versions
 
 
+def check_out(out: Path) -> None:
+    """Raise :class:`BuildError` if a world cannot be written to ``out``: a file, a directory holding something other
+    than a world (never replaced), or a path under a file or an unwritable directory. :func:`build` checks before
+    it starts (a build takes minutes) and again before it replaces ``out``."""
+    out = Path(out).resolve()
+    if out.exists() and not out.is_dir():
+        raise BuildError(f"{out} is a file, not a directory")
+    if out.is_dir() and not (out / "manifest.json").is_file() and any(out.iterdir()):
+        raise BuildError(f"{out} exists and is not a world (no manifest.json); refusing to replace it")
+    parent = next(p for p in out.parents if p.exists())
+    if not parent.is_dir():
+        raise BuildError(f"{out} cannot be created: {parent} is a file")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise BuildError(f"{out} cannot be created: {parent} is not writable")
+
+
 def _replace(tmp: Path, out: Path) -> None:
     if out.exists():
-        if not (out / "manifest.json").is_file() and any(out.iterdir()):
-            raise BuildError(f"{out} exists and is not a world (no manifest.json); refusing to replace it")
+        check_out(out)
         old = out.parent / f"{out.name}.old-{os.getpid()}"
         out.rename(old)
         tmp.rename(out)

@@ -1,6 +1,7 @@
 """TieredCache: read-through with promotion, per-level stats, shared tier as a directory and as a real Redis server."""
 
 import asyncio
+import os
 import shutil
 import socket
 import subprocess
@@ -72,10 +73,14 @@ def _free_port() -> int:
 
 @pytest.fixture
 def redis_url():
+    """A redis-server started on a free loopback port, or the existing server NEOS_TEST_REDIS_URL names."""
+    if os.environ.get("NEOS_TEST_REDIS_URL"):
+        yield os.environ["NEOS_TEST_REDIS_URL"]
+        return
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.fail("redis-server binary not found: install the Debian package `redis-server` "
-                    "(apt-get install -y redis-server)")
+                    "(apt-get install -y redis-server) or set NEOS_TEST_REDIS_URL=redis://HOST:PORT/DB")
     port = _free_port()
     proc = subprocess.Popen(
         [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],

@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -23,9 +25,17 @@ from verl_ext.credit import rescale_advantages
 from verl_ext.tools.client import ToolServerClient
 from verl_ext.walkthrough.__main__ import main as walkthrough_main
 from verl_ext.walkthrough.__main__ import walkthrough
-from verl_ext.walkthrough.behaviour import Call, Distractor, ScriptedBehaviourPolicy, draw_plans, make_plan
+from verl_ext.walkthrough.behaviour import (
+    BEHAVIOURS,
+    Call,
+    Distractor,
+    ScriptedBehaviourPolicy,
+    draw_plans,
+    make_plan,
+)
 from verl_ext.walkthrough.pipeline import group_plans
 from verl_ext.walkthrough.questions import load_questions
+from verl_ext.walkthrough.report import adv_mass
 from verl_ext.walkthrough.rollouts import RolloutSettings
 
 QUESTIONS, G = 2, 4
@@ -151,12 +161,68 @@ def test_the_report_carries_the_returned_numbers_and_valid_plots(run):
     report = (out / "report.md").read_text()
     assert f"{summary['successes']} correct; mixed groups: {summary['mixed_groups']};" in report
     assert "scripted behaviour policy" in report
-    for name in ("group_outcomes", "credit_composition", "token_advantages", "turn_histograms"):
-        path = out / f"{name}.png"
+    assert all(f"| `{variant}` | {text} |" in report for variant, text in BEHAVIOURS.items())
+    assert "recovery followed by a re-derailment" in report
+    for name in ("group_outcomes", "credit_composition", "token_advantages", "tool_calls"):
         assert f"]({name}.png)" in report
-        with Image.open(path) as image:
-            assert image.format == "PNG" and image.width > 400
-            image.verify()
+        _assert_png(out / f"{name}.png", min_width=400)
+    for g, row in zip(result.groups, summary["groups"]):
+        assert f"> {g.question}" in report
+        assert len(row["images"]) == len(g.images) >= 1
+        for path, image in zip(row["images"], g.images):
+            assert f'<img src="{path}"' in report
+            _assert_png(out / path, min_width=1)
+            with Image.open(out / path) as saved:
+                assert saved.size == image.size
+    assert "`mei.jsonl`: the tool server's MEI log" in report
+
+
+def _assert_png(path, min_width: int) -> None:
+    with Image.open(path) as image:
+        assert image.format == "PNG" and image.width >= min_width
+        image.verify()
+
+
+def test_mean_logprob_is_over_policy_tokens_and_near_uniform_for_a_random_model(run):
+    """Observation tokens carry 0.0 placeholders in the rollout's log-probs; averaged in, they would pull the mean
+    of a random model (about -ln V per token) towards 0."""
+    result, summary, _ = run
+    rows = [row for g in summary["groups"] for row in g["rollouts"]]
+    uniform = -np.log(result.vocab_size)
+    assert summary["vocab_size"] == result.vocab_size > 150_000
+    for row, r in zip(rows, result.rollouts):
+        policy = [lp for lp, m in zip(r.logprobs, r.response_mask) if m]
+        observations = [lp for lp, m in zip(r.logprobs, r.response_mask) if not m]
+        assert row["mean_logprob"] == pytest.approx(np.mean(policy))
+        assert abs(row["mean_logprob"] - uniform) < 0.5, (row["mean_logprob"], uniform)
+        assert observations and set(observations) == {0.0}  # every rollout saw tool results
+
+
+def test_adv_mass_sums_positive_and_negative_token_advantages():
+    assert adv_mass(np.array([0.5, -1.0, 0.0, -0.25, 2.0])) == (2.5, 1.25)
+    assert adv_mass(np.array([])) == (0.0, 0.0)
+
+
+def test_the_grpo_vs_turn_credit_table_matches_the_estimator_and_the_grpo_values(run):
+    result, summary, out = run
+    table = summary["adv_mass"]
+    batch = table["all trajectories (the batch)"]
+    assert batch["trajectories"] == len(result.rollouts)
+    for key in ("pos_adv_mass", "neg_adv_mass"):  # the estimator logs the same batch means
+        assert batch["neos_turn_credit"][key] == pytest.approx(result.metrics[f"neos_credit/{key}"], rel=1e-5)
+    failures = [r for r in result.rollouts if r.types is not None]
+    row = table["assessed failures (mixed groups)"]
+    assert row["trajectories"] == len(failures) > 0
+    # GRPO gives each of those tokens A_i < 0: its negative mass is |A_i| times its policy tokens.
+    expected = np.mean([-r.grpo_value * sum(r.response_mask) for r in failures])
+    assert row["grpo"] == {"pos_adv_mass": 0.0, "neg_adv_mass": pytest.approx(expected, rel=1e-5)}
+    assert 0 < row["neos_turn_credit"]["neg_adv_mass"] < row["grpo"]["neg_adv_mass"]
+    for scope in ("successes", "failures of homogeneous groups"):  # turn credit leaves them alone
+        assert table[scope]["grpo"] == table[scope]["neos_turn_credit"]
+    report = (out / "report.md").read_text()
+    assert "**pos_adv_mass** is the sum of its positive per-token advantages" in report
+    grpo_neg = row["grpo"]["neg_adv_mass"]
+    assert f"| assessed failures (mixed groups) | {len(failures)} | 0.00 | {grpo_neg:.2f} |" in report
 
 
 def test_plans_script_each_variant_as_documented():
@@ -185,12 +251,47 @@ def test_plans_script_each_variant_as_documented():
         policy.bind("r1", plans["recovery"])
 
 
-def test_the_cli_rejects_bad_arguments_with_a_message(small_world, tmp_path, capsys):
-    def error(*argv: str) -> str:
-        with pytest.raises(SystemExit):
-            walkthrough_main(["--tasks", str(tmp_path), "--out", str(tmp_path / "out"), *argv])
+def test_the_cli_rejects_bad_arguments_with_exit_2_and_writes_nothing(small_world, tmp_path, capsys):
+    def error(*argv: str, tasks=tmp_path) -> str:
+        out = tmp_path / "out"
+        argv = ["--tasks", str(tasks), "--out", str(out), *argv]
+        try:
+            code = walkthrough_main(argv)
+        except SystemExit as exit_:  # argparse's own errors
+            code = exit_.code
+        assert code == 2 and not out.exists(), argv
         return capsys.readouterr().err
 
-    assert "is not a built world" in error("--world", str(tmp_path))
-    assert "--group-size >= 2" in error("--world", str(small_world), "--group-size", "1")
+    message = error("--world", str(tmp_path))
+    assert f"error: --world: {tmp_path} is not a built world" in message
+    assert "argument --group-size: must be >= 2, got 1" in error("--world", str(small_world), "--group-size", "1")
+    assert "argument --groups: expected a whole number >= 1, got 'x'" in error("--world", str(small_world),
+                                                                              "--groups", "x")
     assert "results.jsonl does not exist: run `python -m data_gen neos" in error("--world", str(small_world))
+
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    (cut / "results.jsonl").write_text('{"key": "a", "status": "verif\n')
+    message = error("--world", str(small_world), tasks=cut)
+    assert message.startswith(f"python -m verl_ext.walkthrough: error: --tasks: {cut / 'results.jsonl'}:1: not a "
+                              "valid result record (Invalid JSON")
+    assert message.endswith("delete that line and rerun to redo its work\n") and message.count("\n") == 1
+
+    (tmp_path / "a_file").touch()
+    out_is_file = ["--world", str(small_world), "--tasks", str(tmp_path), "--out", str(tmp_path / "a_file")]
+    assert walkthrough_main(out_is_file) == 2
+    assert capsys.readouterr().err.endswith(f"error: --out: {tmp_path / 'a_file'} is a file, not a directory\n")
+
+
+def test_help_is_clean_and_imports_no_torch_transformers_or_verl():
+    """``--help`` answers before the heavy imports: nothing on stderr (no warnings), the description first."""
+    probe = ("import runpy, sys\n"
+             "sys.argv = ['walkthrough', '--help']\n"
+             "try:\n    runpy.run_module('verl_ext.walkthrough', run_name='__main__')\n"
+             "except SystemExit as e:\n    assert e.code == 0\n"
+             "print([m for m in ('torch', 'transformers', 'verl', 'matplotlib') if m in sys.modules])")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    lines = done.stdout.splitlines()
+    assert done.stderr == "" and lines[-1] == "[]"
+    assert lines[0].startswith("usage: python -m verl_ext.walkthrough")
+    assert "One Neos RL step on CPU" in done.stdout and "``" not in done.stdout

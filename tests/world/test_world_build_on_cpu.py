@@ -1,6 +1,7 @@
 """The built small world: determinism, provenance, and that every reference resolves."""
 
 import json
+import re
 
 import pytest
 from PIL import Image as PILImage
@@ -109,3 +110,35 @@ def test_records_are_sorted_canonical_json(small_world):
     lines = (small_world / "entities.jsonl").read_text().splitlines()
     ids = [json.loads(line)["id"] for line in lines]
     assert ids == sorted(ids)
+
+
+@pytest.mark.parametrize(
+    "make_out, why",
+    [
+        (lambda tmp: (tmp / "a_file").touch() or tmp / "a_file", "is a file, not a directory"),
+        (lambda tmp: (tmp / "a_file").touch() or tmp / "a_file" / "world", "cannot be created: "),
+        (lambda tmp: (tmp / "notes").mkdir() or (tmp / "notes" / "x.txt").touch() or tmp / "notes",
+         "exists and is not a world (no manifest.json); refusing to replace it"),
+    ],
+    ids=["file", "under_a_file", "other_directory"],
+)
+def test_world_build_checks_out_before_the_build_starts(make_out, why, tmp_path, monkeypatch, capsys):
+    """A bad --out is a usage error (exit 2, one line naming it) found before any source is read: the build
+    takes minutes and used to fail only when it moved its result into place."""
+    import data_gen.world.builder as builder
+    from data_gen.world.__main__ import main
+
+    def started(*args, **kwargs):
+        raise AssertionError("the build started")
+
+    monkeypatch.setattr(builder, "load_adapter", started)
+    out = make_out(tmp_path)
+    before = sorted(tmp_path.rglob("*"))
+    with pytest.raises(SystemExit) as exit_:
+        main(["build", "--size", "small", "--out", str(out)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("python -m data_gen.world: error: --out: ") and why in err and str(out.resolve()) in err
+    with pytest.raises(builder.BuildError, match=re.escape(why)):  # the library call checks first too
+        build("small", out, progress=False)
+    assert sorted(tmp_path.rglob("*")) == before  # nothing written

@@ -1,66 +1,113 @@
-"""``python -m verl_ext.walkthrough --world DIR --tasks DIR --out DIR [--groups 4] [--group-size 4] [--seed 0]``.
+"""``python -m verl_ext.walkthrough``: the command line of the walkthrough (``make demo`` runs it).
 
 Starts a tool server on the world (subprocess, loopback, the image-feature and result caches of the task run under
 ``TASKS/tool_server_cache``), loads the tiny Qwen2.5-VL (built once into the source cache), runs the walkthrough and
-writes the report directory.
+writes the report directory. The heavy imports (torch, transformers, verl) wait until the arguments are checked, so
+``--help`` and a usage error answer at once.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from transformers import AutoModelForImageTextToText, AutoProcessor
+if TYPE_CHECKING:
+    from verl_ext.walkthrough.pipeline import Walkthrough
+    from verl_ext.walkthrough.questions import Question
+    from verl_ext.walkthrough.rollouts import RolloutSettings
 
-from data_gen.world.store import World
-from tool_server.launch import served
-from verl_ext.models.tiny_vl import cached_tiny_qwen_vl
-from verl_ext.walkthrough.pipeline import Walkthrough, run_walkthrough
-from verl_ext.walkthrough.questions import NoTasksError, Question, load_questions
-from verl_ext.walkthrough.report import terminal_summary, write_report
-from verl_ext.walkthrough.rollouts import RolloutSettings
+DESCRIPTION = (
+    "One Neos RL step on CPU, end to end: G scripted rollouts per question through verl's agent loop and a real tool "
+    "server, outcome rewards, turn labels from the credit judge for the failures of mixed groups, and verl's "
+    "advantages under GRPO and under Neos turn credit (Neos: Learning to Interleave Search and Visual Reasoning, "
+    "Sec. 3.4). Writes OUT/report.md with its figures, OUT/summary.json and OUT/mei.jsonl."
+)
+EPILOG = ("example (what make demo runs): python -m verl_ext.walkthrough --world worlds/small "
+          "--tasks worlds/demo/tasks --out worlds/demo/report")
+
+
+def _at_least(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m verl_ext.walkthrough", description=__doc__.splitlines()[0])
-    p.add_argument("--world", required=True, type=Path, help="a built world (python -m data_gen.world build)")
-    p.add_argument("--tasks", required=True, type=Path, help="output directory of python -m data_gen neos")
-    p.add_argument("--out", required=True, type=Path, help="report directory (created)")
-    p.add_argument("--groups", type=int, default=4, help="questions, one rollout group each")
-    p.add_argument("--group-size", type=int, default=4, help="rollouts per question (G)")
-    p.add_argument("--seed", type=int, default=0, help="seeds the scripted deviations")
+    p = argparse.ArgumentParser(prog="python -m verl_ext.walkthrough", description=DESCRIPTION, epilog=EPILOG)
+    p.add_argument("--world", required=True, type=Path, metavar="DIR",
+                   help="a built world (python -m data_gen.world build --size small --out DIR)")
+    p.add_argument("--tasks", required=True, type=Path, metavar="DIR",
+                   help="output directory of python -m data_gen neos (its results.jsonl is read, its "
+                   "tool_server_cache reused)")
+    p.add_argument("--out", required=True, type=Path, metavar="DIR",
+                   help="report directory (created; a rerun rewrites the report)")
+    p.add_argument("--groups", type=_at_least(1), default=4, metavar="N",
+                   help="questions, one rollout group each (default: 4)")
+    p.add_argument("--group-size", type=_at_least(2), default=4, metavar="G",
+                   help="rollouts per question; a group needs two to hold both outcomes (default: 4)")
+    p.add_argument("--seed", type=int, default=0, help="seeds the scripted deviations (default: 0)")
     return p
 
 
 def walkthrough(
     world: Path, questions: list[Question], out: Path, model: Any, processor: Any, *, group_size: int, seed: int,
-    cache_dir: Path, settings: RolloutSettings = RolloutSettings(),
+    cache_dir: Path, settings: RolloutSettings | None = None,
 ) -> tuple[Walkthrough, dict[str, Any]]:
     """Run the walkthrough against a fresh tool server on ``world`` and write the report into ``out``; returns the
     result and the report's summary."""
+    from tool_server.launch import served
+    from verl_ext.walkthrough.pipeline import run_walkthrough
+    from verl_ext.walkthrough.report import write_report
+    from verl_ext.walkthrough.rollouts import RolloutSettings
+
     out.mkdir(parents=True, exist_ok=True)
+    (out / "mei.jsonl").unlink(missing_ok=True)  # the MEI log describes this run, like the rest of the directory
     flags = ("--cache-dir", str(cache_dir), "--mei-log", str(out / "mei.jsonl"), "--log-level", "WARNING")
     with served(world, *flags) as url:
-        result = asyncio.run(
-            run_walkthrough(questions, model, processor, url, group_size=group_size, seed=seed, settings=settings)
-        )
+        result = asyncio.run(run_walkthrough(questions, model, processor, url, group_size=group_size, seed=seed,
+                                             settings=settings or RolloutSettings()))
     return result, write_report(result, out)
 
 
+def _input_error(message: str) -> int:
+    """A flag names a file or directory that cannot be used: one line on stderr, exit code 2, nothing written."""
+    print(f"python -m verl_ext.walkthrough: error: {message}", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = parser()
-    args = p.parse_args(argv)
-    if args.groups < 1 or args.group_size < 2:
-        p.error("need --groups >= 1 and --group-size >= 2 (a group needs two rollouts to be mixed)")
+    args = parser().parse_args(argv)
     if not (args.world / "manifest.json").is_file():
-        p.error(f"{args.world} is not a built world (python -m data_gen.world build --size small --out DIR)")
+        return _input_error(f"--world: {args.world} is not a built world "
+                            "(python -m data_gen.world build --size small --out DIR)")
+    if args.out.exists() and not args.out.is_dir():
+        return _input_error(f"--out: {args.out} is a file, not a directory")
+
+    from data_gen.common.store import ResultLogError
+    from data_gen.world.store import World
+    from verl_ext.walkthrough.questions import NoTasksError, load_questions
+
     try:
         questions = load_questions(args.tasks, World.load(args.world), args.groups, args.seed)
-    except NoTasksError as err:
-        p.error(str(err))
+    except (NoTasksError, ResultLogError) as err:
+        return _input_error(f"--tasks: {err}")
+
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from verl_ext.models.tiny_vl import cached_tiny_qwen_vl
+    from verl_ext.walkthrough.report import terminal_summary
+
     model_dir = cached_tiny_qwen_vl()
     model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32).eval()
     processor = AutoProcessor.from_pretrained(model_dir)

@@ -4,14 +4,8 @@ A randomly initialised 10M model cannot search, so the words of every turn come 
 log-probabilities come from the model (``TransformersGenerateClient``'s forced mode scores each scripted turn with a
 real forward pass over the real context, images included). The script is the programmatic expert of
 ``data_gen.neos`` (its verified call sequence for the task, replayed through the real agent loop and tool server)
-with seeded deviations, so a group of rollouts holds successes and failures as an RL group does:
-
-- ``expert``: the expert's calls, then the task's answer (succeeds);
-- ``wasted_search``: the same, with one search for an unrelated entity inserted (succeeds, one turn wasted);
-- ``wrong_entity``: the expert's first ``k`` calls, then it commits to a wrong entity of the answer's kind
-  (searches it, reads its page, answers it: fails);
-- ``recovery``: the first ``k`` calls, a detour to the wrong entity, a return to the path (it repeats its last
-  on-path call), then it answers the wrong entity anyway (fails: a recovery followed by a re-derailment).
+with seeded deviations (:data:`VARIANTS`, described in :data:`BEHAVIOURS`, which the report prints), so a group of
+rollouts holds successes and failures as an RL group does.
 """
 
 from __future__ import annotations
@@ -25,6 +19,17 @@ from typing import Any, Literal, Protocol
 Variant = Literal["expert", "wasted_search", "wrong_entity", "recovery"]
 VARIANTS: tuple[Variant, ...] = ("expert", "wasted_search", "wrong_entity", "recovery")
 SUCCEEDS: dict[Variant, bool] = {"expert": True, "wasted_search": True, "wrong_entity": False, "recovery": False}
+# What each variant writes (``k``: the number of expert calls it makes before it deviates, drawn per rollout).
+BEHAVIOURS: dict[Variant, str] = {
+    "expert": "the expert's verified calls in order, then the task's answer",
+    "wasted_search": "the expert's first k calls, one search for a wrong entity of the answer's kind (the group's "
+    "distractor), the remaining expert calls, then the task's answer: one wasted turn, still correct",
+    "wrong_entity": "the expert's first k calls, then it commits to the distractor: searches it, reads its page "
+    "and answers it",
+    "recovery": "the expert's first k calls, the same detour to the wrong entity (search, page), a return to the "
+    "path (it repeats its last call that names a path entity, else searches the first one), then it answers the "
+    "wrong entity anyway: a recovery followed by a re-derailment, so it always fails",
+}
 # How often each variant is drawn for a rollout: 60% succeed, like a policy that solves most of its questions, so
 # most groups are mixed and some are homogeneous (those keep the plain GRPO advantage).
 WEIGHTS: tuple[float, ...] = (0.35, 0.25, 0.25, 0.15)

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from PIL import Image
 from transformers import PreTrainedModel, ProcessorMixin
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 
@@ -38,7 +39,7 @@ class Rollout:
     prediction: str  # the final answer the reward manager read
     record: TrajectoryRecord
     response_mask: list[int]
-    logprobs: list[float]  # the model's log-probs of its (scripted) tokens, as the rollout returned them
+    logprobs: list[float]  # per response token as the rollout returned them: 0.0 placeholders on observations
     labels: CreditLabels | None  # judge labels (assessed failures of mixed groups), else None
     types: list[CreditType] | None  # per turn, for assessed failures
     advantages: np.ndarray  # neos_turn_credit, per response token
@@ -59,6 +60,13 @@ class Rollout:
         return float(self.grpo[policy[0]]) if policy.size else 0.0
 
     @property
+    def mean_logprob(self) -> float | None:
+        """Mean log-prob the model gives the policy's (scripted) tokens; observation tokens are excluded (verl's
+        ``response_logprobs`` holds a 0.0 placeholder for each), else they would pull the mean towards 0."""
+        policy = [lp for lp, m in zip(self.logprobs, self.response_mask) if m]
+        return float(np.mean(policy)) if policy else None
+
+    @property
     def tool_calls(self) -> int:
         return sum(len(t.calls) for t in self.record.turns)
 
@@ -68,6 +76,7 @@ class Group:
     question_id: str
     question: str
     answer: str
+    images: tuple[Image.Image, ...]  # the entry images the prompt shows (img_1, ...)
     rollouts: list[Rollout]
 
     @property
@@ -84,6 +93,7 @@ class Walkthrough:
     groups: list[Group]
     params: CreditParams
     metrics: dict[str, float]  # the estimator's neos_credit/* metrics for the whole batch
+    vocab_size: int  # of the scoring model: a random one gives each token about -ln(vocab_size)
 
     @property
     def rollouts(self) -> list[Rollout]:
@@ -134,7 +144,7 @@ async def run_walkthrough(
         [row.labels for row in rows],
         params,
     )
-    groups = {q.task.id: Group(q.task.id, q.task.question, q.task.answer, []) for q in questions}
+    groups = {q.task.id: Group(q.task.id, q.task.question, q.task.answer, q.images, []) for q in questions}
     for row, adv, base in zip(rows, credited, grpo):
         out, record = row.episode
         groups[row.question.task.id].rollouts.append(
@@ -153,7 +163,8 @@ async def run_walkthrough(
                 grpo=base,
             )
         )
-    return Walkthrough(groups=list(groups.values()), params=params, metrics=metrics)
+    vocab_size = model.config.get_text_config().vocab_size
+    return Walkthrough(groups=list(groups.values()), params=params, metrics=metrics, vocab_size=vocab_size)
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from pathlib import Path
 from PIL import Image
 
 from data_gen.neos.export import dedupe
-from data_gen.neos.schema import Task
-from data_gen.neos.store import ResultLog
+from data_gen.common.store import latest_per_key, read_records
+from data_gen.neos.schema import Outcome, Task
 from data_gen.world.store import World
 from verl_ext.rollout.record import TrajectoryRecord
 from verl_ext.walkthrough.behaviour import Call, Distractor
@@ -41,15 +41,12 @@ class NoTasksError(RuntimeError):
 
 
 def load_questions(tasks_dir: Path, world: World, limit: int, seed: int = 0) -> list[Question]:
-    """The first ``limit`` verified tasks (in the export's key order) as :class:`Question` s."""
+    """The first ``limit`` verified tasks (in the export's key order) as :class:`Question` s; a bad line of
+    ``results.jsonl`` raises :class:`~data_gen.common.store.ResultLogError` naming the file and line."""
     log_path = tasks_dir / "results.jsonl"
     if not log_path.is_file():
         raise NoTasksError(f"{log_path} does not exist: run `python -m data_gen neos --world W --out {tasks_dir}`")
-    log = ResultLog(log_path)
-    try:
-        verified = dedupe(log.outcomes())
-    finally:
-        log.close()
+    verified = dedupe(latest_per_key(read_records(log_path, Outcome)))  # read only: the log is the task run's
     if not verified:
         raise NoTasksError(f"{log_path} holds no verified task")
     questions = []
