@@ -164,3 +164,17 @@ def test_the_response_budget_holds_every_turn_the_neos_protocol_allows(neos):
     response = neos["data"]["max_response_length"]
     assert turns * turn_tokens <= response
     assert (response - turns * turn_tokens) / turns >= 200  # room left per turn for observations beyond generation
+
+
+def test_verl_validates_the_smoke_recipe_on_its_fsdp_engine(monkeypatch):
+    """neos_smoke swaps neos' Megatron engine for FSDP: the paper's parallel sizes must go with it (verl's FSDP actor
+    config rejects a ``megatron`` section: the first H200 run of this session's recipes failed exactly so)."""
+    from verl.utils.config import validate_config
+
+    monkeypatch.setenv("NEOS_SMOKE_DATA", "/data/smoke")
+    monkeypatch.setenv("NEOS_SMOKE_MODEL", "/models/tiny-vl")
+    from .test_recipe_resolution_on_cpu import compose_in_process
+
+    job = compose_in_process("+recipe=neos_smoke")
+    assert job.actor_rollout_ref.actor.strategy == "fsdp" and "megatron" not in job.actor_rollout_ref.actor
+    validate_config(job, use_reference_policy=False, use_critic=False)
