@@ -20,7 +20,6 @@ import hashlib
 import json
 import math
 import random
-import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -29,8 +28,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 import aiohttp
-from tqdm import tqdm
 
+from data_gen.common.cli import add_common_flags, counts_work, positive_int, progress, report_output, world_or_exit
 from data_gen.common.episode import Expert
 from data_gen.common.export import hash_unit
 from data_gen.common.llm import SyncChat
@@ -49,7 +48,7 @@ from data_gen.modalsearch.relations import OfflineRelationProposer
 from data_gen.modalsearch.sampler import PathSampler
 from data_gen.modalsearch.schema import Outcome
 from data_gen.modalsearch.visual import ToolServerImageSearch
-from data_gen.world.store import World, WorldError
+from data_gen.world.store import World
 from tool_server.launch import served
 from verl_ext.reward.judge import JudgeConfig
 from verl_ext.tools.client import ToolServerClient, ToolServerUnavailable
@@ -62,15 +61,25 @@ BENCHMARK_SHARE = 0.1  # of --limit
 GRAPH_VERSION = 2  # part of a saved graph's fingerprint: bump when expansion changes what a graph holds
 
 
+DESCRIPTION = ("ModalSearch-Pipeline (ModalSearcher: Weaving Visual Evidence into Autonomous Cross-Modal Deep "
+               "Search, Sec. 3): an interleaved text-image graph grown from seed articles, multi-hop paths sampled on "
+               "it, a question written backwards along each path and solved by an expert with real tool calls. A "
+               "benchmark graph and a disjoint training graph. Writes OUT/results.jsonl (resumable log), "
+               "train/rl/benchmark/sft parquet, mei_sft.jsonl, stats.json and plots/.")
+OUTPUT_FILES = ["train.parquet", "rl.parquet", "benchmark.parquet", "sft.parquet", "sft.jsonl", "references.jsonl",
+                "mei_sft.jsonl", "stats.json", "plots/", "results.jsonl"]
+
+
 def parser(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    p.add_argument("--world", required=True, type=Path)
-    p.add_argument("--out", required=True, type=Path)
-    p.add_argument("--limit", type=int, default=None, help="stop once this many questions are verified")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-nodes", type=int, default=1200, help="node budget of the training graph")
-    p.add_argument("--benchmark-nodes", type=int, default=300, help="node budget of the benchmark graph")
-    p.add_argument("--seeds", type=int, default=40, help="seed articles of the training graph (benchmark: a quarter)")
-    p.add_argument("--attempts", type=int, default=3000, help="path draws per graph at most")
+    add_common_flags(p, "questions (a tenth of them, at least one, from the benchmark graph)")
+    p.add_argument("--max-nodes", type=positive_int, default=1200, metavar="N",
+                   help="node budget of the training graph (default: 1200)")
+    p.add_argument("--benchmark-nodes", type=positive_int, default=300, metavar="N",
+                   help="node budget of the benchmark graph (default: 300)")
+    p.add_argument("--seeds", type=positive_int, default=40, metavar="N",
+                   help="seed articles of the training graph; the benchmark graph gets a quarter (default: 40)")
+    p.add_argument("--attempts", type=positive_int, default=3000, metavar="N",
+                   help="path draws per graph at most (default: 3000)")
     p.add_argument("--ocr", action="store_true", help="let image linking also read the text in images (RapidOCR)")
     p.add_argument("--llm-url", default=None, help="OpenAI-compatible base URL for relation proposal and question "
                    "wording (default: offline KG/context templates and question templates, no model)")
@@ -119,8 +128,9 @@ async def _judge(writer: QuestionWriter, expert: Expert, graph: Graph, path, key
                    task=result, trajectory=record.model_dump(mode="json"), **base)
 
 
-async def run(args: argparse.Namespace, url: str) -> dict:
-    world = World.load(args.world)
+async def run(args: argparse.Namespace, url: str, world: World | None = None) -> dict:
+    """The pipeline into ``args.out`` with the tool server at ``url``; ``world`` when already loaded."""
+    world = world or World.load(args.world)
     kg = KG.from_triples((t.s, t.p, t.o) for t in world.triples if not t.literal)
     bench_seeds, train_seeds = seed_pages(world, args.seed)
     plan = (("benchmark", bench_seeds[: max(1, args.seeds // 4)], args.benchmark_nodes),
@@ -167,12 +177,14 @@ async def _sample(args: argparse.Namespace, url: str, world: World, kg: KG, plan
             report["graphs"][name] = info
             blocked = frozenset(graph.nodes)
             sampler = PathSampler(graph, random.Random(f"{args.seed}:{name}:paths"))
-            verified = 0
-            bar = tqdm(range(args.attempts), desc=f"modalsearch {name} paths", unit="path")
+            verified = draws = 0
+            bar = progress(quotas[name], 0, args.attempts, f"modalsearch {name}", "draw")
             start = time.perf_counter()
-            for _ in bar:
+            for _ in range(args.attempts):
                 if quotas[name] is not None and verified >= quotas[name]:
                     break
+                draws += 1
+                bar.update(1 if counts_work(quotas[name]) else 0)
                 path = sampler.sample()
                 if path is None:
                     continue
@@ -182,8 +194,10 @@ async def _sample(args: argparse.Namespace, url: str, world: World, kg: KG, plan
                 if log.statuses.get(key) == "verified":
                     sampler.accept(path)
                     verified += 1
-                bar.set_postfix(verified=verified)
-            report["sampler"][name] = {**dict(sampler.counts), "draws": bar.n,
+                    bar.update(0 if counts_work(quotas[name]) else 1)
+                bar.set_postfix(verified=verified, draws=draws)
+            bar.close()
+            report["sampler"][name] = {**dict(sampler.counts), "draws": draws,
                                        "seconds": round(time.perf_counter() - start, 2)}
         await search.close()
         if isinstance(relations, LLMRelationProposer):
@@ -240,17 +254,16 @@ def report(args: argparse.Namespace, run_report: dict) -> dict:
 
 
 def main(args: argparse.Namespace) -> int:
-    try:
-        World.load(args.world)  # a clear error before a tool server is started on it
-    except WorldError as err:
-        print(f"error: {err}", file=sys.stderr)
+    world = world_or_exit(args.world)  # before the output directory or a tool server exists
+    if world is None:
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     with served(args.world, "--cache-dir", str(args.out / "tool_server_cache")) as url:
-        run_report = asyncio.run(run(args, url))
+        run_report = asyncio.run(run(args, url, world))
     stats = report(args, run_report)
     stats["wall_seconds_this_run"] = round(time.perf_counter() - start, 1)
     (args.out / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
     print(json.dumps({k: stats[k] for k in ("verified", "filters", "stages", "labels", "splits")}, indent=2))
+    report_output(args.out, stats["verified"], "questions", OUTPUT_FILES)
     return 0
