@@ -29,3 +29,22 @@ def stage_rates(timed: Sequence[Any], counted: Sequence[Any], stages: Sequence[s
         out[stage] = {"questions": n, "seconds": round(spent, 2),
                       "per_minute": round(60 * n / spent, 1) if spent else None}
     return out
+
+
+def diversity(answers: Sequence[str], answer_types: Sequence[str], relations: Sequence[str],
+              skeletons: Sequence[str]) -> dict[str, Any]:
+    """What a researcher checks before training on a run: how many distinct answers and how concentrated (the
+    largest share of one answer), answer types, relation types and question skeletons (counts, most common first;
+    ``skeletons`` capped at 20, their distinct count given in full)."""
+    counts = Counter(answers)
+    n = len(answers)
+    return {
+        "tasks": n,
+        "distinct_answers": len(counts),
+        "max_answer_share": round(max(counts.values()) / n, 4) if n else 0.0,
+        "top_answers": dict(counts.most_common(5)),
+        "answer_types": dict(Counter(answer_types).most_common()),
+        "relations": dict(Counter(relations).most_common()),
+        "distinct_skeletons": len(set(skeletons)),
+        "skeletons": dict(Counter(skeletons).most_common(20)),
+    }

@@ -25,7 +25,7 @@ from data_gen.common.cli import add_common_flags, counts_work, progress, report_
 from data_gen.common.episode import Expert
 from data_gen.common.llm import SyncChat
 from data_gen.common.report import bar_charts
-from data_gen.common.stats import filter_rates, stage_rates
+from data_gen.common.stats import diversity, filter_rates, stage_rates
 from data_gen.common.teacher import TeacherExpert, TeacherSettings, add_teacher_flags
 from data_gen.neos.agents import (
     ProgrammaticExpert,
@@ -47,10 +47,14 @@ from verl_ext.reward.judge import JudgeConfig
 from verl_ext.tools.client import ToolServerClient, ToolServerUnavailable
 
 # The filters in pipeline order; a candidate reaching one has passed all before it.
-FILTERS = ("grounding", "coverage", "text_only_answer", "text_only_search", "entry_image_vqa",
+FILTERS = ("grounding", "entry_image_ablation", "checkpoint_ablation", "coverage", "answer_share", "text_only_answer", "text_only_search", "entry_image_vqa",
            "short_multimodal_search", "expert")
 OUTPUT_FILES = ["train.parquet", "rl.parquet", "benchmark.parquet", "sft.parquet", "sft.jsonl",
                 "references.jsonl", "mei_sft.jsonl", "stats.json", "plots/", "results.jsonl"]
+# No answer above 3% of a run (under --limit), and never more than this many questions on one answer: a seed's
+# structures are variations of each other, and a run that repeats its answers teaches a policy its answer prior.
+MAX_ANSWER_SHARE = 0.03
+MAX_TASKS_PER_ANSWER = 3
 STAGES = ("synthesis", "text_only_search", "short_multimodal_search", "expert")
 
 
@@ -81,6 +85,13 @@ def model_configs(args: argparse.Namespace) -> tuple[JudgeConfig | None, JudgeCo
     vlm_url = args.vlm_url or args.llm_url
     vlm = JudgeConfig(url=vlm_url, model=args.vlm_model or args.llm_model) if vlm_url else None
     return llm, vlm
+
+
+def answer_cap(limit: int | None) -> int:
+    """Verified tasks allowed per answer: 3% of ``--limit`` (at least one), at most ``MAX_TASKS_PER_ANSWER``."""
+    if limit is None:
+        return MAX_TASKS_PER_ANSWER
+    return max(1, min(MAX_TASKS_PER_ANSWER, int(MAX_ANSWER_SHARE * limit)))
 
 
 async def _judge(client: ToolServerClient, expert: Expert, cand: Candidate, image_texts: list[str],
@@ -149,7 +160,10 @@ async def _pipeline(world: World, synth: Synthesizer, observer: PaletteObserver,
                     teacher: TeacherSettings | None) -> dict | None:
     """Steps 7-8 over the seeds, into the log; returns the teacher's report (None without a teacher)."""
     log = ResultLog(out / "results.jsonl")
-    verified = sum(1 for o in log.outcomes() if o.status == "verified")
+    done = log.outcomes()
+    verified = sum(1 for o in done if o.status == "verified")
+    per_answer = Counter(o.task.answer_entity for o in done if o.status == "verified" and o.task)
+    cap = answer_cap(limit)
     seeds = synth.seeds()
     configs = (llm, vlm, teacher.chat if teacher else None)
     timeout = aiohttp.ClientTimeout(total=max((c.timeout_s for c in configs if c), default=None))
@@ -178,6 +192,10 @@ async def _pipeline(world: World, synth: Synthesizer, observer: PaletteObserver,
                     log.append(Outcome(key=cand.key, status="rejected", filter=cand.filter, detail=cand.detail,
                                        seconds=seconds))
                     continue
+                if per_answer[cand.task.answer_entity] >= cap:
+                    log.append(Outcome(key=cand.key, status="rejected", filter="answer_share", seconds=seconds,
+                                       detail=f"{cap} verified tasks already answer {cand.task.answer}"))
+                    continue
                 texts = [t for e in cand.task.entry_images for t in _image_texts(world, e.image_id, observer)]
                 try:
                     outcome = await _judge(client, expert, cand, texts, seconds, llm_probe, vqa_probe)
@@ -187,6 +205,7 @@ async def _pipeline(world: World, synth: Synthesizer, observer: PaletteObserver,
                 log.append(outcome)
                 if outcome.status == "verified":
                     verified += 1
+                    per_answer[cand.task.answer_entity] += 1
                     bar.update(0 if counts_work(limit) else 1)
                 if limit is not None and verified >= limit:
                     break
@@ -225,7 +244,20 @@ def statistics(outcomes: Sequence[Outcome]) -> dict:
             "hops": dict(sorted(Counter(len(t.steps) for t in tasks).items())),
             "modality_path_types": dict(Counter(_path_type(t) for t in tasks).most_common()),
             "labels": dict(Counter(_label(t) for t in tasks).most_common()),
-            "answer_types": dict(Counter(t.answer_entity.split(":", 1)[0] for t in tasks).most_common())}
+            "answer_types": dict(Counter(_answer_type(t) for t in tasks).most_common()),
+            "diversity": diversity([t.answer_entity for t in tasks], [_answer_type(t) for t in tasks],
+                                   [s.relation_label for t in tasks for s in t.steps], [skeleton(t) for t in tasks])}
+
+
+def _answer_type(task: Task) -> str:
+    return task.answer_entity.split(":", 1)[0]
+
+
+def skeleton(task: Task) -> str:
+    """The question's form without its entities: the structure kind, then each hop's relation, ``*`` after a
+    visual checkpoint's, e.g. "path: shares border with* > currency"."""
+    return f"{task.structure_type}: " + " > ".join(s.relation_label + ("*" if s.checkpoint else "")
+                                                   for s in task.steps)
 
 
 def _path_type(task: Task) -> str:
@@ -242,7 +274,9 @@ def plots(stats: dict, out: Path) -> list[str]:
     rejections = {**{k: v["rejected"] for k, v in stats["filters"].items()}, **stats["seed_level"]}
     return bar_charts({"hops": stats["hops"], "modality_path_types": stats["modality_path_types"],
                        "labels": stats["labels"], "rejections_per_filter": rejections,
-                       "answer_types": stats["answer_types"]}, out, "Neos")
+                       "answer_types": stats["answer_types"], "relations": stats["diversity"]["relations"],
+                       "skeletons": stats["diversity"]["skeletons"],
+                       "top_answers": stats["diversity"]["top_answers"]}, out, "Neos")
 
 
 def main(args: argparse.Namespace) -> int:

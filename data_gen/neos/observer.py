@@ -35,6 +35,9 @@ COLOURS: dict[str, tuple[int, int, int]] = {
     "dark green": (0, 80, 40), "light blue": (100, 170, 230), "blue": (0, 60, 170), "dark blue": (0, 30, 90),
     "brown": (130, 80, 40), "purple": (120, 40, 140), "pink": (240, 140, 180),
 }
+# How a person reads a colour word when matching it against an image: near shades are one colour to them.
+SHADE_OF: dict[str, str] = {"dark red": "red", "pink": "red", "dark green": "green", "light blue": "blue",
+                            "dark blue": "blue", "brown": "orange"}
 MIN_SHARE = 0.06  # colours covering less of the image are not mentioned
 MAX_COLOURS = 4
 SIDE = 96  # pixels are read at this long side
@@ -47,6 +50,16 @@ class Description:
     kind: str
     colours: tuple[str, ...]
     text: tuple[str, ...] = ()
+
+    def reading(self) -> tuple[str, frozenset[str], tuple[str, ...]]:
+        """What a person checks an image against: the kind, the colours as an unordered set with near shades
+        merged, and the words. Two images with the same reading cannot be told apart by a reader of the question,
+        whatever the order or the shade the observer named."""
+        return self.kind, frozenset(SHADE_OF.get(c, c) for c in self.colours), tuple(w.lower() for w in self.text)
+
+    def matches(self, other: Description | None) -> bool:
+        """A reader of ``self`` could take ``other``'s image for the one described."""
+        return other is not None and other.reading() == self.reading()
 
     def render(self) -> str:
         *rest, last = self.colours
@@ -145,7 +158,8 @@ def ground(
     observer: Observer,
     withheld: Collection[str],
 ) -> Grounding | None:
-    """Accept the first image of ``checkpoint`` whose blind description no other candidate's image also gets.
+    """Accept the first image of ``checkpoint`` whose blind description no other candidate's image also fits under
+    a person's reading (:meth:`Description.matches`: colours unordered, near shades merged).
 
     ``images_of(entity)`` lists ``(image_id, path, source)``. A candidate without an image of the same kind cannot
     match (the question says which kind of image to look at). None: no image of the checkpoint is distinctive.
@@ -156,7 +170,7 @@ def ground(
         if mine is None:
             continue
         clash = any(
-            observer.describe(p, s, withheld) == mine for other in others for _, p, s in images_of(other)
+            mine.matches(observer.describe(p, s, withheld)) for other in others for _, p, s in images_of(other)
             if IMAGE_KINDS.get(s) == mine.kind
         )
         if not clash:
