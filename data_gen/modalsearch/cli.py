@@ -34,7 +34,7 @@ from data_gen.common.episode import Expert
 from data_gen.common.export import hash_unit
 from data_gen.common.llm import SyncChat
 from data_gen.common.report import bar_charts
-from data_gen.common.stats import filter_rates, stage_rates
+from data_gen.common.stats import diversity, filter_rates, stage_rates
 from data_gen.common.store import ResultLog
 from data_gen.common.teacher import TeacherExpert, TeacherSettings, add_teacher_flags
 from data_gen.kg import KG
@@ -45,7 +45,7 @@ from data_gen.modalsearch.graph import Graph
 from data_gen.modalsearch.llm import LLMRelationProposer, LLMWording
 from data_gen.modalsearch.questions import QuestionWriter, Rejection, path_key
 from data_gen.modalsearch.relations import OfflineRelationProposer
-from data_gen.modalsearch.sampler import PathSampler
+from data_gen.modalsearch.sampler import HOP_SHARES, PathSampler, depth_towards
 from data_gen.modalsearch.schema import Outcome
 from data_gen.modalsearch.visual import ToolServerImageSearch
 from data_gen.world.store import World
@@ -53,7 +53,8 @@ from tool_server.launch import served
 from verl_ext.reward.judge import JudgeConfig
 from verl_ext.tools.client import ToolServerClient, ToolServerUnavailable
 
-FILTERS = ("ambiguous_hop", "terminal_text", "terminal_image", "start_description", "leak", "expert")
+FILTERS = ("text_only", "ambiguous_hop", "terminal_text", "terminal_image", "start_description", "leak", "grammar",
+           "expert")
 SEED_KINDS = frozenset({"country", "city", "subdivision", "us_state", "brand", "stamp", "synset", "article",
                         "language", "currency"})
 BENCHMARK_SEED_SHARE = 0.1
@@ -80,6 +81,9 @@ def parser(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="seed articles of the training graph; the benchmark graph gets a quarter (default: 40)")
     p.add_argument("--attempts", type=positive_int, default=3000, metavar="N",
                    help="path draws per graph at most (default: 3000)")
+    p.add_argument("--text-only", action="store_true", help="also keep questions whose path holds no image (the "
+                   "paper samples these separately, as an ablation, outside its RL and SFT mix; default: rejected "
+                   "and counted as text_only)")
     p.add_argument("--ocr", action="store_true", help="let image linking also read the text in images (RapidOCR)")
     p.add_argument("--llm-url", default=None, help="OpenAI-compatible base URL for relation proposal and question "
                    "wording (default: offline KG/context templates and question templates, no model)")
@@ -143,7 +147,7 @@ async def run(args: argparse.Namespace, url: str, world: World | None = None) ->
         if args.llm_url:
             config = JudgeConfig(url=args.llm_url, model=args.llm_model, max_tokens=512)
             wording = LLMWording(models.enter_context(SyncChat(config)))
-        writer = QuestionWriter(world, kg, seed=args.seed, wording=wording)
+        writer = QuestionWriter(world, kg, seed=args.seed, wording=wording, text_only=args.text_only)
         report["question_wording"] = writer.wording.name
         await _sample(args, url, world, kg, plan, quotas, log, writer, report)
         if wording is not None:
@@ -178,6 +182,8 @@ async def _sample(args: argparse.Namespace, url: str, world: World, kg: KG, plan
             blocked = frozenset(graph.nodes)
             sampler = PathSampler(graph, random.Random(f"{args.seed}:{name}:paths"))
             verified = draws = 0
+            hops: Counter[int] = Counter()
+            depths = random.Random(f"{args.seed}:{name}:depths")
             bar = progress(quotas[name], 0, args.attempts, f"modalsearch {name}", "draw")
             start = time.perf_counter()
             for _ in range(args.attempts):
@@ -185,7 +191,7 @@ async def _sample(args: argparse.Namespace, url: str, world: World, kg: KG, plan
                     break
                 draws += 1
                 bar.update(1 if counts_work(quotas[name]) else 0)
-                path = sampler.sample()
+                path = sampler.sample(depth_towards(HOP_SHARES, hops, depths))
                 if path is None:
                     continue
                 key = path_key(name, path)
@@ -194,6 +200,7 @@ async def _sample(args: argparse.Namespace, url: str, world: World, kg: KG, plan
                 if log.statuses.get(key) == "verified":
                     sampler.accept(path)
                     verified += 1
+                    hops[path.hops] += 1
                     bar.update(0 if counts_work(quotas[name]) else 1)
                 bar.set_postfix(verified=verified, draws=draws)
             bar.close()
@@ -227,6 +234,10 @@ def statistics(outcomes: Sequence[Outcome], run_report: dict) -> dict:
         "answer_types": dict(Counter(t.answer_type for t in verified).most_common()),
         "terminal_modality": dict(Counter(t.terminal.modality for t in verified).most_common()),
         "by_graph": dict(Counter(t.graph for t in verified)),
+        "diversity": diversity([t.answer for t in verified], [t.answer_type for t in verified],
+                               [h.relation for t in verified for h in t.hops if "{x}" in h.relation
+                                and len(h.relation) < 60],
+                               [f"{t.modality}: {t.terminal.template}" for t in verified]),
         **run_report,
     }
 
@@ -238,7 +249,8 @@ def plots(stats: dict, out: Path) -> list[str]:
     rejections = {**{k: v["rejected"] for k, v in stats["filters"].items()}, **sampler}
     return bar_charts({"hops": stats["hops"], "modality_path_types": stats["modality_path_types"],
                        "labels": stats["labels"], "rejections_per_filter": rejections,
-                       "answer_types": stats["answer_types"]}, out, "ModalSearch")
+                       "answer_types": stats["answer_types"], "skeletons": stats["diversity"]["skeletons"],
+                       "top_answers": stats["diversity"]["top_answers"]}, out, "ModalSearch")
 
 
 def report(args: argparse.Namespace, run_report: dict) -> dict:

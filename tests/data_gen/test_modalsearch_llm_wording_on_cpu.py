@@ -120,6 +120,7 @@ async def test_a_pipeline_run_with_a_model_verifies_questions_in_its_words(small
                                                                           tmp_path):
     threaded_chat.reply = _pipeline_model
     args = Namespace(world=small_world, out=tmp_path, limit=3, seed=0, max_nodes=30, benchmark_nodes=16, seeds=4,
+                     text_only=False,
                      attempts=400, llm_url=threaded_chat.url, llm_model="m", ocr=False,
                      teacher_url=None)
     report = await run(args, str(tool_server.make_url("")).rstrip("/"))

@@ -13,6 +13,7 @@ from verl_ext.rollout.record import TrajectoryRecord
 
 def _args(world, out, limit):
     return Namespace(world=world, out=out, limit=limit, seed=0, max_nodes=30, benchmark_nodes=16, seeds=4,
+                     text_only=False,
                      attempts=400, llm_url=None, llm_model="m", ocr=False, teacher_url=None)
 
 

@@ -61,10 +61,24 @@ def test_an_image_whose_reading_changes_with_resolution_or_is_guessable_blind_is
     assert isinstance(result, Rejection) and result.filter == "terminal_image"
 
 
-def test_a_hop_that_does_not_single_out_its_target_is_rejected(setup, path_through):
-    _, graph, writer = setup
+def test_a_hop_that_does_not_single_out_its_target_is_rejected(modalsearch_graph, path_through):
+    world, kg, graph = modalsearch_graph
+    writer = QuestionWriter(world, kg, seed=0, text_only=True)
     result = writer.write(graph, path_through(graph, text_id("France"), text_id("Spain")))  # Switzerland: also "S"
     assert isinstance(result, Rejection) and result.filter == "ambiguous_hop"
+
+
+def test_text_only_paths_stay_out_of_the_mix_unless_asked_for(setup, path_through):
+    _, graph, writer = setup
+    result = writer.write(graph, path_through(graph, text_id("France"), text_id("Spain")))
+    assert result == Rejection("text_only", "no image on the path (T-T)")
+
+
+def test_a_region_answer_carries_every_region_that_contains_it(setup):
+    world, _, writer = setup
+    western = next(o for o in writer.kg.objects("country:FRA", "P361"))
+    assert world.entities[western].label == "Western Europe"
+    assert {world.entities[c].label for c in writer.containers("country:FRA")} == {"Western Europe", "Europe"}
 
 
 def test_labels_follow_where_images_sit_on_the_path(setup, path_through):
