@@ -19,26 +19,23 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def positive_int(text: str) -> int:
-    """argparse ``type`` for counts and budgets: a whole number >= 1 (argparse turns the error into exit 2)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+def _whole_number(minimum: int):
+    """argparse ``type`` for a whole number >= ``minimum`` (argparse turns the error into exit code 2)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
 
 
-def nonnegative_int(text: str) -> int:
-    """argparse ``type`` for seeds: a whole number >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
+positive_int = _whole_number(1)  # counts and budgets
+nonnegative_int = _whole_number(0)  # seeds
 
 
 def add_common_flags(p: argparse.ArgumentParser, unit: str) -> None:

@@ -40,7 +40,7 @@ from data_gen.common.teacher import TeacherExpert, TeacherSettings, add_teacher_
 from data_gen.kg import KG
 from data_gen.modalsearch.build import BuildConfig, GraphBuilder
 from data_gen.modalsearch.expert import ModalSearchExpert, teacher_brief
-from data_gen.modalsearch.export import export, mei_pairs, sft_record
+from data_gen.modalsearch.export import check_exportable, export, mei_pairs
 from data_gen.modalsearch.graph import Graph
 from data_gen.modalsearch.llm import LLMRelationProposer, LLMWording
 from data_gen.modalsearch.questions import QuestionWriter, Rejection, path_key
@@ -166,7 +166,7 @@ async def _sample(args: argparse.Namespace, url: str, world: World, kg: KG, plan
         teacher = TeacherSettings.from_args(args)
         if teacher is not None:
             expert = teacher.expert(client, http, "modalsearch", expert, lambda task: teacher_brief(world, task),
-                                    sft_record)
+                                    check_exportable)
         relations = OfflineRelationProposer(world, kg)
         if args.llm_url:
             relations = LLMRelationProposer(JudgeConfig(url=args.llm_url, model=args.llm_model), http, relations)

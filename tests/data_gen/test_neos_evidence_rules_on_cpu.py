@@ -113,3 +113,15 @@ def test_diversity_figures():
     assert d["distinct_answers"] == 3 and d["max_answer_share"] == 0.5 and d["top_answers"]["x"] == 2
     assert d["answer_types"] == {"city": 3, "lang": 1} and d["relations"] == {"capital": 2, "border": 1}
     assert d["distinct_skeletons"] == 3 and d["skeletons"]["p: a"] == 2
+
+
+def test_colours_are_named_perceptually_and_only_with_a_margin():
+    from data_gen.neos.observer import COLOURS, palette
+
+    assert palette(Image.new("RGB", (10, 10), (180, 215, 244))) == ("light blue",)  # Eritrea's pale blue
+    assert palette(Image.new("RGB", (10, 10), (238, 234, 222))) == ("white",)  # a map's off-white land
+    between = (0, 45, 130)  # Delta E 15.3 from "blue", 16.3 from "dark blue"
+    assert palette(Image.new("RGB", (10, 10), between)) == ()  # a person could say either: not described
+    half = Image.new("RGB", (10, 10), COLOURS["red"])
+    half.paste(between, (0, 0, 10, 2))  # 20% unclear pixels are tolerated, the clear ones are named
+    assert palette(half) == ("red",)

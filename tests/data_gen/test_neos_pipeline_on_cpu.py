@@ -181,14 +181,25 @@ def test_mei_pairs_are_the_experts_calls_and_tokenise_for_mei_sft(cli_out, tiny_
                 for r in tool_log.values()}
     blobs = BlobStore(blobs_dir_of(out / "mei_sft.jsonl"))
     tok = tiny_vl_processor.tokenizer
+    relabelled = 0
     for record in read.records:
         assert record.outcome == "extractive"
         example = sft_example(record, blobs)
-        assert json.loads(example.target) == returned[(record.session_id, record.turn, record.method,
-                                                       json.dumps(record.input, sort_keys=True))]
+        target = json.loads(example.target)
+        logged = returned[(record.session_id, record.turn, record.method, json.dumps(record.input, sort_keys=True))]
+        if record.method == "reverse_image_search":
+            # the target is the logged evidence except that only the query's own pixels stay a visual_match
+            assert sum(c["match_state"] == "visual_match" for c in target["candidates"]) <= 1
+            changed = [(t["match_state"], g["match_state"]) for t, g in zip(target["candidates"],
+                                                                          logged["candidates"]) if t != g]
+            assert set(changed) <= {("partial_match", "visual_match")}
+            relabelled += len(changed)
+        else:
+            assert target == logged
         item = tokenize(example, tiny_vl_processor)
         assert tok.decode(item["input_ids"][item["loss_mask"] == 1]) == example.target + "<|im_end|>"
         pixels = sum(1 for m in example.messages if isinstance(m["content"], list)
                      for p in m["content"] if p["type"] == "image_url")
         grids = item["multi_modal_inputs"].get("image_grid_thw")
         assert (0 if grids is None else len(grids)) == pixels
+    assert relabelled == stats["mei_pairs"]["relabelled_visual_match"]

@@ -195,7 +195,7 @@ async def test_the_modalsearch_teacher_speaks_react_and_its_episode_is_the_sft_r
     assert second["messages"][2:] == [{"role": "assistant", "content": call},
                                       {"role": "tool", "content": [{"type": "text", "text": observation}]}]
     assert modalsearch_sft_record(task, record.model_dump(mode="json"))["messages"] == [
-        {"role": "user", "content": task.question},
+        first["messages"][0], {"role": "user", "content": task.question},
         {"role": "assistant", "content": call}, {"role": "tool", "content": observation},
         {"role": "assistant", "content": answer}]
 
