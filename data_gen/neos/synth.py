@@ -22,7 +22,7 @@ from data_gen.kg import (
 )
 from data_gen.kg.distinguish import TAXONOMIC_RELATIONS
 from data_gen.neos.observer import IMAGE_KINDS, Description, Observer, PaletteObserver, ground
-from data_gen.neos.schema import EntryImage, Step, Task
+from data_gen.neos.schema import Alternative, EntryImage, Step, Task
 from data_gen.neos.verbalize import Rewriter, TemplateVerbalizer, Verbalizer, check_coverage
 from data_gen.world.model import page_url
 from data_gen.world.store import World
@@ -150,6 +150,7 @@ class Synthesizer:
         ambiguous: set[str] = set()
         bound: dict[str, Description] = {}
         grounded: dict[str, str] = {}
+        alternatives: dict[str, list[Alternative]] = {}
         reach: dict[str, set[str]] = {a: {a} for a in structure.anchors}
         for edge in structure.edges:
             step = self._step_candidates(reach[edge.source], edge.relation, edge.forward)
@@ -164,6 +165,7 @@ class Synthesizer:
                     return Candidate(key, structure, None, "grounding",
                                      f"no image of {edge.target} is distinctive among {len(reach[edge.target])}")
                 bound[edge.target], grounded[edge.target] = g.description, g.image_id
+                alternatives[edge.target] = self._alternatives(edge.target, reach[edge.target], g.description, names)
                 reach[edge.target] = {edge.target}
         rule = self._evidence_rule(structure, bound, names)
         if rule is not None:
@@ -180,7 +182,8 @@ class Synthesizer:
                 f"image {i}" for i in range(1, len(structure.anchors) + 1)]
             keep = [*images, *(d.render() for d in bound.values())]
             verbal = self.rewriter.rewrite(verbal, keep, lambda q: check_coverage(q, structure, verbal, names))
-        steps = [self._step(i, e, verbal.spans[i], grounded, bound) for i, e in enumerate(structure.edges)]
+        steps = [self._step(i, e, verbal.spans[i], grounded, bound, alternatives.get(e.target, []))
+                 for i, e in enumerate(structure.edges)]
         answer = self.world.entities[structure.answer]
         task = Task(
             id=key, world_hash=self.world_hash, seed=self.seed,
@@ -259,7 +262,25 @@ class Synthesizer:
         image_id = self._images[anchor][0][0]
         return EntryImage(image_id=image_id, url=self.world.images[image_id].url, entity_id=anchor)
 
-    def _step(self, index: int, edge, span: str, grounded: dict[str, str], bound: dict[str, Description]) -> Step:
+    def _alternatives(self, checkpoint: str, candidates: set[str], description: Description, names: set[str],
+                      most: int = 2) -> list[Alternative]:
+        """Up to ``most`` other candidates of a checkpoint with an image of the same kind, and its colours."""
+        out = []
+        for other in sorted(candidates - {checkpoint}):
+            for image_id, path, source in self._images.get(other, []):
+                seen = self.observer.describe(path, source, names) if IMAGE_KINDS.get(source) == description.kind \
+                    else None
+                if seen is not None:
+                    out.append(Alternative(name=self._name(other), image_id=image_id,
+                                           image_url=self.world.images[image_id].url,
+                                           colours=list(seen.colours)))
+                    break
+            if len(out) == most:
+                break
+        return out
+
+    def _step(self, index: int, edge, span: str, grounded: dict[str, str], bound: dict[str, Description],
+              alternatives: list[Alternative]) -> Step:
         return Step(
             index=index, source=edge.source, target=edge.target, relation=edge.relation,
             relation_label=self._relation_label(edge.relation), forward=edge.forward, fact=edge.fact,
@@ -269,5 +290,6 @@ class Synthesizer:
             checkpoint_image_url=self.world.images[grounded[edge.target]].url if edge.target in grounded else None,
             checkpoint_description=bound[edge.target].render() if edge.target in bound else None,
             checkpoint_colours=list(bound[edge.target].colours) if edge.target in bound else None, span=span,
+            alternatives=alternatives,
         )
 

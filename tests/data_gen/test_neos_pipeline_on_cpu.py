@@ -100,6 +100,24 @@ def test_expert_reaches_the_answer_with_real_calls_and_fails_on_a_false_checkpoi
     assert not bad_ok and "colours" in bad_why and bad_record.final_answer is None
 
 
+def test_the_expert_rejects_another_candidate_first_and_reasons_only_from_what_it_saw(server, tasks):
+    task = next(t for t in tasks if any(s.alternatives for s in t.steps))
+    (ok, record, why) = asyncio.run(_run(lambda client: ProgrammaticExpert(client).solve(task))(server))
+    assert ok, why
+    fetched = [t.calls[0].arguments["urls"][0] for t in record.turns
+               if t.calls and t.calls[0].tool_name == "FetchImage"]
+    step = next(s for s in task.steps if s.alternatives)
+    at = fetched.index(step.checkpoint_image_url)
+    assert at > 0 and fetched[at - 1] in {a.image_url for a in step.alternatives}  # a wrong candidate looked at first
+    names = {n for s in task.steps for n in (s.source_name, s.target_name, *(a.name for a in s.alternatives))}
+    seen = task.question
+    for turn in record.turns[:-1]:
+        reasoning, _, call = turn.text.partition("<tool_call>")
+        assert reasoning.strip() and call.endswith("</tool_call>")
+        assert all(n in seen for n in names if n in reasoning), (reasoning, names)  # named only once observed
+        seen += turn.calls[0].observation
+
+
 def test_probes_solve_leaky_questions_and_not_the_synthesized_ones(server, tasks):
     task = tasks[0]
     leaky = task.model_copy(update={"question": f"Which city is the capital of {task.steps[-1].source_name}?"})
