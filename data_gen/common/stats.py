@@ -7,6 +7,19 @@ from collections.abc import Sequence
 from typing import Any
 
 
+# No answer above 3% of a run (under --limit), and never more than this many tasks on one answer: a seed's
+# structures are variations of each other, and a run that repeats its answers teaches a policy its answer prior.
+MAX_ANSWER_SHARE = 0.03
+MAX_TASKS_PER_ANSWER = 3
+
+
+def answer_cap(limit: int | None) -> int:
+    """Verified tasks allowed per answer: 3% of ``--limit`` (at least one), at most ``MAX_TASKS_PER_ANSWER``."""
+    if limit is None:
+        return MAX_TASKS_PER_ANSWER
+    return max(1, min(MAX_TASKS_PER_ANSWER, int(MAX_ANSWER_SHARE * limit)))
+
+
 def filter_rates(judged: Sequence[Any], filters: Sequence[str]) -> dict[str, dict[str, Any]]:
     """Per filter, in pipeline order: how many entered it, how many it rejected, and the rate (rejected /
     entering). ``judged`` are records with ``status`` and ``filter`` (infrastructure errors already left out)."""

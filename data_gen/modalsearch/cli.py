@@ -34,7 +34,7 @@ from data_gen.common.episode import Expert
 from data_gen.common.export import hash_unit
 from data_gen.common.llm import SyncChat
 from data_gen.common.report import bar_charts
-from data_gen.common.stats import diversity, filter_rates, stage_rates
+from data_gen.common.stats import answer_cap, diversity, filter_rates, stage_rates
 from data_gen.common.store import ResultLog
 from data_gen.common.teacher import TeacherExpert, TeacherSettings, add_teacher_flags
 from data_gen.kg import KG
@@ -54,7 +54,7 @@ from verl_ext.reward.judge import JudgeConfig
 from verl_ext.tools.client import ToolServerClient, ToolServerUnavailable
 
 FILTERS = ("text_only", "ambiguous_hop", "terminal_text", "terminal_image", "start_description", "leak", "grammar",
-           "expert")
+           "answer_share", "expert")
 SEED_KINDS = frozenset({"country", "city", "subdivision", "us_state", "brand", "stamp", "synset", "article",
                         "language", "currency"})
 BENCHMARK_SEED_SHARE = 0.1
@@ -115,13 +115,18 @@ async def _graph(builder: GraphBuilder, name: str, seeds: Sequence[str], blocked
     return graph, info
 
 
-async def _judge(writer: QuestionWriter, expert: Expert, graph: Graph, path, key: str) -> Outcome:
+async def _judge(writer: QuestionWriter, expert: Expert, graph: Graph, path, key: str, per_answer: Counter[str],
+                 cap: int) -> Outcome:
+    """One path: its question, then (unless its answer already has ``cap`` verified questions) the expert."""
     t = time.perf_counter()
     result = writer.write(graph, path)
     seconds = {"synthesis": time.perf_counter() - t}
     base = {"key": key, "graph": graph.name, "path": list(path.nodes), "seconds": seconds}
     if isinstance(result, Rejection):
         return Outcome(status="rejected", filter=result.filter, detail=result.detail, **base)
+    if per_answer[result.answer.lower()] >= cap:
+        return Outcome(status="rejected", filter="answer_share", task=result, **base,
+                       detail=f"{cap} verified questions already answer {result.answer}")
     t = time.perf_counter()
     try:
         solved, record, why = await expert.solve(result)
@@ -171,6 +176,8 @@ async def _sample(args: argparse.Namespace, url: str, world: World, kg: KG, plan
         if args.llm_url:
             relations = LLMRelationProposer(JudgeConfig(url=args.llm_url, model=args.llm_model), http, relations)
         report["relation_proposer"] = relations.name
+        per_answer = Counter(o.task.answer.lower() for o in log.outcomes() if o.status == "verified" and o.task)
+        cap = answer_cap(args.limit)
         for name, seeds, budget in plan:
             config = BuildConfig(max_nodes=budget, ocr=args.ocr)
             builder = GraphBuilder(world, kg, search, seed=args.seed, config=config, relations=relations)
@@ -196,7 +203,10 @@ async def _sample(args: argparse.Namespace, url: str, world: World, kg: KG, plan
                     continue
                 key = path_key(name, path)
                 if key not in log.done:
-                    log.append(await _judge(writer, expert, graph, path, key))
+                    outcome = await _judge(writer, expert, graph, path, key, per_answer, cap)
+                    log.append(outcome)
+                    if outcome.status == "verified" and outcome.task:
+                        per_answer[outcome.task.answer.lower()] += 1
                 if log.statuses.get(key) == "verified":
                     sampler.accept(path)
                     verified += 1

@@ -25,7 +25,7 @@ from data_gen.common.cli import add_common_flags, counts_work, progress, report_
 from data_gen.common.episode import Expert
 from data_gen.common.llm import SyncChat
 from data_gen.common.report import bar_charts
-from data_gen.common.stats import diversity, filter_rates, stage_rates
+from data_gen.common.stats import answer_cap, diversity, filter_rates, stage_rates
 from data_gen.common.teacher import TeacherExpert, TeacherSettings, add_teacher_flags
 from data_gen.neos.agents import (
     ProgrammaticExpert,
@@ -51,10 +51,6 @@ FILTERS = ("grounding", "entry_image_ablation", "checkpoint_ablation", "coverage
            "short_multimodal_search", "expert")
 OUTPUT_FILES = ["train.parquet", "rl.parquet", "benchmark.parquet", "sft.parquet", "sft.jsonl",
                 "references.jsonl", "mei_sft.jsonl", "stats.json", "plots/", "results.jsonl"]
-# No answer above 3% of a run (under --limit), and never more than this many questions on one answer: a seed's
-# structures are variations of each other, and a run that repeats its answers teaches a policy its answer prior.
-MAX_ANSWER_SHARE = 0.03
-MAX_TASKS_PER_ANSWER = 3
 STAGES = ("synthesis", "text_only_search", "short_multimodal_search", "expert")
 
 
@@ -85,13 +81,6 @@ def model_configs(args: argparse.Namespace) -> tuple[JudgeConfig | None, JudgeCo
     vlm_url = args.vlm_url or args.llm_url
     vlm = JudgeConfig(url=vlm_url, model=args.vlm_model or args.llm_model) if vlm_url else None
     return llm, vlm
-
-
-def answer_cap(limit: int | None) -> int:
-    """Verified tasks allowed per answer: 3% of ``--limit`` (at least one), at most ``MAX_TASKS_PER_ANSWER``."""
-    if limit is None:
-        return MAX_TASKS_PER_ANSWER
-    return max(1, min(MAX_TASKS_PER_ANSWER, int(MAX_ANSWER_SHARE * limit)))
 
 
 async def _judge(client: ToolServerClient, expert: Expert, cand: Candidate, image_texts: list[str],

@@ -7,9 +7,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from data_gen.common.stats import diversity
+from data_gen.common.stats import answer_cap, diversity
 from data_gen.kg import Edge, Structure
-from data_gen.neos.cli import answer_cap
 from data_gen.neos.observer import Description, PaletteObserver, ground
 from data_gen.neos.synth import Synthesizer
 from data_gen.world.model import Entity
