@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import pytest
 from aiohttp import web
+from PIL import Image
 
 from data_gen.kg import KG
 from data_gen.modalsearch.build import GraphBuilder, image_id, text_id
@@ -64,6 +65,23 @@ def threaded_chat():
     loop.call_soon_threadsafe(loop.stop)
     thread.join()
     loop.close()
+
+
+@pytest.fixture(scope="session")
+def striped_png():
+    """``striped_png(path, [(colour, height), ...])``: horizontal stripes (RGB or RGBA colours) on a 10-pixel-wide
+    image, saved as PNG at ``path``, which it returns: hand-made flags with a known palette."""
+
+    def make(path, stripes):
+        im = Image.new("RGBA" if len(stripes[0][0]) == 4 else "RGB", (10, sum(h for _, h in stripes)))
+        y = 0
+        for colour, h in stripes:
+            im.paste(colour, (0, y, 10, y + h))
+            y += h
+        im.save(path)
+        return path
+
+    return make
 
 
 @pytest.fixture(scope="module")

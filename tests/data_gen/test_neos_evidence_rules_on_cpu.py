@@ -20,23 +20,14 @@ RED, WHITE, BLUE, GREEN, YELLOW = (210, 20, 40), (255, 255, 255), (0, 60, 170), 
 DARK_BLUE = (0, 30, 90)
 
 
-def _flag(path: Path, stripes: list[tuple[tuple[int, int, int], int]]) -> Path:
-    im = Image.new("RGB", (10, sum(h for _, h in stripes)))
-    y = 0
-    for colour, h in stripes:
-        im.paste(colour, (0, y, 10, y + h))
-        y += h
-    im.save(path)
-    return path
-
-
-def _world(root: Path, flags: dict[str, list], triples: list[tuple[str, str, str]]) -> World:
+def _world(root: Path, flags: dict[str, list], triples: list[tuple[str, str, str]],
+           striped_png) -> World:
     """Countries with flags (``flags``: code -> stripes) and currencies, nothing else."""
     entities, images = {}, {}
     for code, stripes in flags.items():
         eid = f"country:{code}"
         entities[eid] = Entity(eid, f"Land {code}", "country")
-        _flag(root / f"{code}.png", stripes)
+        striped_png(root / f"{code}.png", stripes)
         images[f"flag_{code}"] = ImageRecord(f"flag_{code}", f"https://w.invalid/{code}.png", f"{code}.png", "", "",
                                              "flag-icons", 10, 8, entity_id=eid)
     for _, _, o in triples:
@@ -54,37 +45,37 @@ BASE_FACTS = [("country:A", "P47", "country:B"), ("country:A", "P47", "country:C
               ("country:B", "P38", "currency:b"), ("country:C", "P38", "currency:c")]
 
 
-def _filter(tmp_path, flags, facts):
-    synth = Synthesizer(_world(tmp_path, flags, facts), seed=0)
+def _filter(tmp_path, flags, facts, striped_png):
+    synth = Synthesizer(_world(tmp_path, flags, facts, striped_png), seed=0)
     return synth.candidate(PATH)
 
 
-def test_the_image_is_decoration_when_the_description_alone_finds_the_answer(tmp_path):
+def test_the_image_is_decoration_when_the_description_alone_finds_the_answer(tmp_path, striped_png):
     # Only B has a blue-white flag among all countries that border one: the entry image adds nothing.
-    cand = _filter(tmp_path, BASE, BASE_FACTS)
+    cand = _filter(tmp_path, BASE, BASE_FACTS, striped_png)
     assert (cand.task, cand.filter) == (None, "entry_image_ablation")
 
 
-def test_a_look_alike_elsewhere_makes_the_entry_image_needed(tmp_path):
+def test_a_look_alike_elsewhere_makes_the_entry_image_needed(tmp_path, striped_png):
     # X (white over dark blue: the same colours to a person) borders Y and has its own currency: without the entry
     # image a reader has B and X left, {b, x}; with it, only B. The checkpoint is needed too: A borders B and C.
     flags = {**BASE, "X": [(WHITE, 5), (DARK_BLUE, 3)], "Y": [(YELLOW, 8)]}
     facts = BASE_FACTS + [("country:Y", "P47", "country:X"), ("country:X", "P38", "currency:x")]
-    cand = _filter(tmp_path, flags, facts)
+    cand = _filter(tmp_path, flags, facts, striped_png)
     assert cand.filter is None and cand.task is not None and cand.task.answer_entity == "currency:b"
     assert cand.task.steps[0].checkpoint and "blue and white" in cand.task.question
 
 
-def test_a_checkpoint_the_relations_already_decide_is_rejected(tmp_path):
+def test_a_checkpoint_the_relations_already_decide_is_rejected(tmp_path, striped_png):
     # A borders only B: "the country bordering A" is B without looking at its flag.
     flags = {**BASE, "X": [(WHITE, 5), (DARK_BLUE, 3)], "Y": [(YELLOW, 8)]}
     facts = [f for f in BASE_FACTS if f != ("country:A", "P47", "country:C")]
     facts += [("country:Y", "P47", "country:X"), ("country:X", "P38", "currency:x")]
-    cand = _filter(tmp_path, flags, facts)
+    cand = _filter(tmp_path, flags, facts, striped_png)
     assert (cand.task, cand.filter) == (None, "checkpoint_ablation")
 
 
-def test_colours_are_read_as_a_person_does_unordered_and_shades_merged(tmp_path):
+def test_colours_are_read_as_a_person_does_unordered_and_shades_merged(tmp_path, striped_png):
     blue_white = Description("national flag", ("blue", "white"))
     assert blue_white.matches(Description("national flag", ("white", "dark blue")))
     assert blue_white.matches(Description("national flag", ("light blue", "white")))
@@ -92,8 +83,8 @@ def test_colours_are_read_as_a_person_does_unordered_and_shades_merged(tmp_path)
     assert not blue_white.matches(Description("locator map", ("blue", "white")))
     assert not blue_white.matches(None)
     # grounding: B's blue-white flag is not distinctive next to X's white-dark-blue one
-    files = {"B": _flag(tmp_path / "b.png", [(BLUE, 5), (WHITE, 3)]),
-             "X": _flag(tmp_path / "x.png", [(WHITE, 5), (DARK_BLUE, 3)])}
+    files = {"B": striped_png(tmp_path / "b.png", [(BLUE, 5), (WHITE, 3)]),
+             "X": striped_png(tmp_path / "x.png", [(WHITE, 5), (DARK_BLUE, 3)])}
     images_of = lambda e: [(f"flag_{e}", files[e], "flag-icons")] if e in files else []
     assert ground("B", {"B", "X"}, images_of, PaletteObserver(), withheld=()) is None
     assert ground("B", {"B"}, images_of, PaletteObserver(), withheld=()) is not None
