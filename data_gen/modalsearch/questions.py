@@ -156,6 +156,25 @@ def reference(hop: PathHop, node: Node, source_ref: str) -> str:
     return phrase[3:] if phrase.startswith("is the ") else f"the {node.noun} that {phrase}"
 
 
+# Words by which an article sentence states a relation, beyond the words of the relation's label.
+_LIES_IN = ("lies in", "located in", "country in", "state in", "territory in")
+RELATION_WORDS: dict[str, tuple[str, ...]] = {
+    "P30": ("continent", *_LIES_IN), "P17": ("country", *_LIES_IN), "P131": ("region", "states of", *_LIES_IN),
+    "P361": ("region", "part of", "comprises", "subregion", *_LIES_IN), "P1082": ("population", "inhabitants"),
+    "P2046": ("area", "covers"), "P1549": ("demonym",), "P78": ("domain",), "P474": ("calling code",),
+    "P1448": ("officially",),
+}
+
+
+def supports(sentence: str, forms: list[str], relation: str, label: str) -> bool:
+    """The sentence can serve as a hop's evidence: it names the value (one of ``forms``) and states the relation,
+    by a word of its label or one of ``RELATION_WORDS``, not just mentions the value in passing."""
+    if not any(found(f, sentence) for f in forms):
+        return False
+    words = [w for w in re.findall(r"[a-z]+", label.lower()) if len(w) > 3]
+    return any(found(w, sentence) for w in (*words, *RELATION_WORDS.get(relation, ())))
+
+
 def grammar_problem(question: str) -> str | None:
     """Why a reader would stumble over ``question``: a repeated word or phrase ("the continent the continent"),
     two name clues (each attaches to the nearest noun, so the second one reads as the first's), relative clauses
@@ -259,7 +278,8 @@ class QuestionWriter:
             if len(same) != 1:
                 continue  # the article's answer would not be unique
             forms = _literal_forms(t.o) if t.literal else _entity_forms(self.world, t.o)
-            sentence = next((s for s in _SENTENCE.split(page.text) for f in forms if found(f, s)), None)
+            label = self.world.relations[t.p].label if t.p in self.world.relations else t.p
+            sentence = next((s for s in _SENTENCE.split(page.text) if supports(s, forms, t.p, label)), None)
             if sentence is not None:
                 candidates.append((t, forms, sentence))
         rng.shuffle(candidates)

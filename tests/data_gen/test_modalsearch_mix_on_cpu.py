@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from data_gen.modalsearch.questions import grammar_problem
+from data_gen.modalsearch.questions import grammar_problem, supports
 from data_gen.modalsearch.sampler import HOP_SHARES, depth_towards
 
 
@@ -44,3 +44,16 @@ def test_depths_are_drawn_towards_the_shares_the_verified_mix_lacks():
     draws = Counter(depth_towards(HOP_SHARES, Counter(), rng) for _ in range(4000))
     for k, share in HOP_SHARES.items():
         assert abs(draws[k] / 4000 - share) < 0.03
+
+
+@pytest.mark.parametrize("sentence, relation, label, ok", [
+    ("Its capital is Minsk.", "P36", "capital", True),
+    ("Minsk is one of the administrative capitals of the CIS.", "P36", "capital", False),  # not of the country
+    ("Minsk hosted the 2019 European Games.", "P36", "capital", False),  # names the value, states no relation
+    ("It lies in Europe.", "P30", "continent", True),
+    ("Europe hosted the games.", "P30", "continent", False),
+    ("Official languages: Belarusian and Russian.", "P37", "official language", True),
+])
+def test_evidence_states_the_relation_not_just_the_value(sentence, relation, label, ok):
+    value = {"P36": "Minsk", "P30": "Europe", "P37": "Belarusian"}[relation]
+    assert supports(sentence, [value], relation, label) is ok
