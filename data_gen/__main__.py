@@ -4,7 +4,6 @@ to ``python -m data_gen.world``)."""
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 
@@ -14,14 +13,17 @@ def main(argv: list[str] | None = None) -> int:
         from data_gen.world.__main__ import main as world_main
 
         return world_main(argv[1:])
-    parser = argparse.ArgumentParser(prog="python -m data_gen", description="Data generation commands.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    from data_gen.common.cli import OneLineParser
+
+    parser = OneLineParser(prog="python -m data_gen", description="Data generation commands.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     from data_gen.modalsearch import cli as modalsearch_cli
     from data_gen.neos import cli as neos_cli
 
-    neos_cli.parser(sub.add_parser("neos", help="Neos evidence-dependent task synthesis (SPEC §6)"))
+    neos_cli.parser(sub.add_parser("neos", help="Neos evidence-dependent task synthesis",
+                                   description=neos_cli.DESCRIPTION))
     modalsearch_cli.parser(sub.add_parser("modalsearch", help="ModalSearch-Pipeline: interleaved graph, paths, "
-                                          "questions (SPEC §7)"))
+                                          "questions", description=modalsearch_cli.DESCRIPTION))
     sub.add_parser("world", help="build or inspect the offline world (python -m data_gen.world --help)")
     args = parser.parse_args(argv)
     from data_gen.common.store import ResultLogError

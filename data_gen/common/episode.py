@@ -35,12 +35,16 @@ class Episode:
         self.session_id = session_id
         self.turns: list[TurnRecord] = []
 
-    async def call(self, name: str, arguments: dict[str, Any], *, pixels: bool = False, text: str | None = None):
+    async def call(self, name: str, arguments: dict[str, Any], *, pixels: bool = False, text: str | None = None,
+                   reasoning: str = ""):
         """The call's result, or None when the server rejected the call (recorded as an agent error). ``text``: the
-        turn's assistant text when a model wrote it (default: the call as JSON)."""
+        turn's assistant text when a model wrote it (default: the call as JSON); ``reasoning``: a programmatic
+        agent's words before the call, recorded as a model's turn is (reasoning, then ``<tool_call>...``)."""
         start = time.perf_counter()
         index = len(self.turns)
-        text = call_text(name, arguments) if text is None else text
+        if text is None:
+            text = f"{reasoning}\n<tool_call>{call_text(name, arguments)}</tool_call>" if reasoning \
+                else call_text(name, arguments)
         try:
             result = await self.client.call(self.session_id, name, arguments, turn=index, include_pixels=pixels)
         except ToolCallError as err:

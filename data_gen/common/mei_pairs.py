@@ -118,6 +118,31 @@ class _Rebuilder:
             return prompts.reverse_image_messages(goal, query, candidates)
         raise _Skip("unknown_method")
 
+    def reverse_target(self, record: MEIRecord, question_image_ids: Sequence[str]) -> tuple[dict[str, Any], int]:
+        """The reverse-search target with ``visual_match`` only on true near-duplicates of the query (the same
+        pixels): the backend's score calls any look-alike a match (one flag matched to two others), which would
+        teach the MEI to see duplicates that are not there. Others it scored as matches become ``partial_match``.
+        Returns the target and how many candidates were relabelled."""
+        query = self.question_image(record.input["query_image"], question_image_ids)
+        candidates = [self.image(c) for c in record.input["candidates"]]
+        output = json.loads(json.dumps(record.output))
+        relabelled = 0
+        for item in output["candidates"]:
+            if item["match_state"] == "visual_match" and not _same_pixels(candidates[item["index"]].png, query.png):
+                item["match_state"] = "partial_match"
+                relabelled += 1
+        return output, relabelled
+
+
+def _same_pixels(a: bytes | None, b: bytes | None) -> bool:
+    """Two PNGs show the same picture: equal size and RGB pixels (encodings may differ)."""
+    if a is None or b is None:
+        return False
+    if a == b:
+        return True
+    with Image.open(io.BytesIO(a)) as x, Image.open(io.BytesIO(b)) as y:
+        return x.size == y.size and x.convert("RGB").tobytes() == y.convert("RGB").tobytes()
+
 
 def _reencoded(data: bytes) -> bytes:
     """A question image as the server registers it: decoded to RGB, encoded again (``tool_server.offline.pixels``)."""
@@ -156,8 +181,8 @@ def export_mei_pairs(
 ) -> dict[str, int]:
     """Write ``out`` (an :class:`MEILog`, images in its blob store; replaced, not appended to) with one record per
     distinct MEI call of ``episodes`` found in the tool server's log ``tool_log``, inputs rebuilt from the world
-    ``world_of()`` returns. Returns ``written`` and ``skipped_<reason>`` counts (calls with equal inputs, e.g. a
-    call repeated through a cached tool result, are one call, counted once)."""
+    ``world_of()`` returns. Returns ``written``, ``skipped_<reason>`` and ``relabelled_visual_match`` counts (calls
+    with equal inputs, e.g. a call repeated through a cached tool result, are one call, counted once)."""
     logged = {r.call_id: r for r in MEILog.read(tool_log).records} if tool_log.exists() else {}
     rebuild = _Rebuilder(world_of)
     counts: Counter[str] = Counter()
@@ -178,6 +203,10 @@ def export_mei_pairs(
                     raise _Skip("error_call")
                 ctx = _context(record)
                 messages = rebuild.messages(record, episode.question_image_ids)
+                output = record.output
+                if record.method == "reverse_image_search":
+                    output, relabelled = rebuild.reverse_target(record, episode.question_image_ids)
+                    counts["relabelled_visual_match"] += relabelled
             except ValidationError:  # the output does not validate against the strict evidence schema
                 counts["skipped_schema"] += 1
                 continue
@@ -188,7 +217,7 @@ def export_mei_pairs(
                 counts[f"skipped_{skip}"] += 1
                 continue
             log.append(ctx=ctx, method=record.method, mei_version=record.mei_version, outcome="extractive",
-                       latency_s=record.latency_s, input=record.input, output=record.output, messages=messages)
+                       latency_s=record.latency_s, input=record.input, output=output, messages=messages)
             counts["written"] += 1
     finally:
         log.close()

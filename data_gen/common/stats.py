@@ -7,6 +7,19 @@ from collections.abc import Sequence
 from typing import Any
 
 
+# No answer above 3% of a run (under --limit), and never more than this many tasks on one answer: a seed's
+# structures are variations of each other, and a run that repeats its answers teaches a policy its answer prior.
+MAX_ANSWER_SHARE = 0.03
+MAX_TASKS_PER_ANSWER = 3
+
+
+def answer_cap(limit: int | None) -> int:
+    """Verified tasks allowed per answer: 3% of ``--limit`` (at least one), at most ``MAX_TASKS_PER_ANSWER``."""
+    if limit is None:
+        return MAX_TASKS_PER_ANSWER
+    return max(1, min(MAX_TASKS_PER_ANSWER, int(MAX_ANSWER_SHARE * limit)))
+
+
 def filter_rates(judged: Sequence[Any], filters: Sequence[str]) -> dict[str, dict[str, Any]]:
     """Per filter, in pipeline order: how many entered it, how many it rejected, and the rate (rejected /
     entering). ``judged`` are records with ``status`` and ``filter`` (infrastructure errors already left out)."""
@@ -29,3 +42,22 @@ def stage_rates(timed: Sequence[Any], counted: Sequence[Any], stages: Sequence[s
         out[stage] = {"questions": n, "seconds": round(spent, 2),
                       "per_minute": round(60 * n / spent, 1) if spent else None}
     return out
+
+
+def diversity(answers: Sequence[str], answer_types: Sequence[str], relations: Sequence[str],
+              skeletons: Sequence[str]) -> dict[str, Any]:
+    """What a researcher checks before training on a run: how many distinct answers and how concentrated (the
+    largest share of one answer), answer types, relation types and question skeletons (counts, most common first;
+    ``skeletons`` capped at 20, their distinct count given in full)."""
+    counts = Counter(answers)
+    n = len(answers)
+    return {
+        "tasks": n,
+        "distinct_answers": len(counts),
+        "max_answer_share": round(max(counts.values()) / n, 4) if n else 0.0,
+        "top_answers": dict(counts.most_common(5)),
+        "answer_types": dict(Counter(answer_types).most_common()),
+        "relations": dict(Counter(relations).most_common()),
+        "distinct_skeletons": len(set(skeletons)),
+        "skeletons": dict(Counter(skeletons).most_common(20)),
+    }

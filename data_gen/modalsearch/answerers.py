@@ -4,7 +4,7 @@
   relation and answers with the value that relation most often takes in the world (a parametric-knowledge
   stand-in: it knows the distribution, not the article). Candidates it answers correctly are removed.
 - :class:`PixelAnswerer` answers visual questions about an image it can see: it reads the named-colour palette
-  of the pixels (``data_gen.neos.observer.palette``) at the trial's reading size (``READ_SIDES``, one per trial),
+  of the pixels (``data_gen.neos.observer.colour_shares``) at the trial's reading size (``READ_SIDES``, one per trial),
   so ``C_with = T`` requires an answer stable across resolutions.
 - :class:`BlindImageAnswerer` gets the same question without the image: it answers with the most frequent answer
   over world images of the same kind (a fixed sample of ``PRIOR_SAMPLE``, ordered by id hash; reading every
@@ -21,31 +21,47 @@ from pathlib import Path
 from PIL import Image as PILImage
 
 from data_gen.common.export import hash_unit
-from data_gen.neos.observer import IMAGE_KINDS, palette
+from data_gen.neos.observer import IMAGE_KINDS, colour_shares
 from data_gen.world.store import World
 
 T = 3
 PRIOR_SAMPLE = 40
 READ_SIDES = (48, 64, 96)  # one reading size per trial
 
-# A visual question: (id, question template with {REF}, answer from a palette or None when it does not apply)
-VisualAsk = tuple[str, str, Callable[[tuple[str, ...]], str | None]]
+# A rank by area is only an answer when a person sees it: its share differs from its neighbours' by this much
+# (France's three equal stripes have no largest colour).
+AREA_MARGIN = 0.03
+Shares = tuple[tuple[str, float], ...]
+
+
+def rank(shares: Shares, i: int) -> str | None:
+    """The colour at rank ``i`` (negative from the end) when its area stands apart from its neighbours'."""
+    if not -len(shares) <= i < len(shares):
+        return None
+    i %= len(shares)
+    share = shares[i][1]
+    neighbours = [shares[j][1] for j in (i - 1, i + 1) if 0 <= j < len(shares)]
+    return shares[i][0] if all(abs(share - n) >= AREA_MARGIN for n in neighbours) else None
+
+
+# A visual question: (id, question template with {REF}, answer from the colour shares or None when it does not apply)
+VisualAsk = tuple[str, str, Callable[[Shares], str | None]]
 VISUAL_QUESTIONS: tuple[VisualAsk, ...] = (
-    ("colour_1", "Which colour covers the largest area of {REF}?", lambda p: p[0] if p else None),
-    ("colour_2", "Which colour covers the second-largest area of {REF}?", lambda p: p[1] if len(p) > 1 else None),
-    ("colour_3", "Which colour covers the third-largest area of {REF}?", lambda p: p[2] if len(p) > 2 else None),
+    ("colour_1", "Which colour covers the largest area of {REF}?", lambda p: rank(p, 0)),
+    ("colour_2", "Which colour covers the second-largest area of {REF}?", lambda p: rank(p, 1)),
+    ("colour_3", "Which colour covers the third-largest area of {REF}?", lambda p: rank(p, 2)),
     ("colour_last", "Of the colours that each cover at least 6% of {REF}, which covers the least area?",
-     lambda p: p[-1] if len(p) > 1 else None),
+     lambda p: rank(p, -1) if len(p) > 1 else None),
     ("colour_count", "How many colours each cover at least 6% of {REF}?", lambda p: str(len(p)) if p else None),
 )
 
 
 @lru_cache(maxsize=16384)
-def read_palette(path: Path, side: int) -> tuple[str, ...]:
+def read_palette(path: Path, side: int) -> Shares:
     with PILImage.open(path) as im:
         small = im.convert("RGBA")
         small.thumbnail((side, side))
-        return palette(small)
+        return colour_shares(small)
 
 
 class PixelAnswerer:

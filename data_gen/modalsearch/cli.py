@@ -20,7 +20,6 @@ import hashlib
 import json
 import math
 import random
-import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -29,32 +28,33 @@ from dataclasses import asdict
 from pathlib import Path
 
 import aiohttp
-from tqdm import tqdm
 
+from data_gen.common.cli import add_common_flags, counts_work, positive_int, progress, report_output, world_or_exit
 from data_gen.common.episode import Expert
 from data_gen.common.export import hash_unit
 from data_gen.common.llm import SyncChat
 from data_gen.common.report import bar_charts
-from data_gen.common.stats import filter_rates, stage_rates
+from data_gen.common.stats import answer_cap, diversity, filter_rates, stage_rates
 from data_gen.common.store import ResultLog
 from data_gen.common.teacher import TeacherExpert, TeacherSettings, add_teacher_flags
 from data_gen.kg import KG
 from data_gen.modalsearch.build import BuildConfig, GraphBuilder
 from data_gen.modalsearch.expert import ModalSearchExpert, teacher_brief
-from data_gen.modalsearch.export import export, mei_pairs, sft_record
+from data_gen.modalsearch.export import check_exportable, export, mei_pairs
 from data_gen.modalsearch.graph import Graph
 from data_gen.modalsearch.llm import LLMRelationProposer, LLMWording
 from data_gen.modalsearch.questions import QuestionWriter, Rejection, path_key
 from data_gen.modalsearch.relations import OfflineRelationProposer
-from data_gen.modalsearch.sampler import PathSampler
+from data_gen.modalsearch.sampler import HOP_SHARES, PathSampler, depth_towards
 from data_gen.modalsearch.schema import Outcome
 from data_gen.modalsearch.visual import ToolServerImageSearch
-from data_gen.world.store import World, WorldError
+from data_gen.world.store import World
 from tool_server.launch import served
 from verl_ext.reward.judge import JudgeConfig
 from verl_ext.tools.client import ToolServerClient, ToolServerUnavailable
 
-FILTERS = ("ambiguous_hop", "terminal_text", "terminal_image", "start_description", "leak", "expert")
+FILTERS = ("text_only", "ambiguous_hop", "terminal_text", "terminal_image", "start_description", "leak", "grammar",
+           "answer_share", "expert")
 SEED_KINDS = frozenset({"country", "city", "subdivision", "us_state", "brand", "stamp", "synset", "article",
                         "language", "currency"})
 BENCHMARK_SEED_SHARE = 0.1
@@ -62,15 +62,28 @@ BENCHMARK_SHARE = 0.1  # of --limit
 GRAPH_VERSION = 2  # part of a saved graph's fingerprint: bump when expansion changes what a graph holds
 
 
+DESCRIPTION = ("ModalSearch-Pipeline (ModalSearcher: Weaving Visual Evidence into Autonomous Cross-Modal Deep "
+               "Search, Sec. 3): an interleaved text-image graph grown from seed articles, multi-hop paths sampled on "
+               "it, a question written backwards along each path and solved by an expert with real tool calls. A "
+               "benchmark graph and a disjoint training graph. Writes OUT/results.jsonl (resumable log), "
+               "train/rl/benchmark/sft parquet, mei_sft.jsonl, stats.json and plots/.")
+OUTPUT_FILES = ["train.parquet", "rl.parquet", "benchmark.parquet", "sft.parquet", "sft.jsonl", "references.jsonl",
+                "mei_sft.jsonl", "stats.json", "plots/", "results.jsonl"]
+
+
 def parser(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    p.add_argument("--world", required=True, type=Path)
-    p.add_argument("--out", required=True, type=Path)
-    p.add_argument("--limit", type=int, default=None, help="stop once this many questions are verified")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-nodes", type=int, default=1200, help="node budget of the training graph")
-    p.add_argument("--benchmark-nodes", type=int, default=300, help="node budget of the benchmark graph")
-    p.add_argument("--seeds", type=int, default=40, help="seed articles of the training graph (benchmark: a quarter)")
-    p.add_argument("--attempts", type=int, default=3000, help="path draws per graph at most")
+    add_common_flags(p, "questions (a tenth of them, at least one, from the benchmark graph)")
+    p.add_argument("--max-nodes", type=positive_int, default=1200, metavar="N",
+                   help="node budget of the training graph (default: 1200)")
+    p.add_argument("--benchmark-nodes", type=positive_int, default=300, metavar="N",
+                   help="node budget of the benchmark graph (default: 300)")
+    p.add_argument("--seeds", type=positive_int, default=40, metavar="N",
+                   help="seed articles of the training graph; the benchmark graph gets a quarter (default: 40)")
+    p.add_argument("--attempts", type=positive_int, default=3000, metavar="N",
+                   help="path draws per graph at most (default: 3000)")
+    p.add_argument("--text-only", action="store_true", help="also keep questions whose path holds no image (the "
+                   "paper samples these separately, as an ablation, outside its RL and SFT mix; default: rejected "
+                   "and counted as text_only)")
     p.add_argument("--ocr", action="store_true", help="let image linking also read the text in images (RapidOCR)")
     p.add_argument("--llm-url", default=None, help="OpenAI-compatible base URL for relation proposal and question "
                    "wording (default: offline KG/context templates and question templates, no model)")
@@ -102,13 +115,18 @@ async def _graph(builder: GraphBuilder, name: str, seeds: Sequence[str], blocked
     return graph, info
 
 
-async def _judge(writer: QuestionWriter, expert: Expert, graph: Graph, path, key: str) -> Outcome:
+async def _judge(writer: QuestionWriter, expert: Expert, graph: Graph, path, key: str, per_answer: Counter[str],
+                 cap: int) -> Outcome:
+    """One path: its question, then (unless its answer already has ``cap`` verified questions) the expert."""
     t = time.perf_counter()
     result = writer.write(graph, path)
     seconds = {"synthesis": time.perf_counter() - t}
     base = {"key": key, "graph": graph.name, "path": list(path.nodes), "seconds": seconds}
     if isinstance(result, Rejection):
         return Outcome(status="rejected", filter=result.filter, detail=result.detail, **base)
+    if per_answer[result.answer.lower()] >= cap:
+        return Outcome(status="rejected", filter="answer_share", task=result, **base,
+                       detail=f"{cap} verified questions already answer {result.answer}")
     t = time.perf_counter()
     try:
         solved, record, why = await expert.solve(result)
@@ -119,8 +137,9 @@ async def _judge(writer: QuestionWriter, expert: Expert, graph: Graph, path, key
                    task=result, trajectory=record.model_dump(mode="json"), **base)
 
 
-async def run(args: argparse.Namespace, url: str) -> dict:
-    world = World.load(args.world)
+async def run(args: argparse.Namespace, url: str, world: World | None = None) -> dict:
+    """The pipeline into ``args.out`` with the tool server at ``url``; ``world`` when already loaded."""
+    world = world or World.load(args.world)
     kg = KG.from_triples((t.s, t.p, t.o) for t in world.triples if not t.literal)
     bench_seeds, train_seeds = seed_pages(world, args.seed)
     plan = (("benchmark", bench_seeds[: max(1, args.seeds // 4)], args.benchmark_nodes),
@@ -133,7 +152,7 @@ async def run(args: argparse.Namespace, url: str) -> dict:
         if args.llm_url:
             config = JudgeConfig(url=args.llm_url, model=args.llm_model, max_tokens=512)
             wording = LLMWording(models.enter_context(SyncChat(config)))
-        writer = QuestionWriter(world, kg, seed=args.seed, wording=wording)
+        writer = QuestionWriter(world, kg, seed=args.seed, wording=wording, text_only=args.text_only)
         report["question_wording"] = writer.wording.name
         await _sample(args, url, world, kg, plan, quotas, log, writer, report)
         if wording is not None:
@@ -152,11 +171,13 @@ async def _sample(args: argparse.Namespace, url: str, world: World, kg: KG, plan
         teacher = TeacherSettings.from_args(args)
         if teacher is not None:
             expert = teacher.expert(client, http, "modalsearch", expert, lambda task: teacher_brief(world, task),
-                                    sft_record)
+                                    check_exportable)
         relations = OfflineRelationProposer(world, kg)
         if args.llm_url:
             relations = LLMRelationProposer(JudgeConfig(url=args.llm_url, model=args.llm_model), http, relations)
         report["relation_proposer"] = relations.name
+        per_answer = Counter(o.task.answer.lower() for o in log.outcomes() if o.status == "verified" and o.task)
+        cap = answer_cap(args.limit)
         for name, seeds, budget in plan:
             config = BuildConfig(max_nodes=budget, ocr=args.ocr)
             builder = GraphBuilder(world, kg, search, seed=args.seed, config=config, relations=relations)
@@ -167,23 +188,33 @@ async def _sample(args: argparse.Namespace, url: str, world: World, kg: KG, plan
             report["graphs"][name] = info
             blocked = frozenset(graph.nodes)
             sampler = PathSampler(graph, random.Random(f"{args.seed}:{name}:paths"))
-            verified = 0
-            bar = tqdm(range(args.attempts), desc=f"modalsearch {name} paths", unit="path")
+            verified = draws = 0
+            hops: Counter[int] = Counter()
+            depths = random.Random(f"{args.seed}:{name}:depths")
+            bar = progress(quotas[name], 0, args.attempts, f"modalsearch {name}", "draw")
             start = time.perf_counter()
-            for _ in bar:
+            for _ in range(args.attempts):
                 if quotas[name] is not None and verified >= quotas[name]:
                     break
-                path = sampler.sample()
+                draws += 1
+                bar.update(1 if counts_work(quotas[name]) else 0)
+                path = sampler.sample(depth_towards(HOP_SHARES, hops, depths))
                 if path is None:
                     continue
                 key = path_key(name, path)
                 if key not in log.done:
-                    log.append(await _judge(writer, expert, graph, path, key))
+                    outcome = await _judge(writer, expert, graph, path, key, per_answer, cap)
+                    log.append(outcome)
+                    if outcome.status == "verified" and outcome.task:
+                        per_answer[outcome.task.answer.lower()] += 1
                 if log.statuses.get(key) == "verified":
                     sampler.accept(path)
                     verified += 1
-                bar.set_postfix(verified=verified)
-            report["sampler"][name] = {**dict(sampler.counts), "draws": bar.n,
+                    hops[path.hops] += 1
+                    bar.update(0 if counts_work(quotas[name]) else 1)
+                bar.set_postfix(verified=verified, draws=draws)
+            bar.close()
+            report["sampler"][name] = {**dict(sampler.counts), "draws": draws,
                                        "seconds": round(time.perf_counter() - start, 2)}
         await search.close()
         if isinstance(relations, LLMRelationProposer):
@@ -213,6 +244,10 @@ def statistics(outcomes: Sequence[Outcome], run_report: dict) -> dict:
         "answer_types": dict(Counter(t.answer_type for t in verified).most_common()),
         "terminal_modality": dict(Counter(t.terminal.modality for t in verified).most_common()),
         "by_graph": dict(Counter(t.graph for t in verified)),
+        "diversity": diversity([t.answer for t in verified], [t.answer_type for t in verified],
+                               [h.relation for t in verified for h in t.hops if "{x}" in h.relation
+                                and len(h.relation) < 60],
+                               [f"{t.modality}: {t.terminal.template}" for t in verified]),
         **run_report,
     }
 
@@ -224,7 +259,8 @@ def plots(stats: dict, out: Path) -> list[str]:
     rejections = {**{k: v["rejected"] for k, v in stats["filters"].items()}, **sampler}
     return bar_charts({"hops": stats["hops"], "modality_path_types": stats["modality_path_types"],
                        "labels": stats["labels"], "rejections_per_filter": rejections,
-                       "answer_types": stats["answer_types"]}, out, "ModalSearch")
+                       "answer_types": stats["answer_types"], "skeletons": stats["diversity"]["skeletons"],
+                       "top_answers": stats["diversity"]["top_answers"]}, out, "ModalSearch")
 
 
 def report(args: argparse.Namespace, run_report: dict) -> dict:
@@ -240,17 +276,16 @@ def report(args: argparse.Namespace, run_report: dict) -> dict:
 
 
 def main(args: argparse.Namespace) -> int:
-    try:
-        World.load(args.world)  # a clear error before a tool server is started on it
-    except WorldError as err:
-        print(f"error: {err}", file=sys.stderr)
+    world = world_or_exit(args.world)  # before the output directory or a tool server exists
+    if world is None:
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     with served(args.world, "--cache-dir", str(args.out / "tool_server_cache")) as url:
-        run_report = asyncio.run(run(args, url))
+        run_report = asyncio.run(run(args, url, world))
     stats = report(args, run_report)
     stats["wall_seconds_this_run"] = round(time.perf_counter() - start, 1)
     (args.out / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
     print(json.dumps({k: stats[k] for k in ("verified", "filters", "stages", "labels", "splits")}, indent=2))
+    report_output(args.out, stats["verified"], "questions", OUTPUT_FILES)
     return 0

@@ -24,7 +24,7 @@ from data_gen.common.episode import Episode, expert_episode, found
 from data_gen.modalsearch.answerers import VISUAL_QUESTIONS
 from data_gen.common.teacher import Brief
 from data_gen.modalsearch.schema import PathNode, Task
-from data_gen.neos.observer import palette
+from data_gen.neos.observer import colour_shares
 from data_gen.world.store import World
 from verl_ext.rollout.record import TrajectoryRecord
 from verl_ext.tools.client import ToolServerClient
@@ -83,7 +83,7 @@ class ModalSearchExpert:
         if ask is None:
             return f"unknown visual ask {task.terminal.ask!r}"
         with PILImage.open(io.BytesIO(loaded)) as im:
-            read = ask[2](palette(im))
+            read = ask[2](colour_shares(im))
         return "" if read == task.answer else f"the fetched pixels read {read!r}, not {task.answer!r}"
 
     async def _read(self, episode: Episode, url: str | None) -> str:

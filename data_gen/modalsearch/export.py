@@ -15,7 +15,10 @@ from typing import Any
 
 from data_gen.common.export import export_verified, image_cells, pick_split, user_prompt
 from data_gen.common.mei_pairs import Episode, write_mei_pairs
+from data_gen.common.sft import SFTRecord, sft_parquet_from_jsonl, tool_message
 from data_gen.modalsearch.schema import AGENT_NAME, DATA_SOURCE, Outcome, Task
+from tool_server.protocol import tool_schemas
+from verl_ext.rollout.prompts import system_prompt
 from verl_ext.rollout.protocols import parse_modalsearch_turn
 
 TRAIN_SPLITS = (("train", 0.7), ("rl", 0.3))
@@ -60,27 +63,46 @@ def row(task: Task, world_root: Path, split: str, index: int) -> dict[str, Any]:
 
 
 def sft_record(task: Task, trajectory: dict[str, Any]) -> dict[str, Any]:
-    """ReAct messages of the expert's episode: each call an assistant turn, its observation a tool turn. A call turn is
-    the turn's own text when that is a well-formed ReAct call (a teacher's: reasoning, then the call), else the call as
-    a bare ``<tool_call>`` (the programmatic expert writes no reasoning)."""
-    n_images = 1 if task.start_image_id else 0
-    messages: list[dict[str, Any]] = list(user_prompt(task.question, n_images))
+    """ReAct messages of the expert's episode as the ``modalsearch_react_agent`` loop shows them: its system prompt
+    (the tools listed in it), the question with the start image, each call an assistant turn and its observation a
+    tool turn carrying the pixels the call loaded (a ``read_url`` of a path image: the terminal image is in context
+    before an answer read from it), then the answer. A call turn is the turn's own text when that is a well-formed
+    ReAct call (a teacher's: reasoning, then the call), else the call as a bare ``<tool_call>`` (the programmatic
+    expert writes no reasoning)."""
+    pixels = {n.url: n.id.split(":", 1)[1] for n in task.nodes if n.kind == "image" and n.url}
+    urls = [task.start_image_url] if task.start_image_url else []
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt("modalsearch",
+                                                                                  tool_schemas("modalsearch"))},
+                                      *user_prompt(task.question, len(urls))]
     for turn in trajectory["turns"]:
         if turn["outcome"] == "answer":
             messages.append({"role": "assistant", "content": turn["text"]})
             continue
         for call in turn["calls"]:
+            loaded = call["images_added"]
+            fetched = [call["arguments"].get("url")] if loaded and call["tool_name"] == "read_url" else []
+            if len(fetched) != len(loaded) or not all(u in pixels for u in fetched):
+                raise ValueError(f"task {task.id}: {call['tool_name']} loaded {loaded}, not a path image by URL")
+            urls += fetched
             body = json.dumps({"name": call["tool_name"], "arguments": call["arguments"]}, ensure_ascii=False)
             written = turn["text"] if parse_modalsearch_turn(turn["text"]).calls else f"<tool_call>{body}</tool_call>"
             messages.append({"role": "assistant", "content": written})
-            messages.append({"role": "tool", "content": call["observation"]})
-    return {"id": task.id, "images": [task.start_image_url] if task.start_image_url else [], "messages": messages,
+            messages.append(tool_message(call["observation"], loaded))
+    return {"id": task.id, "images": urls, "image_ids": [pixels[u] for u in urls], "messages": messages,
             "ground_truth": task.ground_truth(), "trajectory": trajectory}
 
 
+def check_exportable(task: Task, trajectory: dict[str, Any]) -> None:
+    """Raises ``ValueError`` when :func:`sft_record` cannot make a valid SFT row of ``trajectory``."""
+    SFTRecord.model_validate(sft_record(task, trajectory))
+
+
 def export(outcomes: Sequence[Outcome], world_root: Path, out: Path) -> dict[str, int]:
-    """Write ``{split}.parquet``, ``sft.jsonl`` (train split) and ``references.jsonl`` (all); returns split sizes."""
-    return export_verified(dedupe(outcomes), SPLIT_NAMES, split_of, row, sft_record, world_root, out)
+    """Write ``{split}.parquet``, ``sft.jsonl`` and ``sft.parquet`` (train split, verl's multi-turn SFT layout) and
+    ``references.jsonl`` (all); returns split sizes."""
+    sizes = export_verified(dedupe(outcomes), SPLIT_NAMES, split_of, row, sft_record, world_root, out)
+    sft_parquet_from_jsonl(out / "sft.jsonl", world_root, out / "sft.parquet")
+    return sizes
 
 
 def mei_pairs(outcomes: Sequence[Outcome], world_root: Path, out: Path, tool_dir: Path) -> dict[str, int]:

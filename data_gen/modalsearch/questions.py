@@ -63,6 +63,14 @@ QUESTION_TEMPLATES: dict[str, str] = {
     "P1549": "What is the demonym of {REF}?", "P1448": "What is the official name of {REF}?",
     "P1082": "What population does the article on {REF} give?", "P2046": "What area does the article on {REF} give?",
 }
+# Part-of: an answer reached through it is also right as any region that contains it ("Of what larger region is
+# Mali a part?": "Western Africa", and "Africa" too), so those come as aliases.
+CONTAINMENT = ("P361",)
+# What a reader can still parse: at most this many relative clauses and words in one question.
+MAX_CLAUSES = 4
+MAX_WORDS = 50
+_CLAUSE = re.compile(r"\b(?:that|which|whose|where|who)\b", re.IGNORECASE)
+_REPEAT = re.compile(r"\b(\w+(?:\s+\w+){0,2})\s+\1\b", re.IGNORECASE)
 _SKIP_RELATIONS = frozenset({*TAXONOMIC_RELATIONS, "P625", "x:vital_topic", "x:landlocked", "P297", "P298", "P299",
                              "P300", "P421", "P220", "P498", "P5061", "P465", "P856"})
 
@@ -148,11 +156,55 @@ def reference(hop: PathHop, node: Node, source_ref: str) -> str:
     return phrase[3:] if phrase.startswith("is the ") else f"the {node.noun} that {phrase}"
 
 
+# Words by which an article sentence states a relation, beyond the words of the relation's label.
+_LIES_IN = ("lies in", "located in", "country in", "state in", "territory in")
+RELATION_WORDS: dict[str, tuple[str, ...]] = {
+    "P30": ("continent", *_LIES_IN), "P17": ("country", *_LIES_IN), "P131": ("region", "states of", *_LIES_IN),
+    "P361": ("region", "part of", "comprises", "subregion", *_LIES_IN), "P1082": ("population", "inhabitants"),
+    "P2046": ("area", "covers"), "P1549": ("demonym",), "P78": ("domain",), "P474": ("calling code",),
+    "P1448": ("officially",),
+}
+
+
+def supports(sentence: str, forms: list[str], relation: str, label: str) -> bool:
+    """The sentence can serve as a hop's evidence: it names the value (one of ``forms``) and states the relation,
+    by a word of its label or one of ``RELATION_WORDS``, not just mentions the value in passing."""
+    if not any(found(f, sentence) for f in forms):
+        return False
+    words = [w for w in re.findall(r"[a-z]+", label.lower()) if len(w) > 3]
+    return any(found(w, sentence) for w in (*words, *RELATION_WORDS.get(relation, ())))
+
+
+def grammar_problem(question: str) -> str | None:
+    """Why a reader would stumble over ``question``: a repeated word or phrase ("the continent the continent"),
+    two name clues (each attaches to the nearest noun, so the second one reads as the first's), relative clauses
+    nested deeper than ``MAX_CLAUSES``, or more than ``MAX_WORDS`` words; None when it reads."""
+    quoted = re.sub(r"\u201c[^\u201d]*\u201d", "QUOTE", question)  # a quoted article sentence is not our grammar
+    repeat = _REPEAT.search(quoted)
+    if repeat is not None:
+        return f"repeats {repeat.group(1)!r}"
+    clues = quoted.count("whose name begins with")
+    if clues > 1:
+        return f"{clues} name clues"
+    clauses = len(_CLAUSE.findall(quoted))
+    if clauses > MAX_CLAUSES:
+        return f"{clauses} relative clauses (at most {MAX_CLAUSES})"
+    words = len(question.split())
+    if words > MAX_WORDS:
+        return f"{words} words (at most {MAX_WORDS})"
+    return None
+
+
 class QuestionWriter:
-    def __init__(self, world: World, kg: KG, seed: int = 0, wording: Wording | None = None) -> None:
+    """``text_only``: also write questions on paths without an image (the paper samples those separately, as an
+    ablation, outside the RL and SFT mix; rejected as ``text_only`` otherwise)."""
+
+    def __init__(self, world: World, kg: KG, seed: int = 0, wording: Wording | None = None,
+                 text_only: bool = False) -> None:
         self.world = world
         self.kg = kg
         self.seed = seed
+        self.text_only = text_only
         self.wording = wording or TemplateWording()
         self.prior = PriorAnswerer(world)
         self.pixels = PixelAnswerer()
@@ -165,6 +217,9 @@ class QuestionWriter:
         key = path_key(graph.name, path)
         rng = random.Random(f"{self.seed}:{key}")
         nodes = [graph.nodes[n] for n in path.nodes]
+        pattern, label = modality(graph, path)
+        if label == "text_only" and not self.text_only:
+            return Rejection("text_only", f"no image on the path ({pattern})")
         if not all(e.relation.unique for e in path.edges):
             bad = next(e for e in path.edges if not e.relation.unique)
             return Rejection("ambiguous_hop", f"{bad.source}->{bad.target}: {bad.relation.phrase}")
@@ -200,7 +255,9 @@ class QuestionWriter:
         leaked = sorted(n for n in withheld if len(n) >= 3 and found(n, question))
         if leaked:
             return Rejection("leak", f"the question names {leaked[0]!r}")
-        pattern, label = modality(graph, path)
+        problem = grammar_problem(question)
+        if problem is not None:
+            return Rejection("grammar", problem)
         first = nodes[0]
         return Task(
             id=key, graph=graph.name, seed=self.seed, question=question, answer=answer, aliases=aliases,
@@ -221,7 +278,8 @@ class QuestionWriter:
             if len(same) != 1:
                 continue  # the article's answer would not be unique
             forms = _literal_forms(t.o) if t.literal else _entity_forms(self.world, t.o)
-            sentence = next((s for s in _SENTENCE.split(page.text) for f in forms if found(f, s)), None)
+            label = self.world.relations[t.p].label if t.p in self.world.relations else t.p
+            sentence = next((s for s in _SENTENCE.split(page.text) if supports(s, forms, t.p, label)), None)
             if sentence is not None:
                 candidates.append((t, forms, sentence))
         rng.shuffle(candidates)
@@ -239,7 +297,23 @@ class QuestionWriter:
             else self.world.entities[t.o].kind
         term = Terminal(modality="text", template=template, question=template.replace("{REF}", node.name),
                         answer=forms[0], evidence=sentence.strip(), candidates=len(candidates), passed=len(kept))
-        return forms[0], sorted(set(forms[1:])), answer_type, term
+        aliases = set(forms[1:])
+        if not t.literal and t.p in CONTAINMENT:
+            aliases |= {self.world.entities[c].label for c in self.containers(t.o)} - {forms[0]}
+        return forms[0], sorted(aliases), answer_type, term
+
+    def containers(self, entity_id: str) -> set[str]:
+        """Every region that contains ``entity_id`` through the containment relations, transitively."""
+        seen: set[str] = set()
+        frontier = [entity_id]
+        while frontier:
+            current = frontier.pop()
+            for rel in CONTAINMENT:
+                for parent in self.kg.objects(current, rel) - seen:
+                    if parent in self.world.entities:
+                        seen.add(parent)
+                        frontier.append(parent)
+        return seen
 
     def _terminal_image(self, node: Node):
         path = self.world.image_path(node.ref)

@@ -26,6 +26,18 @@ from data_gen.modalsearch.graph import Graph, GraphEdge
 
 K_MIN, K_MAX = 1, 4
 ALPHA = 1.0
+# Reasoning-path lengths of the paper's generated data (ModalSearcher, App. Table 8: 30.45/34.67/27.36/7.52%).
+HOP_SHARES: dict[int, float] = {1: 0.3045, 2: 0.3467, 3: 0.2736, 4: 0.0752}
+
+
+def depth_towards(shares: dict[int, float], verified: Counter[int], rng: random.Random) -> int:
+    """A target depth drawn towards ``shares``: each depth weighs its deficit in the next question (its share of
+    one more than the verified count, minus its verified count), at least a tenth of its share, so depths whose
+    paths die more often (long ones) are drawn more often until the verified mix matches."""
+    n = sum(verified.values()) + 1
+    depths = sorted(shares)
+    weights = [max(shares[k] * 0.1, shares[k] * n - verified[k]) for k in depths]
+    return rng.choices(depths, weights=weights)[0]
 
 
 def gamma_img(next_is_image: bool, history_kinds: Sequence[str]) -> float:
@@ -93,10 +105,11 @@ class PathSampler:
             out.append((edge, weight))
         return out
 
-    def sample(self) -> Path | None:
-        """One path, or None for a dead end or a duplicate (counted in ``counts``)."""
+    def sample(self, depth: int | None = None) -> Path | None:
+        """One path of ``depth`` hops (default: uniform in ``[k_min, k_max]``), or None for a dead end or a
+        duplicate (counted in ``counts``)."""
         start = self.rng.choice(self._starts)
-        depth = self.rng.randint(self.k_min, self.k_max)
+        depth = self.rng.randint(self.k_min, self.k_max) if depth is None else depth
         history, used = [start], []
         while len(used) < depth:
             options = self.candidates(history, used)

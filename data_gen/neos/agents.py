@@ -167,33 +167,64 @@ class ProgrammaticExpert:
         for ref, entry in zip(refs, task.entry_images):
             anchor_page = next(s.source_page_url for s in task.steps if s.source == entry.entity_id)
             result = await episode.call("ReverseImageSearch", {"image_token": [ref], "goal": "Which page carries "
-                                                               "this image and what does it show?"})
+                                        "this image and what does it show?"},
+                                        reasoning=(f"I do not know what {ref} shows yet; a reverse image search "
+                                                   "should find the page that carries it."))
             if result is None or anchor_page is None or anchor_page not in result.text:
                 return f"reverse search did not reach the anchor page of {entry.image_id}"
         for step in task.steps:
             goal = f"{step.relation_label} {step.source_name}"
-            seen = await self._visit(episode, step.source_page_url, goal)
+            seen = await self._visit(episode, step.source_page_url, goal,
+                                     f"The evidence so far points to {step.source_name}; its page should say which "
+                                     f"entity is linked to it by '{step.relation_label}'.")
             if not _found(step.target_name, seen):
-                back = await self._visit(episode, step.target_page_url, f"{step.relation_label} {step.source_name}")
+                back = await self._visit(episode, step.target_page_url, goal,
+                                         f"The page of {step.source_name} does not settle it; the page of "
+                                         f"{step.target_name} may state the link from its side.")
                 if not _found(step.source_name, back):
                     return f"step {step.index}: no page states {step.fact}"
-            elif step.target != task.answer_entity and step.target_page_url:
-                result = await episode.call("TextSearch", {"query": [step.target_name]})
+            if step.checkpoint:
+                why = await self._check(episode, step, seen)
+                if why:
+                    return why
+            if _found(step.target_name, seen) and step.target != task.answer_entity and step.target_page_url:
+                result = await episode.call("TextSearch", {"query": [step.target_name]}, reasoning=(
+                    f"The page of {step.source_name} names {step.target_name} ({step.relation_label}); I look up "
+                    f"{step.target_name}'s own page to continue from it."))
                 if result is None or step.target_page_url not in result.text:
                     return f"step {step.index}: search did not find the page of {step.target_name}"
-            if step.checkpoint:
-                result = await episode.call("FetchImage", {"urls": [step.checkpoint_image_url]}, pixels=True)
-                if result is None or not result.images or result.images[0].png is None:
-                    return f"step {step.index}: checkpoint image not fetched"
-                with Image.open(io.BytesIO(result.images[0].png)) as im:
-                    if list(palette(im)) != step.checkpoint_colours:
-                        return f"step {step.index}: fetched pixels do not show the stated colours"
         return ""
 
-    async def _visit(self, episode: Episode, url: str | None, goal: str) -> str:
+    async def _check(self, episode: Episode, step, seen: str) -> str:
+        """A visual checkpoint: first the pixels of one other candidate the page named (rejected when its colours
+        are not the described ones), then the checkpoint's own image, whose pixels must show them."""
+        wanted = step.checkpoint_colours
+        named = [a for a in step.alternatives if _found(a.name, seen)]
+        if named:
+            alt = named[0]
+            result = await episode.call("FetchImage", {"urls": [alt.image_url]}, pixels=True, reasoning=(
+                f"The page of {step.source_name} names several candidates, {alt.name} and {step.target_name} among "
+                f"them; the question describes the one it means as {step.checkpoint_description}. I look at "
+                f"{alt.name}'s first."))
+            if result is not None and result.images and result.images[0].png is not None:
+                with Image.open(io.BytesIO(result.images[0].png)) as im:
+                    if list(palette(im)) == wanted:
+                        return f"step {step.index}: the other candidate {alt.name} also shows the stated colours"
+        before = f"{named[0].name}'s image is not {' and '.join(wanted or [])}, so it is not the one meant; " \
+            if named else ""
+        result = await episode.call("FetchImage", {"urls": [step.checkpoint_image_url]}, pixels=True, reasoning=(
+            f"{before}I check {step.target_name}'s image against the description."))
+        if result is None or not result.images or result.images[0].png is None:
+            return f"step {step.index}: checkpoint image not fetched"
+        with Image.open(io.BytesIO(result.images[0].png)) as im:
+            if list(palette(im)) != wanted:
+                return f"step {step.index}: fetched pixels do not show the stated colours"
+        return ""
+
+    async def _visit(self, episode: Episode, url: str | None, goal: str, reason: str) -> str:
         if url is None:
             return ""
-        result = await episode.call("WebVisit", {"url": [url], "goal": goal})
+        result = await episode.call("WebVisit", {"url": [url], "goal": goal}, reasoning=(reason))
         return result.text if result else ""
 
 

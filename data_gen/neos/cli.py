@@ -20,12 +20,12 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import aiohttp
-from tqdm import tqdm
 
+from data_gen.common.cli import add_common_flags, counts_work, progress, report_output, world_or_exit
 from data_gen.common.episode import Expert
 from data_gen.common.llm import SyncChat
 from data_gen.common.report import bar_charts
-from data_gen.common.stats import filter_rates, stage_rates
+from data_gen.common.stats import answer_cap, diversity, filter_rates, stage_rates
 from data_gen.common.teacher import TeacherExpert, TeacherSettings, add_teacher_flags
 from data_gen.neos.agents import (
     ProgrammaticExpert,
@@ -47,16 +47,21 @@ from verl_ext.reward.judge import JudgeConfig
 from verl_ext.tools.client import ToolServerClient, ToolServerUnavailable
 
 # The filters in pipeline order; a candidate reaching one has passed all before it.
-FILTERS = ("grounding", "coverage", "text_only_answer", "text_only_search", "entry_image_vqa",
-           "short_multimodal_search", "expert")
+FILTERS = ("grounding", "entry_image_ablation", "checkpoint_ablation", "coverage", "answer_share", "text_only_answer",
+           "text_only_search", "entry_image_vqa", "short_multimodal_search", "expert")
+OUTPUT_FILES = ["train.parquet", "rl.parquet", "benchmark.parquet", "sft.parquet", "sft.jsonl",
+                "references.jsonl", "mei_sft.jsonl", "stats.json", "plots/", "results.jsonl"]
 STAGES = ("synthesis", "text_only_search", "short_multimodal_search", "expert")
 
 
+DESCRIPTION = ("Neos task synthesis (Neos: Learning to Interleave Search and Visual Reasoning, Sec. 3): questions "
+               "whose answer needs the entry image and visual checkpoints found while searching, checked by shortcut "
+               "probes and solved by an expert with real tool calls. Writes OUT/results.jsonl (resumable log), "
+               "train/rl/benchmark/sft parquet, mei_sft.jsonl, stats.json and plots/.")
+
+
 def parser(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    p.add_argument("--world", required=True, type=Path)
-    p.add_argument("--out", required=True, type=Path)
-    p.add_argument("--limit", type=int, default=None, help="stop once this many tasks are verified")
-    p.add_argument("--seed", type=int, default=0)
+    add_common_flags(p, "tasks")
     p.add_argument("--ocr", action="store_true", help="let the blind observer also read image text (RapidOCR)")
     p.add_argument("--llm-url", default=None, help="OpenAI-compatible base URL: this model rewords each template "
                    "question and probe 1 also asks it to answer closed-book (default: templates and the programmatic "
@@ -122,14 +127,14 @@ async def _judge(client: ToolServerClient, expert: Expert, cand: Candidate, imag
                    detail=why, task=task, trajectory=record.model_dump(mode="json"), probes=probes, seconds=seconds)
 
 
-async def run(world_dir: Path, out: Path, url: str, *, seed: int, limit: int | None, ocr: bool,
+async def run(world: World | Path, out: Path, url: str, *, seed: int, limit: int | None, ocr: bool,
               llm: JudgeConfig | None = None, rewrite: JudgeConfig | None = None,
               vlm: JudgeConfig | None = None, teacher: TeacherSettings | None = None) -> dict:
-    """The pipeline; ``llm``: probe 1's model, ``rewrite``: the rewriter's, ``vlm``: the observer's and probe 3's
-    (the CLI passes its LLM as both ``llm`` and ``rewrite``), ``teacher``: the expert's. Returns what the synthesis
-    model steps and the teacher did."""
+    """The pipeline on ``world`` (loaded, or its directory); ``llm``: probe 1's model, ``rewrite``: the rewriter's,
+    ``vlm``: the observer's and probe 3's (the CLI passes its LLM as both ``llm`` and ``rewrite``), ``teacher``: the
+    expert's. Returns what the synthesis model steps and the teacher did."""
     with ExitStack() as models:
-        world = World.load(world_dir)
+        world = world if isinstance(world, World) else World.load(world)
         observer = PaletteObserver(rapid_ocr() if ocr else None)
         vlm_observer = VLMObserver(models.enter_context(SyncChat(vlm)), observer) if vlm else None
         rewriter = LLMRewriter(models.enter_context(SyncChat(rewrite))) if rewrite else None
@@ -144,7 +149,10 @@ async def _pipeline(world: World, synth: Synthesizer, observer: PaletteObserver,
                     teacher: TeacherSettings | None) -> dict | None:
     """Steps 7-8 over the seeds, into the log; returns the teacher's report (None without a teacher)."""
     log = ResultLog(out / "results.jsonl")
-    verified = sum(1 for o in log.outcomes() if o.status == "verified")
+    done = log.outcomes()
+    verified = sum(1 for o in done if o.status == "verified")
+    per_answer = Counter(o.task.answer_entity for o in done if o.status == "verified" and o.task)
+    cap = answer_cap(limit)
     seeds = synth.seeds()
     configs = (llm, vlm, teacher.chat if teacher else None)
     timeout = aiohttp.ClientTimeout(total=max((c.timeout_s for c in configs if c), default=None))
@@ -155,8 +163,8 @@ async def _pipeline(world: World, synth: Synthesizer, observer: PaletteObserver,
                                     check_exportable)
         llm_probe = LLMTextOnlyProbe(llm, http) if llm else None
         vqa_probe = VLMEntryImageProbe(vlm, http, world.image_path) if vlm else None
-        bar = tqdm(seeds, desc="neos seeds", unit="seed")
-        for seed_entity in bar:
+        bar = progress(limit, verified, len(seeds), "neos", "seed")
+        for seed_entity in seeds:
             if limit is not None and verified >= limit:
                 break
             if f"seed:{seed_entity}" in log.done:
@@ -173,6 +181,10 @@ async def _pipeline(world: World, synth: Synthesizer, observer: PaletteObserver,
                     log.append(Outcome(key=cand.key, status="rejected", filter=cand.filter, detail=cand.detail,
                                        seconds=seconds))
                     continue
+                if per_answer[cand.task.answer_entity] >= cap:
+                    log.append(Outcome(key=cand.key, status="rejected", filter="answer_share", seconds=seconds,
+                                       detail=f"{cap} verified tasks already answer {cand.task.answer}"))
+                    continue
                 texts = [t for e in cand.task.entry_images for t in _image_texts(world, e.image_id, observer)]
                 try:
                     outcome = await _judge(client, expert, cand, texts, seconds, llm_probe, vqa_probe)
@@ -180,14 +192,19 @@ async def _pipeline(world: World, synth: Synthesizer, observer: PaletteObserver,
                     errors += 1
                     outcome = Outcome(key=cand.key, status="error", detail=str(err), task=cand.task, seconds=seconds)
                 log.append(outcome)
-                verified += outcome.status == "verified"
+                if outcome.status == "verified":
+                    verified += 1
+                    per_answer[cand.task.answer_entity] += 1
+                    bar.update(0 if counts_work(limit) else 1)
                 if limit is not None and verified >= limit:
                     break
             else:
                 if not errors:
                     log.append(Outcome(key=f"seed:{seed_entity}", status="seed_done", counts=result.counts,
                                        seconds={"synthesis": share if not result.candidates else 0.0}))
+            bar.update(1 if counts_work(limit) else 0)
             bar.set_postfix(verified=verified)
+        bar.close()
     log.close()
     return expert.report() if isinstance(expert, TeacherExpert) else None
 
@@ -216,7 +233,20 @@ def statistics(outcomes: Sequence[Outcome]) -> dict:
             "hops": dict(sorted(Counter(len(t.steps) for t in tasks).items())),
             "modality_path_types": dict(Counter(_path_type(t) for t in tasks).most_common()),
             "labels": dict(Counter(_label(t) for t in tasks).most_common()),
-            "answer_types": dict(Counter(t.answer_entity.split(":", 1)[0] for t in tasks).most_common())}
+            "answer_types": dict(Counter(_answer_type(t) for t in tasks).most_common()),
+            "diversity": diversity([t.answer_entity for t in tasks], [_answer_type(t) for t in tasks],
+                                   [s.relation_label for t in tasks for s in t.steps], [skeleton(t) for t in tasks])}
+
+
+def _answer_type(task: Task) -> str:
+    return task.answer_entity.split(":", 1)[0]
+
+
+def skeleton(task: Task) -> str:
+    """The question's form without its entities: the structure kind, then each hop's relation, ``*`` after a
+    visual checkpoint's, e.g. "path: shares border with* > currency"."""
+    return f"{task.structure_type}: " + " > ".join(s.relation_label + ("*" if s.checkpoint else "")
+                                                   for s in task.steps)
 
 
 def _path_type(task: Task) -> str:
@@ -233,15 +263,20 @@ def plots(stats: dict, out: Path) -> list[str]:
     rejections = {**{k: v["rejected"] for k, v in stats["filters"].items()}, **stats["seed_level"]}
     return bar_charts({"hops": stats["hops"], "modality_path_types": stats["modality_path_types"],
                        "labels": stats["labels"], "rejections_per_filter": rejections,
-                       "answer_types": stats["answer_types"]}, out, "Neos")
+                       "answer_types": stats["answer_types"], "relations": stats["diversity"]["relations"],
+                       "skeletons": stats["diversity"]["skeletons"],
+                       "top_answers": stats["diversity"]["top_answers"]}, out, "Neos")
 
 
 def main(args: argparse.Namespace) -> int:
+    world = world_or_exit(args.world)  # before the output directory or a tool server exists
+    if world is None:
+        return 2
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     llm, vlm = model_configs(args)
     with served(args.world, "--cache-dir", str(args.out / "tool_server_cache")) as url:
-        models = asyncio.run(run(args.world, args.out, url, seed=args.seed, limit=args.limit, ocr=args.ocr,
+        models = asyncio.run(run(world, args.out, url, seed=args.seed, limit=args.limit, ocr=args.ocr,
                                  llm=llm, rewrite=llm, vlm=vlm, teacher=TeacherSettings.from_args(args)))
     log = ResultLog(args.out / "results.jsonl")
     outcomes = log.outcomes()
@@ -254,4 +289,5 @@ def main(args: argparse.Namespace) -> int:
     stats["wall_seconds_this_run"] = round(time.perf_counter() - start, 1)
     (args.out / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
     print(json.dumps(stats, indent=2))
+    report_output(args.out, stats["verified"], "tasks", OUTPUT_FILES)
     return 0

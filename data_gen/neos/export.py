@@ -68,6 +68,7 @@ def sft_record(task: Task, trajectory: dict[str, Any]) -> dict[str, Any]:
     schemas = tool_schemas("neos")
     pixels = {e.url: e.image_id for e in task.entry_images}
     pixels |= {s.checkpoint_image_url: s.checkpoint_image_id for s in task.steps if s.checkpoint_image_url}
+    pixels |= {a.image_url: a.image_id for s in task.steps for a in s.alternatives}
     messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt("neos", schemas)}, *prompt(task)]
     urls = [e.url for e in task.entry_images]
     for turn in trajectory["turns"]:
@@ -89,7 +90,7 @@ def sft_record(task: Task, trajectory: dict[str, Any]) -> dict[str, Any]:
 
 
 def _reasoning(text: str) -> str:
-    """What a model wrote before its call (a teacher's turn text); a programmatic turn's text is the call alone."""
+    """What was written before the call: a teacher's words, or the programmatic expert's reasoning."""
     return text.split("<tool_call>")[0].strip() if "<tool_call>" in text else ""
 
 

@@ -32,10 +32,17 @@ IMAGE_KINDS: dict[str, str] = {
 COLOURS: dict[str, tuple[int, int, int]] = {
     "black": (0, 0, 0), "white": (255, 255, 255), "grey": (150, 150, 150), "red": (210, 20, 40),
     "dark red": (120, 20, 30), "orange": (250, 130, 10), "yellow": (250, 210, 0), "green": (0, 140, 70),
-    "dark green": (0, 80, 40), "light blue": (100, 170, 230), "blue": (0, 60, 170), "dark blue": (0, 30, 90),
+    "dark green": (0, 80, 40), "light blue": (170, 210, 240), "blue": (0, 60, 170), "dark blue": (0, 30, 90),
     "brown": (130, 80, 40), "purple": (120, 40, 140), "pink": (240, 140, 180),
 }
+# How a person reads a colour word when matching it against an image: near shades are one colour to them.
+SHADE_OF: dict[str, str] = {"dark red": "red", "pink": "red", "dark green": "green", "light blue": "blue",
+                            "dark blue": "blue", "brown": "orange"}
 MIN_SHARE = 0.06  # colours covering less of the image are not mentioned
+# A pixel is named only when its nearest name is clearly nearer than the next (CIELAB Delta E, where about 2.3 is
+# just noticeable): a colour halfway between "blue" and "purple" is one a person might call either.
+MARGIN_DELTA_E = 8.0
+MAX_UNNAMED = 0.25  # an image with more unnamed (low-margin) pixels than this gets no colour words at all
 MAX_COLOURS = 4
 SIDE = 96  # pixels are read at this long side
 
@@ -47,6 +54,16 @@ class Description:
     kind: str
     colours: tuple[str, ...]
     text: tuple[str, ...] = ()
+
+    def reading(self) -> tuple[str, frozenset[str], tuple[str, ...]]:
+        """What a person checks an image against: the kind, the colours as an unordered set with near shades
+        merged, and the words. Two images with the same reading cannot be told apart by a reader of the question,
+        whatever the order or the shade the observer named."""
+        return self.kind, frozenset(SHADE_OF.get(c, c) for c in self.colours), tuple(w.lower() for w in self.text)
+
+    def matches(self, other: Description | None) -> bool:
+        """A reader of ``self`` could take ``other``'s image for the one described."""
+        return other is not None and other.reading() == self.reading()
 
     def render(self) -> str:
         *rest, last = self.colours
@@ -63,20 +80,47 @@ class Observer(Protocol):
     def describe(self, path: Path, source: str, withheld: Collection[str]) -> Description | None: ...
 
 
+def lab(rgb: np.ndarray) -> np.ndarray:
+    """sRGB (0-255, shape (n, 3)) to CIELAB under D65: distances there follow what a person sees as different."""
+    c = rgb.astype(np.float64) / 255.0
+    linear = np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
+    to_xyz = np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]])
+    xyz = linear @ to_xyz.T / np.array([0.95047, 1.0, 1.08883])
+    f = np.where(xyz > 216 / 24389, np.cbrt(xyz), (24389 / 27 * xyz + 16) / 116)
+    return np.stack([116 * f[:, 1] - 16, 500 * (f[:, 0] - f[:, 1]), 200 * (f[:, 1] - f[:, 2])], axis=1)
+
+
+_NAMES = list(COLOURS)
+_REF_LAB = lab(np.asarray([COLOURS[n] for n in _NAMES]))
+
+
 def palette(pixels: Image.Image) -> tuple[str, ...]:
-    """Named colours covering at least ``MIN_SHARE`` of the opaque pixels, largest first (ties by name)."""
+    """Named colours covering at least ``MIN_SHARE`` of the opaque pixels, largest first (ties by name); see
+    :func:`colour_shares`."""
+    return tuple(name for name, _ in colour_shares(pixels))
+
+
+def colour_shares(pixels: Image.Image) -> tuple[tuple[str, float], ...]:
+    """``(name, share of the opaque pixels)`` for the colours covering at least ``MIN_SHARE``, largest first (ties
+    by name). Each pixel takes its nearest name in CIELAB, and only with a margin of ``MARGIN_DELTA_E`` over the
+    next name; when more than ``MAX_UNNAMED`` of the pixels have no clear name the image gets no colours (empty)."""
     im = pixels.convert("RGBA")
     im.thumbnail((SIDE, SIDE))
     arr = np.asarray(im).reshape(-1, 4)
-    rgb = arr[arr[:, 3] >= 128, :3].astype(np.float32)
+    rgb = arr[arr[:, 3] >= 128, :3]
     if not len(rgb):
         return ()
-    names = list(COLOURS)
-    ref = np.asarray([COLOURS[n] for n in names], dtype=np.float32)
-    nearest = np.argmin(((rgb[:, None, :] - ref[None, :, :]) ** 2).sum(-1), axis=1)
-    share = np.bincount(nearest, minlength=len(names)) / len(rgb)
+    names = _NAMES
+    colours, inverse = np.unique(rgb, axis=0, return_inverse=True)  # flags and maps use few distinct colours
+    distance = np.sqrt(((lab(colours)[:, None, :] - _REF_LAB[None, :, :]) ** 2).sum(-1))
+    two = np.sort(distance, axis=1)[:, :2]
+    nearest = np.argmin(distance, axis=1)[inverse.reshape(-1)]
+    clear = (two[:, 1] - two[:, 0] >= MARGIN_DELTA_E)[inverse.reshape(-1)]
+    if 1 - clear.mean() > MAX_UNNAMED:
+        return ()
+    share = np.bincount(nearest[clear], minlength=len(names)) / len(rgb)
     ranked = sorted((i for i in range(len(names)) if share[i] >= MIN_SHARE), key=lambda i: (-share[i], names[i]))
-    return tuple(names[i] for i in ranked[:MAX_COLOURS])
+    return tuple((names[i], float(share[i])) for i in ranked[:MAX_COLOURS])
 
 
 def rapid_ocr() -> Callable[[bytes], str]:
@@ -145,7 +189,8 @@ def ground(
     observer: Observer,
     withheld: Collection[str],
 ) -> Grounding | None:
-    """Accept the first image of ``checkpoint`` whose blind description no other candidate's image also gets.
+    """Accept the first image of ``checkpoint`` whose blind description no other candidate's image also fits under
+    a person's reading (:meth:`Description.matches`: colours unordered, near shades merged).
 
     ``images_of(entity)`` lists ``(image_id, path, source)``. A candidate without an image of the same kind cannot
     match (the question says which kind of image to look at). None: no image of the checkpoint is distinctive.
@@ -156,7 +201,7 @@ def ground(
         if mine is None:
             continue
         clash = any(
-            observer.describe(p, s, withheld) == mine for other in others for _, p, s in images_of(other)
+            mine.matches(observer.describe(p, s, withheld)) for other in others for _, p, s in images_of(other)
             if IMAGE_KINDS.get(s) == mine.kind
         )
         if not clash:

@@ -23,6 +23,16 @@ class EntryImage(_Model):
     entity_id: str  # the anchor it depicts (never shown to the policy)
 
 
+class Alternative(_Model):
+    """Another candidate the step leaves open before its checkpoint image is looked at, and what its image shows:
+    the expert checks one and rejects it, as a searcher that cannot know the answer would."""
+
+    name: str
+    image_id: str
+    image_url: str
+    colours: list[str]
+
+
 class Step(_Model):
     """One hop of the verified reasoning path: identify ``target`` from ``source`` through the KG fact ``fact``.
 
@@ -46,6 +56,7 @@ class Step(_Model):
     checkpoint_image_url: str | None = None
     checkpoint_description: str | None = None  # the blind observer's words for that image
     checkpoint_colours: list[str] | None = None  # the palette those words state, largest area first
+    alternatives: list[Alternative] = Field(default_factory=list)  # other candidates of a checkpoint, by name
     span: str
 
 

@@ -22,7 +22,7 @@ from data_gen.kg import (
 )
 from data_gen.kg.distinguish import TAXONOMIC_RELATIONS
 from data_gen.neos.observer import IMAGE_KINDS, Description, Observer, PaletteObserver, ground
-from data_gen.neos.schema import EntryImage, Step, Task
+from data_gen.neos.schema import Alternative, EntryImage, Step, Task
 from data_gen.neos.verbalize import Rewriter, TemplateVerbalizer, Verbalizer, check_coverage
 from data_gen.world.model import page_url
 from data_gen.world.store import World
@@ -31,9 +31,11 @@ SEED_KINDS = frozenset({"country", "city", "subdivision", "us_state", "currency"
 
 
 # Relation families withheld from distinguishing sets, one DAG per entry: greedy selection always takes the same
-# most selective fact (a capital, a border), so each variant forces the seed's DAG through other relations.
+# most selective fact (a capital, a border), so each variant forces the seed's DAG through other relations. The
+# second keeps capitals out entirely (a city's P17 singles its country out as well as P1376 does, and a city has
+# no image to anchor or check), so a country is identified through image-bearing neighbours: borders, regions.
 RELATION_VARIANTS: tuple[frozenset[str], ...] = (
-    frozenset(), frozenset({"P36", "P1376"}), frozenset({"P47"}), frozenset({"P37", "P38"}),
+    frozenset(), frozenset({"P36", "P1376", "P17"}), frozenset({"P47"}), frozenset({"P37", "P38"}),
 )
 
 
@@ -86,6 +88,12 @@ class Synthesizer:
         usable = (im for im in world.images.values() if im.entity_id and im.source in IMAGE_KINDS)
         for im in sorted(usable, key=lambda i: (order.index(i.source), i.id)):
             self._images.setdefault(im.entity_id, []).append((im.id, world.image_path(im.id), im.source))
+        # What a reader without the entry image knows of its anchor: an entity of this kind with such an image.
+        self._pictured: dict[tuple[str, str], set[str]] = {}
+        for eid, images in self._images.items():
+            if eid in world.entities:
+                for _, _, source in images:
+                    self._pictured.setdefault((world.entities[eid].kind, source), set()).add(eid)
 
     # -- step 1 -------------------------------------------------------------------------------------------------
 
@@ -129,18 +137,20 @@ class Synthesizer:
             for structure in enum.accepted:
                 accepted.setdefault(self.structure_key(structure), structure)
         chosen = list(accepted.values())[: self.config.max_structures_per_seed]
-        return SeedResult(seed_entity, tuple(self._candidate(s) for s in chosen), dict(counts))
+        return SeedResult(seed_entity, tuple(self.candidate(s) for s in chosen), dict(counts))
 
     def structure_key(self, structure: Structure) -> str:
         blob = json.dumps([self.world_hash, structure.to_dict()], sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
-    def _candidate(self, structure: Structure) -> Candidate:
+    def candidate(self, structure: Structure) -> Candidate:
+        """Steps 5-6 and the evidence rules for one identifiable structure."""
         key = self.structure_key(structure)
         names = self._withheld(structure)
         ambiguous: set[str] = set()
         bound: dict[str, Description] = {}
         grounded: dict[str, str] = {}
+        alternatives: dict[str, list[Alternative]] = {}
         reach: dict[str, set[str]] = {a: {a} for a in structure.anchors}
         for edge in structure.edges:
             step = self._step_candidates(reach[edge.source], edge.relation, edge.forward)
@@ -155,7 +165,11 @@ class Synthesizer:
                     return Candidate(key, structure, None, "grounding",
                                      f"no image of {edge.target} is distinctive among {len(reach[edge.target])}")
                 bound[edge.target], grounded[edge.target] = g.description, g.image_id
+                alternatives[edge.target] = self._alternatives(edge.target, reach[edge.target], g.description, names)
                 reach[edge.target] = {edge.target}
+        rule = self._evidence_rule(structure, bound, names)
+        if rule is not None:
+            return Candidate(key, structure, None, *rule)
         kinds = {n: self.world.entities[n].kind for n in structure.nodes if n in self.world.entities}
         labels = {e.relation: self._relation_label(e.relation) for e in structure.edges}
         anchor_images = [IMAGE_KINDS[self._images[a][0][2]] for a in structure.anchors]
@@ -168,7 +182,8 @@ class Synthesizer:
                 f"image {i}" for i in range(1, len(structure.anchors) + 1)]
             keep = [*images, *(d.render() for d in bound.values())]
             verbal = self.rewriter.rewrite(verbal, keep, lambda q: check_coverage(q, structure, verbal, names))
-        steps = [self._step(i, e, verbal.spans[i], grounded, bound) for i, e in enumerate(structure.edges)]
+        steps = [self._step(i, e, verbal.spans[i], grounded, bound, alternatives.get(e.target, []))
+                 for i, e in enumerate(structure.edges)]
         answer = self.world.entities[structure.answer]
         task = Task(
             id=key, world_hash=self.world_hash, seed=self.seed,
@@ -178,6 +193,44 @@ class Synthesizer:
             steps=steps,
         )
         return Candidate(key, structure, task, None)
+
+    def _evidence_rule(self, structure: Structure, bound: dict[str, Description],
+                       names: set[str]) -> tuple[str, str] | None:
+        """Neos's evidence dependence as a rejection rule, checked on the compiled query as a reader would solve
+        it: remove one entry image (its anchor becomes any entity of its kind with such an image) or one visual
+        checkpoint's description (the node keeps only its relations); if the answer is still the only one left,
+        that evidence is decoration and the question is rejected. ``(filter, detail)``, or None when every image
+        and every checkpoint is needed."""
+        anchors = {a: {a} for a in structure.anchors}
+        for anchor in structure.anchors:
+            entity = self.world.entities.get(anchor)
+            source = self._images[anchor][0][2]
+            pictured = self._pictured.get((entity.kind if entity else "", source), {anchor})
+            if self._answers(structure, {**anchors, anchor: pictured}, bound, names) == {structure.answer}:
+                return "entry_image_ablation", f"without the image of {anchor} the text alone leaves one answer"
+        for checkpoint in structure.checkpoints:
+            rest = {k: v for k, v in bound.items() if k != checkpoint}
+            if self._answers(structure, anchors, rest, names) == {structure.answer}:
+                return "checkpoint_ablation", f"without the checkpoint image of {checkpoint} the relations alone " \
+                                              "leave one answer"
+        return None
+
+    def _answers(self, structure: Structure, start: dict[str, set[str]], bound: dict[str, Description],
+                 names: set[str]) -> set[str]:
+        """The answers a reader is left with: candidates propagated along the edges from ``start``, each bound
+        checkpoint narrowed to the entities whose image fits its description under a person's reading."""
+        reach = dict(start)
+        for edge in structure.edges:
+            step = self._step_candidates(reach[edge.source], edge.relation, edge.forward)
+            if edge.target in bound:
+                step = {c for c in step if self._fits(c, bound[edge.target], names)}
+            reach[edge.target] = reach[edge.target] & step if edge.target in reach else step
+        return reach[structure.answer]
+
+    def _fits(self, entity: str, description: Description, names: set[str]) -> bool:
+        return any(IMAGE_KINDS.get(source) == description.kind
+                   and description.matches(self.observer.describe(path, source, names))
+                   for _, path, source in self._images.get(entity, []))
 
     def _step_candidates(self, sources: set[str], relation: str, forward: bool) -> set[str]:
         out: set[str] = set()
@@ -209,7 +262,25 @@ class Synthesizer:
         image_id = self._images[anchor][0][0]
         return EntryImage(image_id=image_id, url=self.world.images[image_id].url, entity_id=anchor)
 
-    def _step(self, index: int, edge, span: str, grounded: dict[str, str], bound: dict[str, Description]) -> Step:
+    def _alternatives(self, checkpoint: str, candidates: set[str], description: Description, names: set[str],
+                      most: int = 2) -> list[Alternative]:
+        """Up to ``most`` other candidates of a checkpoint with an image of the same kind, and its colours."""
+        out = []
+        for other in sorted(candidates - {checkpoint}):
+            for image_id, path, source in self._images.get(other, []):
+                seen = self.observer.describe(path, source, names) if IMAGE_KINDS.get(source) == description.kind \
+                    else None
+                if seen is not None:
+                    out.append(Alternative(name=self._name(other), image_id=image_id,
+                                           image_url=self.world.images[image_id].url,
+                                           colours=list(seen.colours)))
+                    break
+            if len(out) == most:
+                break
+        return out
+
+    def _step(self, index: int, edge, span: str, grounded: dict[str, str], bound: dict[str, Description],
+              alternatives: list[Alternative]) -> Step:
         return Step(
             index=index, source=edge.source, target=edge.target, relation=edge.relation,
             relation_label=self._relation_label(edge.relation), forward=edge.forward, fact=edge.fact,
@@ -219,5 +290,6 @@ class Synthesizer:
             checkpoint_image_url=self.world.images[grounded[edge.target]].url if edge.target in grounded else None,
             checkpoint_description=bound[edge.target].render() if edge.target in bound else None,
             checkpoint_colours=list(bound[edge.target].colours) if edge.target in bound else None, span=span,
+            alternatives=alternatives,
         )
 

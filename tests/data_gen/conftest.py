@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from PIL import Image
 
 from data_gen.kg import KG
 from data_gen.modalsearch.build import GraphBuilder, image_id, text_id
@@ -14,6 +15,23 @@ from data_gen.modalsearch.linking import OfflineImageLinker
 from data_gen.modalsearch.relations import OfflineRelationProposer
 from data_gen.modalsearch.sampler import Path
 from data_gen.world.store import World
+
+
+@pytest.fixture(scope="session")
+def striped_png():
+    """``striped_png(path, [(colour, height), ...])``: horizontal stripes (RGB or RGBA colours) on a 10-pixel-wide
+    image, saved as PNG at ``path``, which it returns: hand-made flags with a known palette."""
+
+    def make(path, stripes):
+        im = Image.new("RGBA" if len(stripes[0][0]) == 4 else "RGB", (10, sum(h for _, h in stripes)))
+        y = 0
+        for colour, h in stripes:
+            im.paste(colour, (0, y, 10, y + h))
+            y += h
+        im.save(path)
+        return path
+
+    return make
 
 
 @pytest.fixture(scope="module")

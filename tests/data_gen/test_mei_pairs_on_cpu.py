@@ -88,7 +88,7 @@ def test_pairs_are_the_model_messages_and_logged_evidence_and_unfaithful_calls_a
     counts = export_mei_pairs(episodes, logged["path"], lambda: world, out)
     assert counts == {"written": 2, "skipped_check_failed": 1, "skipped_error_call": 1, "skipped_input_mismatch": 1,
                       "skipped_not_in_tool_log": 1, "skipped_query_image_not_found": 1, "skipped_schema": 1,
-                      "skipped_malformed_input": 2}
+                      "skipped_malformed_input": 2, "relabelled_visual_match": 0}
     read = MEILog.read(out)
     assert read.skipped_lines == []
     rev_pair, visit_pair = read.records
@@ -120,3 +120,27 @@ def test_export_replaces_the_previous_file_and_a_missing_log_writes_nothing(worl
     assert export_mei_pairs([episode], tmp_path / "absent.jsonl", no_world, out) == {"written": 0,
                                                                                      "skipped_not_in_tool_log": 1}
     assert MEILog.read(out).records == []
+
+
+async def test_only_the_true_near_duplicate_keeps_visual_match(world, tmp_path):
+    """The backend scores a look-alike (another flag) as high as the query's own image; the pair's target keeps
+    visual_match for the same pixels only, the look-alike becomes partial_match, and the relabel is counted."""
+    ctx = _Ctx(world)
+    page = _page_with_images(world)
+    question = world.page_images(page)[0]
+    registered = Image.open(io.BytesIO(world.image_bytes(question.id))).convert("RGB")
+    query = ImageView(url="img_1", png=encode_png(registered))
+    other = next(im for im in world.world.images.values() if im.id != question.id)
+    candidates = [world_image_view(ctx, other.id, pixels=True, match_score=0.95),
+                  world_image_view(ctx, question.id, pixels=True, match_score=0.9)]
+    mei = build_interface(MEIConfig(log_path=tmp_path / "tool" / "mei.jsonl", ocr=False))
+    rev = await mei.reverse_image_search(goal="which page", query_image=query, candidates=candidates,
+                                         ctx=MEIContext(session_id="s1", turn=0, tool="ReverseImageSearch"))
+    await mei.close()
+    assert [c.match_state for c in rev.evidence.candidates] == ["visual_match", "visual_match"]
+    out = tmp_path / "pairs" / "mei_sft.jsonl"
+    counts = export_mei_pairs([_episode([[rev.call_id]], [question.id])], tmp_path / "tool" / "mei.jsonl",
+                              lambda: world, out)
+    assert counts == {"written": 1, "relabelled_visual_match": 1}
+    (pair,) = MEILog.read(out).records
+    assert [c["match_state"] for c in pair.output["candidates"]] == ["partial_match", "visual_match"]

@@ -37,7 +37,7 @@ def _reply(body: dict) -> str:
     rewritten = user["question"].replace(user["placeholder"], user["description"])
     return {
         "fluent": json.dumps({"question": rewritten.replace("Tell me: ", "Please tell me: ")}),
-        "leaky": json.dumps({"question": rewritten.replace("?", " (it is light blue)?")}),
+        "leaky": json.dumps({"question": rewritten.replace("?", " (it is white)?")}),
         "no_ref": json.dumps({"question": user["question"]}),  # the replaced mark is still there
         "reveals": json.dumps({"question": rewritten.rstrip("?")}),  # not a question
         "prose": rewritten,
@@ -65,17 +65,17 @@ def test_the_models_words_are_used_and_the_verification_is_the_writers(modalsear
     threaded_chat.reply = _reply
     task, usage = _write(modalsearch_graph, path, threaded_chat.url, "fluent")
     assert not isinstance(task, Rejection), task
-    assert base.question.startswith("Which colour covers the largest area of the locator map of the country that")
+    assert base.question.startswith("Which colour covers the second-largest area of the locator map of the country")
     assert task.question == "Please tell me: w" + base.question[1:]
-    assert task.terminal.template == "Tell me: which colour covers the largest area of {REF}?"
-    assert task.terminal.question == "Tell me: which colour covers the largest area of the locator map " \
+    assert task.terminal.template == "Tell me: which colour covers the second-largest area of {REF}?"
+    assert task.terminal.question == "Tell me: which colour covers the second-largest area of the locator map " \
         f"({graph_description(modalsearch_graph)})?"
     # the same ask, answer and T = 3 verification as offline: only the words changed
     assert (task.answer, task.terminal.c_with, task.terminal.c_without, task.label) == (
         base.answer, base.terminal.c_with, base.terminal.c_without, base.label)
     assert usage.report() == {"calls": 2, "fallbacks": 0, "by_reason": {}}  # the terminal question, one rewrite
     terminal_request, rewrite_request = (json.loads(b["messages"][1]["content"]) for b in threaded_chat.seen)
-    assert terminal_request["answer"] == "light blue" and terminal_request["entity_kind"] == "locator map"
+    assert terminal_request["answer"] == "white" and terminal_request["entity_kind"] == "locator map"
     assert rewrite_request["placeholder"] == MAP and "\u27e8v0\u27e9" in rewrite_request["description"]
 
 
@@ -88,7 +88,7 @@ def test_a_rewrite_that_names_the_answer_is_still_rejected_by_the_leak_check(mod
     path, _ = offline
     threaded_chat.reply = _reply
     task, usage = _write(modalsearch_graph, path, threaded_chat.url, "leaky")
-    assert isinstance(task, Rejection) and task.filter == "leak" and "light blue" in task.detail
+    assert isinstance(task, Rejection) and task.filter == "leak" and "white" in task.detail
     assert usage.fallbacks == {}
 
 
@@ -120,6 +120,7 @@ async def test_a_pipeline_run_with_a_model_verifies_questions_in_its_words(small
                                                                           tmp_path):
     threaded_chat.reply = _pipeline_model
     args = Namespace(world=small_world, out=tmp_path, limit=3, seed=0, max_nodes=30, benchmark_nodes=16, seeds=4,
+                     text_only=False,
                      attempts=400, llm_url=threaded_chat.url, llm_model="m", ocr=False,
                      teacher_url=None)
     report = await run(args, str(tool_server.make_url("")).rstrip("/"))

@@ -13,6 +13,7 @@ from verl_ext.rollout.record import TrajectoryRecord
 
 def _args(world, out, limit):
     return Namespace(world=world, out=out, limit=limit, seed=0, max_nodes=30, benchmark_nodes=16, seeds=4,
+                     text_only=False,
                      attempts=400, llm_url=None, llm_model="m", ocr=False, teacher_url=None)
 
 
@@ -50,6 +51,19 @@ async def test_run_crash_resume_and_export(small_world, tool_server, tmp_path):
         assert json.loads(info["reasoning_path"])["nodes"] and info["reference_label"] == "success"
         assert r["prompt"][0]["content"].count("<image>") == len(r["images"])
         assert info["answer"].lower() not in r["prompt"][0]["content"].lower()
+    sft = pd.read_parquet(tmp_path / "sft.parquet")  # verl's multi-turn SFT layout, the train split
+    assert len(sft) == stats["splits"]["train"]
+    for _, r in sft.iterrows():
+        messages = list(r["messages"])
+        assert messages[0]["role"] == "system" and "t2t_search" in messages[0]["content"]
+        assert sum(m["content"].count("<image>") for m in messages) == len(r["images"])
+    for line in (tmp_path / "sft.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record["trajectory"]["turns"] and any(c["images_added"] for t in record["trajectory"]["turns"]
+                                                 for c in t["calls"]):
+            loaded_at = max(i for i, m in enumerate(record["messages"]) if m["role"] == "tool" and "<image>" in
+                            m["content"])
+            assert loaded_at < len(record["messages"]) - 1  # the pixels come before the answer
     verified = [json.loads(line) for line in after if json.loads(line)["status"] == "verified"]
     record = TrajectoryRecord.model_validate(verified[0]["trajectory"])
     assert record.protocol == "modalsearch" and record.final_answer == verified[0]["task"]["answer"]

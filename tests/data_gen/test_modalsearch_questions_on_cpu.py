@@ -42,29 +42,53 @@ def test_terminal_image_question_passes_t_trials_with_and_fewer_without_the_imag
     task = writer.write(graph, path_through(graph, text_id("France"), image_id("map_fra")))
     assert not isinstance(task, Rejection), task
     term = task.terminal
-    # the map reads (light blue, white, red) at every size; blind, the commonest map answer is "white"
-    assert (term.modality, term.template, task.answer) == ("image", VISUAL_QUESTIONS[0][1], "light blue")
+    # the map reads (light blue, white, red) at every size, but blind, the commonest largest map colour is light
+    # blue (the sea) too: the second-largest is asked, which the blind prior gets wrong
+    assert [name for name, _ in read_palette(world.image_path("map_fra"), 96)] == ["light blue", "white", "red"]
+    assert BlindImageAnswerer(world).answer("locator map", VISUAL_QUESTIONS[0]) == "light blue"
+    assert (term.modality, term.template, task.answer) == ("image", VISUAL_QUESTIONS[1][1], "white")
     assert (term.c_with, term.c_without, task.answer_type) == (T, 0, "colour")
-    assert BlindImageAnswerer(world).answer("locator map", VISUAL_QUESTIONS[0]) == "white"
-    assert task.question.startswith("Which colour covers the largest area of the locator map of the country that")
+    assert task.question.startswith("Which colour covers the second-largest area of the locator map of the country")
     assert task.label == "search_required"
 
 
-def test_an_image_whose_reading_changes_with_resolution_or_is_guessable_blind_is_rejected(setup, path_through):
+def test_an_area_ranking_a_person_cannot_see_is_never_asked(setup, path_through):
     world, graph, writer = setup
-    # France's flag: three equal stripes, so the area ranking flips between reading sizes, and the questions that
-    # do not depend on the ranking (the count, 3) are what a blind guesser answers for flags anyway
-    path = world.image_path("flag_fra")
-    assert len({read_palette(path, side) for side in READ_SIDES}) > 1
-    assert BlindImageAnswerer(world).answer("national flag", VISUAL_QUESTIONS[4]) == "3"
-    result = writer.write(graph, path_through(graph, text_id("France"), image_id("flag_fra")))
-    assert isinstance(result, Rejection) and result.filter == "terminal_image"
+    # France's flag: three equal stripes, a third each at every reading size, so no colour is the largest,
+    # second or last; what can be asked is how many colours there are (3), which a blind guesser gets wrong (2)
+    for side in READ_SIDES:
+        shares = read_palette(world.image_path("flag_fra"), side)
+        assert [n for n, _ in shares] == ["blue", "red", "white"] and all(abs(s - 1 / 3) < 0.03 for _, s in shares)
+        assert [ask[2](shares) for ask in VISUAL_QUESTIONS] == [None, None, None, None, "3"]
+    assert BlindImageAnswerer(world).answer("national flag", VISUAL_QUESTIONS[4]) == "2"
+    task = writer.write(graph, path_through(graph, text_id("France"), image_id("flag_fra")))
+    assert not isinstance(task, Rejection), task
+    assert (task.terminal.ask, task.answer, task.terminal.c_without) == ("colour_count", "3", 0)
 
 
-def test_a_hop_that_does_not_single_out_its_target_is_rejected(setup, path_through):
-    _, graph, writer = setup
+def test_a_rank_is_an_answer_only_with_an_area_margin():
+    shares = (("red", 0.5), ("white", 0.26), ("blue", 0.24))
+    assert [ask[2](shares) for ask in VISUAL_QUESTIONS] == ["red", None, None, None, "3"]
+
+
+def test_a_hop_that_does_not_single_out_its_target_is_rejected(modalsearch_graph, path_through):
+    world, kg, graph = modalsearch_graph
+    writer = QuestionWriter(world, kg, seed=0, text_only=True)
     result = writer.write(graph, path_through(graph, text_id("France"), text_id("Spain")))  # Switzerland: also "S"
     assert isinstance(result, Rejection) and result.filter == "ambiguous_hop"
+
+
+def test_text_only_paths_stay_out_of_the_mix_unless_asked_for(setup, path_through):
+    _, graph, writer = setup
+    result = writer.write(graph, path_through(graph, text_id("France"), text_id("Spain")))
+    assert result == Rejection("text_only", "no image on the path (T-T)")
+
+
+def test_a_region_answer_carries_every_region_that_contains_it(setup):
+    world, _, writer = setup
+    western = next(o for o in writer.kg.objects("country:FRA", "P361"))
+    assert world.entities[western].label == "Western Europe"
+    assert {world.entities[c].label for c in writer.containers("country:FRA")} == {"Western Europe", "Europe"}
 
 
 def test_labels_follow_where_images_sit_on_the_path(setup, path_through):

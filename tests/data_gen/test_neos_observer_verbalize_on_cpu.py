@@ -1,6 +1,5 @@
 """Blind grounding and verbalization on hand-made images and a hand-made KG, with hand-checked expectations."""
 
-from pathlib import Path
 
 from PIL import Image
 
@@ -9,31 +8,20 @@ from data_gen.neos.observer import Description, PaletteObserver, ground, palette
 from data_gen.neos.verbalize import TemplateVerbalizer, check_coverage
 
 
-def _flag(path: Path, stripes: list[tuple[tuple[int, int, int, int], int]]) -> Path:
-    """Horizontal stripes of (RGBA, height) on a 10-pixel-wide image."""
-    im = Image.new("RGBA", (10, sum(h for _, h in stripes)))
-    y = 0
-    for colour, h in stripes:
-        im.paste(colour, (0, y, 10, y + h))
-        y += h
-    im.save(path)
-    return path
-
-
-def test_palette_orders_colours_by_area_and_ignores_transparency(tmp_path):
+def test_palette_orders_colours_by_area_and_ignores_transparency(tmp_path, striped_png):
     red, white, clear = (210, 20, 40, 255), (255, 255, 255, 255), (0, 0, 0, 0)
-    with Image.open(_flag(tmp_path / "a.png", [(red, 6), (white, 4), (clear, 30)])) as im:
+    with Image.open(striped_png(tmp_path / "a.png", [(red, 6), (white, 4), (clear, 30)])) as im:
         assert palette(im) == ("red", "white")
-    with Image.open(_flag(tmp_path / "b.png", [(red, 1), (white, 49)])) as im:
+    with Image.open(striped_png(tmp_path / "b.png", [(red, 1), (white, 49)])) as im:
         assert palette(im) == ("white",)  # red covers 2% < MIN_SHARE
 
 
-def test_grounding_accepts_only_a_description_no_distractor_shares(tmp_path):
+def test_grounding_accepts_only_a_description_no_distractor_shares(tmp_path, striped_png):
     red, white, blue = (210, 20, 40, 255), (255, 255, 255, 255), (0, 60, 170, 255)
     files = {
-        "x": _flag(tmp_path / "x.png", [(red, 5), (white, 3)]),
-        "y": _flag(tmp_path / "y.png", [(blue, 5), (white, 3)]),
-        "z": _flag(tmp_path / "z.png", [(red, 5), (white, 3)]),  # looks like x
+        "x": striped_png(tmp_path / "x.png", [(red, 5), (white, 3)]),
+        "y": striped_png(tmp_path / "y.png", [(blue, 5), (white, 3)]),
+        "z": striped_png(tmp_path / "z.png", [(red, 5), (white, 3)]),  # looks like x
     }
     images_of = lambda e: [(f"flag_{e}", files[e], "flag-icons")] if e in files else []
     observer = PaletteObserver()

@@ -100,6 +100,24 @@ def test_expert_reaches_the_answer_with_real_calls_and_fails_on_a_false_checkpoi
     assert not bad_ok and "colours" in bad_why and bad_record.final_answer is None
 
 
+def test_the_expert_rejects_another_candidate_first_and_reasons_only_from_what_it_saw(server, tasks):
+    task = next(t for t in tasks if any(s.alternatives for s in t.steps))
+    (ok, record, why) = asyncio.run(_run(lambda client: ProgrammaticExpert(client).solve(task))(server))
+    assert ok, why
+    fetched = [t.calls[0].arguments["urls"][0] for t in record.turns
+               if t.calls and t.calls[0].tool_name == "FetchImage"]
+    step = next(s for s in task.steps if s.alternatives)
+    at = fetched.index(step.checkpoint_image_url)
+    assert at > 0 and fetched[at - 1] in {a.image_url for a in step.alternatives}  # a wrong candidate looked at first
+    names = {n for s in task.steps for n in (s.source_name, s.target_name, *(a.name for a in s.alternatives))}
+    seen = task.question
+    for turn in record.turns[:-1]:
+        reasoning, _, call = turn.text.partition("<tool_call>")
+        assert reasoning.strip() and call.endswith("</tool_call>")
+        assert all(n in seen for n in names if n in reasoning), (reasoning, names)  # named only once observed
+        seen += turn.calls[0].observation
+
+
 def test_probes_solve_leaky_questions_and_not_the_synthesized_ones(server, tasks):
     task = tasks[0]
     leaky = task.model_copy(update={"question": f"Which city is the capital of {task.steps[-1].source_name}?"})
@@ -181,14 +199,25 @@ def test_mei_pairs_are_the_experts_calls_and_tokenise_for_mei_sft(cli_out, tiny_
                 for r in tool_log.values()}
     blobs = BlobStore(blobs_dir_of(out / "mei_sft.jsonl"))
     tok = tiny_vl_processor.tokenizer
+    relabelled = 0
     for record in read.records:
         assert record.outcome == "extractive"
         example = sft_example(record, blobs)
-        assert json.loads(example.target) == returned[(record.session_id, record.turn, record.method,
-                                                       json.dumps(record.input, sort_keys=True))]
+        target = json.loads(example.target)
+        logged = returned[(record.session_id, record.turn, record.method, json.dumps(record.input, sort_keys=True))]
+        if record.method == "reverse_image_search":
+            # the target is the logged evidence except that only the query's own pixels stay a visual_match
+            assert sum(c["match_state"] == "visual_match" for c in target["candidates"]) <= 1
+            changed = [(t["match_state"], g["match_state"]) for t, g in zip(target["candidates"],
+                                                                          logged["candidates"]) if t != g]
+            assert set(changed) <= {("partial_match", "visual_match")}
+            relabelled += len(changed)
+        else:
+            assert target == logged
         item = tokenize(example, tiny_vl_processor)
         assert tok.decode(item["input_ids"][item["loss_mask"] == 1]) == example.target + "<|im_end|>"
         pixels = sum(1 for m in example.messages if isinstance(m["content"], list)
                      for p in m["content"] if p["type"] == "image_url")
         grids = item["multi_modal_inputs"].get("image_grid_thw")
         assert (0 if grids is None else len(grids)) == pixels
+    assert relabelled == stats["mei_pairs"]["relabelled_visual_match"]

@@ -195,7 +195,7 @@ async def test_the_modalsearch_teacher_speaks_react_and_its_episode_is_the_sft_r
     assert second["messages"][2:] == [{"role": "assistant", "content": call},
                                       {"role": "tool", "content": [{"type": "text", "text": observation}]}]
     assert modalsearch_sft_record(task, record.model_dump(mode="json"))["messages"] == [
-        {"role": "user", "content": task.question},
+        first["messages"][0], {"role": "user", "content": task.question},
         {"role": "assistant", "content": call}, {"role": "tool", "content": observation},
         {"role": "assistant", "content": answer}]
 
@@ -216,7 +216,9 @@ async def test_a_pipeline_run_counts_the_teachers_fallbacks(small_world, tool_se
                        teacher=TeacherSettings(JudgeConfig(url=threaded_chat.url, model="teacher")))
     outcomes = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     verified = [o for o in outcomes if o["status"] == "verified"]
-    assert len(verified) == 1 and verified[0]["trajectory"]["turns"][0]["text"].startswith('{"name": ')
+    # the programmatic expert's episode: its reasoning, then the call
+    assert len(verified) == 1
+    assert '\n<tool_call>{"name": "ReverseImageSearch"' in verified[0]["trajectory"]["turns"][0]["text"]
     episodes = sum(1 for o in outcomes if o["status"] == "verified" or o.get("filter") == "expert")
     assert report["teacher"] == {"model": "teacher", "episodes": episodes, "kept": 0, "calls": episodes,
                                  "fallbacks": episodes, "by_reason": {"wrong_answer": episodes}}

@@ -1,0 +1,91 @@
+"""What both pipelines' command lines share: checked option values, the world check that runs before anything is
+written, the progress bar under ``--limit`` and the closing line that says where the output went."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from tqdm import tqdm
+
+from data_gen.world.store import World, WorldError
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """A usage error is one line (``prog: error: --flag: why``) and exit code 2; ``--help`` still shows usage."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _whole_number(minimum: int):
+    """argparse ``type`` for a whole number >= ``minimum`` (argparse turns the error into exit code 2)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+positive_int = _whole_number(1)  # counts and budgets
+nonnegative_int = _whole_number(0)  # seeds
+
+
+def add_common_flags(p: argparse.ArgumentParser, unit: str) -> None:
+    """``--world/--out/--limit/--seed``, worded the same for both pipelines; ``unit`` names what ``--limit``
+    counts ("tasks", "questions")."""
+    p.add_argument("--world", required=True, type=Path, metavar="DIR",
+                   help="a built offline world (python -m data_gen world build --size small --out DIR)")
+    p.add_argument("--out", required=True, type=Path, metavar="DIR",
+                   help="output directory; created if missing, and a run into an existing one resumes from its "
+                   "results.jsonl, redoing only what is missing")
+    p.add_argument("--limit", type=positive_int, default=None, metavar="N",
+                   help=f"stop once N {unit} are verified, counting those already in --out (default: no limit)")
+    p.add_argument("--seed", type=nonnegative_int, default=0, metavar="S",
+                   help="seed of every random choice; the same world and seed give the same output (default: 0)")
+
+
+def load_world(path: Path) -> World:
+    """The world at ``path``, or :class:`WorldError` (one line) when it is missing, unreadable or holds nothing to
+    build tasks from."""
+    world = World.load(path)
+    if not world.entities or not world.pages:
+        raise WorldError(f"{path} holds no entities or no pages: rebuild it (python -m data_gen world build)")
+    return world
+
+
+def world_or_exit(path: Path) -> World | None:
+    """:func:`load_world`, printing its error as one line on stderr (None) so the caller exits 2 before it writes
+    anything."""
+    try:
+        return load_world(path)
+    except WorldError as err:
+        print(f"error: --world: {err}", file=sys.stderr)
+        return None
+
+
+def progress(limit: int | None, done: int, total: int, desc: str, unit: str) -> tqdm:
+    """The bar: under ``--limit`` it counts verified items towards the limit (``done`` already there), else the
+    ``total`` units of work (seeds, path draws). Callers ``update`` it accordingly, see :func:`counts_work`."""
+    if limit is not None:
+        return tqdm(total=limit, initial=min(done, limit), desc=desc, unit="verified")
+    return tqdm(total=total, desc=desc, unit=unit)
+
+
+def counts_work(limit: int | None) -> bool:
+    """Whether the bar of :func:`progress` advances per unit of work (True) or per verified item (False)."""
+    return limit is None
+
+
+def report_output(out: Path, verified: int, unit: str, files: list[str]) -> None:
+    """The closing line: how many items and where they are (stderr, beside the progress bar; stdout keeps the
+    statistics JSON)."""
+    present = [f for f in files if (out / f).exists()]
+    print(f"{verified} verified {unit} in {out.resolve()} ({', '.join(present)})", file=sys.stderr)

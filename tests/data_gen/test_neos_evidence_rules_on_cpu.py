@@ -1,0 +1,117 @@
+"""Neos's evidence dependence as rejection rules, on a hand-made world whose answers are worked out by hand: a
+question survives only if dropping its entry image, or any visual checkpoint, leaves a reader more than one
+answer; checkpoints must also be unique under a person's reading of colours; no answer fills more than its share."""
+
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from data_gen.common.stats import answer_cap, diversity
+from data_gen.kg import Edge, Structure
+from data_gen.neos.observer import Description, PaletteObserver, ground
+from data_gen.neos.synth import Synthesizer
+from data_gen.world.model import Entity
+from data_gen.world.model import Image as ImageRecord
+from data_gen.world.model import Triple
+from data_gen.world.store import World
+
+RED, WHITE, BLUE, GREEN, YELLOW = (210, 20, 40), (255, 255, 255), (0, 60, 170), (0, 140, 70), (250, 210, 0)
+DARK_BLUE = (0, 30, 90)
+
+
+def _world(root: Path, flags: dict[str, list], triples: list[tuple[str, str, str]],
+           striped_png) -> World:
+    """Countries with flags (``flags``: code -> stripes) and currencies, nothing else."""
+    entities, images = {}, {}
+    for code, stripes in flags.items():
+        eid = f"country:{code}"
+        entities[eid] = Entity(eid, f"Land {code}", "country")
+        striped_png(root / f"{code}.png", stripes)
+        images[f"flag_{code}"] = ImageRecord(f"flag_{code}", f"https://w.invalid/{code}.png", f"{code}.png", "", "",
+                                             "flag-icons", 10, 8, entity_id=eid)
+    for _, _, o in triples:
+        if o.startswith("currency:"):
+            entities[o] = Entity(o, f"Coin {o[-1]}", "currency")
+    return World(root, {}, entities, {}, images, [Triple(*t) for t in triples], {}, {}, {})
+
+
+# A (red) borders B (blue over white) and C (green); the question: "the currency used in the country that borders
+# the flag's country and whose flag is mostly blue and white".
+PATH = Structure(branches=((Edge("country:A", "country:B", "P47", True),
+                            Edge("country:B", "currency:b", "P38", True)),), tail=(), checkpoints=("country:B",))
+BASE = {"A": [(RED, 8)], "B": [(BLUE, 5), (WHITE, 3)], "C": [(GREEN, 8)]}
+BASE_FACTS = [("country:A", "P47", "country:B"), ("country:A", "P47", "country:C"),
+              ("country:B", "P38", "currency:b"), ("country:C", "P38", "currency:c")]
+
+
+def _filter(tmp_path, flags, facts, striped_png):
+    synth = Synthesizer(_world(tmp_path, flags, facts, striped_png), seed=0)
+    return synth.candidate(PATH)
+
+
+def test_the_image_is_decoration_when_the_description_alone_finds_the_answer(tmp_path, striped_png):
+    # Only B has a blue-white flag among all countries that border one: the entry image adds nothing.
+    cand = _filter(tmp_path, BASE, BASE_FACTS, striped_png)
+    assert (cand.task, cand.filter) == (None, "entry_image_ablation")
+
+
+def test_a_look_alike_elsewhere_makes_the_entry_image_needed(tmp_path, striped_png):
+    # X (white over dark blue: the same colours to a person) borders Y and has its own currency: without the entry
+    # image a reader has B and X left, {b, x}; with it, only B. The checkpoint is needed too: A borders B and C.
+    flags = {**BASE, "X": [(WHITE, 5), (DARK_BLUE, 3)], "Y": [(YELLOW, 8)]}
+    facts = BASE_FACTS + [("country:Y", "P47", "country:X"), ("country:X", "P38", "currency:x")]
+    cand = _filter(tmp_path, flags, facts, striped_png)
+    assert cand.filter is None and cand.task is not None and cand.task.answer_entity == "currency:b"
+    assert cand.task.steps[0].checkpoint and "blue and white" in cand.task.question
+
+
+def test_a_checkpoint_the_relations_already_decide_is_rejected(tmp_path, striped_png):
+    # A borders only B: "the country bordering A" is B without looking at its flag.
+    flags = {**BASE, "X": [(WHITE, 5), (DARK_BLUE, 3)], "Y": [(YELLOW, 8)]}
+    facts = [f for f in BASE_FACTS if f != ("country:A", "P47", "country:C")]
+    facts += [("country:Y", "P47", "country:X"), ("country:X", "P38", "currency:x")]
+    cand = _filter(tmp_path, flags, facts, striped_png)
+    assert (cand.task, cand.filter) == (None, "checkpoint_ablation")
+
+
+def test_colours_are_read_as_a_person_does_unordered_and_shades_merged(tmp_path, striped_png):
+    blue_white = Description("national flag", ("blue", "white"))
+    assert blue_white.matches(Description("national flag", ("white", "dark blue")))
+    assert blue_white.matches(Description("national flag", ("light blue", "white")))
+    assert not blue_white.matches(Description("national flag", ("blue", "white", "red")))
+    assert not blue_white.matches(Description("locator map", ("blue", "white")))
+    assert not blue_white.matches(None)
+    # grounding: B's blue-white flag is not distinctive next to X's white-dark-blue one
+    files = {"B": striped_png(tmp_path / "b.png", [(BLUE, 5), (WHITE, 3)]),
+             "X": striped_png(tmp_path / "x.png", [(WHITE, 5), (DARK_BLUE, 3)])}
+    images_of = lambda e: [(f"flag_{e}", files[e], "flag-icons")] if e in files else []
+    assert ground("B", {"B", "X"}, images_of, PaletteObserver(), withheld=()) is None
+    assert ground("B", {"B"}, images_of, PaletteObserver(), withheld=()) is not None
+
+
+@pytest.mark.parametrize("limit, cap", [(None, 3), (10, 1), (60, 1), (100, 3), (1000, 3)])
+def test_no_answer_above_three_percent_of_a_limited_run(limit, cap):
+    assert answer_cap(limit) == cap
+    if limit is not None and limit >= 34:
+        assert cap / limit <= 0.03
+
+
+def test_diversity_figures():
+    d = diversity(["x", "x", "y", "z"], ["city", "city", "lang", "city"], ["capital", "border", "capital"],
+                  ["p: a", "p: a", "p: b", "c: a"])
+    assert d["distinct_answers"] == 3 and d["max_answer_share"] == 0.5 and d["top_answers"]["x"] == 2
+    assert d["answer_types"] == {"city": 3, "lang": 1} and d["relations"] == {"capital": 2, "border": 1}
+    assert d["distinct_skeletons"] == 3 and d["skeletons"]["p: a"] == 2
+
+
+def test_colours_are_named_perceptually_and_only_with_a_margin():
+    from data_gen.neos.observer import COLOURS, palette
+
+    assert palette(Image.new("RGB", (10, 10), (180, 215, 244))) == ("light blue",)  # Eritrea's pale blue
+    assert palette(Image.new("RGB", (10, 10), (238, 234, 222))) == ("white",)  # a map's off-white land
+    between = (0, 45, 130)  # Delta E 15.3 from "blue", 16.3 from "dark blue"
+    assert palette(Image.new("RGB", (10, 10), between)) == ()  # a person could say either: not described
+    half = Image.new("RGB", (10, 10), COLOURS["red"])
+    half.paste(between, (0, 0, 10, 2))  # 20% unclear pixels are tolerated, the clear ones are named
+    assert palette(half) == ("red",)
