@@ -19,6 +19,7 @@ from aiohttp import web
 from tool_server.cache import TieredCache
 from tool_server.calls import CALL_FIELDS, CallMemo, check_keys, json_object, parse_call
 from tool_server.errors import ToolError
+from tool_server.limits import MAX_CALL_BODY_BYTES, MAX_GROUP_ID_CHARS, MAX_URL_CHARS, check_text, quote
 from tool_server.loop import loop_name
 from tool_server.mei.schema import EvidenceInterface
 from tool_server.metrics import Metrics
@@ -120,7 +121,7 @@ async def metrics(request: web.Request) -> web.Response:
 async def tools(request: web.Request) -> web.Response:
     protocol = request.query.get("protocol")
     if protocol not in (None, "neos", "modalsearch"):
-        raise ToolError("invalid_request", f"protocol must be neos or modalsearch, got {protocol!r}", "protocol")
+        raise ToolError("invalid_request", f"protocol must be neos or modalsearch, got {quote(protocol)}", "protocol")
     return web.json_response({"tools": tool_schemas(protocol)})
 
 
@@ -135,6 +136,11 @@ async def create_session(request: web.Request) -> web.Response:
         raise ToolError("invalid_request", f"at most {settings.max_register_images} question images", "images")
     if group_id is not None and not isinstance(group_id, str):
         raise ToolError("invalid_request", "group_id must be a string", "group_id")
+    if group_id is not None:
+        check_text(group_id, MAX_GROUP_ID_CHARS, "group_id")
+    for i, item in enumerate(images):
+        if item.startswith(("http://", "https://")):
+            check_text(item, MAX_URL_CHARS, f"images/{i}")
     ctx = request.app[RUNNER].ctx
     decoded = []
     for i, item in enumerate(images):
@@ -155,11 +161,27 @@ async def delete_session(request: web.Request) -> web.Response:
     return web.json_response({"deleted": request.match_info["session_id"]})
 
 
+async def _read_call_body(request: web.Request) -> bytes:
+    """The body of a tool call, refused past :data:`MAX_CALL_BODY_BYTES` before more than that is read."""
+    if request.content_length is not None and request.content_length > MAX_CALL_BODY_BYTES:
+        raise ToolError(
+            "body_too_large", f"{request.content_length} bytes; a tool call is at most {MAX_CALL_BODY_BYTES}", "body"
+        )
+    if request.content_length is not None:
+        return await request.read()  # the common case, and aiohttp's cheapest read
+    body = bytearray()
+    async for chunk in request.content.iter_any():
+        body += chunk
+        if len(body) > MAX_CALL_BODY_BYTES:
+            raise ToolError("body_too_large", f"a tool call is at most {MAX_CALL_BODY_BYTES} bytes", "body")
+    return bytes(body)
+
+
 async def call_tool(request: web.Request) -> web.Response:
     start = time.perf_counter()
     app = request.app
     session = app[SESSIONS].get(request.match_info["session_id"])
-    raw = await request.read()
+    raw = await _read_call_body(request)
     call = app[CALLS].get(raw)
     if call is None:
         body = json_object(raw, optional=False)

@@ -17,9 +17,12 @@ from dataclasses import dataclass, field
 from PIL import Image
 
 from tool_server.errors import ToolError
+from tool_server.limits import quote
 from tool_server.offline.pixels import encode_png
 
 log = logging.getLogger(__name__)
+
+_MAX_INDEX_DIGITS = 9
 
 
 @dataclass(slots=True)
@@ -62,12 +65,14 @@ class VisualRegister:
         return entry
 
     def get(self, ref: str, field: str | None = None) -> RegisteredImage:
-        if ref.startswith("img_") and ref[4:].isdigit() and ref[4] != "0":
-            index = int(ref[4:]) - 1
+        digits = ref[4:] if ref.startswith("img_") else ""
+        # ASCII digits only (str.isdigit also takes "²" and "١"), and no more than an index can have
+        if 0 < len(digits) <= _MAX_INDEX_DIGITS and digits.isascii() and digits.isdigit() and digits[0] != "0":
+            index = int(digits) - 1
             if index < len(self._images):
                 return self._images[index]
         loaded = f"img_1..img_{len(self._images)}" if self._images else "none"
-        raise ToolError("unknown_image", f"{ref!r} is not in the visual register (loaded: {loaded})", field)
+        raise ToolError("unknown_image", f"{quote(ref)} is not in the visual register (loaded: {loaded})", field)
 
     def refs(self) -> list[str]:
         return [e.ref for e in self._images]
@@ -118,14 +123,14 @@ class SessionStore:
             if session is not None:
                 self._drop(session_id)
             raise ToolError(
-                "unknown_session", f"no session {session_id!r} (never created, deleted or expired)", "session_id"
+                "unknown_session", f"no session {quote(session_id)} (never created, deleted or expired)", "session_id"
             )
         session.last_used = now
         return session
 
     def delete(self, session_id: str) -> None:
         if self._sessions.pop(session_id, None) is None:
-            raise ToolError("unknown_session", f"no session {session_id!r}", "session_id")
+            raise ToolError("unknown_session", f"no session {quote(session_id)}", "session_id")
 
     def _drop(self, session_id: str) -> None:
         del self._sessions[session_id]

@@ -19,6 +19,7 @@ from PIL import Image as PILImage
 from data_gen.world.model import WORLD_ORIGIN, Image, Page
 from data_gen.world.store import World
 from tool_server.errors import ToolError
+from tool_server.limits import quote
 from tool_server.offline.lexical import ImageIndex, PageIndex, TextHit
 from tool_server.offline.pixels import decode_image
 from tool_server.offline.reverse import FEATURE_VERSION, Match, ReverseIndex, load_or_compute
@@ -94,9 +95,9 @@ class OfflineWorld:
             return ref
         urls = self._resources.get(ref)
         if not urls:
-            raise ToolError("not_found", f"{ref!r} is neither a URL nor a known resource id", field)
+            raise ToolError("not_found", f"{quote(ref)} is neither a URL nor a known resource id", field)
         if len(urls) > 1:
-            raise ToolError("ambiguous_resource", f"{ref!r} names {len(urls)} resources; use the URL instead", field)
+            raise ToolError("ambiguous_resource", f"{quote(ref)} names {len(urls)} resources; use the URL instead", field)
         return urls[0]
 
     def image_bytes(self, image_id: str) -> bytes:

@@ -15,6 +15,7 @@ from PIL import Image as PILImage
 
 from data_gen.world.model import Page
 from tool_server.errors import ToolError
+from tool_server.limits import quote
 from tool_server.mei.schema import ImageView, PageView
 from tool_server.offline.lexical import TextHit
 from tool_server.online.clients import ImageResult
@@ -52,7 +53,7 @@ def _unreachable(ctx: ToolContext, url: str, what: str, field: str) -> ToolError
 
 def _check_url(url: str, field: str) -> None:
     if not url.startswith(("http://", "https://")):
-        raise ToolError("invalid_arguments", f"{url!r} is not a complete http(s) URL", field)
+        raise ToolError("invalid_arguments", f"{quote(url)} is not a complete http(s) URL", field)
 
 
 def resolve(ctx: ToolContext, ref: str, field: str) -> str:
