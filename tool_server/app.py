@@ -27,8 +27,9 @@ from tool_server.offline.pixels import DEFAULT_MAX_PIXELS, decode_base64_image, 
 from tool_server.offline.world import OfflineWorld
 from tool_server.online.public import PUBLIC_PATH
 from tool_server.online.web import OnlineBackends
+from tool_server.pools import Pools
 from tool_server.protocol import PROTOCOL_OF, tool_schemas
-from tool_server.sessions import SessionStore
+from tool_server.sessions import SessionStore, VisualRegister, pixel_bytes
 from tool_server.tools import ToolContext, ToolRunner
 from tool_server.tools.ops import load_image
 
@@ -44,6 +45,10 @@ class ServerSettings:
     session_ttl_s: float = 3600.0
     max_sessions: int = 100_000
     max_register_images: int = 512
+    max_sessions_per_client: int = 10_000  # a tenth of the server: one client cannot take every session
+    max_session_image_bytes: int = 512 * 2**20  # decoded pixels of one register (a 25 Mpx image is 100 MB)
+    max_server_image_bytes: int = 16 * 2**30  # of every register together
+    memory_min_idle_s: float = 60.0  # a session idle this long may be evicted to make room for another's images
     max_pixels: int = DEFAULT_MAX_PIXELS
 
 
@@ -112,7 +117,8 @@ async def metrics(request: web.Request) -> web.Response:
         coalesced=cache.coalesced if cache is not None else 0,
         mei=mei.counters() if hasattr(mei, "counters") else {},
         sessions=len(sessions),
-        evicted=sessions.evicted,
+        evicted=dict(sessions.evictions),
+        image_bytes=sessions.image_bytes,
         online=online.counters() if online is not None else None,
     )
     return web.Response(text=text, content_type="text/plain", charset="utf-8", headers={"X-Format": "0.0.4"})
@@ -142,17 +148,26 @@ async def create_session(request: web.Request) -> web.Response:
         if item.startswith(("http://", "https://")):
             check_text(item, MAX_URL_CHARS, f"images/{i}")
     ctx = request.app[RUNNER].ctx
-    decoded = []
+    store: SessionStore = request.app[SESSIONS]
+    decoded, nbytes = [], 0
+    budget = VisualRegister(settings.max_register_images, settings.max_session_image_bytes)
     for i, item in enumerate(images):
         if item.startswith(("http://", "https://")):
             decoded.append(((await load_image(ctx, item, f"images/{i}"))[1], item))
         else:
-            pixels = await asyncio.to_thread(
-                decode_base64_image, item, max_pixels=settings.max_pixels, field=f"images/{i}"
+            pixels = await ctx.pools.run(
+                "image", decode_base64_image, item, max_pixels=settings.max_pixels, field=f"images/{i}"
             )
             decoded.append((pixels, "question"))
-    session = request.app[SESSIONS].create(group_id)
-    refs = [session.register.append(pixels, source).ref for pixels, source in decoded]
+        nbytes += pixel_bytes(decoded[-1][0].width, decoded[-1][0].height)
+        budget.check_bytes(i + 1, nbytes)  # decoded memory stays within one session's budget plus one image
+    session = store.create(group_id, client=request.remote)
+    try:
+        session.register.reserve(len(decoded), nbytes)
+    except ToolError:
+        store.delete(session.id)
+        raise
+    refs = [session.register.append_reserved(pixels, source).ref for pixels, source in decoded]
     return web.json_response({"session_id": session.id, "images": refs})
 
 
@@ -198,7 +213,11 @@ async def call_tool(request: web.Request) -> web.Response:
     try:
         observation = await app[RUNNER].run(session, call)
         cached = observation.cached
-        return web.Response(body=observation.body(include_pixels=call.include_pixels), content_type="application/json")
+        if call.include_pixels and getattr(observation, "images", None):  # PNG encoding: the image pool's work
+            body = await app[RUNNER].ctx.pools.run("image", observation.body, include_pixels=True)
+        else:
+            body = observation.body(include_pixels=call.include_pixels)
+        return web.Response(body=body, content_type="application/json")
     except ToolError as e:
         status = e.status
         raise
@@ -231,10 +250,17 @@ def create_app(
     app = web.Application(client_max_size=MAX_BODY_BYTES)
     app[WORLD] = world
     app[SESSIONS] = SessionStore(
-        ttl_s=settings.session_ttl_s, max_sessions=settings.max_sessions, max_images=settings.max_register_images
+        ttl_s=settings.session_ttl_s,
+        max_sessions=settings.max_sessions,
+        max_sessions_per_client=settings.max_sessions_per_client,
+        max_images=settings.max_register_images,
+        max_session_bytes=settings.max_session_image_bytes,
+        max_server_bytes=settings.max_server_image_bytes,
+        memory_min_idle_s=settings.memory_min_idle_s,
     )
+    pools = online.pools if online is not None else Pools()  # one set of pools for the whole process
     app[RUNNER] = ToolRunner(
-        ToolContext(world=world, mei=mei, max_pixels=settings.max_pixels, online=online), cache
+        ToolContext(world=world, mei=mei, max_pixels=settings.max_pixels, online=online, pools=pools), cache
     )
     app[CACHE] = cache
     app[METRICS] = Metrics()
@@ -263,6 +289,7 @@ def create_app(
             await cache.close()
         if online is not None:
             await online.close()
+        pools.close()
 
     app.cleanup_ctx.append(lifecycle)
     return app

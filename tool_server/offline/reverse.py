@@ -69,14 +69,21 @@ def colour_hist(rgb: np.ndarray) -> np.ndarray:
     return hist / max(1.0, hist.sum())
 
 
-_ORB = None
+_OPENCV = threading.local()  # OpenCV detector/matcher objects are not shared across threads: one set per thread
 
 
 def _orb():
-    global _ORB
-    if _ORB is None:
-        _ORB = cv2.ORB_create(nfeatures=N_FEATURES, fastThreshold=10, edgeThreshold=15, patchSize=15)
-    return _ORB
+    orb = getattr(_OPENCV, "orb", None)
+    if orb is None:
+        orb = _OPENCV.orb = cv2.ORB_create(nfeatures=N_FEATURES, fastThreshold=10, edgeThreshold=15, patchSize=15)
+    return orb
+
+
+def _matcher():
+    matcher = getattr(_OPENCV, "matcher", None)
+    if matcher is None:
+        matcher = _OPENCV.matcher = cv2.BFMatcher(cv2.NORM_HAMMING)
+    return matcher
 
 
 def orb_features(rgb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -164,8 +171,6 @@ class ReverseIndex:
         self._paths = images
         self._shortlist = shortlist
         self._verify = verify
-        self._matcher = cv2.BFMatcher(cv2.NORM_HAMMING)
-        self._lock = threading.Lock()  # OpenCV matcher/detector objects are not shared across threads
 
     def _colour_score(self, query: np.ndarray, image_id: str, transform: np.ndarray) -> float:
         with Image.open(self._paths[image_id]) as im:
@@ -200,7 +205,7 @@ class ReverseIndex:
         lo, hi = t.offsets[k], t.offsets[k + 1]
         if hi - lo < 2:
             return None
-        pairs = self._matcher.knnMatch(q_desc, t.descriptors[lo:hi], k=2)
+        pairs = _matcher().knnMatch(q_desc, t.descriptors[lo:hi], k=2)
         good = [p[0] for p in pairs if len(p) == 2 and p[0].distance < 0.8 * p[1].distance]
         if len(good) < MIN_INLIERS:
             return None
@@ -212,11 +217,10 @@ class ReverseIndex:
         return int(inliers.sum()), transform
 
     def search(self, image: Image.Image, *, limit: int = 5) -> list[Match]:
-        """Best ``limit`` matches, highest score first (only images with some geometric or hash evidence)."""
-        with self._lock:
-            return self._search(image, limit)
+        """Best ``limit`` matches, highest score first (only images with some geometric or hash evidence).
 
-    def _search(self, image: Image.Image, limit: int) -> list[Match]:
+        Thread-safe without a lock (the index is read-only, OpenCV objects are per thread), so searches run in
+        parallel on a pool's threads."""
         t = self._t
         query = _normalized(image)
         dist = _popcount64(np.bitwise_xor(t.hashes, phash(query)))

@@ -8,10 +8,11 @@ search waits for them. With a cache directory they are stored under ``features/`
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 from collections import defaultdict
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from pathlib import Path
 
 from PIL import Image as PILImage
@@ -97,7 +98,9 @@ class OfflineWorld:
         if not urls:
             raise ToolError("not_found", f"{quote(ref)} is neither a URL nor a known resource id", field)
         if len(urls) > 1:
-            raise ToolError("ambiguous_resource", f"{quote(ref)} names {len(urls)} resources; use the URL instead", field)
+            raise ToolError(
+                "ambiguous_resource", f"{quote(ref)} names {len(urls)} resources; use the URL instead", field
+            )
         return urls[0]
 
     def image_bytes(self, image_id: str) -> bytes:
@@ -113,9 +116,13 @@ class OfflineWorld:
     def image_search(self, query: str, goal: str, k: int = 5) -> list[Image]:
         return self.images.search(query, goal, k)
 
-    async def reverse_search(self, image: PILImage.Image, limit: int = 5) -> list[Match]:
+    async def reverse_search(
+        self, image: PILImage.Image, limit: int = 5, executor: Executor | None = None
+    ) -> list[Match]:
+        """Matches of ``image``, searched on ``executor`` (the server's reverse-search pool; None: asyncio's)."""
         index = await asyncio.wrap_future(self._features)
-        return await asyncio.to_thread(index.search, image, limit=limit)
+        search = functools.partial(index.search, image, limit=limit)
+        return await asyncio.get_running_loop().run_in_executor(executor, search)
 
     def features_ready(self) -> bool:
         return self._features.done()

@@ -9,7 +9,6 @@ URL into the visual register.
 
 from __future__ import annotations
 
-import asyncio
 
 from tool_server.errors import ToolError
 from tool_server.offline.pixels import box_to_pixels, encode_png
@@ -88,11 +87,12 @@ async def i2i_search(ctx: ToolContext, call: Call) -> Observation:
         label = url
     if region is not None:
         try:
-            pixels = pixels.crop(box_to_pixels(region, pixels.width, pixels.height))
+            box = box_to_pixels(region, pixels.width, pixels.height)
         except ValueError as e:
             raise ToolError("invalid_arguments", str(e), "arguments/region") from None
+        pixels = await ctx.pools.run("image", pixels.crop, box)
         label, url = f"{label} region {region}", None  # a crop is at no URL
-    png = await asyncio.to_thread(encode_png, pixels)
+    png = await ctx.pools.run("image", encode_png, pixels)
     candidates, mei = await reverse_search(
         ctx, call, label, (pixels, png, url), "find the source of this image", "i2i_search", "arguments/image"
     )
