@@ -34,6 +34,23 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8080, help="0 picks a free port")
     p.add_argument("--session-ttl", type=float, default=3600.0, help="seconds before an idle session is evicted")
     p.add_argument(
+        "--search-processes",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="processes for reverse image search, forked after the world's features load (0: threads of the server "
+        "process, whose event loop they then slow down; default: one per core)",
+    )
+    p.add_argument(
+        "--session-image-mib", type=int, default=512, help="decoded image memory of one session's visual register"
+    )
+    p.add_argument(
+        "--image-budget-gib",
+        type=float,
+        default=16.0,
+        help="decoded image memory of every session together; least recently used idle sessions are evicted first",
+    )
+    p.add_argument("--max-sessions-per-client", type=int, default=10_000, help="open sessions of one client address")
+    p.add_argument(
         "--mei-endpoint", default=None, help="OpenAI-compatible base URL of the MEI model (default: extractive MEI)"
     )
     p.add_argument("--mei-model", default="mei")
@@ -90,7 +107,7 @@ def _online(args: argparse.Namespace) -> OnlineBackends | None:
 
 async def _serve(args: argparse.Namespace) -> None:
     online = _online(args)
-    world = OfflineWorld.load(args.world, cache_dir=args.cache_dir)
+    world = OfflineWorld.load(args.world, cache_dir=args.cache_dir, search_processes=args.search_processes)
     mei_log = args.mei_log or ((args.cache_dir or Path(".")) / "mei.jsonl")
     mei = build_interface(
         MEIConfig(endpoint=args.mei_endpoint, model=args.mei_model, log_path=mei_log, ocr=not args.no_ocr)
@@ -100,9 +117,13 @@ async def _serve(args: argparse.Namespace) -> None:
         shared_dir=args.shared_cache_dir,
         redis_url=args.redis_url,
     )
-    app = create_app(
-        world=world, mei=mei, cache=cache, settings=ServerSettings(session_ttl_s=args.session_ttl), online=online
+    settings = ServerSettings(
+        session_ttl_s=args.session_ttl,
+        max_sessions_per_client=args.max_sessions_per_client,
+        max_session_image_bytes=args.session_image_mib * 2**20,
+        max_server_image_bytes=int(args.image_budget_gib * 2**30),
     )
+    app = create_app(world=world, mei=mei, cache=cache, settings=settings, online=online)
     # the world and its indexes are millions of objects that live as long as the process: out of the collector's
     # sight, a full collection no longer walks them (it took ~9% of the CPU of an uncached search under load)
     gc.freeze()
@@ -132,6 +153,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--session-ttl must be > 0")
     if not 0 <= args.port <= 65535:
         parser.error("--port must be 0..65535")
+    if args.search_processes < 0:
+        parser.error("--search-processes must be >= 0")
+    if args.session_image_mib < 1 or args.image_budget_gib <= 0 or args.max_sessions_per_client < 1:
+        parser.error("--session-image-mib, --image-budget-gib and --max-sessions-per-client must be > 0")
     if args.shared_cache_dir and args.redis_url:
         parser.error("give --shared-cache-dir or --redis-url, not both")
     if args.allow_private_network and not args.online:

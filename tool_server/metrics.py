@@ -40,6 +40,7 @@ class Metrics:
         sessions: int,
         evicted: dict[str, int],
         image_bytes: int = 0,
+        search_restarts: int = 0,
         online: dict[str, int] | None = None,
     ) -> str:
         out = ["# HELP tool_requests_total Tool calls by tool and HTTP status.", "# TYPE tool_requests_total counter"]
@@ -94,6 +95,11 @@ class Metrics:
             "# TYPE sessions_evicted_total counter",
         ]
         out += [f'sessions_evicted_total{{reason="{r}"}} {evicted.get(r, 0)}' for r in ("idle", "memory")]
+        out += [
+            "# HELP reverse_search_restarts_total Reverse-search processes found dead and replaced.",
+            "# TYPE reverse_search_restarts_total counter",
+            f"reverse_search_restarts_total {search_restarts}",
+        ]
         if online is not None:
             out += [
                 "# HELP online_events_total Online backends: API retries, page-reader failures fetched directly.",

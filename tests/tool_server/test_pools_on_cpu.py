@@ -151,3 +151,27 @@ async def test_session_image_budget_and_client_quota_over_http(make_client):
     assert (status, body["error"]["type"]) == (429, "session_quota")
     text = await (await client.get("/metrics")).text()
     assert f"session_image_bytes {4 * 300 * 300 * 2}" in text
+
+
+async def test_reverse_search_in_forked_processes_matches_and_survives_a_killed_process(world, monkeypatch):
+    import os
+    import signal
+
+    from tool_server.errors import ToolError
+
+    mex = Image.open(world.world.image_path("flag_mex")).convert("RGB")
+    crop = mex.crop((10, 10, mex.width - 10, mex.height - 10))
+    in_threads = await world.reverse_search(crop, 5)
+    monkeypatch.setattr(world, "_search_processes", 1)
+    try:
+        assert await world.reverse_search(crop, 5) == in_threads and in_threads[0].image_id == "flag_mex"
+        (pid,) = world._forked._pool._processes  # the one search process, forked from this one
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(ToolError) as err:  # a counted, bounded error for the call that met the dead process
+            await world.reverse_search(crop, 5)
+        assert err.value.type == "search_unavailable" and world.search_restarts == 1
+        assert await world.reverse_search(crop, 5) == in_threads  # new processes answer later calls
+    finally:
+        if world._forked is not None:
+            world._forked.close()
+            world._forked = None

@@ -18,8 +18,12 @@ hash, so later starts load them in about a second.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import multiprocessing
+import os
 import threading
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,7 +50,7 @@ class Match:
     inliers: int
 
 
-def _normalized(image: Image.Image) -> np.ndarray:
+def normalized(image: Image.Image) -> np.ndarray:
     rgb = np.asarray(image.convert("RGB"))
     h, w = rgb.shape[:2]
     scale = SIDE / max(h, w)
@@ -128,7 +132,7 @@ class FeatureTable:
         ids, hashes, hists, offsets, points, descs = [], [], [], [0], [], []
         for image_id, path in images.items():
             with Image.open(path) as im:
-                rgb = _normalized(im)
+                rgb = normalized(im)
             pts, desc = orb_features(rgb)
             ids.append(image_id)
             hashes.append(phash(rgb))
@@ -174,7 +178,7 @@ class ReverseIndex:
 
     def _colour_score(self, query: np.ndarray, image_id: str, transform: np.ndarray) -> float:
         with Image.open(self._paths[image_id]) as im:
-            cand = _normalized(im)
+            cand = normalized(im)
         h, w = query.shape[:2]
         # transform maps query -> candidate; warp the candidate back into the query frame
         warped = cv2.warpAffine(
@@ -221,8 +225,11 @@ class ReverseIndex:
 
         Thread-safe without a lock (the index is read-only, OpenCV objects are per thread), so searches run in
         parallel on a pool's threads."""
+        return self.search_normalized(normalized(image), limit=limit)
+
+    def search_normalized(self, query: np.ndarray, *, limit: int = 5) -> list[Match]:
+        """:meth:`search` of a query already normalized (:func:`normalized`: RGB, long side 512)."""
         t = self._t
-        query = _normalized(image)
         dist = _popcount64(np.bitwise_xor(t.hashes, phash(query)))
         found: dict[str, Match] = {}
         for k in np.flatnonzero(dist <= PHASH_NEAR):
@@ -241,3 +248,42 @@ class ReverseIndex:
                 if t.ids[k] not in found or score > found[t.ids[k]].score:
                     found[t.ids[k]] = Match(t.ids[k], score, "orb", inliers)
         return sorted(found.values(), key=lambda m: (-m.score, m.image_id))[:limit]
+
+
+_FORKED_INDEX: ReverseIndex | None = None  # the index a forked search process inherited (copy-on-write)
+
+
+def _forked_init() -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server's Ctrl-C stops the server, which stops these
+    cv2.setNumThreads(1)  # one search per process; OpenCV's own thread pool does not survive a fork anyway
+    with contextlib.suppress(OSError):
+        os.nice(10)  # below the server's event loop, should they share a core
+
+
+def _forked_search(query: np.ndarray, limit: int) -> list[Match]:
+    assert _FORKED_INDEX is not None, "a search process forked before the index was set"
+    return _FORKED_INDEX.search_normalized(query, limit=limit)
+
+
+class ForkedSearch:
+    """Reverse searches in ``processes`` forked processes that share the index with the server copy-on-write.
+
+    Why processes: a search is ~0.1-1 s of mostly GIL-holding Python around OpenCV calls; in threads of the server's
+    process it takes the GIL from the event loop in 5 ms slices, so every cheap call waits behind it. Only the
+    normalized query (512 px long side, <1 MB) goes to the process; matches come back. One index per process: the
+    server's world (a second :class:`ForkedSearch` replaces the index later forks inherit).
+    """
+
+    def __init__(self, index: ReverseIndex, processes: int) -> None:
+        global _FORKED_INDEX
+        _FORKED_INDEX = index
+        fork = multiprocessing.get_context("fork")
+        self._pool = ProcessPoolExecutor(processes, mp_context=fork, initializer=_forked_init)
+
+    def submit(self, query: np.ndarray, limit: int) -> Future[list[Match]]:
+        return self._pool.submit(_forked_search, query, limit)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

@@ -13,6 +13,7 @@ import hashlib
 import logging
 from collections import defaultdict
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from PIL import Image as PILImage
@@ -23,7 +24,14 @@ from tool_server.errors import ToolError
 from tool_server.limits import quote
 from tool_server.offline.lexical import ImageIndex, PageIndex, TextHit
 from tool_server.offline.pixels import decode_image
-from tool_server.offline.reverse import FEATURE_VERSION, Match, ReverseIndex, load_or_compute
+from tool_server.offline.reverse import (
+    FEATURE_VERSION,
+    ForkedSearch,
+    Match,
+    ReverseIndex,
+    load_or_compute,
+    normalized,
+)
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +42,13 @@ def resource_id(kind: str, url: str) -> str:
 
 
 class OfflineWorld:
-    def __init__(self, world: World, *, cache_dir: Path | None = None) -> None:
+    def __init__(self, world: World, *, cache_dir: Path | None = None, search_processes: int = 0) -> None:
+        """``search_processes``: reverse searches in that many forked processes (:class:`ForkedSearch`); 0: in the
+        caller's executor threads."""
         self.world = world
+        self._search_processes = search_processes
+        self._forked: ForkedSearch | None = None
+        self.search_restarts = 0  # search processes found dead and replaced
         self.content_hash: str = world.manifest.get("content_hash", "")
         self._pages = list(world.pages.values())
         self.pages = PageIndex(self._pages)
@@ -63,8 +76,8 @@ class OfflineWorld:
         )
 
     @classmethod
-    def load(cls, path: str | Path, *, cache_dir: Path | None = None) -> OfflineWorld:
-        return cls(World.load(path), cache_dir=cache_dir)
+    def load(cls, path: str | Path, *, cache_dir: Path | None = None, search_processes: int = 0) -> OfflineWorld:
+        return cls(World.load(path), cache_dir=cache_dir, search_processes=search_processes)
 
     # ---- lookups ----------------------------------------------------------------------------------------------
     @staticmethod
@@ -119,13 +132,30 @@ class OfflineWorld:
     async def reverse_search(
         self, image: PILImage.Image, limit: int = 5, executor: Executor | None = None
     ) -> list[Match]:
-        """Matches of ``image``, searched on ``executor`` (the server's reverse-search pool; None: asyncio's)."""
+        """Matches of ``image``: in the search processes if there are any (``executor`` normalizes the query for
+        them), else on ``executor`` (the server's reverse-search pool; None: asyncio's)."""
         index = await asyncio.wrap_future(self._features)
-        search = functools.partial(index.search, image, limit=limit)
-        return await asyncio.get_running_loop().run_in_executor(executor, search)
+        loop = asyncio.get_running_loop()
+        if not self._search_processes:
+            return await loop.run_in_executor(executor, functools.partial(index.search, image, limit=limit))
+        if self._forked is None:
+            self._forked = ForkedSearch(index, self._search_processes)
+        query = await loop.run_in_executor(executor, normalized, image)
+        forked = self._forked
+        try:
+            return await asyncio.wrap_future(forked.submit(query, limit))
+        except BrokenProcessPool:
+            if self._forked is forked:  # the first call to see it replaces the processes for later calls
+                log.error("a reverse-search process died; starting new ones")
+                forked.close()
+                self._forked = None
+                self.search_restarts += 1
+            raise ToolError("search_unavailable", "the reverse image search process failed; retry the call") from None
 
     def features_ready(self) -> bool:
         return self._features.done()
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._forked is not None:
+            self._forked.close()

@@ -7,6 +7,7 @@ from typing import Any
 
 from tool_server.cache import TieredCache, cache_key
 from tool_server.calls import ToolCall
+from tool_server.pools import image_cost
 from tool_server.sessions import RegisteredImage, Session
 from tool_server.tools import modal, neos
 from tool_server.tools.base import CachedObservation, Call, Observation, ToolContext, pixels_digest
@@ -25,7 +26,7 @@ class ToolRunner:
     async def _digest(self, entry: RegisteredImage) -> str:
         """:func:`pixels_digest`, hashed on the image pool (a 25 Mpx image is 100 MB to hash) and kept."""
         if entry.digest is None:
-            entry.digest = await self.ctx.pools.run("image", pixels_digest, entry)
+            entry.digest = await self.ctx.pools.run(image_cost(entry.width, entry.height), pixels_digest, entry)
         return entry.digest
 
     async def _cache_arguments(self, session: Session, name: str, args: dict[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from tool_server.errors import ToolError
 from tool_server.offline.pixels import box_to_pixels, encode_png
+from tool_server.pools import image_cost
 from tool_server.protocol import MAX_BOXES_TOTAL
 from tool_server.sessions import pixel_bytes
 from tool_server.tools.base import Call, Observation, ToolContext, item_error
@@ -103,10 +104,12 @@ async def reverse_image_search(ctx: ToolContext, call: Call) -> Observation:
         field = f"arguments/image_token/{i}" if entry is not None else f"arguments/image_url/{i - len(tokens)}"
         try:
             if entry is not None:
-                image = (entry.image, await ctx.pools.run("image", entry.png), query_url(entry.source))
+                png = await ctx.pools.run(image_cost(entry.width, entry.height), entry.png)
+                image = (entry.image, png, query_url(entry.source))
             else:
                 image_id, pixels = await load_image(ctx, label, field)
-                png = ctx.world.image_bytes(image_id) if image_id else await ctx.pools.run("image", encode_png, pixels)
+                cost = image_cost(pixels.width, pixels.height)
+                png = ctx.world.image_bytes(image_id) if image_id else await ctx.pools.run(cost, encode_png, pixels)
                 image = (pixels, png, label)
             candidates, mei = await reverse_search(ctx, call, label, image, args["goal"], "ReverseImageSearch", field)
         except ToolError as e:
@@ -185,7 +188,8 @@ async def crop_image(ctx: ToolContext, call: Call) -> Observation:
         )
     nbytes = sum(pixel_bytes(px[2] - px[0], px[3] - px[1]) for _, _, px in plan)
     register.check_bytes(len(plan), nbytes)  # before the crops take the memory
-    crops = await ctx.pools.run("image", lambda: [entry.image.crop(px) for entry, _, px in plan])
+    cost = image_cost(nbytes // 4, 1)
+    crops = await ctx.pools.run(cost, lambda: [entry.image.crop(px) for entry, _, px in plan])
     records, images, lines = [], [], []
     async with call.session.lock:
         register.reserve(len(plan), nbytes)
