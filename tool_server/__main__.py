@@ -10,6 +10,7 @@ import asyncio
 import gc
 import logging
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -105,7 +106,21 @@ def _online(args: argparse.Namespace) -> OnlineBackends | None:
     )
 
 
-async def _serve(args: argparse.Namespace) -> None:
+def _bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before anything is loaded: a busy port fails in a moment, not after the world."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(1024)
+    except OSError as e:
+        sock.close()
+        raise OSError(e.errno, f"cannot listen on {host}:{port}: {e.strerror}") from None
+    return sock
+
+
+async def _serve(args: argparse.Namespace, sock: socket.socket) -> None:
     online = _online(args)
     world = OfflineWorld.load(args.world, cache_dir=args.cache_dir, search_processes=args.search_processes)
     mei_log = args.mei_log or ((args.cache_dir or Path(".")) / "mei.jsonl")
@@ -129,7 +144,7 @@ async def _serve(args: argparse.Namespace) -> None:
     gc.freeze()
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, args.host, args.port)
+    site = web.SockSite(runner, sock)
     await site.start()
     host, port = runner.addresses[0][:2]
     mode = "" if online is None else " online, private network allowed" if args.allow_private_network else " online"
@@ -167,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.public_base_url.startswith(("http://", "https://")):
             parser.error("--public-base-url must start with http:// or https://")
     try:
-        run(_serve(args), use_uvloop=not args.no_uvloop)
+        sock = _bind(args.host, args.port)
+        run(_serve(args, sock), use_uvloop=not args.no_uvloop)
     except (WorldError, BackendError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
