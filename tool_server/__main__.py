@@ -17,7 +17,7 @@ from pathlib import Path
 from aiohttp import web
 
 from data_gen.world.store import WorldError
-from tool_server.app import ServerSettings, create_app
+from tool_server.app import RUNNER, ServerSettings, create_app
 from tool_server.cache import TieredCache
 from tool_server.loop import run
 from tool_server.mei import MEIConfig, build_interface
@@ -34,6 +34,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080, help="0 picks a free port")
     p.add_argument("--session-ttl", type=float, default=3600.0, help="seconds before an idle session is evicted")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="server processes forked after the world loads (sharing it copy-on-write) behind one router on --port "
+        "that sends every call of a session to the process holding it",
+    )
     p.add_argument(
         "--search-processes",
         type=int,
@@ -120,9 +127,13 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def _serve(args: argparse.Namespace, sock: socket.socket) -> None:
+def load_world(args: argparse.Namespace) -> OfflineWorld:
+    return OfflineWorld.load(args.world, cache_dir=args.cache_dir, search_processes=args.search_processes)
+
+
+def build_app(args: argparse.Namespace, world: OfflineWorld, settings: ServerSettings) -> web.Application:
+    """The server of one process over ``world``: MEI, cache tiers and online backends as the flags say."""
     online = _online(args)
-    world = OfflineWorld.load(args.world, cache_dir=args.cache_dir, search_processes=args.search_processes)
     mei_log = args.mei_log or ((args.cache_dir or Path(".")) / "mei.jsonl")
     mei = build_interface(
         MEIConfig(endpoint=args.mei_endpoint, model=args.mei_model, log_path=mei_log, ocr=not args.no_ocr)
@@ -132,13 +143,23 @@ async def _serve(args: argparse.Namespace, sock: socket.socket) -> None:
         shared_dir=args.shared_cache_dir,
         redis_url=args.redis_url,
     )
-    settings = ServerSettings(
+    return create_app(world=world, mei=mei, cache=cache, settings=settings, online=online)
+
+
+def server_settings(args: argparse.Namespace, **extra) -> ServerSettings:
+    return ServerSettings(
         session_ttl_s=args.session_ttl,
         max_sessions_per_client=args.max_sessions_per_client,
         max_session_image_bytes=args.session_image_mib * 2**20,
         max_server_image_bytes=int(args.image_budget_gib * 2**30),
+        **extra,
     )
-    app = create_app(world=world, mei=mei, cache=cache, settings=settings, online=online)
+
+
+async def _serve(args: argparse.Namespace, sock: socket.socket) -> None:
+    world = load_world(args)
+    app = build_app(args, world, server_settings(args))
+    online = app[RUNNER].ctx.online
     # the world and its indexes are millions of objects that live as long as the process: out of the collector's
     # sight, a full collection no longer walks them (it took ~9% of the CPU of an uncached search under load)
     gc.freeze()
@@ -170,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--port must be 0..65535")
     if args.search_processes < 0:
         parser.error("--search-processes must be >= 0")
+    if args.workers < 1:
+        parser.error("--workers must be >= 1")
     if args.session_image_mib < 1 or args.image_budget_gib <= 0 or args.max_sessions_per_client < 1:
         parser.error("--session-image-mib, --image-budget-gib and --max-sessions-per-client must be > 0")
     if args.shared_cache_dir and args.redis_url:
@@ -183,6 +206,10 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--public-base-url must start with http:// or https://")
     try:
         sock = _bind(args.host, args.port)
+        if args.workers > 1:
+            from tool_server.workers import serve_workers
+
+            return serve_workers(args, sock)
         run(_serve(args, sock), use_uvloop=not args.no_uvloop)
     except (WorldError, BackendError) as e:
         print(f"error: {e}", file=sys.stderr)

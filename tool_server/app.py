@@ -49,6 +49,8 @@ class ServerSettings:
     max_session_image_bytes: int = 512 * 2**20  # decoded pixels of one register (a 25 Mpx image is 100 MB)
     max_server_image_bytes: int = 16 * 2**30  # of every register together
     memory_min_idle_s: float = 60.0  # a session idle this long may be evicted to make room for another's images
+    session_id_prefix: str = "s_"
+    client_header: str | None = None  # behind the --workers router: the header naming the client's address
     max_pixels: int = DEFAULT_MAX_PIXELS
 
 
@@ -162,7 +164,8 @@ async def create_session(request: web.Request) -> web.Response:
             decoded.append((pixels, "question"))
         nbytes += pixel_bytes(decoded[-1][0].width, decoded[-1][0].height)
         budget.check_bytes(i + 1, nbytes)  # decoded memory stays within one session's budget plus one image
-    session = store.create(group_id, client=request.remote)
+    client = request.headers.get(settings.client_header) if settings.client_header else None
+    session = store.create(group_id, client=client or request.remote)
     try:
         session.register.reserve(len(decoded), nbytes)
     except ToolError:
@@ -259,6 +262,7 @@ def create_app(
         max_session_bytes=settings.max_session_image_bytes,
         max_server_bytes=settings.max_server_image_bytes,
         memory_min_idle_s=settings.memory_min_idle_s,
+        id_prefix=settings.session_id_prefix,
     )
     pools = online.pools if online is not None else Pools()  # one set of pools for the whole process
     app[RUNNER] = ToolRunner(

@@ -147,8 +147,10 @@ class SessionStore:
         max_session_bytes: int | None = None,
         max_server_bytes: int | None = None,
         memory_min_idle_s: float = 60.0,
+        id_prefix: str = "s_",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``id_prefix`` starts every session id (``s3_``: worker 3's, which the ``--workers`` router reads)."""
         if ttl_s <= 0:
             raise ValueError(f"session TTL must be > 0, got {ttl_s}")
         self.ttl_s = ttl_s
@@ -158,6 +160,7 @@ class SessionStore:
         self._max_session_bytes = max_session_bytes
         self._max_server_bytes = max_server_bytes
         self._min_idle_s = memory_min_idle_s
+        self._id_prefix = id_prefix
         self._clock = clock
         self._sessions: OrderedDict[str, Session] = OrderedDict()  # least recently used first
         self._per_client: Counter[str] = Counter()
@@ -180,7 +183,7 @@ class SessionStore:
                 "session_quota",
                 f"client {quote(client)} holds its quota of {self._max_per_client} sessions; delete finished ones",
             )
-        sid = f"s_{secrets.token_hex(12)}"
+        sid = f"{self._id_prefix}{secrets.token_hex(12)}"
         register = VisualRegister(
             self._max_images,
             self._max_session_bytes,

@@ -152,6 +152,10 @@ class OfflineWorld:
                 self.search_restarts += 1
             raise ToolError("search_unavailable", "the reverse image search process failed; retry the call") from None
 
+    def wait_features(self) -> None:
+        """Block until the reverse-search features are loaded (before forking workers that share them)."""
+        self._features.result()
+
     def features_ready(self) -> bool:
         return self._features.done()
 
