@@ -10,7 +10,8 @@ Refused unless ``allow_private=True``: loopback, private, link-local, multicast,
 are judged by the IPv4 address they carry, as are NAT64 (64:ff9b::/96) addresses; 6to4 (2002::/16, which can embed
 any IPv4 address), site-local fec0::/10 and the 6to4 relay anycast 192.88.99.0/24 (all deprecated) are refused
 whatever they carry. A host spelled as an IPv4 address in any form but dotted decimal (``2130706433``, ``0x7f.1``,
-``127.1``, ``0177.0.0.1``: what ``inet_aton`` and browsers accept) is refused before anything is resolved. ``allowed_endpoints`` is an explicit list of ``(address, port)`` pairs
+``127.1``, ``0177.0.0.1``: what ``inet_aton`` and browsers accept) is refused before anything is resolved.
+``allowed_endpoints`` is an explicit list of ``(address, port)`` pairs
 that are let through although non-global: it exists so tests can talk to a server they started on loopback while
 every other loopback port, and every redirect away from that server, is still refused exactly as in production.
 """

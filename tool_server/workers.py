@@ -88,7 +88,9 @@ class Router:
         self._procs = procs
         self._clients = [
             aiohttp.ClientSession(
-                "http://worker", connector=aiohttp.UnixConnector(path, limit=0), timeout=aiohttp.ClientTimeout(total=None)
+                "http://worker",
+                connector=aiohttp.UnixConnector(path, limit=0),
+                timeout=aiohttp.ClientTimeout(total=None),  # the agent loop's own call timeout bounds a call
             )
             for path in paths
         ]
