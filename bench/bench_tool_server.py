@@ -723,6 +723,98 @@ async def part_replay(args, wl: Workload) -> dict:
     return results
 
 
+def tree_pss(pid: int) -> int:
+    """Proportional set size (bytes) of a process and its children: pages shared copy-on-write counted once."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if stat.parent.name != str(pid) and fields[1] != str(pid):
+                continue
+            rollup = (stat.parent / "smaps_rollup").read_text()
+        except OSError:
+            continue
+        total += int(re.search(r"^Pss:\s+(\d+) kB", rollup, re.MULTILINE).group(1)) * 1024
+    return total
+
+
+MIX = (  # a rollout-like mix of one turn's tool: weights out of 20
+    ("TextSearch", 8),
+    ("WebVisit", 4),
+    ("FetchImage", 3),
+    ("CropImage", 2),
+    ("ImageSearch", 2),
+    ("ReverseImageSearch", 1),
+)
+
+
+async def part_scale(args, wl: Workload) -> dict:
+    """The rollout-like mix (``MIX``, uncached arguments) at 64/256/1,024 sessions, one connection and one call in
+    flight each, against 1/2/4 workers: p50/p99 per tool, PSS of the server's processes, CPU per call of the server
+    (with its children) and of the load generator."""
+    import random
+
+    import aiohttp
+
+    turns = 3 if args.quick else 8
+    tools = [t for t, w in MIX for _ in range(w)]
+    out = {}
+    for workers in args.workers:
+        srv = start_ours(args.world, None, "--workers", str(workers))  # on both cores
+        try:
+            async with aiohttp.ClientSession(base_url=srv.base, connector=aiohttp.TCPConnector(limit=0)) as http:
+                await _wait_features(http)
+                for sessions in args.sessions:
+                    rng = random.Random(sessions)
+                    lat: dict[str, list[float]] = {t: [] for t, _ in MIX}
+                    errors = 0
+                    conns = await asyncio.gather(*(Connection.open(srv.base) for _ in range(sessions)))
+                    sids = [await _session(http, [wl.image_urls[i % len(wl.image_urls)]]) for i in range(sessions)]
+
+                    async def episode(conn: Connection, sid: str) -> None:
+                        nonlocal errors
+                        for _ in range(turns):
+                            tool = rng.choice(tools)
+                            body = {"name": tool, "arguments": wl.args(tool, False, 0)}
+                            t0 = time.perf_counter()
+                            status, _ = await conn.post(f"/v1/sessions/{sid}/call", body)
+                            lat[tool].append(time.perf_counter() - t0)
+                            errors += status != 200
+
+                    t0, c0, me0 = time.perf_counter(), cpu_s(SERVER_PID), cpu_s(os.getpid(), children=False)
+                    await asyncio.gather(*(episode(c, s) for c, s in zip(conns, sids)))
+                    wall = time.perf_counter() - t0
+                    cpu, me = cpu_s(SERVER_PID) - c0, cpu_s(os.getpid(), children=False) - me0
+                    for conn in conns:
+                        conn.close()
+                    for sid in sids:
+                        async with http.delete(f"/v1/sessions/{sid}"):
+                            pass
+                    n = sum(map(len, lat.values()))
+                    row = {
+                        "calls": n,
+                        "errors": errors,
+                        "wall_s": wall,
+                        "calls_per_s": n / wall,
+                        "server_cpu_ms_per_call": cpu / n * 1e3,
+                        "client_cpu_ms_per_call": me / n * 1e3,
+                        "pss_mib": tree_pss(srv.proc.pid) / 2**20,
+                        "per_tool": {t: (_pct(x, 50) * 1e3, _pct(x, 99) * 1e3, len(x)) for t, x in lat.items() if x},
+                    }
+                    out[f"{workers}w/{sessions}s"] = row
+                    tools_txt = ", ".join(f"{t} {p50:.0f}/{p99:.0f} ms" for t, (p50, p99, _) in row["per_tool"].items())
+                    print(
+                        f"{workers} workers, {sessions:4d} sessions: {n} calls in {wall:5.1f} s = "
+                        f"{row['calls_per_s']:6.1f}/s, err {errors}, server CPU {row['server_cpu_ms_per_call']:.1f} "
+                        f"ms/call, client {row['client_cpu_ms_per_call']:.2f}, PSS {row['pss_mib']:.0f} MiB; "
+                        f"p50/p99 {tools_txt}",
+                        flush=True,
+                    )
+        finally:
+            srv.stop()
+    return out
+
+
 def _big_question_image(size: tuple[int, int] = (4000, 3000)) -> str:
     """A 12 Mpx question image (a gradient: a small PNG to send, 48 MB of decoded pixels to crop and encode)."""
     import base64
@@ -795,7 +887,11 @@ async def part_hol(args, wl: Workload) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument(
-        "--part", choices=["throughput", "baseline", "loops", "rss", "replay", "hol", "all"], default="all"
+        "--part", choices=["throughput", "baseline", "loops", "rss", "replay", "hol", "scale", "all"], default="all"
+    )
+    p.add_argument("--workers", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 4], help="--part scale")
+    p.add_argument(
+        "--sessions", type=lambda s: [int(x) for x in s.split(",")], default=[64, 256, 1024], help="--part scale"
     )
     p.add_argument("--quick", action="store_true", help="small request counts, short phases")
     p.add_argument("--world", type=Path, default=ROOT / "worlds" / "small")
@@ -832,6 +928,7 @@ def main(argv: list[str] | None = None) -> int:
         "rss": part_rss,
         "replay": part_replay,
         "hol": part_hol,
+        "scale": part_scale,
     }
     results = {}
     for part in parts:

@@ -44,9 +44,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--search-processes",
         type=int,
-        default=os.cpu_count() or 1,
+        default=None,
         help="processes for reverse image search, forked after the world's features load (0: threads of the server "
-        "process, whose event loop they then slow down; default: one per core)",
+        "process, whose event loop they then slow down; default: one per core; with --workers always 0, the "
+        "workers being the processes)",
     )
     p.add_argument(
         "--session-image-mib", type=int, default=512, help="decoded image memory of one session's visual register"
@@ -189,10 +190,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--session-ttl must be > 0")
     if not 0 <= args.port <= 65535:
         parser.error("--port must be 0..65535")
-    if args.search_processes < 0:
-        parser.error("--search-processes must be >= 0")
     if args.workers < 1:
         parser.error("--workers must be >= 1")
+    if args.search_processes is None:
+        args.search_processes = 0 if args.workers > 1 else os.cpu_count() or 1
+    if args.search_processes < 0:
+        parser.error("--search-processes must be >= 0")
+    if args.workers > 1 and args.search_processes:
+        parser.error("--search-processes applies without --workers (each worker searches in its own threads)")
     if args.session_image_mib < 1 or args.image_budget_gib <= 0 or args.max_sessions_per_client < 1:
         parser.error("--session-image-mib, --image-budget-gib and --max-sessions-per-client must be > 0")
     if args.shared_cache_dir and args.redis_url:

@@ -17,6 +17,7 @@ import asyncio
 import gc
 import itertools
 import multiprocessing
+import os
 import re
 import signal
 import socket
@@ -38,7 +39,7 @@ def _error(status: int, type_: str, message: str, field: str | None = None) -> w
     return web.json_response({"error": {"type": type_, "message": message, "field": field}}, status=status)
 
 
-def _worker_main(index: int, args: argparse.Namespace, world, path: str, ready) -> None:
+def _worker_main(index: int, args: argparse.Namespace, world, path: str, ready, router_pid: int) -> None:
     """A forked worker: the one-process server on a Unix socket (``world`` is the parent's, shared)."""
     from tool_server.__main__ import build_app, server_settings
 
@@ -51,7 +52,8 @@ def _worker_main(index: int, args: argparse.Namespace, world, path: str, ready) 
         await runner.setup()
         await web.UnixSite(runner, path).start()
         ready.set()
-        await asyncio.Event().wait()
+        while os.getppid() == router_pid:  # a router killed outright leaves no worker behind
+            await asyncio.sleep(1.0)
 
     run(serve(), use_uvloop=not args.no_uvloop)
 
@@ -217,7 +219,8 @@ def serve_workers(args: argparse.Namespace, sock: socket.socket) -> int:
         paths = [str(Path(tmp) / f"w{i}.sock") for i in range(args.workers)]
         ready = [fork.Event() for _ in paths]
         procs = [
-            fork.Process(target=_worker_main, args=(i, args, world, path, ev), daemon=True)
+            # not daemonic: a worker forks its own search processes, which daemonic processes may not
+            fork.Process(target=_worker_main, args=(i, args, world, path, ev, os.getpid()))
             for i, (path, ev) in enumerate(zip(paths, ready))
         ]
         for proc in procs:

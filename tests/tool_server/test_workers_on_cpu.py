@@ -29,8 +29,6 @@ def _args(small_world, tmp_path, workers: int) -> tuple[str, ...]:
         "--no-ocr",
         "--workers",
         str(workers),
-        "--search-processes",
-        "0",
         "--cache-dir",
         str(small_world.parent.parent / "tool-server"),
         "--mei-log",
@@ -85,6 +83,12 @@ def test_a_killed_worker_fails_only_its_own_sessions_clearly(small_world, tmp_pa
     async def load(base: str) -> None:
         async with aiohttp.ClientSession(base) as http:
             sids = [(await _post(http, "/v1/sessions", {}))[1]["session_id"] for _ in range(20)]
+            for sid in sids[:2]:  # one session on each worker: reverse search in the worker's own threads
+                goal = f"which flag ({sid})"  # not answered from the cache another worker filled
+                search = {"name": "ReverseImageSearch", "arguments": {"image_url": [FLAG_FRA], "goal": goal}}
+                status, body = await _post(http, f"/v1/sessions/{sid}/call", search)
+                assert status == 200 and not body["cached"], body
+                assert "flag_fra" in [c["image_id"] for c in body["records"][0]["candidates"]]
             async with http.get("/healthz") as r:
                 pids = (await r.json())["worker_pids"]
             killed = asyncio.Event()
