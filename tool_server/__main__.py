@@ -17,7 +17,7 @@ from pathlib import Path
 from aiohttp import web
 
 from data_gen.world.store import WorldError
-from tool_server.app import RUNNER, ServerSettings, create_app
+from tool_server.app import ServerSettings, create_app
 from tool_server.cache import TieredCache
 from tool_server.loop import run
 from tool_server.mei import MEIConfig, build_interface
@@ -45,9 +45,9 @@ def _parser() -> argparse.ArgumentParser:
         "--search-processes",
         type=int,
         default=None,
-        help="processes for reverse image search, forked after the world's features load (0: threads of the server "
-        "process, whose event loop they then slow down; default: one per core; with --workers always 0, the "
-        "workers being the processes)",
+        help="experimental: processes for reverse image search, forked from the running server (a search once hung "
+        "in one; default 0: threads of the server process, which take the GIL from its event loop; not with "
+        "--workers, the workers being the processes)",
     )
     p.add_argument(
         "--session-image-mib", type=int, default=512, help="decoded image memory of one session's visual register"
@@ -157,10 +157,20 @@ def server_settings(args: argparse.Namespace, **extra) -> ServerSettings:
     )
 
 
+def announce(args: argparse.Namespace, sock: socket.socket, world: OfflineWorld, extra: str = "") -> None:
+    """The line ``tool_server.launch.served`` (and an operator) waits for: address, world, mode."""
+    host, port = sock.getsockname()[:2]
+    mode = "" if not args.online else " online, private network allowed" if args.allow_private_network else " online"
+    print(
+        f"tool_server listening on http://{host}:{port} world {world.content_hash[:16]} "
+        f"({len(world.world.pages)} pages, {len(world.world.images)} images){mode}{extra}",
+        flush=True,
+    )
+
+
 async def _serve(args: argparse.Namespace, sock: socket.socket) -> None:
     world = load_world(args)
     app = build_app(args, world, server_settings(args))
-    online = app[RUNNER].ctx.online
     # the world and its indexes are millions of objects that live as long as the process: out of the collector's
     # sight, a full collection no longer walks them (it took ~9% of the CPU of an uncached search under load)
     gc.freeze()
@@ -168,13 +178,7 @@ async def _serve(args: argparse.Namespace, sock: socket.socket) -> None:
     await runner.setup()
     site = web.SockSite(runner, sock)
     await site.start()
-    host, port = runner.addresses[0][:2]
-    mode = "" if online is None else " online, private network allowed" if args.allow_private_network else " online"
-    print(
-        f"tool_server listening on http://{host}:{port} world {world.content_hash[:16]} "
-        f"({len(world.world.pages)} pages, {len(world.world.images)} images){mode}",
-        flush=True,
-    )
+    announce(args, sock, world)
     try:
         await asyncio.Event().wait()
     finally:
@@ -193,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.workers < 1:
         parser.error("--workers must be >= 1")
     if args.search_processes is None:
-        args.search_processes = 0 if args.workers > 1 else os.cpu_count() or 1
+        args.search_processes = 0
     if args.search_processes < 0:
         parser.error("--search-processes must be >= 0")
     if args.workers > 1 and args.search_processes:

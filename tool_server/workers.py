@@ -209,7 +209,7 @@ class Router:
 
 def serve_workers(args: argparse.Namespace, sock: socket.socket) -> int:
     """Load the world, fork ``args.workers`` workers, route on ``sock`` until interrupted."""
-    from tool_server.__main__ import load_world
+    from tool_server.__main__ import announce, load_world
 
     world = load_world(args)
     world.wait_features()  # loaded before the fork: every worker shares the features instead of computing them
@@ -236,12 +236,7 @@ def serve_workers(args: argparse.Namespace, sock: socket.socket) -> int:
                 runner = web.AppRunner(router.app(), access_log=None)
                 await runner.setup()
                 await web.SockSite(runner, sock).start()
-                host, port = sock.getsockname()[:2]
-                print(
-                    f"tool_server listening on http://{host}:{port} world {world.content_hash[:16]} "
-                    f"({len(world.world.pages)} pages, {len(world.world.images)} images) {args.workers} workers",
-                    flush=True,
-                )
+                announce(args, sock, world, f" {args.workers} workers")
                 try:
                     await asyncio.Event().wait()
                 finally:
