@@ -199,12 +199,25 @@ def _pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))]
 
 
-def cpu_s(pid: int | None) -> float:
-    """utime + stime of a process and its threads, in seconds (0 when unknown)."""
+def cpu_s(pid: int | None, *, children: bool = True) -> float:
+    """utime + stime of a process, its threads and (``children``) its child processes (search processes, workers),
+    in seconds (0 when unknown); children that exited are in the parent's cutime/cstime."""
     if pid is None:
         return 0.0
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    if not children:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # exited meanwhile
+            continue
+        if stat.parent.name == str(pid):
+            total += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
+        elif fields[1] == str(pid):
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 SERVER_PID: int | None = None  # the server under test, for CPU time per request
@@ -290,13 +303,13 @@ async def drive(base: str, concurrency: int, total: int, max_s: float, make, set
             lat.append(time.perf_counter() - t0)
             errors += status != 200
 
-    t0, c0, me0 = time.perf_counter(), cpu_s(SERVER_PID), cpu_s(os.getpid())
+    t0, c0, me0 = time.perf_counter(), cpu_s(SERVER_PID), cpu_s(os.getpid(), children=False)
     try:
         await asyncio.gather(*(worker(w) for w in range(concurrency)))
     finally:
         for conn in conns:
             conn.close()
-    wall, cpu, me = time.perf_counter() - t0, cpu_s(SERVER_PID) - c0, cpu_s(os.getpid()) - me0
+    wall, cpu, me = time.perf_counter() - t0, cpu_s(SERVER_PID) - c0, cpu_s(os.getpid(), children=False) - me0
     return {
         "n": len(lat),
         "errors": errors,
@@ -710,9 +723,176 @@ async def part_replay(args, wl: Workload) -> dict:
     return results
 
 
+def tree_pss(pid: int) -> int:
+    """Proportional set size (bytes) of a process and its children: pages shared copy-on-write counted once."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if stat.parent.name != str(pid) and fields[1] != str(pid):
+                continue
+            rollup = (stat.parent / "smaps_rollup").read_text()
+        except OSError:
+            continue
+        total += int(re.search(r"^Pss:\s+(\d+) kB", rollup, re.MULTILINE).group(1)) * 1024
+    return total
+
+
+MIX = (  # a rollout-like mix of one turn's tool: weights out of 20
+    ("TextSearch", 8),
+    ("WebVisit", 4),
+    ("FetchImage", 3),
+    ("CropImage", 2),
+    ("ImageSearch", 2),
+    ("ReverseImageSearch", 1),
+)
+
+
+async def part_scale(args, wl: Workload) -> dict:
+    """The rollout-like mix (``MIX``, uncached arguments) at 64/256/1,024 sessions, one connection and one call in
+    flight each, against 1/2/4 workers: p50/p99 per tool, PSS of the server's processes, CPU per call of the server
+    (with its children) and of the load generator."""
+    import random
+
+    import aiohttp
+
+    turns = 3 if args.quick else 8
+    tools = [t for t, w in MIX for _ in range(w)]
+    out = {}
+    for workers in args.workers:
+        srv = start_ours(args.world, None, "--workers", str(workers))  # on both cores
+        try:
+            async with aiohttp.ClientSession(base_url=srv.base, connector=aiohttp.TCPConnector(limit=0)) as http:
+                await _wait_features(http)
+                for sessions in args.sessions:
+                    rng = random.Random(sessions)
+                    lat: dict[str, list[float]] = {t: [] for t, _ in MIX}
+                    errors = 0
+                    conns = await asyncio.gather(*(Connection.open(srv.base) for _ in range(sessions)))
+                    sids = [await _session(http, [wl.image_urls[i % len(wl.image_urls)]]) for i in range(sessions)]
+
+                    async def episode(conn: Connection, sid: str) -> None:
+                        nonlocal errors
+                        for _ in range(turns):
+                            tool = rng.choice(tools)
+                            body = {"name": tool, "arguments": wl.args(tool, False, 0)}
+                            t0 = time.perf_counter()
+                            status, _ = await conn.post(f"/v1/sessions/{sid}/call", body)
+                            lat[tool].append(time.perf_counter() - t0)
+                            errors += status != 200
+
+                    t0, c0, me0 = time.perf_counter(), cpu_s(SERVER_PID), cpu_s(os.getpid(), children=False)
+                    await asyncio.gather(*(episode(c, s) for c, s in zip(conns, sids)))
+                    wall = time.perf_counter() - t0
+                    cpu, me = cpu_s(SERVER_PID) - c0, cpu_s(os.getpid(), children=False) - me0
+                    for conn in conns:
+                        conn.close()
+                    for sid in sids:
+                        async with http.delete(f"/v1/sessions/{sid}"):
+                            pass
+                    n = sum(map(len, lat.values()))
+                    row = {
+                        "calls": n,
+                        "errors": errors,
+                        "wall_s": wall,
+                        "calls_per_s": n / wall,
+                        "server_cpu_ms_per_call": cpu / n * 1e3,
+                        "client_cpu_ms_per_call": me / n * 1e3,
+                        "pss_mib": tree_pss(srv.proc.pid) / 2**20,
+                        "per_tool": {t: (_pct(x, 50) * 1e3, _pct(x, 99) * 1e3, len(x)) for t, x in lat.items() if x},
+                    }
+                    out[f"{workers}w/{sessions}s"] = row
+                    tools_txt = ", ".join(f"{t} {p50:.0f}/{p99:.0f} ms" for t, (p50, p99, _) in row["per_tool"].items())
+                    print(
+                        f"{workers} workers, {sessions:4d} sessions: {n} calls in {wall:5.1f} s = "
+                        f"{row['calls_per_s']:6.1f}/s, err {errors}, server CPU {row['server_cpu_ms_per_call']:.1f} "
+                        f"ms/call, client {row['client_cpu_ms_per_call']:.2f}, PSS {row['pss_mib']:.0f} MiB; "
+                        f"p50/p99 {tools_txt}",
+                        flush=True,
+                    )
+        finally:
+            srv.stop()
+    return out
+
+
+def _big_question_image(size: tuple[int, int] = (4000, 3000)) -> str:
+    """A 12 Mpx question image (a gradient: a small PNG to send, 48 MB of decoded pixels to crop and encode)."""
+    import base64
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    w, h = size
+    x, y = np.meshgrid(np.arange(w, dtype=np.uint16), np.arange(h, dtype=np.uint16))
+    rgb = np.stack([x % 256, y % 256, (x + y) % 256], axis=-1).astype(np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(rgb).save(buf, format="PNG", compress_level=1)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+async def part_hol(args, wl: Workload) -> dict:
+    """Head-of-line blocking: cheap calls (cached TextSearch, FetchImage of a world image) at 4 connections, alone
+    (the baseline) and then while 16 connections run heavy calls (uncached reverse image search; crops of a
+    12 Mpx question image returned as PNG). The ratio of the cheap calls' p50/p99 under load to alone is the figure."""
+    import aiohttp
+
+    n_cheap, heavy_s = (200, 12.0) if args.quick else (600, 30.0)
+    srv = start_ours(args.world, 0)
+    try:
+        async with aiohttp.ClientSession(base_url=srv.base, connector=aiohttp.TCPConnector(limit=0)) as http:
+            await _wait_features(http)
+            big = _big_question_image()
+            warm = await _session(http)
+            for i in range(8):
+                body = {"name": "TextSearch", "arguments": wl.args("TextSearch", True, i)}
+                async with http.post(f"/v1/sessions/{warm}/call", json=body):
+                    pass
+
+            def cheap(w: int, i: int, sid: str):
+                tool = "TextSearch" if i % 2 else "FetchImage"
+                if tool == "FetchImage":
+                    return f"/v1/sessions/{sid}/call", {"name": tool, "arguments": {"urls": [wl.image_urls[i % 8]]}}
+                return f"/v1/sessions/{sid}/call", {"name": tool, "arguments": wl.args(tool, True, i)}
+
+            async def cheap_setup(w: int) -> str:
+                return await _session(http)
+
+            async def heavy_setup(w: int) -> str:
+                return await _session(http, [big] if w % 4 == 0 else None)
+
+            def heavy(w: int, i: int, sid: str):
+                if w % 4 == 0:  # crops of the 12 Mpx image, pixels returned (PNG encoding)
+                    a = (i * 37) % 400
+                    crop = {"crop_config": {"img_1": [a, a // 2, a + 500, a // 2 + 500]}}
+                    return f"/v1/sessions/{sid}/call", {"name": "CropImage", "arguments": crop, "include_pixels": True}
+                reverse = wl.args("ReverseImageSearch", False, i)
+                return f"/v1/sessions/{sid}/call", {"name": "ReverseImageSearch", "arguments": reverse}
+
+            alone = await drive(srv.base, 4, n_cheap, 60.0, cheap, cheap_setup)
+            print(f"cheap alone       {_fmt(alone)}", flush=True)
+            load = asyncio.create_task(drive(srv.base, 16, 10**6, heavy_s, heavy, heavy_setup))
+            await asyncio.sleep(3.0)  # the heavy calls in flight
+            loaded = await drive(srv.base, 4, n_cheap, heavy_s, cheap, cheap_setup)
+            heavy_result = await load
+            print(f"cheap under load  {_fmt(loaded)}", flush=True)
+            print(f"heavy (16 conns)  {_fmt(heavy_result)}", flush=True)
+    finally:
+        srv.stop()
+    ratio = {k: loaded[k] / alone[k] for k in ("p50_ms", "p99_ms")}
+    print(f"cheap calls under heavy load / alone: p50 x{ratio['p50_ms']:.2f}, p99 x{ratio['p99_ms']:.2f}", flush=True)
+    return {"alone": alone, "loaded": loaded, "heavy": heavy_result, "ratio": ratio}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--part", choices=["throughput", "baseline", "loops", "rss", "replay", "all"], default="all")
+    p.add_argument(
+        "--part", choices=["throughput", "baseline", "loops", "rss", "replay", "hol", "scale", "all"], default="all"
+    )
+    p.add_argument("--workers", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 4], help="--part scale")
+    p.add_argument(
+        "--sessions", type=lambda s: [int(x) for x in s.split(",")], default=[64, 256, 1024], help="--part scale"
+    )
     p.add_argument("--quick", action="store_true", help="small request counts, short phases")
     p.add_argument("--world", type=Path, default=ROOT / "worlds" / "small")
     p.add_argument("--full-world", type=Path, default=ROOT / "worlds" / "full", help="for --part rss")
@@ -742,7 +922,14 @@ def main(argv: list[str] | None = None) -> int:
         os.sched_setaffinity(0, {1})  # the load generator on CPU 1, servers on CPU 0
     wl = Workload(args.world)
     parts = ["throughput", "baseline", "rss", "replay"] if args.part == "all" else [args.part]
-    fns = {"throughput": part_throughput, "baseline": part_baseline, "rss": part_rss, "replay": part_replay}
+    fns = {
+        "throughput": part_throughput,
+        "baseline": part_baseline,
+        "rss": part_rss,
+        "replay": part_replay,
+        "hol": part_hol,
+        "scale": part_scale,
+    }
     results = {}
     for part in parts:
         print(f"== {part}", flush=True)

@@ -10,6 +10,7 @@ import asyncio
 import gc
 import logging
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -33,6 +34,31 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080, help="0 picks a free port")
     p.add_argument("--session-ttl", type=float, default=3600.0, help="seconds before an idle session is evicted")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="server processes forked after the world loads (sharing it copy-on-write) behind one router on --port "
+        "that sends every call of a session to the process holding it",
+    )
+    p.add_argument(
+        "--search-processes",
+        type=int,
+        default=None,
+        help="experimental: processes for reverse image search, forked from the running server (a search once hung "
+        "in one; default 0: threads of the server process, which take the GIL from its event loop; not with "
+        "--workers, the workers being the processes)",
+    )
+    p.add_argument(
+        "--session-image-mib", type=int, default=512, help="decoded image memory of one session's visual register"
+    )
+    p.add_argument(
+        "--image-budget-gib",
+        type=float,
+        default=16.0,
+        help="decoded image memory of every session together; least recently used idle sessions are evicted first",
+    )
+    p.add_argument("--max-sessions-per-client", type=int, default=10_000, help="open sessions of one client address")
     p.add_argument(
         "--mei-endpoint", default=None, help="OpenAI-compatible base URL of the MEI model (default: extractive MEI)"
     )
@@ -88,9 +114,27 @@ def _online(args: argparse.Namespace) -> OnlineBackends | None:
     )
 
 
-async def _serve(args: argparse.Namespace) -> None:
+def _bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before anything is loaded: a busy port fails in a moment, not after the world."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(1024)
+    except OSError as e:
+        sock.close()
+        raise OSError(e.errno, f"cannot listen on {host}:{port}: {e.strerror}") from None
+    return sock
+
+
+def load_world(args: argparse.Namespace) -> OfflineWorld:
+    return OfflineWorld.load(args.world, cache_dir=args.cache_dir, search_processes=args.search_processes)
+
+
+def build_app(args: argparse.Namespace, world: OfflineWorld, settings: ServerSettings) -> web.Application:
+    """The server of one process over ``world``: MEI, cache tiers and online backends as the flags say."""
     online = _online(args)
-    world = OfflineWorld.load(args.world, cache_dir=args.cache_dir)
     mei_log = args.mei_log or ((args.cache_dir or Path(".")) / "mei.jsonl")
     mei = build_interface(
         MEIConfig(endpoint=args.mei_endpoint, model=args.mei_model, log_path=mei_log, ocr=not args.no_ocr)
@@ -100,23 +144,41 @@ async def _serve(args: argparse.Namespace) -> None:
         shared_dir=args.shared_cache_dir,
         redis_url=args.redis_url,
     )
-    app = create_app(
-        world=world, mei=mei, cache=cache, settings=ServerSettings(session_ttl_s=args.session_ttl), online=online
+    return create_app(world=world, mei=mei, cache=cache, settings=settings, online=online)
+
+
+def server_settings(args: argparse.Namespace, **extra) -> ServerSettings:
+    return ServerSettings(
+        session_ttl_s=args.session_ttl,
+        max_sessions_per_client=args.max_sessions_per_client,
+        max_session_image_bytes=args.session_image_mib * 2**20,
+        max_server_image_bytes=int(args.image_budget_gib * 2**30),
+        **extra,
     )
+
+
+def announce(args: argparse.Namespace, sock: socket.socket, world: OfflineWorld, extra: str = "") -> None:
+    """The line ``tool_server.launch.served`` (and an operator) waits for: address, world, mode."""
+    host, port = sock.getsockname()[:2]
+    mode = "" if not args.online else " online, private network allowed" if args.allow_private_network else " online"
+    print(
+        f"tool_server listening on http://{host}:{port} world {world.content_hash[:16]} "
+        f"({len(world.world.pages)} pages, {len(world.world.images)} images){mode}{extra}",
+        flush=True,
+    )
+
+
+async def _serve(args: argparse.Namespace, sock: socket.socket) -> None:
+    world = load_world(args)
+    app = build_app(args, world, server_settings(args))
     # the world and its indexes are millions of objects that live as long as the process: out of the collector's
     # sight, a full collection no longer walks them (it took ~9% of the CPU of an uncached search under load)
     gc.freeze()
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, args.host, args.port)
+    site = web.SockSite(runner, sock)
     await site.start()
-    host, port = runner.addresses[0][:2]
-    mode = "" if online is None else " online, private network allowed" if args.allow_private_network else " online"
-    print(
-        f"tool_server listening on http://{host}:{port} world {world.content_hash[:16]} "
-        f"({len(world.world.pages)} pages, {len(world.world.images)} images){mode}",
-        flush=True,
-    )
+    announce(args, sock, world)
     try:
         await asyncio.Event().wait()
     finally:
@@ -132,6 +194,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--session-ttl must be > 0")
     if not 0 <= args.port <= 65535:
         parser.error("--port must be 0..65535")
+    if args.workers < 1:
+        parser.error("--workers must be >= 1")
+    if args.search_processes is None:
+        args.search_processes = 0
+    if args.search_processes < 0:
+        parser.error("--search-processes must be >= 0")
+    if args.workers > 1 and args.search_processes:
+        parser.error("--search-processes applies without --workers (each worker searches in its own threads)")
+    if args.session_image_mib < 1 or args.image_budget_gib <= 0 or args.max_sessions_per_client < 1:
+        parser.error("--session-image-mib, --image-budget-gib and --max-sessions-per-client must be > 0")
     if args.shared_cache_dir and args.redis_url:
         parser.error("give --shared-cache-dir or --redis-url, not both")
     if args.allow_private_network and not args.online:
@@ -142,7 +214,12 @@ def main(argv: list[str] | None = None) -> int:
         if not args.public_base_url.startswith(("http://", "https://")):
             parser.error("--public-base-url must start with http:// or https://")
     try:
-        run(_serve(args), use_uvloop=not args.no_uvloop)
+        sock = _bind(args.host, args.port)
+        if args.workers > 1:
+            from tool_server.workers import serve_workers
+
+            return serve_workers(args, sock)
+        run(_serve(args, sock), use_uvloop=not args.no_uvloop)
     except (WorldError, BackendError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

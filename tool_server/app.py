@@ -19,6 +19,7 @@ from aiohttp import web
 from tool_server.cache import TieredCache
 from tool_server.calls import CALL_FIELDS, CallMemo, check_keys, json_object, parse_call
 from tool_server.errors import ToolError
+from tool_server.limits import MAX_CALL_BODY_BYTES, MAX_GROUP_ID_CHARS, MAX_URL_CHARS, check_text, quote
 from tool_server.loop import loop_name
 from tool_server.mei.schema import EvidenceInterface
 from tool_server.metrics import Metrics
@@ -26,8 +27,9 @@ from tool_server.offline.pixels import DEFAULT_MAX_PIXELS, decode_base64_image, 
 from tool_server.offline.world import OfflineWorld
 from tool_server.online.public import PUBLIC_PATH
 from tool_server.online.web import OnlineBackends
+from tool_server.pools import Pools, image_cost
 from tool_server.protocol import PROTOCOL_OF, tool_schemas
-from tool_server.sessions import SessionStore
+from tool_server.sessions import SessionStore, VisualRegister, pixel_bytes
 from tool_server.tools import ToolContext, ToolRunner
 from tool_server.tools.ops import load_image
 
@@ -43,6 +45,12 @@ class ServerSettings:
     session_ttl_s: float = 3600.0
     max_sessions: int = 100_000
     max_register_images: int = 512
+    max_sessions_per_client: int = 10_000  # a tenth of the server: one client cannot take every session
+    max_session_image_bytes: int = 512 * 2**20  # decoded pixels of one register (a 25 Mpx image is 100 MB)
+    max_server_image_bytes: int = 16 * 2**30  # of every register together
+    memory_min_idle_s: float = 60.0  # a session idle this long may be evicted to make room for another's images
+    session_id_prefix: str = "s_"
+    client_header: str | None = None  # behind the --workers router: the header naming the client's address
     max_pixels: int = DEFAULT_MAX_PIXELS
 
 
@@ -111,7 +119,9 @@ async def metrics(request: web.Request) -> web.Response:
         coalesced=cache.coalesced if cache is not None else 0,
         mei=mei.counters() if hasattr(mei, "counters") else {},
         sessions=len(sessions),
-        evicted=sessions.evicted,
+        evicted=dict(sessions.evictions),
+        image_bytes=sessions.image_bytes,
+        search_restarts=request.app[WORLD].search_restarts,
         online=online.counters() if online is not None else None,
     )
     return web.Response(text=text, content_type="text/plain", charset="utf-8", headers={"X-Format": "0.0.4"})
@@ -120,7 +130,7 @@ async def metrics(request: web.Request) -> web.Response:
 async def tools(request: web.Request) -> web.Response:
     protocol = request.query.get("protocol")
     if protocol not in (None, "neos", "modalsearch"):
-        raise ToolError("invalid_request", f"protocol must be neos or modalsearch, got {protocol!r}", "protocol")
+        raise ToolError("invalid_request", f"protocol must be neos or modalsearch, got {quote(protocol)}", "protocol")
     return web.json_response({"tools": tool_schemas(protocol)})
 
 
@@ -138,18 +148,33 @@ async def create_session(request: web.Request) -> web.Response:
         raise ToolError("invalid_request", f"at most {settings.max_register_images} question images", "images")
     if group_id is not None and not isinstance(group_id, str):
         raise ToolError("invalid_request", "group_id must be a string", "group_id")
+    if group_id is not None:
+        check_text(group_id, MAX_GROUP_ID_CHARS, "group_id")
+    for i, item in enumerate(images):
+        if item.startswith(("http://", "https://")):
+            check_text(item, MAX_URL_CHARS, f"images/{i}")
     ctx = request.app[RUNNER].ctx
-    decoded = []
+    store: SessionStore = request.app[SESSIONS]
+    decoded, nbytes = [], 0
+    budget = VisualRegister(settings.max_register_images, settings.max_session_image_bytes)
     for i, item in enumerate(images):
         if item.startswith(("http://", "https://")):
             decoded.append(((await load_image(ctx, item, f"images/{i}"))[1], item))
         else:
-            pixels = await asyncio.to_thread(
-                decode_base64_image, item, max_pixels=settings.max_pixels, field=f"images/{i}"
+            pixels = await ctx.pools.run(
+                "image", decode_base64_image, item, max_pixels=settings.max_pixels, field=f"images/{i}"
             )
             decoded.append((pixels, "question"))
-    session = request.app[SESSIONS].create(group_id, mei_version)
-    refs = [session.register.append(pixels, source).ref for pixels, source in decoded]
+        nbytes += pixel_bytes(decoded[-1][0].width, decoded[-1][0].height)
+        budget.check_bytes(i + 1, nbytes)  # decoded memory stays within one session's budget plus one image
+    client = request.headers.get(settings.client_header) if settings.client_header else None
+    session = store.create(group_id, mei_version, client=client or request.remote)
+    try:
+        session.register.reserve(len(decoded), nbytes)
+    except ToolError:
+        store.delete(session.id)
+        raise
+    refs = [session.register.append_reserved(pixels, source).ref for pixels, source in decoded]
     return web.json_response({"session_id": session.id, "images": refs, "mei_version": session.mei_version})
 
 
@@ -174,11 +199,27 @@ async def delete_session(request: web.Request) -> web.Response:
     return web.json_response({"deleted": request.match_info["session_id"]})
 
 
+async def _read_call_body(request: web.Request) -> bytes:
+    """The body of a tool call, refused past :data:`MAX_CALL_BODY_BYTES` before more than that is read."""
+    if request.content_length is not None and request.content_length > MAX_CALL_BODY_BYTES:
+        raise ToolError(
+            "body_too_large", f"{request.content_length} bytes; a tool call is at most {MAX_CALL_BODY_BYTES}", "body"
+        )
+    if request.content_length is not None:
+        return await request.read()  # the common case, and aiohttp's cheapest read
+    body = bytearray()
+    async for chunk in request.content.iter_any():
+        body += chunk
+        if len(body) > MAX_CALL_BODY_BYTES:
+            raise ToolError("body_too_large", f"a tool call is at most {MAX_CALL_BODY_BYTES} bytes", "body")
+    return bytes(body)
+
+
 async def call_tool(request: web.Request) -> web.Response:
     start = time.perf_counter()
     app = request.app
     session = app[SESSIONS].get(request.match_info["session_id"])
-    raw = await request.read()
+    raw = await _read_call_body(request)
     call = app[CALLS].get(raw)
     if call is None:
         body = json_object(raw, optional=False)
@@ -195,7 +236,12 @@ async def call_tool(request: web.Request) -> web.Response:
     try:
         observation = await app[RUNNER].run(session, call)
         cached = observation.cached
-        return web.Response(body=observation.body(include_pixels=call.include_pixels), content_type="application/json")
+        if call.include_pixels and getattr(observation, "images", None):  # PNG encoding: an image pool's work
+            cost = image_cost(sum(e.width * e.height for e in observation.images), 1)
+            body = await app[RUNNER].ctx.pools.run(cost, observation.body, include_pixels=True)
+        else:
+            body = observation.body(include_pixels=call.include_pixels)
+        return web.Response(body=body, content_type="application/json")
     except ToolError as e:
         status = e.status
         raise
@@ -228,10 +274,18 @@ def create_app(
     app = web.Application(client_max_size=MAX_BODY_BYTES)
     app[WORLD] = world
     app[SESSIONS] = SessionStore(
-        ttl_s=settings.session_ttl_s, max_sessions=settings.max_sessions, max_images=settings.max_register_images
+        ttl_s=settings.session_ttl_s,
+        max_sessions=settings.max_sessions,
+        max_sessions_per_client=settings.max_sessions_per_client,
+        max_images=settings.max_register_images,
+        max_session_bytes=settings.max_session_image_bytes,
+        max_server_bytes=settings.max_server_image_bytes,
+        memory_min_idle_s=settings.memory_min_idle_s,
+        id_prefix=settings.session_id_prefix,
     )
+    pools = online.pools if online is not None else Pools()  # one set of pools for the whole process
     app[RUNNER] = ToolRunner(
-        ToolContext(world=world, mei=mei, max_pixels=settings.max_pixels, online=online), cache
+        ToolContext(world=world, mei=mei, max_pixels=settings.max_pixels, online=online, pools=pools), cache
     )
     app[CACHE] = cache
     app[METRICS] = Metrics()
@@ -262,6 +316,7 @@ def create_app(
             await cache.close()
         if online is not None:
             await online.close()
+        pools.close()
 
     app.cleanup_ctx.append(lifecycle)
     return app

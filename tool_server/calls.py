@@ -15,6 +15,7 @@ import orjson
 
 from tool_server.cache import LRU
 from tool_server.errors import ToolError
+from tool_server.limits import quote
 from tool_server.protocol import validate
 
 CALL_FIELDS = frozenset({"name", "arguments", "turn", "include_pixels"})
@@ -38,7 +39,7 @@ def json_object(raw: bytes, *, optional: bool) -> dict[str, Any]:
 def check_keys(body: dict[str, Any], allowed: frozenset[str] | set[str]) -> None:
     if extra := sorted(set(body) - allowed):
         raise ToolError(
-            "invalid_request", f"unexpected field {extra[0]!r}; allowed: {', '.join(sorted(allowed))}", extra[0]
+            "invalid_request", f"unexpected field {quote(extra[0])}; allowed: {', '.join(sorted(allowed))}", extra[0]
         )
 
 

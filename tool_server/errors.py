@@ -5,6 +5,9 @@ from __future__ import annotations
 STATUS = {
     "invalid_arguments": 400,
     "invalid_request": 400,
+    "input_too_long": 400,  # tool_server.limits
+    "too_many_items": 400,
+    "body_too_large": 413,
     "unknown_image": 400,
     "bad_image": 400,
     "image_too_large": 400,
@@ -15,6 +18,9 @@ STATUS = {
     "offline": 404,
     "ambiguous_resource": 400,
     "too_many_sessions": 429,
+    "session_quota": 429,  # one client holds its share of the server's sessions
+    "session_memory_full": 409,  # one session's images hold its pixel budget
+    "server_memory_full": 503,  # the server's image budget is held by sessions too recently used to evict
     # online mode (tool_server.online.web)
     "blocked_url": 403,
     "too_large": 413,
@@ -27,14 +33,27 @@ STATUS = {
 }
 
 
+MAX_MESSAGE_CHARS = 1_000
+MAX_FIELD_CHARS = 200
+
+
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
 class ToolError(Exception):
-    """``type`` is a stable machine-readable name; ``field`` is the JSON path of the offending input, if any."""
+    """``type`` is a stable machine-readable name; ``field`` is the JSON path of the offending input, if any.
+
+    Message and field are clipped (a backstop: messages quote values through :func:`tool_server.limits.quote`), so
+    no error body grows with the size of a client's value.
+    """
 
     def __init__(self, type: str, message: str, field: str | None = None) -> None:
+        message = _clip(message, MAX_MESSAGE_CHARS)
         super().__init__(message)
         self.type = type
         self.message = message
-        self.field = field
+        self.field = None if field is None else _clip(field, MAX_FIELD_CHARS)
 
     @property
     def status(self) -> int:

@@ -38,7 +38,9 @@ class Metrics:
         coalesced: int,
         mei: dict[str, int],
         sessions: int,
-        evicted: int,
+        evicted: dict[str, int],
+        image_bytes: int = 0,
+        search_restarts: int = 0,
         online: dict[str, int] | None = None,
     ) -> str:
         out = ["# HELP tool_requests_total Tool calls by tool and HTTP status.", "# TYPE tool_requests_total counter"]
@@ -86,9 +88,17 @@ class Metrics:
         out += [f'mei_events_total{{event="{_label(k)}"}} {v}' for k, v in sorted(mei.items())]
         out += ["# HELP sessions_active Open sessions.", "# TYPE sessions_active gauge", f"sessions_active {sessions}"]
         out += [
-            "# HELP sessions_evicted_total Sessions evicted after the idle TTL.",
+            "# HELP session_image_bytes Decoded pixels held by every session's visual register.",
+            "# TYPE session_image_bytes gauge",
+            f"session_image_bytes {image_bytes}",
+            "# HELP sessions_evicted_total Sessions evicted: idle past the TTL, or least recently used for memory.",
             "# TYPE sessions_evicted_total counter",
-            f"sessions_evicted_total {evicted}",
+        ]
+        out += [f'sessions_evicted_total{{reason="{r}"}} {evicted.get(r, 0)}' for r in ("idle", "memory")]
+        out += [
+            "# HELP reverse_search_restarts_total Reverse-search processes found dead and replaced.",
+            "# TYPE reverse_search_restarts_total counter",
+            f"reverse_search_restarts_total {search_restarts}",
         ]
         if online is not None:
             out += [

@@ -7,7 +7,11 @@ hand, so every hop goes through the same checks, up to ``max_redirects``.
 
 Refused unless ``allow_private=True``: loopback, private, link-local, multicast, reserved, unspecified, shared
 (carrier-grade NAT) and every other non-global address, IPv4 and IPv6, including IPv4-mapped IPv6 addresses, which
-are judged by the IPv4 address they carry. ``allowed_endpoints`` is an explicit list of ``(address, port)`` pairs
+are judged by the IPv4 address they carry, as are NAT64 (64:ff9b::/96) addresses; 6to4 (2002::/16, which can embed
+any IPv4 address), site-local fec0::/10 and the 6to4 relay anycast 192.88.99.0/24 (all deprecated) are refused
+whatever they carry. A host spelled as an IPv4 address in any form but dotted decimal (``2130706433``, ``0x7f.1``,
+``127.1``, ``0177.0.0.1``: what ``inet_aton`` and browsers accept) is refused before anything is resolved.
+``allowed_endpoints`` is an explicit list of ``(address, port)`` pairs
 that are let through although non-global: it exists so tests can talk to a server they started on loopback while
 every other loopback port, and every redirect away from that server, is still refused exactly as in production.
 """
@@ -53,6 +57,21 @@ class FetchResult:
     final_url: str
 
 
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+_6TO4_RELAY = ipaddress.IPv4Network("192.88.99.0/24")
+
+
+def odd_ipv4_spelling(host: str) -> str | None:
+    """The IPv4 address ``host`` spells in a form other than dotted decimal (``inet_aton``'s forms), else None."""
+    name = host[:-1] if host.endswith(".") else host
+    try:
+        packed = socket.inet_aton(name)
+    except OSError:
+        return None
+    address = str(ipaddress.IPv4Address(packed))
+    return None if host == address else address
+
+
 @dataclass(frozen=True, slots=True)
 class AddressPolicy:
     allow_private: bool = False
@@ -63,8 +82,15 @@ class AddressPolicy:
         ip: IPAddress = ipaddress.ip_address(address.split("%", 1)[0])  # drop an IPv6 zone id
         if self.allow_private or (str(ip), port) in self.allowed_endpoints:
             return None
-        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-            ip = ip.ipv4_mapped
+        if isinstance(ip, ipaddress.IPv6Address):
+            if ip.sixtofour is not None or ip.is_site_local:
+                return f"{ip} is {'6to4' if ip.sixtofour is not None else 'site-local'}"
+            if ip.ipv4_mapped is not None:
+                ip = ip.ipv4_mapped
+            elif ip in _NAT64:
+                ip = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+        if ip in _6TO4_RELAY:
+            return f"{ip} is the 6to4 relay anycast network"
         for attr in ("is_unspecified", "is_loopback", "is_link_local", "is_multicast", "is_private", "is_reserved"):
             if getattr(ip, attr):
                 return f"{ip} is {attr[3:].replace('_', '-')}"
@@ -148,6 +174,8 @@ class SafeFetcher:
             raise BlockedURL("bad_scheme", f"only http and https are fetched, not {u.scheme or 'no scheme'!r}")
         if not u.host:
             raise BlockedURL("bad_url", f"{url!r} has no host")
+        if (spelled := odd_ipv4_spelling(u.host)) is not None:
+            raise BlockedURL("blocked_address", f"{url}: host {u.host!r} spells the IPv4 address {spelled} oddly")
         try:
             literal = ipaddress.ip_address(u.host)
         except ValueError:

@@ -19,6 +19,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import relevance
 
 from tool_server.errors import ToolError
+from tool_server.limits import check_arguments, quote
 
 Protocol = Literal["neos", "modalsearch"]
 
@@ -246,11 +247,13 @@ def _field(error) -> str:
 
 
 def validate(name: Any, arguments: Any) -> dict[str, Any]:
-    """Checked arguments of tool ``name``; raises ``ToolError`` (``unknown_tool`` / ``invalid_arguments``)."""
+    """Checked arguments of tool ``name``; raises ``ToolError`` (``unknown_tool`` / ``invalid_arguments``, or a
+    size limit's ``too_many_items`` / ``input_too_long``, checked first)."""
     if not isinstance(name, str) or name not in _VALIDATORS:
-        raise ToolError("unknown_tool", f"unknown tool {name!r}; GET /v1/tools lists the tools", "name")
+        raise ToolError("unknown_tool", f"unknown tool {quote(name)}; GET /v1/tools lists the tools", "name")
     if not isinstance(arguments, dict):
         raise ToolError("invalid_arguments", f"arguments of {name} must be a JSON object", "arguments")
+    check_arguments(arguments)
     if _FAST[name](arguments):
         return arguments
     # the most relevant top-level error, not jsonschema's best_match, which descends into one anyOf branch and

@@ -2,7 +2,14 @@
 
 A session's register holds the question images as ``img_1..img_k``; FetchImage/CropImage successes append
 ``img_{k+1}, ...`` in request order. Ids never change and stay valid for the life of the session, so a late crop of
-``img_1`` is legal. Sessions idle for longer than the TTL are evicted; nothing is shared between sessions.
+``img_1`` is legal. Nothing is shared between sessions.
+
+Bounded resources: a register holds at most ``max_images`` images and ``max_session_bytes`` of decoded pixels; all
+registers together at most ``max_server_bytes``, and to make room the least recently used sessions idle for at least
+``memory_min_idle_s`` are evicted first (a session in the middle of its episode is never evicted for memory; the
+call that finds none to evict gets ``server_memory_full``). Sessions idle for longer than the TTL expire. The store
+keeps its sessions in order of last use, so expiry and memory eviction pop the oldest in O(1) each; a client (its
+address) holds at most ``max_sessions_per_client`` sessions, so one client cannot take every other's.
 """
 
 from __future__ import annotations
@@ -11,15 +18,19 @@ import asyncio
 import logging
 import secrets
 import time
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from PIL import Image
 
 from tool_server.errors import ToolError
+from tool_server.limits import quote
 from tool_server.offline.pixels import encode_png
 
 log = logging.getLogger(__name__)
+
+_MAX_INDEX_DIGITS = 9
 
 
 @dataclass(slots=True)
@@ -28,6 +39,7 @@ class RegisteredImage:
     image: Image.Image  # RGB
     source: str  # "question", a URL, or "img_N[box]" for a crop
     _png: bytes | None = field(default=None, repr=False)
+    digest: str | None = field(default=None, repr=False)  # its pixels' cache identity, once computed
 
     @property
     def width(self) -> int:
@@ -43,10 +55,25 @@ class RegisteredImage:
         return self._png
 
 
+def pixel_bytes(width: int, height: int) -> int:
+    """What a decoded register image (RGB) holds in memory: PIL keeps RGB in 32-bit pixels."""
+    return 4 * width * height
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
 class VisualRegister:
-    def __init__(self, max_images: int) -> None:
+    def __init__(
+        self, max_images: int, max_bytes: int | None = None, admit: Callable[[int], None] | None = None
+    ) -> None:
+        """``admit(n)`` takes ``n`` more bytes from the server's budget or raises (None: no server budget)."""
         self._images: list[RegisteredImage] = []
         self._max = max_images
+        self._max_bytes = max_bytes
+        self._admit = admit
+        self.bytes = 0
 
     def __len__(self) -> int:
         return len(self._images)
@@ -54,20 +81,46 @@ class VisualRegister:
     def room(self) -> int:
         return self._max - len(self._images)
 
+    def check_bytes(self, count: int, nbytes: int) -> None:
+        """Raise ``session_memory_full`` unless ``nbytes`` more fit this session's image memory."""
+        if self._max_bytes is not None and self.bytes + nbytes > self._max_bytes:
+            raise ToolError(
+                "session_memory_full",
+                f"{count} images of {_mib(nbytes)} would exceed this session's image memory of "
+                f"{_mib(self._max_bytes)} ({_mib(self.bytes)} held); crop smaller regions or start a new session",
+            )
+
+    def reserve(self, count: int, nbytes: int) -> None:
+        """Raise unless ``count`` more images of ``nbytes`` in all fit the register and the session and server
+        budgets; on success the bytes are taken, and the caller appends the images next (no await in between)."""
+        if count > self.room():
+            raise ToolError(
+                "register_full", f"{count} images to add but the visual register has room for {self.room()}"
+            )
+        self.check_bytes(count, nbytes)
+        if self._admit is not None:
+            self._admit(nbytes)
+        self.bytes += nbytes
+
     def append(self, image: Image.Image, source: str) -> RegisteredImage:
-        if not self.room():
-            raise ToolError("register_full", f"the visual register holds its limit of {self._max} images")
+        self.reserve(1, pixel_bytes(image.width, image.height))
+        return self.append_reserved(image, source)
+
+    def append_reserved(self, image: Image.Image, source: str) -> RegisteredImage:
+        """Append an image whose bytes a :meth:`reserve` took."""
         entry = RegisteredImage(f"img_{len(self._images) + 1}", image, source)
         self._images.append(entry)
         return entry
 
     def get(self, ref: str, field: str | None = None) -> RegisteredImage:
-        if ref.startswith("img_") and ref[4:].isdigit() and ref[4] != "0":
-            index = int(ref[4:]) - 1
+        digits = ref[4:] if ref.startswith("img_") else ""
+        # ASCII digits only (str.isdigit also takes "²" and "١"), and no more than an index can have
+        if 0 < len(digits) <= _MAX_INDEX_DIGITS and digits.isascii() and digits.isdigit() and digits[0] != "0":
+            index = int(digits) - 1
             if index < len(self._images):
                 return self._images[index]
         loaded = f"img_1..img_{len(self._images)}" if self._images else "none"
-        raise ToolError("unknown_image", f"{ref!r} is not in the visual register (loaded: {loaded})", field)
+        raise ToolError("unknown_image", f"{quote(ref)} is not in the visual register (loaded: {loaded})", field)
 
     def refs(self) -> list[str]:
         return [e.ref for e in self._images]
@@ -79,6 +132,7 @@ class Session:
     group_id: str | None
     register: VisualRegister
     last_used: float
+    client: str | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # register appends of one call stay contiguous
     mei_version: str | None = None  # fixed at creation (Neos §3.5); None until its first MEI answer when unknown
 
@@ -89,28 +143,59 @@ class SessionStore:
         *,
         ttl_s: float = 3600.0,
         max_sessions: int = 100_000,
+        max_sessions_per_client: int | None = None,
         max_images: int = 512,
+        max_session_bytes: int | None = None,
+        max_server_bytes: int | None = None,
+        memory_min_idle_s: float = 60.0,
+        id_prefix: str = "s_",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``id_prefix`` starts every session id (``s3_``: worker 3's, which the ``--workers`` router reads)."""
         if ttl_s <= 0:
             raise ValueError(f"session TTL must be > 0, got {ttl_s}")
         self.ttl_s = ttl_s
         self._max_sessions = max_sessions
+        self._max_per_client = max_sessions_per_client
         self._max_images = max_images
+        self._max_session_bytes = max_session_bytes
+        self._max_server_bytes = max_server_bytes
+        self._min_idle_s = memory_min_idle_s
+        self._id_prefix = id_prefix
         self._clock = clock
-        self._sessions: dict[str, Session] = {}
-        self.evicted = 0
+        self._sessions: OrderedDict[str, Session] = OrderedDict()  # least recently used first
+        self._per_client: Counter[str] = Counter()
+        self.image_bytes = 0  # held by every register together
+        self.evictions: Counter[str] = Counter()  # by reason: "idle" (TTL), "memory" (server budget)
 
     def __len__(self) -> int:
         return len(self._sessions)
 
-    def create(self, group_id: str | None = None, mei_version: str | None = None) -> Session:
+    @property
+    def evicted(self) -> int:
+        return sum(self.evictions.values())
+
+    def create(
+        self, group_id: str | None = None, mei_version: str | None = None, *, client: str | None = None
+    ) -> Session:
         self.evict_idle()
         if len(self._sessions) >= self._max_sessions:
             raise ToolError("too_many_sessions", f"the server holds its limit of {self._max_sessions} sessions")
-        session = Session(f"s_{secrets.token_hex(12)}", group_id, VisualRegister(self._max_images), self._clock(),
-                          mei_version=mei_version)
-        self._sessions[session.id] = session
+        if client is not None and self._max_per_client is not None and self._per_client[client] >= self._max_per_client:
+            raise ToolError(
+                "session_quota",
+                f"client {quote(client)} holds its quota of {self._max_per_client} sessions; delete finished ones",
+            )
+        sid = f"{self._id_prefix}{secrets.token_hex(12)}"
+        register = VisualRegister(
+            self._max_images,
+            self._max_session_bytes,
+            lambda n: self._admit(sid, n),
+        )
+        session = Session(sid, group_id, register, self._clock(), client, mei_version=mei_version)
+        self._sessions[sid] = session
+        if client is not None:
+            self._per_client[client] += 1
         return session
 
     def get(self, session_id: str) -> Session:
@@ -118,27 +203,60 @@ class SessionStore:
         now = self._clock()
         if session is None or now - session.last_used > self.ttl_s:
             if session is not None:
-                self._drop(session_id)
+                self._drop(session_id, "idle")
             raise ToolError(
-                "unknown_session", f"no session {session_id!r} (never created, deleted or expired)", "session_id"
+                "unknown_session", f"no session {quote(session_id)} (never created, deleted or expired)", "session_id"
             )
         session.last_used = now
+        self._sessions.move_to_end(session_id)
         return session
 
     def delete(self, session_id: str) -> None:
-        if self._sessions.pop(session_id, None) is None:
-            raise ToolError("unknown_session", f"no session {session_id!r}", "session_id")
+        if session_id not in self._sessions:
+            raise ToolError("unknown_session", f"no session {quote(session_id)}", "session_id")
+        self._drop(session_id, None)
 
-    def _drop(self, session_id: str) -> None:
-        del self._sessions[session_id]
-        self.evicted += 1
+    def _drop(self, session_id: str, reason: str | None) -> None:
+        session = self._sessions.pop(session_id)
+        self.image_bytes -= session.register.bytes
+        if session.client is not None:
+            self._per_client[session.client] -= 1
+            if not self._per_client[session.client]:
+                del self._per_client[session.client]
+        if reason is not None:
+            self.evictions[reason] += 1
+
+    def _admit(self, session_id: str, nbytes: int) -> None:
+        """Take ``nbytes`` of the server's image budget for ``session_id``, evicting least recently used sessions
+        idle for ``memory_min_idle_s`` or more to make room; ``server_memory_full`` if that is not enough."""
+        if self._max_server_bytes is None:
+            self.image_bytes += nbytes
+            return
+        cutoff = self._clock() - self._min_idle_s
+        while self.image_bytes + nbytes > self._max_server_bytes and self._sessions:
+            oldest = next(iter(self._sessions.values()))
+            if oldest.last_used > cutoff or oldest.id == session_id:
+                break
+            self._drop(oldest.id, "memory")
+        if self.image_bytes + nbytes > self._max_server_bytes:
+            raise ToolError(
+                "server_memory_full",
+                f"the server's image memory ({_mib(self._max_server_bytes)}) is held by sessions used in the last "
+                f"{self._min_idle_s:g} s; retry later",
+            )
+        self.image_bytes += nbytes
 
     def evict_idle(self) -> int:
+        """Expire sessions idle longer than the TTL: the oldest first, stopping at the first fresh one."""
         cutoff = self._clock() - self.ttl_s
-        stale = [sid for sid, s in self._sessions.items() if s.last_used < cutoff]
-        for sid in stale:
-            self._drop(sid)
-        return len(stale)
+        n = 0
+        while self._sessions:
+            oldest = next(iter(self._sessions.values()))
+            if oldest.last_used >= cutoff:
+                break
+            self._drop(oldest.id, "idle")
+            n += 1
+        return n
 
     async def run_evictor(self) -> None:
         """Background task: evict idle sessions every quarter TTL (at most every 30 s)."""

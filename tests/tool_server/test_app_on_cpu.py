@@ -367,3 +367,22 @@ async def test_mei_backed_results_are_cached_per_mei_version(client):
     assert (await _call(client, new, "WebVisit", args))["cached"] is True
     assert (await _call(client, sid, "WebVisit", args))["mei"] == first["mei"]  # the v0 session: its own version
     assert (await _call(client, new, "TextSearch", {"query": ["Mexico"]}))["cached"] is True
+
+
+def test_cli_checks_its_port_before_loading_the_world(tmp_path):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        # the world does not exist either: the port, checked first, is what is reported
+        bad = subprocess.run(
+            [sys.executable, "-m", "tool_server", "--world", str(tmp_path / "none"), "--port", str(port)],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert bad.returncode == 1 and f"cannot listen on 127.0.0.1:{port}" in bad.stderr
+    assert "not a world" not in bad.stderr

@@ -121,6 +121,16 @@ async def test_allowed_test_server_and_redirect_within_it(servers):
     "http://[fd12:3456::1]/",                 # IPv6 unique-local
     "ftp://127.0.0.1:{a}/page",
     "file:///etc/passwd",
+    "http://[2002:7f00:1::]:{b}/secret",      # 6to4 embedding 127.0.0.1
+    "http://[2002:a9fe:a9fe::]/latest/meta-data/",  # 6to4 embedding 169.254.169.254
+    "http://[64:ff9b::7f00:1]:{b}/secret",    # NAT64 embedding 127.0.0.1
+    "http://[fec0::1]/",                      # IPv6 site-local
+    "http://192.88.99.1/",                    # 6to4 relay anycast
+    "http://2130706433:{b}/secret",           # odd spellings of 127.0.0.1
+    "http://0x7f.1:{b}/secret",
+    "http://127.1:{b}/secret",
+    "http://0177.0.0.1:{b}/secret",
+    "http://0x08.0x08.0x08.0x08/",            # an odd spelling of a public address is refused too
 ])
 async def test_refused_targets(servers, url):
     f = fetcher(servers)

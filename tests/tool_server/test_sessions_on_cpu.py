@@ -94,3 +94,99 @@ def test_normalized_boxes_to_pixels():
     for bad in ([500, 0, 500, 10], [10, 20, 5, 30], [0, 0, 1, 1]):
         with pytest.raises(ValueError):
             box_to_pixels(bad, 320, 240)
+
+
+def _image(w: int, h: int) -> Image.Image:
+    return Image.new("RGB", (w, h))
+
+
+def test_a_sessions_image_memory_is_bounded_in_bytes():
+    store = SessionStore(max_images=100, max_session_bytes=4 * 100 * 100 * 2)  # two 100x100 RGB images
+    register = store.create().register
+    register.append(_image(100, 100), "q")
+    register.append(_image(50, 200), "q")
+    assert register.bytes == store.image_bytes == 80_000
+    with pytest.raises(ToolError) as err:
+        register.append(_image(1, 1), "q")
+    assert (err.value.type, err.value.status) == ("session_memory_full", 409) and len(register) == 2
+    with pytest.raises(ToolError):  # a batch that does not fit takes nothing
+        register.reserve(1, 1)
+    assert register.bytes == 80_000
+
+
+def test_the_server_budget_evicts_least_recently_used_idle_sessions_first():
+    clock = FakeClock()
+    store = SessionStore(max_server_bytes=4 * 300, memory_min_idle_s=30, clock=clock)
+    a, b, c = store.create(), store.create(), store.create()
+    for s in (a, b, c):
+        s.register.append(_image(10, 10), "q")  # 400 bytes each: the server is full
+    clock.now += 60
+    store.get(a.id)  # a is used again: b is now the least recently used, then c, then a
+    d = store.create()
+    d.register.append(_image(10, 10), "q")
+    assert set(store._sessions) == {a.id, c.id, d.id} and store.evictions["memory"] == 1
+    with pytest.raises(ToolError):
+        store.get(b.id)
+    assert store.image_bytes == 1200
+    # every other session was used in the last 30 s: a clear error instead of evicting a live episode
+    store.get(c.id)
+    with pytest.raises(ToolError) as err:
+        store.create().register.append(_image(10, 10), "q")
+    assert (err.value.type, err.value.status) == ("server_memory_full", 503)
+    assert store.image_bytes == 1200
+    store.delete(a.id)  # deleting returns its bytes
+    assert store.image_bytes == 800
+
+
+def test_expiry_pops_the_oldest_sessions_without_scanning_the_rest():
+    clock = FakeClock()
+    store = SessionStore(ttl_s=10, clock=clock)
+    old = [store.create() for _ in range(3)]
+    clock.now += 5
+    fresh = [store.create() for _ in range(1000)]
+    clock.now += 6  # the three old ones are 11 s idle, the rest 6 s
+    touched: list[str] = []
+    for s in fresh:  # a scan would read every session's last_used; expiry reads the three and the first fresh one
+        object.__setattr__(s, "last_used", _Watched(s.last_used, touched, s.id))
+    assert store.evict_idle() == 3 and len(touched) == 1 and store.evictions["idle"] == 3
+    assert {s.id for s in old}.isdisjoint(store._sessions)
+
+
+class _Watched(float):
+    """A last_used value that records being compared (how many sessions an expiry pass looked at)."""
+
+    def __new__(cls, value: float, log: list[str], sid: str):
+        obj = super().__new__(cls, value)
+        obj.log, obj.sid = log, sid
+        return obj
+
+    def __lt__(self, other):
+        self.log.append(self.sid)
+        return float(self) < other
+
+    def __ge__(self, other):
+        self.log.append(self.sid)
+        return float(self) >= other
+
+    def __gt__(self, other):
+        self.log.append(self.sid)
+        return float(self) > other
+
+
+def test_one_client_cannot_take_every_session():
+    store = SessionStore(max_sessions=10, max_sessions_per_client=3)
+    mine = [store.create(client="10.0.0.1") for _ in range(3)]
+    with pytest.raises(ToolError) as err:
+        store.create(client="10.0.0.1")
+    assert (err.value.type, err.value.status) == ("session_quota", 429) and "10.0.0.1" in err.value.message
+    assert store.create(client="10.0.0.2")  # another client still gets sessions
+    store.delete(mine[0].id)
+    assert store.create(client="10.0.0.1")  # a deleted session frees its place in the quota
+
+
+def test_shipped_session_defaults():
+    from tool_server.app import ServerSettings
+
+    s = ServerSettings()
+    assert (s.max_sessions, s.max_sessions_per_client, s.max_register_images) == (100_000, 10_000, 512)
+    assert (s.max_session_image_bytes, s.max_server_image_bytes) == (512 * 2**20, 16 * 2**30)

@@ -18,8 +18,12 @@ hash, so later starts load them in about a second.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import multiprocessing
+import os
 import threading
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,7 +50,7 @@ class Match:
     inliers: int
 
 
-def _normalized(image: Image.Image) -> np.ndarray:
+def normalized(image: Image.Image) -> np.ndarray:
     rgb = np.asarray(image.convert("RGB"))
     h, w = rgb.shape[:2]
     scale = SIDE / max(h, w)
@@ -69,14 +73,21 @@ def colour_hist(rgb: np.ndarray) -> np.ndarray:
     return hist / max(1.0, hist.sum())
 
 
-_ORB = None
+_OPENCV = threading.local()  # OpenCV detector/matcher objects are not shared across threads: one set per thread
 
 
 def _orb():
-    global _ORB
-    if _ORB is None:
-        _ORB = cv2.ORB_create(nfeatures=N_FEATURES, fastThreshold=10, edgeThreshold=15, patchSize=15)
-    return _ORB
+    orb = getattr(_OPENCV, "orb", None)
+    if orb is None:
+        orb = _OPENCV.orb = cv2.ORB_create(nfeatures=N_FEATURES, fastThreshold=10, edgeThreshold=15, patchSize=15)
+    return orb
+
+
+def _matcher():
+    matcher = getattr(_OPENCV, "matcher", None)
+    if matcher is None:
+        matcher = _OPENCV.matcher = cv2.BFMatcher(cv2.NORM_HAMMING)
+    return matcher
 
 
 def orb_features(rgb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -121,7 +132,7 @@ class FeatureTable:
         ids, hashes, hists, offsets, points, descs = [], [], [], [0], [], []
         for image_id, path in images.items():
             with Image.open(path) as im:
-                rgb = _normalized(im)
+                rgb = normalized(im)
             pts, desc = orb_features(rgb)
             ids.append(image_id)
             hashes.append(phash(rgb))
@@ -164,12 +175,10 @@ class ReverseIndex:
         self._paths = images
         self._shortlist = shortlist
         self._verify = verify
-        self._matcher = cv2.BFMatcher(cv2.NORM_HAMMING)
-        self._lock = threading.Lock()  # OpenCV matcher/detector objects are not shared across threads
 
     def _colour_score(self, query: np.ndarray, image_id: str, transform: np.ndarray) -> float:
         with Image.open(self._paths[image_id]) as im:
-            cand = _normalized(im)
+            cand = normalized(im)
         h, w = query.shape[:2]
         # transform maps query -> candidate; warp the candidate back into the query frame
         warped = cv2.warpAffine(
@@ -200,7 +209,7 @@ class ReverseIndex:
         lo, hi = t.offsets[k], t.offsets[k + 1]
         if hi - lo < 2:
             return None
-        pairs = self._matcher.knnMatch(q_desc, t.descriptors[lo:hi], k=2)
+        pairs = _matcher().knnMatch(q_desc, t.descriptors[lo:hi], k=2)
         good = [p[0] for p in pairs if len(p) == 2 and p[0].distance < 0.8 * p[1].distance]
         if len(good) < MIN_INLIERS:
             return None
@@ -212,13 +221,15 @@ class ReverseIndex:
         return int(inliers.sum()), transform
 
     def search(self, image: Image.Image, *, limit: int = 5) -> list[Match]:
-        """Best ``limit`` matches, highest score first (only images with some geometric or hash evidence)."""
-        with self._lock:
-            return self._search(image, limit)
+        """Best ``limit`` matches, highest score first (only images with some geometric or hash evidence).
 
-    def _search(self, image: Image.Image, limit: int) -> list[Match]:
+        Thread-safe without a lock (the index is read-only, OpenCV objects are per thread), so searches run in
+        parallel on a pool's threads."""
+        return self.search_normalized(normalized(image), limit=limit)
+
+    def search_normalized(self, query: np.ndarray, *, limit: int = 5) -> list[Match]:
+        """:meth:`search` of a query already normalized (:func:`normalized`: RGB, long side 512)."""
         t = self._t
-        query = _normalized(image)
         dist = _popcount64(np.bitwise_xor(t.hashes, phash(query)))
         found: dict[str, Match] = {}
         for k in np.flatnonzero(dist <= PHASH_NEAR):
@@ -237,3 +248,42 @@ class ReverseIndex:
                 if t.ids[k] not in found or score > found[t.ids[k]].score:
                     found[t.ids[k]] = Match(t.ids[k], score, "orb", inliers)
         return sorted(found.values(), key=lambda m: (-m.score, m.image_id))[:limit]
+
+
+_FORKED_INDEX: ReverseIndex | None = None  # the index a forked search process inherited (copy-on-write)
+
+
+def _forked_init() -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server's Ctrl-C stops the server, which stops these
+    cv2.setNumThreads(1)  # one search per process; OpenCV's own thread pool does not survive a fork anyway
+    with contextlib.suppress(OSError):
+        os.nice(10)  # below the server's event loop, should they share a core
+
+
+def _forked_search(query: np.ndarray, limit: int) -> list[Match]:
+    assert _FORKED_INDEX is not None, "a search process forked before the index was set"
+    return _FORKED_INDEX.search_normalized(query, limit=limit)
+
+
+class ForkedSearch:
+    """Reverse searches in ``processes`` forked processes that share the index with the server copy-on-write.
+
+    Why processes: a search is ~0.1-1 s of mostly GIL-holding Python around OpenCV calls; in threads of the server's
+    process it takes the GIL from the event loop in 5 ms slices, so every cheap call waits behind it. Only the
+    normalized query (512 px long side, <1 MB) goes to the process; matches come back. One index per process: the
+    server's world (a second :class:`ForkedSearch` replaces the index later forks inherit).
+    """
+
+    def __init__(self, index: ReverseIndex, processes: int) -> None:
+        global _FORKED_INDEX
+        _FORKED_INDEX = index
+        fork = multiprocessing.get_context("fork")
+        self._pool = ProcessPoolExecutor(processes, mp_context=fork, initializer=_forked_init)
+
+    def submit(self, query: np.ndarray, limit: int) -> Future[list[Match]]:
+        return self._pool.submit(_forked_search, query, limit)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

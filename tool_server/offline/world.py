@@ -8,10 +8,12 @@ search waits for them. With a cache directory they are stored under ``features/`
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 from collections import defaultdict
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from PIL import Image as PILImage
@@ -19,9 +21,17 @@ from PIL import Image as PILImage
 from data_gen.world.model import WORLD_ORIGIN, Image, Page
 from data_gen.world.store import World
 from tool_server.errors import ToolError
+from tool_server.limits import quote
 from tool_server.offline.lexical import ImageIndex, PageIndex, TextHit
 from tool_server.offline.pixels import decode_image
-from tool_server.offline.reverse import FEATURE_VERSION, Match, ReverseIndex, load_or_compute
+from tool_server.offline.reverse import (
+    FEATURE_VERSION,
+    ForkedSearch,
+    Match,
+    ReverseIndex,
+    load_or_compute,
+    normalized,
+)
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +42,13 @@ def resource_id(kind: str, url: str) -> str:
 
 
 class OfflineWorld:
-    def __init__(self, world: World, *, cache_dir: Path | None = None) -> None:
+    def __init__(self, world: World, *, cache_dir: Path | None = None, search_processes: int = 0) -> None:
+        """``search_processes``: reverse searches in that many forked processes (:class:`ForkedSearch`); 0: in the
+        caller's executor threads."""
         self.world = world
+        self._search_processes = search_processes
+        self._forked: ForkedSearch | None = None
+        self.search_restarts = 0  # search processes found dead and replaced
         self.content_hash: str = world.manifest.get("content_hash", "")
         self._pages = list(world.pages.values())
         self.pages = PageIndex(self._pages)
@@ -61,8 +76,8 @@ class OfflineWorld:
         )
 
     @classmethod
-    def load(cls, path: str | Path, *, cache_dir: Path | None = None) -> OfflineWorld:
-        return cls(World.load(path), cache_dir=cache_dir)
+    def load(cls, path: str | Path, *, cache_dir: Path | None = None, search_processes: int = 0) -> OfflineWorld:
+        return cls(World.load(path), cache_dir=cache_dir, search_processes=search_processes)
 
     # ---- lookups ----------------------------------------------------------------------------------------------
     @staticmethod
@@ -94,9 +109,11 @@ class OfflineWorld:
             return ref
         urls = self._resources.get(ref)
         if not urls:
-            raise ToolError("not_found", f"{ref!r} is neither a URL nor a known resource id", field)
+            raise ToolError("not_found", f"{quote(ref)} is neither a URL nor a known resource id", field)
         if len(urls) > 1:
-            raise ToolError("ambiguous_resource", f"{ref!r} names {len(urls)} resources; use the URL instead", field)
+            raise ToolError(
+                "ambiguous_resource", f"{quote(ref)} names {len(urls)} resources; use the URL instead", field
+            )
         return urls[0]
 
     def image_bytes(self, image_id: str) -> bytes:
@@ -112,12 +129,37 @@ class OfflineWorld:
     def image_search(self, query: str, goal: str, k: int = 5) -> list[Image]:
         return self.images.search(query, goal, k)
 
-    async def reverse_search(self, image: PILImage.Image, limit: int = 5) -> list[Match]:
+    async def reverse_search(
+        self, image: PILImage.Image, limit: int = 5, executor: Executor | None = None
+    ) -> list[Match]:
+        """Matches of ``image``: in the search processes if there are any (``executor`` normalizes the query for
+        them), else on ``executor`` (the server's reverse-search pool; None: asyncio's)."""
         index = await asyncio.wrap_future(self._features)
-        return await asyncio.to_thread(index.search, image, limit=limit)
+        loop = asyncio.get_running_loop()
+        if not self._search_processes:
+            return await loop.run_in_executor(executor, functools.partial(index.search, image, limit=limit))
+        if self._forked is None:
+            self._forked = ForkedSearch(index, self._search_processes)
+        query = await loop.run_in_executor(executor, normalized, image)
+        forked = self._forked
+        try:
+            return await asyncio.wrap_future(forked.submit(query, limit))
+        except BrokenProcessPool:
+            if self._forked is forked:  # the first call to see it replaces the processes for later calls
+                log.error("a reverse-search process died; starting new ones")
+                forked.close()
+                self._forked = None
+                self.search_restarts += 1
+            raise ToolError("search_unavailable", "the reverse image search process failed; retry the call") from None
+
+    def wait_features(self) -> None:
+        """Block until the reverse-search features are loaded (before forking workers that share them)."""
+        self._features.result()
 
     def features_ready(self) -> bool:
         return self._features.done()
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._forked is not None:
+            self._forked.close()

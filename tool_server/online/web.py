@@ -18,7 +18,6 @@ target is a 403, never a 5xx).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 from collections import OrderedDict
@@ -36,6 +35,7 @@ from tool_server.offline.world import resource_id
 from tool_server.online.clients import ImageResult, LensClient, PageResult, ReaderClient, SerpClient
 from tool_server.online.http import BackendError
 from tool_server.online.public import PublicImages
+from tool_server.pools import Pools
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,7 @@ class _Visible(HTMLParser):
         self.title = ""
         self.parts: list[str] = []
         self.images: list[tuple[str, str]] = []  # (absolute URL, alt)
+        self._seen: set[str] = set()  # URLs in images: a page's n tags are checked in O(n), not O(n^2)
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag in _SKIPPED:
@@ -71,7 +72,8 @@ class _Visible(HTMLParser):
             a = dict(attrs)
             src = (a.get("src") or "").strip()
             url = urljoin(self._base, src) if src else ""
-            if url.startswith(("http://", "https://")) and url not in (u for u, _ in self.images):
+            if url.startswith(("http://", "https://")) and url not in self._seen:
+                self._seen.add(url)
                 self.images.append((url, (a.get("alt") or "").strip()))
 
     def handle_endtag(self, tag: str) -> None:
@@ -170,6 +172,7 @@ class OnlineBackends:
     reader: ReaderClient | None = None
     public: PublicImages | None = None
     ids: ResourceIds = field(default_factory=ResourceIds)
+    pools: Pools = field(default_factory=Pools)  # page parsing and image decoding off the event loop
     reader_fallbacks: int = 0  # reader failures answered by a direct fetch
 
     async def _fetch(self, url: str, field: str) -> FetchResult:
@@ -197,7 +200,7 @@ class OnlineBackends:
         result = await self._fetch(url, field)
         if result.content_type not in PAGE_TYPES:
             raise ToolError("unsupported_content", f"{url} is {result.content_type}, not a readable page", field)
-        return await asyncio.to_thread(page_view, result)
+        return await self.pools.run("parse", page_view, result)
 
     def looks_like_image(self, url: str) -> bool:
         """An image URL by what results said of it or by its file suffix (read_url must pick page or image)."""
@@ -208,7 +211,7 @@ class OnlineBackends:
         if not result.content_type.startswith("image/"):
             raise ToolError("unsupported_content", f"{url} is {result.content_type}, not an image", field)
         try:
-            image = await asyncio.to_thread(decode_image, result.body, max_pixels)
+            image = await self.pools.run("image", decode_image, result.body, max_pixels)
         except ImageDecodeError as e:
             raise _tool_error(e, field) from None
         return image.convert("RGB")

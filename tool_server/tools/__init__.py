@@ -15,7 +15,8 @@ from typing import Any
 from tool_server.cache import TieredCache, cache_key
 from tool_server.calls import ToolCall
 from tool_server.errors import ToolError
-from tool_server.sessions import Session
+from tool_server.pools import image_cost
+from tool_server.sessions import RegisteredImage, Session
 from tool_server.tools import modal, neos
 from tool_server.tools.base import CachedObservation, Call, Observation, ToolContext, pixels_digest
 
@@ -30,8 +31,13 @@ class ToolRunner:
         self.ctx = ctx
         self.cache = cache
 
-    @staticmethod
-    def _cache_arguments(session: Session, name: str, args: dict[str, Any]) -> dict[str, Any]:
+    async def _digest(self, entry: RegisteredImage) -> str:
+        """:func:`pixels_digest`, hashed on the image pool (a 25 Mpx image is 100 MB to hash) and kept."""
+        if entry.digest is None:
+            entry.digest = await self.ctx.pools.run(image_cost(entry.width, entry.height), pixels_digest, entry)
+        return entry.digest
+
+    async def _cache_arguments(self, session: Session, name: str, args: dict[str, Any]) -> dict[str, Any]:
         """Register ids are session-local: key image inputs by their pixels so equal queries share entries."""
         register = session.register
         if name == "ReverseImageSearch" and "image_token" in args:
@@ -39,14 +45,14 @@ class ToolRunner:
             return {
                 **args,
                 "image_token": [
-                    pixels_digest(register.get(t, f"arguments/image_token/{i}")) for i, t in enumerate(tokens)
+                    await self._digest(register.get(t, f"arguments/image_token/{i}")) for i, t in enumerate(tokens)
                 ],
             }
         if name == "i2i_search" and args["image"].startswith("img_"):
-            return {**args, "image": pixels_digest(register.get(args["image"], "arguments/image"))}
+            return {**args, "image": await self._digest(register.get(args["image"], "arguments/image"))}
         return args
 
-    def _key(self, session: Session, call: ToolCall) -> str:
+    async def _key(self, session: Session, call: ToolCall) -> str:
         """The cache key; memoised on ``call`` when it does not depend on the session's register."""
         # web results never answer world queries; a trajectory's MEI calls carry its session's version ("mei:", not the
         # earlier "mei=": entries written before fallbacks were kept out of the cache are never read again)
@@ -57,7 +63,7 @@ class ToolRunner:
         memo = call.key
         if memo is not None and memo[0] == tool and memo[1] == scope:
             return memo[2]
-        args = self._cache_arguments(session, call.name, call.arguments)
+        args = await self._cache_arguments(session, call.name, call.arguments)
         key = cache_key(tool, args, scope=scope)
         if args is call.arguments:  # no register image in the key: the same for every session of this scope
             call.key = (tool, scope, key)
@@ -89,7 +95,7 @@ class ToolRunner:
                 return None  # register entries are this session's own; a fallback is no model result
             return computed.to_cache()
 
-        blob = await self.cache.get_or_compute(self._key(session, call), compute)
+        blob = await self.cache.get_or_compute(await self._key(session, call), compute)
         if computed is not None:
             return computed
         assert blob is not None  # get_or_compute returns None only from a compute() of this caller

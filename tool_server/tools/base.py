@@ -12,6 +12,7 @@ import orjson
 from tool_server.mei.schema import EvidenceInterface, ImageView, MEICall, MEIContext
 from tool_server.offline.world import OfflineWorld
 from tool_server.online.web import OnlineBackends
+from tool_server.pools import Pools
 from tool_server.sessions import RegisteredImage, Session
 
 MAX_PAGE_IMAGES = 15
@@ -91,6 +92,7 @@ class ToolContext:
     mei: EvidenceInterface
     max_pixels: int
     online: OnlineBackends | None = None  # None: offline, only the world's pages and images are reachable
+    pools: Pools = field(default_factory=Pools)  # CPU work of the calls, by cost class
 
 
 def mei_entry(call: MEICall) -> dict[str, str]:

@@ -12,7 +12,9 @@ from typing import Any
 
 from tool_server.errors import ToolError
 from tool_server.offline.pixels import box_to_pixels, encode_png
+from tool_server.pools import image_cost
 from tool_server.protocol import MAX_BOXES_TOTAL
+from tool_server.sessions import pixel_bytes
 from tool_server.tools.base import Call, Observation, ToolContext, item_error
 from tool_server.tools.ops import (
     load_image,
@@ -102,10 +104,12 @@ async def reverse_image_search(ctx: ToolContext, call: Call) -> Observation:
         field = f"arguments/image_token/{i}" if entry is not None else f"arguments/image_url/{i - len(tokens)}"
         try:
             if entry is not None:
-                image = (entry.image, entry.png(), query_url(entry.source))
+                png = await ctx.pools.run(image_cost(entry.width, entry.height), entry.png)
+                image = (entry.image, png, query_url(entry.source))
             else:
                 image_id, pixels = await load_image(ctx, label, field)
-                png = ctx.world.image_bytes(image_id) if image_id else await asyncio.to_thread(encode_png, pixels)
+                cost = image_cost(pixels.width, pixels.height)
+                png = ctx.world.image_bytes(image_id) if image_id else await ctx.pools.run(cost, encode_png, pixels)
                 image = (pixels, png, label)
             candidates, mei = await reverse_search(ctx, call, label, image, args["goal"], "ReverseImageSearch", field)
         except ToolError as e:
@@ -142,13 +146,15 @@ async def fetch_image(ctx: ToolContext, call: Call) -> Observation:
     records, images, lines = [], [], []
     async with call.session.lock:
         for url, result in zip(urls, loaded):
-            if not isinstance(result, ToolError) and not call.session.register.room():
-                result = ToolError("register_full", "the visual register is full")
+            if not isinstance(result, ToolError):
+                try:  # register_full, or the session's or server's image memory
+                    entry = call.session.register.append(result, url)
+                except ToolError as e:
+                    result = e
             if isinstance(result, ToolError):
                 records.append({"url": url, "error": item_error(result.type, result.message)})
                 lines.append(f"{url}: {_err_line(records[-1]['error'])}")
                 continue
-            entry = call.session.register.append(result, url)
             images.append(entry)
             records.append({"url": url, "output_ref": entry.ref, "width": entry.width, "height": entry.height})
             lines.append(f"{url}: loaded as {entry.ref} ({entry.width}x{entry.height})")
@@ -180,14 +186,15 @@ async def crop_image(ctx: ToolContext, call: Call) -> Observation:
             f"{len(plan)} boxes requested; at most {MAX_BOXES_TOTAL} in total",
             "arguments/crop_config",
         )
+    nbytes = sum(pixel_bytes(px[2] - px[0], px[3] - px[1]) for _, _, px in plan)
+    register.check_bytes(len(plan), nbytes)  # before the crops take the memory
+    cost = image_cost(nbytes // 4, 1)
+    crops = await ctx.pools.run(cost, lambda: [entry.image.crop(px) for entry, _, px in plan])
     records, images, lines = [], [], []
     async with call.session.lock:
-        if register.room() < len(plan):
-            raise ToolError(
-                "register_full", f"{len(plan)} crops requested but the visual register has room for {register.room()}"
-            )
-        for entry, box, px in plan:
-            crop = register.append(entry.image.crop(px), f"{entry.ref}{box}")
+        register.reserve(len(plan), nbytes)
+        for (entry, box, px), pixels in zip(plan, crops):
+            crop = register.append_reserved(pixels, f"{entry.ref}{box}")
             images.append(crop)
             records.append(
                 {

@@ -8,13 +8,13 @@ world URLs are still answered by the world.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from PIL import Image as PILImage
 
 from data_gen.world.model import Page
 from tool_server.errors import ToolError
+from tool_server.limits import quote
 from tool_server.mei.schema import ImageView, PageView
 from tool_server.offline.lexical import TextHit
 from tool_server.online.clients import ImageResult
@@ -27,11 +27,11 @@ async def lexical_search(ctx: ToolContext, query: str, *, batch: int) -> list[Te
     """Top-10 BM25 hits in the world for ``query``, one of ``batch`` queries of a call.
 
     One search is ~0.5 ms of GIL-holding Python and numpy, about what a worker-thread hand-off costs, so small
-    batches run on the event loop; larger ones go to a thread so the loop keeps serving other requests meanwhile.
+    batches run on the event loop; larger ones go to the search pool so the loop keeps serving other requests.
     """
     if batch <= INLINE_SEARCH_BATCH:
         return ctx.world.text_search(query, 10)
-    return await asyncio.to_thread(ctx.world.text_search, query, 10)
+    return await ctx.pools.run("search", ctx.world.text_search, query, 10)
 
 
 async def web_search(ctx: ToolContext, query: str, field: str, *, batch: int) -> list[dict[str, str]]:
@@ -52,7 +52,7 @@ def _unreachable(ctx: ToolContext, url: str, what: str, field: str) -> ToolError
 
 def _check_url(url: str, field: str) -> None:
     if not url.startswith(("http://", "https://")):
-        raise ToolError("invalid_arguments", f"{url!r} is not a complete http(s) URL", field)
+        raise ToolError("invalid_arguments", f"{quote(url)} is not a complete http(s) URL", field)
 
 
 def resolve(ctx: ToolContext, ref: str, field: str) -> str:
@@ -99,7 +99,7 @@ async def load_world_image(ctx: ToolContext, url: str, field: str) -> tuple[str,
     image = ctx.world.image(url)
     if image is None:
         raise _unreachable(ctx, url, "image", field)
-    pixels = await asyncio.to_thread(ctx.world.load_pixels, image.id, max_pixels=ctx.max_pixels, field=field)
+    pixels = await ctx.pools.run("image", ctx.world.load_pixels, image.id, max_pixels=ctx.max_pixels, field=field)
     return image.id, pixels
 
 
@@ -210,7 +210,7 @@ async def reverse_search(
             for h in hits
         ]
     else:
-        matches = await ctx.world.reverse_search(pixels, IMAGE_CANDIDATES)
+        matches = await ctx.world.reverse_search(pixels, IMAGE_CANDIDATES, ctx.pools.executor("reverse"))
         views = [world_image_view(ctx, m.image_id, pixels=True, match_score=m.score) for m in matches]
         found = [
             {

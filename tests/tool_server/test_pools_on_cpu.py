@@ -1,0 +1,177 @@
+"""No head-of-line blocking: heavy work runs in its own bounded pool, cheap calls keep going while it is saturated;
+and the session budgets through HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import threading
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from PIL import Image
+
+from tool_server.app import RUNNER, ServerSettings, create_app
+from tool_server.cache import TieredCache
+from tool_server.mei import MEIConfig, build_interface
+from tool_server.offline.reverse import ReverseIndex
+from tool_server.online.web import _Visible
+
+ORIGIN = "https://neos-world.invalid"
+FLAG_FRA, FLAG_MEX = f"{ORIGIN}/media/flag_fra.png", f"{ORIGIN}/media/flag_mex.png"
+BOUND_S = 60  # a hang guard, not a latency budget: a call stuck behind the heavy ones never finishes at all
+
+
+def _png_b64(size: tuple[int, int], colour=(10, 20, 30)) -> str:
+    buf = io.BytesIO()
+    Image.new("RGB", size, colour).save(buf, format="PNG")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+@pytest.fixture
+async def make_client(world, tmp_path):
+    clients: list[TestClient] = []
+
+    async def start(**settings) -> TestClient:
+        app = create_app(
+            world=world,
+            mei=build_interface(MEIConfig(log_path=tmp_path / f"mei{len(clients)}.jsonl", ocr=False)),
+            cache=TieredCache.from_config(memory_items=1000),
+            settings=ServerSettings(**settings),
+        )
+        client = TestClient(TestServer(app))
+        await client.start_server()
+        clients.append(client)
+        return client
+
+    yield start
+    for client in clients:
+        await client.close()
+
+
+async def _json(response) -> tuple[int, dict]:
+    return response.status, await response.json()
+
+
+async def _session(client, **body) -> str:
+    status, created = await _json(await client.post("/v1/sessions", json=body))
+    assert status == 200, created
+    return created["session_id"]
+
+
+async def _call(client, sid: str, name: str, arguments: dict, **extra) -> tuple[int, dict]:
+    body = {"name": name, "arguments": arguments, **extra}
+    return await _json(await client.post(f"/v1/sessions/{sid}/call", json=body))
+
+
+async def test_cheap_calls_finish_while_every_reverse_search_slot_is_held(make_client, world, monkeypatch):
+    client = await make_client()
+    await asyncio.wrap_future(world._features)  # features loaded: the searches below reach the index
+    release, entered, lock = threading.Event(), [], threading.Lock()
+    search = ReverseIndex.search
+
+    def held(self, image, *, limit=5):
+        with lock:
+            entered.append(1)
+        release.wait(BOUND_S)
+        return search(self, image, limit=limit)
+
+    monkeypatch.setattr(ReverseIndex, "search", held)
+    sid = await _session(client)
+    heavy = [
+        asyncio.create_task(
+            _call(client, sid, "ReverseImageSearch", {"image_url": [FLAG_MEX], "goal": f"source {i}"})
+        )
+        for i in range(12)  # twice the threads of asyncio's default pool on 2 cores, which they all once held
+    ]
+    pool_size = client.app[RUNNER].ctx.pools.sizes["reverse"]
+    while len(entered) < pool_size:
+        await asyncio.sleep(0.01)
+    try:
+        cheap = await asyncio.wait_for(
+            asyncio.gather(
+                _json(await client.post("/v1/sessions", json={"images": [_png_b64((64, 48))]})),
+                _call(client, sid, "FetchImage", {"urls": [FLAG_FRA]}),
+                _call(client, sid, "TextSearch", {"query": [f"capital {i}" for i in range(8)]}),
+                _json(await client.get("/healthz")),
+            ),
+            BOUND_S,
+        )
+        assert [status for status, _ in cheap] == [200, 200, 200, 200]
+        crop_call = _call(client, sid, "CropImage", {"crop_config": {"img_1": [0, 0, 500, 500]}})
+        crop = await asyncio.wait_for(crop_call, BOUND_S)
+        assert crop[0] == 200
+        assert not any(t.done() for t in heavy) and len(entered) == pool_size  # the pool bounds the heavy work
+    finally:
+        release.set()
+    done = await asyncio.gather(*heavy)
+    assert all(status == 200 for status, _ in done)
+
+
+async def test_crops_run_on_the_image_pool_not_on_the_event_loop(make_client):
+    client = await make_client()
+    pools = client.app[RUNNER].ctx.pools
+    sid = await _session(client, images=[_png_b64((400, 300))])
+    release = threading.Event()
+    blockers = [asyncio.ensure_future(pools.run("image", release.wait, BOUND_S)) for _ in range(pools.sizes["image"])]
+    crop = asyncio.create_task(_call(client, sid, "CropImage", {"crop_config": {"img_1": [0, 0, 500, 500]}}))
+    try:
+        status, _ = await asyncio.wait_for(_call(client, sid, "TextSearch", {"query": ["Paris"]}), BOUND_S)
+        assert status == 200
+        await asyncio.sleep(0.2)
+        assert not crop.done()  # waiting for the image pool, while the loop answered the search
+    finally:
+        release.set()
+    await asyncio.gather(*blockers)
+    status, body = await crop
+    assert status == 200 and body["images"][0]["ref"] == "img_2"
+
+
+def test_page_images_are_deduplicated_in_first_seen_order():
+    html = "".join(f'<img src="/i/{i % 15000}.png" alt="a{i}">' for i in range(20_000))
+    parser = _Visible("https://example.com/page")
+    parser.feed(html)
+    parser.close()
+    assert len(parser.images) == 15_000
+    assert parser.images[:2] == [("https://example.com/i/0.png", "a0"), ("https://example.com/i/1.png", "a1")]
+
+
+async def test_session_image_budget_and_client_quota_over_http(make_client):
+    client = await make_client(max_session_image_bytes=4 * 300 * 300 * 2, max_sessions_per_client=2)
+    images = [_png_b64((300, 300), (i, 0, 0)) for i in range(3)]  # three 360 kB images: one over the budget
+    status, body = await _json(await client.post("/v1/sessions", json={"images": images}))
+    assert (status, body["error"]["type"]) == (409, "session_memory_full")
+    assert "sessions_active 0" in await (await client.get("/metrics")).text()
+    sid = await _session(client, images=images[:2])
+    status, body = await _call(client, sid, "CropImage", {"crop_config": {"img_1": [0, 0, 100, 100]}})
+    assert (status, body["error"]["type"]) == (409, "session_memory_full")
+    await _session(client)
+    status, body = await _json(await client.post("/v1/sessions", json={}))
+    assert (status, body["error"]["type"]) == (429, "session_quota")
+    text = await (await client.get("/metrics")).text()
+    assert f"session_image_bytes {4 * 300 * 300 * 2}" in text
+
+
+async def test_reverse_search_in_forked_processes_matches_and_survives_a_killed_process(world, monkeypatch):
+    import os
+    import signal
+
+    from tool_server.errors import ToolError
+
+    mex = Image.open(world.world.image_path("flag_mex")).convert("RGB")
+    crop = mex.crop((10, 10, mex.width - 10, mex.height - 10))
+    in_threads = await world.reverse_search(crop, 5)
+    monkeypatch.setattr(world, "_search_processes", 1)
+    try:
+        assert await world.reverse_search(crop, 5) == in_threads and in_threads[0].image_id == "flag_mex"
+        (pid,) = world._forked._pool._processes  # the one search process, forked from this one
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(ToolError) as err:  # a counted, bounded error for the call that met the dead process
+            await world.reverse_search(crop, 5)
+        assert err.value.type == "search_unavailable" and world.search_restarts == 1
+        assert await world.reverse_search(crop, 5) == in_threads  # new processes answer later calls
+    finally:
+        if world._forked is not None:
+            world._forked.close()
+            world._forked = None

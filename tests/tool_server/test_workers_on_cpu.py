@@ -1,0 +1,141 @@
+"""``python -m tool_server --workers N``: session affinity through the router, and a worker killed mid-load."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import os
+import signal
+
+import aiohttp
+import pytest
+from PIL import Image
+
+from tool_server.launch import served
+from tool_server.workers import merge_metrics
+
+FLAG_FRA = "https://neos-world.invalid/media/flag_fra.png"
+
+
+def _png_b64(colour: tuple[int, int, int]) -> str:
+    buf = io.BytesIO()
+    Image.new("RGB", (4, 4), colour).save(buf, format="PNG")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def _args(small_world, tmp_path, workers: int) -> tuple[str, ...]:
+    return (
+        "--no-ocr",
+        "--workers",
+        str(workers),
+        "--cache-dir",
+        str(small_world.parent.parent / "tool-server"),
+        "--mei-log",
+        str(tmp_path / "mei.jsonl"),
+    )
+
+
+async def _post(http, path: str, body: dict) -> tuple[int, dict]:
+    async with http.post(path, json=body) as r:
+        return r.status, await r.json()
+
+
+def test_merge_metrics_sums_series_and_keeps_families_together():
+    a = '# HELP x X.\n# TYPE x counter\nx{t="a"} 1\nx{t="b"} 2\n# HELP g G.\n# TYPE g gauge\ng 3\n'
+    b = '# HELP x X.\n# TYPE x counter\nx{t="a"} 4\nx{t="c"} 5\n# HELP g G.\n# TYPE g gauge\ng 1\n'
+    assert merge_metrics([a, b]) == (
+        '# HELP x X.\n# TYPE x counter\nx{t="a"} 5\nx{t="b"} 2\nx{t="c"} 5\n# HELP g G.\n# TYPE g gauge\ng 4\n'
+    )
+
+
+def test_768_sessions_x_50_calls_each_reach_their_own_register_under_2_workers(small_world, tmp_path):
+    n, calls = 768, 50
+
+    async def load(base: str) -> None:
+        colours = [(i % 256, i // 256, 99) for i in range(n)]
+        async with aiohttp.ClientSession(base, connector=aiohttp.TCPConnector(limit=64)) as http:
+            created = await asyncio.gather(*(_post(http, "/v1/sessions", {"images": [_png_b64(c)]}) for c in colours))
+            sids = [body["session_id"] for _, body in created]
+            assert {sid[:3] for sid in sids} == {"s0_", "s1_"}  # both workers hold sessions
+
+            async def episode(sid: str, colour) -> None:
+                for k in range(calls):  # each crop adds img_{k+2} to this session's register only
+                    crop = {"crop_config": {"img_1": [0, 0, 1000, 1000]}}
+                    call = {"name": "CropImage", "arguments": crop, "include_pixels": k == calls - 1}
+                    status, body = await _post(http, f"/v1/sessions/{sid}/call", call)
+                    assert status == 200, body
+                    assert body["images"][0]["ref"] == f"img_{k + 2}"
+                last = Image.open(io.BytesIO(base64.b64decode(body["images"][0]["png_base64"]))).convert("RGB")
+                assert last.getpixel((0, 0)) == colour
+
+            await asyncio.gather(*(episode(s, c) for s, c in zip(sids, colours)))
+            async with http.get("/metrics") as r:
+                text = await r.text()
+            assert f'tool_requests_total{{tool="CropImage",status="200"}} {n * calls}' in text
+            assert f"sessions_active {n}" in text and 'tool_server_workers{state="alive"} 2' in text
+
+    with served(small_world, *_args(small_world, tmp_path, 2)) as base:
+        asyncio.run(load(base))
+
+
+def test_a_killed_worker_fails_only_its_own_sessions_clearly(small_world, tmp_path):
+    async def load(base: str) -> None:
+        async with aiohttp.ClientSession(base) as http:
+            sids = [(await _post(http, "/v1/sessions", {}))[1]["session_id"] for _ in range(20)]
+            for sid in sids[:2]:  # one session on each worker: reverse search in the worker's own threads
+                goal = f"which flag ({sid})"  # not answered from the cache another worker filled
+                search = {"name": "ReverseImageSearch", "arguments": {"image_url": [FLAG_FRA], "goal": goal}}
+                status, body = await _post(http, f"/v1/sessions/{sid}/call", search)
+                assert status == 200 and not body["cached"], body
+                assert "flag_fra" in [c["image_id"] for c in body["records"][0]["candidates"]]
+            async with http.get("/healthz") as r:
+                pids = (await r.json())["worker_pids"]
+            killed = asyncio.Event()
+            outcomes: dict[str, list[tuple[bool, int, str | None]]] = {s: [] for s in sids}
+
+            async def episode(sid: str) -> None:
+                for _ in range(30):
+                    after = killed.is_set()
+                    status, body = await _post(
+                        http, f"/v1/sessions/{sid}/call", {"name": "FetchImage", "arguments": {"urls": [FLAG_FRA]}}
+                    )
+                    outcomes[sid].append((after, status, body.get("error", {}).get("type")))
+
+            async def kill() -> None:
+                while sum(map(len, outcomes.values())) < 100:
+                    await asyncio.sleep(0.01)
+                os.kill(pids[1], signal.SIGKILL)
+                killed.set()
+
+            await asyncio.wait_for(asyncio.gather(kill(), *(episode(s) for s in sids)), 300)  # never a hang
+            for sid, results in outcomes.items():
+                if sid.startswith("s1_"):  # every call sent after the kill: a clear 503, no hang, no other error
+                    assert all((s, t) == (503, "worker_unavailable") for after, s, t in results if after)
+                    assert all(s in (200, 503) for _, s, _ in results)
+                else:
+                    assert all(s == 200 for _, s, _ in results), results
+            new = [(await _post(http, "/v1/sessions", {}))[1]["session_id"] for _ in range(4)]
+            assert all(sid.startswith("s0_") for sid in new)  # new sessions avoid the dead worker
+            async with http.get("/metrics") as r:
+                assert 'tool_server_workers{state="dead"} 1' in await r.text()
+            async with http.get("/healthz") as r:
+                assert (await r.json())["status"] == "degraded"
+
+    with served(small_world, *_args(small_world, tmp_path, 2)) as base:
+        asyncio.run(load(base))
+
+
+@pytest.mark.parametrize("bad", ["0", "-1"])
+def test_workers_flag_is_checked(bad, small_world):
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [sys.executable, "-m", "tool_server", "--world", str(small_world), "--workers", bad],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert r.returncode == 2 and "--workers must be >= 1" in r.stderr

@@ -1,0 +1,78 @@
+"""Bounded thread pools, one per cost class, for the CPU work of tool calls: never on the event loop, and cheap
+work never queued behind heavy work.
+
+One shared pool (asyncio's default executor) let 48 reverse searches hold every slot while FetchImage, small
+TextSearches and session opens waited seconds behind them. Here each class has its own pool, sized by the cores:
+
+- ``reverse``: reverse image search (ORB features and matching, ~0.1-1 s each; OpenCV releases the GIL);
+- ``image``: decoding, crops and PNG encoding of images up to :data:`LARGE_IMAGE_PIXELS` (PIL releases the GIL);
+- ``large_image``: the same for larger images (a 25 Mpx crop and its PNG take seconds);
+- ``parse``: HTML pages fetched online turned into text (pure Python, up to the 20 MB page limit);
+- ``search``: batches of BM25 text searches (numpy).
+
+A class's calls queue only behind calls of the same class. The heavy classes' threads run at a lower OS priority
+(nice +10, Linux), so on a saturated core the event loop thread and the cheap classes are scheduled first. Executors
+start on first use, so a process forked after the pools object was built (``--workers``) starts its own threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Literal, TypeVar
+
+T = TypeVar("T")
+CostClass = Literal["reverse", "image", "large_image", "parse", "search"]
+HEAVY: frozenset[str] = frozenset({"reverse", "large_image", "parse"})
+HEAVY_NICE = 10
+LARGE_IMAGE_PIXELS = 4_000_000
+
+
+def default_sizes(cores: int | None = None) -> dict[CostClass, int]:
+    cores = cores or os.cpu_count() or 1
+    return {"reverse": cores, "image": cores, "large_image": cores, "parse": max(1, cores // 2), "search": cores}
+
+
+def image_cost(width: int, height: int) -> CostClass:
+    """The pool for work on an image of this size."""
+    return "large_image" if width * height > LARGE_IMAGE_PIXELS else "image"
+
+
+def _lower_priority() -> None:
+    """Thread initializer of the heavy pools: nice this thread (Linux threads have their own nice value)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), HEAVY_NICE)
+    except (AttributeError, OSError):  # not Linux, or not permitted: the pools still separate the classes
+        pass
+
+
+class Pools:
+    def __init__(self, sizes: dict[CostClass, int] | None = None) -> None:
+        self.sizes = {**default_sizes(), **(sizes or {})}
+        if bad := {k: n for k, n in self.sizes.items() if n < 1}:
+            raise ValueError(f"pool sizes must be >= 1, got {bad}")
+        self._executors: dict[str, ThreadPoolExecutor] = {}
+
+    def executor(self, cost: CostClass) -> ThreadPoolExecutor:
+        executor = self._executors.get(cost)
+        if executor is None:
+            initializer = _lower_priority if cost in HEAVY else None
+            executor = self._executors[cost] = ThreadPoolExecutor(
+                self.sizes[cost], thread_name_prefix=f"pool-{cost}", initializer=initializer
+            )
+        return executor
+
+    async def run(self, cost: CostClass, fn: Callable[..., T], *args, **kwargs) -> T:
+        """``fn(*args, **kwargs)`` on the ``cost`` pool."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self.executor(cost), functools.partial(fn, *args, **kwargs)
+        )
+
+    def close(self) -> None:
+        for executor in self._executors.values():
+            executor.shutdown(wait=False, cancel_futures=True)
+        self._executors.clear()

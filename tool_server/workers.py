@@ -1,0 +1,252 @@
+"""``python -m tool_server --workers N``: N server processes behind one router on the public port.
+
+The world (pages, BM25 indexes, reverse-search features) is loaded once, then the N workers are forked from the
+loading process, so they share it copy-on-write (``gc.freeze`` first, so the collector does not touch, and copy, its
+pages). Each worker is the ordinary one-process server on a Unix socket, its session ids starting ``s<index>_``. The
+router (this process) sends ``POST /v1/sessions`` to the live workers in turn and every later call of a session to
+the worker whose index its id names, so a session's register is always where its calls go. A worker that died
+turns its sessions' calls into ``worker_unavailable`` (503: the session is lost; the agent loop ends that episode as
+tool instability) while the other workers' sessions go on and new sessions avoid it. ``/metrics`` is the sum of the
+workers' series plus ``tool_server_workers{state}``; ``/healthz`` sums their sessions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import itertools
+import multiprocessing
+import os
+import re
+import signal
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+
+from tool_server.loop import run
+
+CLIENT_HEADER = "X-Neos-Client"  # the router names the client's address to the worker (its session quota)
+_SESSION_WORKER = re.compile(r"^s(\d+)_")
+_FORWARDED_HEADERS = ("Content-Type",)
+
+
+def _error(status: int, type_: str, message: str, field: str | None = None) -> web.Response:
+    return web.json_response({"error": {"type": type_, "message": message, "field": field}}, status=status)
+
+
+def _worker_main(index: int, args: argparse.Namespace, world, path: str, ready, router_pid: int) -> None:
+    """A forked worker: the one-process server on a Unix socket (``world`` is the parent's, shared)."""
+    from tool_server.__main__ import build_app, server_settings
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the router stops the workers
+    settings = server_settings(args, session_id_prefix=f"s{index}_", client_header=CLIENT_HEADER)
+
+    async def serve() -> None:
+        app = build_app(args, world, settings)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.UnixSite(runner, path).start()
+        ready.set()
+        while os.getppid() == router_pid:  # a router killed outright leaves no worker behind
+            await asyncio.sleep(1.0)
+
+    run(serve(), use_uvloop=not args.no_uvloop)
+
+
+def merge_metrics(texts: list[str]) -> str:
+    """Prometheus text of several processes as one: every series summed, families kept together."""
+    families: dict[str, list[str]] = {}  # family -> its HELP/TYPE lines then its series keys, first seen first
+    values: dict[str, float] = {}
+    for text in texts:
+        family = ""
+        for line in text.splitlines():
+            if line.startswith("# "):
+                family = line.split()[2]
+                lines = families.setdefault(family, [])
+                if line not in lines:
+                    lines.append(line)
+                continue
+            if not line:
+                continue
+            key, value = line.rsplit(" ", 1)
+            if key not in values:
+                families.setdefault(family, []).append(key)
+                values[key] = 0.0
+            values[key] += float(value)
+    out = []
+    for lines in families.values():
+        for item in lines:
+            out.append(item if item.startswith("# ") else f"{item} {values[item]:g}")
+    return "\n".join(out) + "\n"
+
+
+class Router:
+    def __init__(self, procs: list, paths: list[str]) -> None:
+        self._procs = procs
+        self._clients = [
+            aiohttp.ClientSession(
+                "http://worker",
+                connector=aiohttp.UnixConnector(path, limit=0),
+                timeout=aiohttp.ClientTimeout(total=None),  # the agent loop's own call timeout bounds a call
+            )
+            for path in paths
+        ]
+        self._turn = itertools.cycle(range(len(procs)))
+
+    def alive(self, index: int) -> bool:
+        return self._procs[index].is_alive()
+
+    async def _forward(self, request: web.Request, index: int, body: bytes | None = None) -> web.Response:
+        headers = {h: request.headers[h] for h in _FORWARDED_HEADERS if h in request.headers}
+        headers[CLIENT_HEADER] = request.remote or ""
+        if body is None:
+            body = await request.read()
+        try:
+            async with self._clients[index].request(
+                request.method, request.rel_url, data=body, headers=headers
+            ) as resp:
+                payload = await resp.read()
+                return web.Response(body=payload, status=resp.status, content_type=resp.content_type)
+        except aiohttp.ClientError:
+            return self._lost(index)
+
+    def _lost(self, index: int) -> web.Response:
+        return _error(
+            503,
+            "worker_unavailable",
+            f"server process {index} holding this session has stopped; the session is lost, open a new one",
+        )
+
+    async def create_session(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        for _ in range(len(self._procs)):
+            index = next(self._turn)
+            if self.alive(index):
+                return await self._forward(request, index, body)
+        return _error(503, "worker_unavailable", "no server process is running")
+
+    async def session(self, request: web.Request) -> web.Response:
+        sid = request.match_info["session_id"]
+        m = _SESSION_WORKER.match(sid)
+        if m is None or int(m.group(1)) >= len(self._procs):
+            return _error(404, "unknown_session", f"no session {sid[:64]!r}", "session_id")
+        index = int(m.group(1))
+        if not self.alive(index):
+            return self._lost(index)
+        return await self._forward(request, index)
+
+    async def _gather(self, path: str) -> list[str]:
+        async def one(index: int) -> str | None:
+            try:
+                async with self._clients[index].get(path) as resp:
+                    return await resp.text()
+            except aiohttp.ClientError:
+                return None
+
+        texts = await asyncio.gather(*(one(i) for i in range(len(self._procs)) if self.alive(i)))
+        return [t for t in texts if t is not None]
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        alive = sum(self.alive(i) for i in range(len(self._procs)))
+        text = merge_metrics(await self._gather("/metrics"))
+        text += (
+            "# HELP tool_server_workers Server processes behind the router.\n# TYPE tool_server_workers gauge\n"
+            f'tool_server_workers{{state="alive"}} {alive}\ntool_server_workers{{state="dead"}} '
+            f"{len(self._procs) - alive}\n"
+        )
+        return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        import json
+
+        health = [json.loads(t) for t in await self._gather("/healthz")]
+        alive = [self.alive(i) for i in range(len(self._procs))]
+        if not health:
+            return _error(503, "worker_unavailable", "no server process is running")
+        return web.json_response(
+            {
+                **health[0],
+                "status": "ok" if all(alive) else "degraded",
+                "sessions": sum(h["sessions"] for h in health),
+                "features_ready": all(h["features_ready"] for h in health),
+                "workers": alive,
+                "worker_pids": [p.pid for p in self._procs],
+            }
+        )
+
+    async def other(self, request: web.Request) -> web.Response:
+        """Tool schemas, public images (held by whichever worker runs that search): the first non-404 answer."""
+        body = await request.read()
+        answer = _error(503, "worker_unavailable", "no server process is running")
+        for index in range(len(self._procs)):
+            if self.alive(index):
+                answer = await self._forward(request, index, body)
+                if answer.status != 404:
+                    return answer
+        return answer
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 2**20)
+        app.router.add_route("*", "/v1/sessions/{session_id}/call", self.session)
+        app.router.add_post("/v1/sessions", self.create_session)
+        app.router.add_route("*", "/v1/sessions/{session_id}", self.session)
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_route("*", "/{tail:.*}", self.other)
+
+        async def close(app: web.Application) -> None:
+            for client in self._clients:
+                await client.close()
+
+        app.on_cleanup.append(close)
+        return app
+
+
+def serve_workers(args: argparse.Namespace, sock: socket.socket) -> int:
+    """Load the world, fork ``args.workers`` workers, route on ``sock`` until interrupted."""
+    from tool_server.__main__ import announce, load_world
+
+    world = load_world(args)
+    world.wait_features()  # loaded before the fork: every worker shares the features instead of computing them
+    gc.freeze()
+    fork = multiprocessing.get_context("fork")
+    with tempfile.TemporaryDirectory(prefix="tool-server-") as tmp:
+        paths = [str(Path(tmp) / f"w{i}.sock") for i in range(args.workers)]
+        ready = [fork.Event() for _ in paths]
+        procs = [
+            # not daemonic: a worker forks its own search processes, which daemonic processes may not
+            fork.Process(target=_worker_main, args=(i, args, world, path, ev, os.getpid()))
+            for i, (path, ev) in enumerate(zip(paths, ready))
+        ]
+        for proc in procs:
+            proc.start()
+        try:
+            deadline = time.monotonic() + 300
+            for proc, ev in zip(procs, ready):
+                while not ev.wait(0.5):
+                    if not proc.is_alive() or time.monotonic() > deadline:
+                        raise OSError(f"server process {procs.index(proc)} did not start")
+            async def serve() -> None:
+                router = Router(procs, paths)
+                runner = web.AppRunner(router.app(), access_log=None)
+                await runner.setup()
+                await web.SockSite(runner, sock).start()
+                announce(args, sock, world, f" {args.workers} workers")
+                try:
+                    await asyncio.Event().wait()
+                finally:
+                    await runner.cleanup()
+
+            run(serve(), use_uvloop=not args.no_uvloop)
+        finally:
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                proc.join(10)
+            world.close()
+    return 0
