@@ -19,7 +19,7 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def _whole_number(minimum: int):
+def whole_number(minimum: int):
     """argparse ``type`` for a whole number >= ``minimum`` (argparse turns the error into exit code 2)."""
 
     def parse(text: str) -> int:
@@ -34,8 +34,8 @@ def _whole_number(minimum: int):
     return parse
 
 
-positive_int = _whole_number(1)  # counts and budgets
-nonnegative_int = _whole_number(0)  # seeds
+positive_int = whole_number(1)  # counts and budgets
+nonnegative_int = whole_number(0)  # seeds
 
 
 def add_common_flags(p: argparse.ArgumentParser, unit: str) -> None:

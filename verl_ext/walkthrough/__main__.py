@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from data_gen.common.cli import whole_number
+
 if TYPE_CHECKING:
     from verl_ext.walkthrough.pipeline import Walkthrough
     from verl_ext.walkthrough.questions import Question
@@ -29,19 +31,6 @@ EPILOG = ("example (what make demo runs): python -m verl_ext.walkthrough --world
           "--tasks worlds/demo/tasks --out worlds/demo/report")
 
 
-def _at_least(minimum: int):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
-        return value
-
-    return parse
-
-
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m verl_ext.walkthrough", description=DESCRIPTION, epilog=EPILOG)
     p.add_argument("--world", required=True, type=Path, metavar="DIR",
@@ -51,9 +40,9 @@ def parser() -> argparse.ArgumentParser:
                    "tool_server_cache reused)")
     p.add_argument("--out", required=True, type=Path, metavar="DIR",
                    help="report directory (created; a rerun rewrites the report)")
-    p.add_argument("--groups", type=_at_least(1), default=4, metavar="N",
+    p.add_argument("--groups", type=whole_number(1), default=4, metavar="N",
                    help="questions, one rollout group each (default: 4)")
-    p.add_argument("--group-size", type=_at_least(2), default=4, metavar="G",
+    p.add_argument("--group-size", type=whole_number(2), default=4, metavar="G",
                    help="rollouts per question; a group needs two to hold both outcomes (default: 4)")
     p.add_argument("--seed", type=int, default=0, help="seeds the scripted deviations (default: 0)")
     return p
