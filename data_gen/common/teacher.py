@@ -1,7 +1,7 @@
-"""The model-backed teacher (SPEC §6 step 8, issue 6): an OpenAI-compatible chat model runs the episode with real
+"""The model-backed teacher (Neos App. A, step 8, issue 6): an OpenAI-compatible chat model runs the episode with real
 tool-server calls, and its successful episode replaces the programmatic expert's as SFT data and success reference.
 
-Protocols (SPEC §1), as the rollout's agent loops speak them and parsed by the rollout's own parser
+Protocols (the papers' tool protocols), as the rollout's agent loops speak them and parsed by the rollout's own parser
 (``verl_ext.rollout.protocols.parse_turn``):
 
 - **neos**: the tool server's ``/v1/tools?protocol=neos`` schemas are offered as OpenAI ``tools``; each turn is one
@@ -163,7 +163,7 @@ class ModelTeacher:
 
 
 def _read(episode: Episode, ground_truth: dict[str, Any]) -> bool:
-    """Some observation of the episode names the answer or an alias: it was found, not guessed (SPEC §6 step 8)."""
+    """Some observation of the episode names the answer or an alias: it was found, not guessed (Neos App. A, step 8)."""
     names = [n for n in (ground_truth["target"], *ground_truth.get("aliases", [])) if n.strip()]
     return any(found(name, call.observation) for turn in episode.turns for call in turn.calls for name in names)
 

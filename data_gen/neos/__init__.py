@@ -1,4 +1,4 @@
-"""Neos evidence-dependent task synthesis (SPEC §6) over the embedded offline world. Free of verl imports.
+"""Neos evidence-dependent task synthesis (Neos §3.3, App. A) over the embedded offline world. Free of verl imports.
 
 Stages: seeds -> distinguishing-set DAGs -> structures with visual checkpoints -> identifiability (``synth``) ->
 blind visual grounding (``observer``) -> verbalization + step-to-span coverage (``verbalize``) -> shortcut probes

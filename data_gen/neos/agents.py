@@ -1,4 +1,4 @@
-"""Real tool-server episodes: the shortcut probes (SPEC §6 step 7, probes 1-2) and the offline expert (step 8).
+"""Real tool-server episodes: the shortcut probes (Neos App. A, step 7, probes 1-2) and the offline expert (step 8).
 
 Both are **programmatic, offline agents with no model**, and say so in their names:
 

@@ -1,6 +1,6 @@
 """Neos steps with a model: probes 1 and 3, the rewriter and the blind observer.
 
-Probe 1 with a model (SPEC §6 step 7, text-only answering): an LLM answers the question closed-book, no tools and
+Probe 1 with a model (Neos App. A, step 7, text-only answering): an LLM answers the question closed-book, no tools and
 no images, through the project's one OpenAI-compatible chat client (``verl_ext.reward.judge.chat_completion``,
 configured by URL and model name). A question it answers correctly gives its answer away in text and is rejected,
 as the programmatic probe 1 (the answer's name in the question) rejects it; the pipeline runs both.

@@ -1,4 +1,4 @@
-"""verl's own ``rloo`` estimators and ``vanilla`` policy loss are exactly SPEC §7's RLOO and Neos Eqs. 4/8/9.
+"""verl's own ``rloo`` estimators and ``vanilla`` policy loss are exactly ModalSearcher's RLOO (§3) and Neos Eqs. 4/8/9.
 
 So the recipes use them as they are: no estimator or loss of ours.
 """

@@ -1,6 +1,6 @@
 """Reading one assistant turn under each protocol (no verl import): a tool call, a final answer, or a format error.
 
-Neos (SPEC §1): one native function call (Qwen/Hermes ``<tool_call>{"name", "arguments"}</tool_call>``) or the final
+Neos (the papers' tool protocols): one native function call (Qwen/Hermes ``<tool_call>{"name", "arguments"}</tool_call>``) or the final
 answer as plain text; reasoning in ``<think>`` is dropped. ModalSearcher: a reasoning block, then exactly one
 ``<tool_call>`` JSON or one ``<answer>``. Anything else is a :class:`FormatError` that the loop shows to the policy as
 an observation (agent-caused), never an exception out of the rollout.

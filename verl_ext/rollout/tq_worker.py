@@ -64,7 +64,7 @@ _VerlWorker = AgentLoopWorkerTQ.__ray_metadata__.modified_class.__mro__[1]  # th
 
 
 def task_path(extra_info: Any) -> TaskPath | None:
-    """The row's verified path, ``extra_info.task_path``: the JSON text both data generators export (SPEC §6 step 8:
+    """The row's verified path, ``extra_info.task_path``: the JSON text both data generators export (Neos App. A, step 8:
     success references for credit; ``reasoning_path`` holds the steps themselves, not the judge's evidence list).
     None, with a warning, when a row has none or a malformed one: its failures then keep the outcome advantage."""
     raw = extra_info.get("task_path") if isinstance(extra_info, dict) else None

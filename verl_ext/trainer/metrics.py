@@ -1,5 +1,5 @@
 """Per-update diagnostics of the selected batch that verl does not log (Neos Figs. 6 and 9): the tool-call mix and
-the credit-type composition of the judged failures' turns. verl already logs the rest of SPEC §4's list: the batch
+the credit-type composition of the judged failures' turns. verl already logs the rest of Neos App. B's list (Fig. 8): the batch
 reward (``critic/score/mean``), the dual-clipped share (``actor/pg_clipfrac_lower``), grad norm, rollout and update
 time (``timing_s/gen``, ``timing_s/update_actor``). And the trajectories lost to a raising agent loop
 (``neos_rollout/failed_sessions``), which verl only logs."""

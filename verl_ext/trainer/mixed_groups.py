@@ -1,4 +1,4 @@
-"""Neos' adaptive mixed-group sampling (SPEC §4, Neos Appendix B) inside verl's v1 trainer.
+"""Neos' adaptive mixed-group sampling (Neos App. B) inside verl's v1 trainer.
 
 The framework-free :class:`~verl_ext.trainer.sampler.MixedGroupSampler` decides which trajectory to start, when a
 batch is ready and what it holds. This module is the verl layer around it:

@@ -9,7 +9,7 @@
 - Everything else is verl's ``PPOTrainerSync``: colocated rollout and training, weights pushed after each step.
 
 verl branches on ``trainer_mode == "sync"`` for its on-policy semantics (no TransferQueue checkpoint, no re-issued
-prompts, weights pushed every step). Neos is on-policy (SPEC §4, "policy boundary"), so the trainer runs those
+prompts, weights pushed every step). Neos is on-policy (Neos App. B, "policy boundary"), so the trainer runs those
 branches under its own registered name.
 """
 
