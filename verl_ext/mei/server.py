@@ -175,7 +175,7 @@ async def announce(tool_server_url: str, version: str, *, timeout_s: float = 30.
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m verl_ext.mei.server", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, type=Path, help="HF checkpoint directory of the MEI model")
     p.add_argument("--version", required=True)
     p.add_argument("--host", default="127.0.0.1")

@@ -27,7 +27,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m verl_ext.mei.warm_start", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, type=Path, help="HF directory of the MEI model to start from")
     p.add_argument("--pairs", required=True, type=Path, help="mei_sft.jsonl from `python -m data_gen neos`")
     p.add_argument("--out", required=True, type=Path, help="directory for <version>/huggingface")

@@ -13,7 +13,9 @@ from verl_ext.models.tiny_vl import HF_MODEL_TYPE, build_tiny_qwen_vl
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m verl_ext.models", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m verl_ext.models", description="Build the tiny Qwen2.5-VL used by the CPU tests and the smoke run."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     build = sub.add_parser("build", help="write a tiny randomly initialised Qwen2.5-VL model directory")
     build.add_argument("--out", type=Path, required=True, help="model directory to write (replaced if present)")
