@@ -7,7 +7,7 @@ the number of verified tasks, of which about 60% land in ``train``)::
     python -m data_gen neos --world WORLD_DIR --out .gpu/neos-data --limit 8
 
 and carry ``.gpu/neos-data/sft.parquet`` (the other files are not needed here). For the H200 machine (verl and Ray
-from ``/work/shared/gpu/verl_wheels.sh`` in ``/tmp/site``; the tiny model built with ``python -m verl_ext.models build
+from ``../shared/gpu/verl_wheels.sh`` in ``/tmp/site``; the tiny model built with ``python -m verl_ext.models build
 --out .gpu/tiny-vl`` and carried; ``json_repair`` and ``bm25s`` copied into ``.gpu/extra`` as for
 tests/mei/test_mei_sft_on_gpu.py, since the plugin's registrations import the tool client). Run::
 

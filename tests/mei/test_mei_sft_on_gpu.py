@@ -1,6 +1,6 @@
 """One MEI update through verl's TrainingWorker (FSDP2 engine) on one GPU with the tiny Qwen2.5-VL; prints tokens/s.
 
-For the H200 machine (verl and Ray from ``/work/shared/gpu/verl_wheels.sh`` in ``/tmp/site``; the tiny model built here
+For the H200 machine (verl and Ray from ``../shared/gpu/verl_wheels.sh`` in ``/tmp/site``; the tiny model built here
 with ``python -m verl_ext.models build --out .gpu/tiny-vl`` and carried). Run::
 
     PYTHONPATH=/tmp/site:$PWD:$PWD/.gpu/extra NEOS_TINY_VL_DIR=.gpu/tiny-vl \\

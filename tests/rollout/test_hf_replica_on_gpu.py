@@ -1,6 +1,6 @@
 """Two PPO steps of ``python -m verl.trainer.main_ppo`` with ``actor_rollout_ref.rollout.name=hf`` on one GPU.
 
-For the H200 machine (no vLLM/SGLang; verl and Ray from ``/work/shared/gpu/verl_wheels.sh`` in ``/tmp/site``). The
+For the H200 machine (no vLLM/SGLang; verl and Ray from ``../shared/gpu/verl_wheels.sh`` in ``/tmp/site``). The
 tiny Qwen2.5-VL must be there too: build it here (``python -m verl_ext.models build --out .gpu/tiny-vl``, ~20 MB),
 carry ``.gpu/tiny-vl`` and point ``NEOS_TINY_VL_DIR`` at it; without the variable the test builds the model into the
 source cache, which needs the tokenizer package already cached. Run::

@@ -2,7 +2,7 @@
 credit, MEI co-evolution), our agent loop against a real tool server whose MEI is a real MEI server, 3 policy updates
 and an MEI update after the second (K=2).
 
-For the H200 machine (verl and Ray from ``/work/shared/gpu/verl_wheels.sh`` in ``/tmp/site``). Carry (git ignored):
+For the H200 machine (verl and Ray from ``../shared/gpu/verl_wheels.sh`` in ``/tmp/site``). Carry (git ignored):
 the smoke model (``python -m verl_ext.models build --out .gpu/smoke-vl --hidden-size 128 --layers 4 --dtype
 bfloat16``, ~50 MB), the Neos data of the small world (``python -m data_gen neos --world worlds/small --out
 .gpu/neos-data --limit 24``; its ``train.parquet``, ``rl.parquet``, ``sft.parquet`` and ``mei_sft.jsonl`` with
