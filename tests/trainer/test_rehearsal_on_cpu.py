@@ -20,11 +20,11 @@ from aiohttp.test_utils import TestServer
 from verl_ext.credit.labels import CREDIT_KEY, CreditLabels
 from verl_ext.rollout.record import RECORD_KEY, TrajectoryRecord
 
-from ..rollout.test_v1_data_path_on_cpu import _ExactMatchScored
 from .rehearsal import (
     QUESTION_RE,
     TOOL_503,
     TOOL_TIMEOUT,
+    _ExactMatchScored,
     StandInCreditJudgeServer,
     StandInGenerateServer,
     ToolFaults,
