@@ -1,5 +1,6 @@
 """Paper-scale rehearsal of one Neos update's rollout on CPU: the parts shared by
-``tests/trainer/test_rehearsal_on_cpu.py`` and ``bench/bench_rehearsal.py``.
+``tests/trainer/test_rehearsal_on_cpu.py`` and ``bench/bench_rehearsal.py`` (and the in-process worker helpers other
+trainer and rollout tests use: ``InProcessRolloutControl``, ``_ExactMatchScored``).
 
 Real: the composed ``+recipe=neos`` (B = 64, G = 8, window 128, admission limit 1,024, the LLM credit judge);
 ``NeosTrainer``'s replay buffer (``MixedGroupReplayBuffer`` over verl's ``_next_train_batch`` and
@@ -21,7 +22,7 @@ Paris) so every run injects the same ones: the tool server answers one call of s
 the call timeout (an aiohttp middleware in front of the real app, keyed on a marker the scripted policy writes into
 its query); the judge times out or replies with non-JSON text for some questions' failures; one agent loop raises
 (its replica call fails). Questions with ``q % 8 == 7`` are never solved (homogeneous groups: extra samples, then
-deferral); every other question's episodes alternate right and wrong in the order they first reach the replica.
+deferral or cancellation at the boundary); every other question's episodes alternate right and wrong in the order they first reach the replica.
 """
 
 from __future__ import annotations
@@ -230,8 +231,9 @@ class InProcessRolloutControl:
 
 def recipe_overrides(*, tool_timeout_s: float, judge_timeout_s: float) -> list[str]:
     """``+recipe=neos`` with the device keys of this machine (the model path comes with the composer), and the two
-    timeouts the faults are measured against (the recipe's are minutes: a stalled call would take that long here). The tool server and judge are where
-    the recipe's environment variables say (``NEOS_TOOL_SERVER_URL``, ``NEOS_JUDGE_URL``)."""
+    timeouts the faults are measured against (the recipe's are minutes: a stalled call would take that long here).
+    The tool server and judge are where the recipe's environment variables say (``NEOS_TOOL_SERVER_URL``,
+    ``NEOS_JUDGE_URL``)."""
     return [
         "+recipe=neos",
         "trainer.n_gpus_per_node=1",
