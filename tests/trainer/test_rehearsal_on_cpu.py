@@ -38,8 +38,9 @@ from .rehearsal import (
 HANG_GUARD_S = 600
 B, G = 64, 8
 # The tool call timeout must hold the real server's answers under 1,024 concurrent sessions on 2 busy cores: the
-# stalls (the injected timeouts) last it plus a second.
-TOOL_TIMEOUT_S, JUDGE_TIMEOUT_S = 15.0, 1.0
+# stalls (the injected timeouts) last it plus a second. The judge's likewise holds a valid reply while the same
+# event loop runs the whole rollout.
+TOOL_TIMEOUT_S, JUDGE_TIMEOUT_S = 15.0, 3.0
 QUESTIONS = 160  # > the window (128): the dataloader never wraps around within the update
 
 
