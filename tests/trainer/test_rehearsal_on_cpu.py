@@ -19,6 +19,7 @@ from aiohttp.test_utils import TestServer
 
 from verl_ext.credit.labels import CREDIT_KEY, CreditLabels
 from verl_ext.rollout.record import RECORD_KEY, TrajectoryRecord
+from verl_ext.trainer.mixed_groups import mixed_group_settings
 
 from .rehearsal import (
     QUESTION_RE,
@@ -69,6 +70,8 @@ async def test_one_paper_scale_update_with_faults_selects_b_times_g_and_counts_e
     )
     # The recipe's paper values at work (composed as a user would, device keys aside).
     assert (config.data.train_batch_size, config.actor_rollout_ref.rollout.n) == (B, G)
+    sampler, _, _ = mixed_group_settings(config, groups=B)
+    assert (sampler.window, sampler.admission_limit) == (2 * B, 2 * B * G) == (128, 1024)
     replica = StandInGenerateServer(tiny_vl_processor.tokenizer, per_token_s=1e-4)
     worker = _ExactMatchScored(config, replica)
     assert worker.llm_judge is not None  # the recipe's kind: llm
