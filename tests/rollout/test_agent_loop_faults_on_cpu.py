@@ -30,7 +30,8 @@ from verl_ext.rollout.record import RECORD_KEY
 from verl_ext.trainer.metrics import FAILED_SESSION_SHARE, FAILED_SESSIONS
 from verl_ext.trainer.mixed_groups import MixedGroupSamplingMixin
 
-from .test_v1_data_path_on_cpu import SEARCH, _ExactMatchScored
+from ..trainer.rehearsal import _ExactMatchScored
+from .test_v1_data_path_on_cpu import SEARCH
 
 HANG_GUARD_S = 300
 N = 3

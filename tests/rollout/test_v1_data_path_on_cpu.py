@@ -31,8 +31,8 @@ from verl_ext.credit import CreditParams, rescale_advantages
 from verl_ext.credit.labels import CREDIT_KEY, CreditLabels, LabelEvent
 from verl_ext.rollout.hf_generate import GenerateCall, TransformersGenerateClient
 from verl_ext.rollout.record import RECORD_KEY, TrajectoryRecord
-from verl_ext.rollout.tq_worker import NeosAgentLoopWorker
 
+from ..trainer.rehearsal import _ExactMatchScored
 from .test_agent_loop_on_cpu import mask_runs
 
 SEARCH = '<tool_call>\n{"name": "TextSearch", "arguments": {"query": ["capital of France"]}}\n</tool_call>'
@@ -163,18 +163,6 @@ async def test_spans_and_labels_reach_neos_turn_credit_inside_the_v1_trainer(
         first = [adv[k] for k in range(*record.turns[0].span)]
         assert all(x > 0 for x in first) and all(adv[k] < 0 for k in range(*record.turns[1].span))
     assert metrics["neos_credit/assessed_share"] == 0.5
-
-
-class _ExactMatchScored(NeosAgentLoopWorker):
-    """Our v1 worker with verl's reward step replaced by exact match on the final answer (a test device: verl's reward
-    loop workers are Ray actors built from the whole reward config); everything else is the real worker."""
-
-    async def _compute_score(self, outputs, kwargs):
-        final = outputs[-1]
-        if final.reward_score is None:
-            final.reward_score = float(
-                TrajectoryRecord.model_validate(final.extra_fields[RECORD_KEY]).final_answer == "Paris"
-            )
 
 
 async def test_the_neos_worker_labels_failures_as_soon_as_their_group_is_complete(

@@ -1,5 +1,6 @@
 """Paper-scale rehearsal of one Neos update's rollout on CPU: the parts shared by
-``tests/trainer/test_rehearsal_on_cpu.py`` and ``bench/bench_rehearsal.py``.
+``tests/trainer/test_rehearsal_on_cpu.py`` and ``bench/bench_rehearsal.py`` (and the in-process worker helpers other
+trainer and rollout tests use: ``InProcessRolloutControl``, ``_ExactMatchScored``).
 
 Real: the composed ``+recipe=neos`` (B = 64, G = 8, window 128, admission limit 1,024, the LLM credit judge);
 ``NeosTrainer``'s replay buffer (``MixedGroupReplayBuffer`` over verl's ``_next_train_batch`` and
@@ -21,7 +22,7 @@ Paris) so every run injects the same ones: the tool server answers one call of s
 the call timeout (an aiohttp middleware in front of the real app, keyed on a marker the scripted policy writes into
 its query); the judge times out or replies with non-JSON text for some questions' failures; one agent loop raises
 (its replica call fails). Questions with ``q % 8 == 7`` are never solved (homogeneous groups: extra samples, then
-deferral); every other question's episodes alternate right and wrong in the order they first reach the replica.
+deferral or cancellation at the boundary); every other question's episodes alternate right and wrong in the order they first reach the replica.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ from aiohttp import web
 from verl.workers.rollout.replica import TokenOutput
 
 from verl_ext.credit import SCHEMA_VERSION
+from verl_ext.rollout.record import RECORD_KEY, TrajectoryRecord
+from verl_ext.rollout.tq_worker import NeosAgentLoopWorker
 
 QUESTION_RE = re.compile(r"\(q(\d+)\)")
 SEARCH = '<tool_call>\n{{"name": "TextSearch", "arguments": {{"query": ["{query}"]}}}}\n</tool_call>'
@@ -78,13 +81,25 @@ def judge_fault(q: int) -> str | None:
     return {1: "invalid", 4: "timeout"}.get(q % 10)
 
 
-def plan(q: int, episode: int) -> list[str]:
+def plan(q: int, episode: int, faults: bool = True) -> list[str]:
     """The policy's turns: a success searches once and answers Paris; a failure searches twice (the second one on the
-    wrong entity, maybe carrying a tool-fault marker) and answers Lyon."""
+    wrong entity, carrying the question's tool-fault marker when ``faults``) and answers Lyon."""
     if solves(q, episode):
         return [SEARCH.format(query="capital of France"), "Paris"]
-    second = " ".join(filter(None, (tool_fault(q), "Lyon")))
+    second = " ".join(filter(None, (tool_fault(q) if faults else None, "Lyon")))
     return [SEARCH.format(query="capital of France"), SEARCH.format(query=second), "Lyon"]
+
+
+class _ExactMatchScored(NeosAgentLoopWorker):
+    """Our v1 worker with verl's reward step replaced by exact match on the final answer (a test device: verl's reward
+    loop workers are Ray actors built from the whole reward config); everything else is the real worker."""
+
+    async def _compute_score(self, outputs, kwargs):
+        final = outputs[-1]
+        if final.reward_score is None:
+            final.reward_score = float(
+                TrajectoryRecord.model_validate(final.extra_fields[RECORD_KEY]).final_answer == "Paris"
+            )
 
 
 class InjectedReplicaError(RuntimeError):
@@ -95,10 +110,11 @@ class StandInGenerateServer:
     """Stand-in for the rollout replicas (``server_manager.generate``): no model runs. The first call of an episode
     (its ``request_id``) reads the question number from the prompt and takes the next episode index of that question;
     each call returns the episode's next scripted turn, tokenized with the real tokenizer, after ``base_s`` plus
-    ``per_token_s`` per token. Log-probs are a constant (nothing here trains)."""
+    ``per_token_s`` per token. Log-probs are a constant (nothing here trains). ``faults=False``: the same policy
+    without the raising call and the tool-fault markers (a baseline)."""
 
-    def __init__(self, tokenizer, *, base_s: float = 0.0, per_token_s: float = 0.0) -> None:
-        self.tokenizer = tokenizer
+    def __init__(self, tokenizer, *, base_s: float = 0.0, per_token_s: float = 0.0, faults: bool = True) -> None:
+        self.tokenizer, self.faults = tokenizer, faults
         self.base_s, self.per_token_s = base_s, per_token_s
         self.turns: dict[str, list[list[int]]] = {}
         self.episodes: Counter[int] = Counter()
@@ -112,10 +128,11 @@ class StandInGenerateServer:
             q = int(QUESTION_RE.search(self.tokenizer.decode(prompt_ids)).group(1))
             episode = self.episodes[q]
             self.episodes[q] += 1
-            if (q, episode) == RAISING:
+            if self.faults and (q, episode) == RAISING:
                 self.raised += 1
                 raise InjectedReplicaError(f"injected replica failure for q{q}, episode {episode}")
-            self.turns[request_id] = [self.tokenizer.encode(t) + [self._im_end] for t in plan(q, episode)]
+            turns = plan(q, episode, self.faults)
+            self.turns[request_id] = [self.tokenizer.encode(t) + [self._im_end] for t in turns]
         ids = self.turns[request_id].pop(0)
         self.calls += 1
         self.tokens += len(ids)
@@ -162,15 +179,16 @@ def valid_assessment() -> str:
 class StandInCreditJudgeServer:
     """Stand-in for the credit judge model behind an OpenAI-compatible endpoint: the fault of the candidate's
     question (:func:`judge_fault`) decides the reply: a stall of ``stall_s`` (past the judge's timeout), a text that
-    is no JSON, or a valid assessment after ``latency_s``."""
+    is no JSON, or a valid assessment after ``latency_s`` (always, when ``faults`` is false)."""
 
     stall_s: float
     latency_s: float = 0.0
+    faults: bool = True
     requests: Counter[str] = field(default_factory=Counter)
 
     async def chat(self, request: web.Request) -> web.Response:
         body = await request.text()
-        fault = judge_fault(int(QUESTION_RE.search(body).group(1)))
+        fault = judge_fault(int(QUESTION_RE.search(body).group(1))) if self.faults else None
         self.requests[fault or "valid"] += 1
         if fault == "timeout":
             await asyncio.sleep(self.stall_s)
@@ -212,9 +230,10 @@ class InProcessRolloutControl:
 
 
 def recipe_overrides(*, tool_timeout_s: float, judge_timeout_s: float) -> list[str]:
-    """``+recipe=neos`` with the device keys of this machine (the model path comes with the composer), and the two timeouts the faults are measured against
-    (the recipe's are minutes: a stalled call would take that long here too). The tool server and judge are where
-    the recipe's environment variables say (``NEOS_TOOL_SERVER_URL``, ``NEOS_JUDGE_URL``)."""
+    """``+recipe=neos`` with the device keys of this machine (the model path comes with the composer), and the two
+    timeouts the faults are measured against (the recipe's are minutes: a stalled call would take that long here).
+    The tool server and judge are where the recipe's environment variables say (``NEOS_TOOL_SERVER_URL``,
+    ``NEOS_JUDGE_URL``)."""
     return [
         "+recipe=neos",
         "trainer.n_gpus_per_node=1",

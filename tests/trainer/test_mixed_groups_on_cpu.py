@@ -56,6 +56,8 @@ from verl_ext.trainer.mixed_groups import (
     mixed_group_settings,
 )
 
+from .rehearsal import InProcessRolloutControl
+
 AGENT = "mixed_groups_scripted"
 B, G = 2, 2
 # question -> outcome of its k-th sample, per training step; None: the sample hangs until cancelled; "error": the
@@ -142,15 +144,8 @@ class ScriptedLoop(AgentLoopBase):
         )
 
 
-class LoopControl:
-    """The buffer's rollout side on this event loop (the buffer polls from a thread, as the trainer does)."""
-
-    def __init__(self, worker: NeosAgentLoopWorker, loop: asyncio.AbstractEventLoop) -> None:
-        self.worker, self.loop = worker, loop
-        self.cancelled: list[str] = []
-
-    def _call(self, coro):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+class LoopControl(InProcessRolloutControl):
+    """The buffer's rollout side on this event loop, with a dispatch that waits (see ``dispatch``)."""
 
     def dispatch(self, batch) -> None:
         """Dispatch, then wait until every session dispatched has ended or is waiting on purpose, so the buffer's
@@ -159,23 +154,12 @@ class LoopControl:
         step = int(batch["global_steps"])
         for prompt, sessions in zip(batch["raw_prompt"], batch["__session_ids__"]):
             SCRIPT.sessions[(step, prompt[0]["content"])].extend(sessions)  # k-th admitted sample: OUTCOMES' k-th
-        self._call(self.worker.generate_sequences(batch)).result()
+        super().dispatch(batch)
         while True:
             listing = tq.kv_list("train")["train"]
             if all(listing[k].get("status") in ("finished", "failure") or k in SCRIPT.blocked for k in keys):
                 return
             time.sleep(0.01)
-
-    def cancel(self, keys) -> None:
-        self.cancelled.extend(keys)
-        self._call(self.worker.cancel_sessions(list(keys))).result()
-
-    def assess(self, reference_key, failure_keys, task):
-        return self._call(self.worker.assess_failures(reference_key, list(failure_keys), task))
-
-    def wait(self, pending) -> None:
-        for future in pending:
-            future.result()
 
 
 class _FakeModelCheckpoint:

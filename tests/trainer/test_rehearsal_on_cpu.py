@@ -19,12 +19,13 @@ from aiohttp.test_utils import TestServer
 
 from verl_ext.credit.labels import CREDIT_KEY, CreditLabels
 from verl_ext.rollout.record import RECORD_KEY, TrajectoryRecord
+from verl_ext.trainer.mixed_groups import mixed_group_settings
 
-from ..rollout.test_v1_data_path_on_cpu import _ExactMatchScored
 from .rehearsal import (
     QUESTION_RE,
     TOOL_503,
     TOOL_TIMEOUT,
+    _ExactMatchScored,
     StandInCreditJudgeServer,
     StandInGenerateServer,
     ToolFaults,
@@ -38,8 +39,9 @@ from .rehearsal import (
 HANG_GUARD_S = 600
 B, G = 64, 8
 # The tool call timeout must hold the real server's answers under 1,024 concurrent sessions on 2 busy cores: the
-# stalls (the injected timeouts) last it plus a second.
-TOOL_TIMEOUT_S, JUDGE_TIMEOUT_S = 15.0, 1.0
+# stalls (the injected timeouts) last it plus a second. The judge's likewise holds a valid reply while the same
+# event loop runs the whole rollout.
+TOOL_TIMEOUT_S, JUDGE_TIMEOUT_S = 15.0, 3.0
 QUESTIONS = 160  # > the window (128): the dataloader never wraps around within the update
 
 
@@ -68,6 +70,8 @@ async def test_one_paper_scale_update_with_faults_selects_b_times_g_and_counts_e
     )
     # The recipe's paper values at work (composed as a user would, device keys aside).
     assert (config.data.train_batch_size, config.actor_rollout_ref.rollout.n) == (B, G)
+    sampler, _, _ = mixed_group_settings(config, groups=B)
+    assert (sampler.window, sampler.admission_limit) == (2 * B, 2 * B * G) == (128, 1024)
     replica = StandInGenerateServer(tiny_vl_processor.tokenizer, per_token_s=1e-4)
     worker = _ExactMatchScored(config, replica)
     assert worker.llm_judge is not None  # the recipe's kind: llm

@@ -98,8 +98,9 @@ class SearchAgentLoop(AgentLoopBase):
         # which transformers 5's strict kwargs refuse at the first prompt of every episode. Plain containers here,
         # for the token builder, the generate calls and the output alike.
         self.mm_processor_kwargs = _plain(self.mm_processor_kwargs)
-        if hasattr(self.continuous_token_builder, "mm_processor_kwargs"):
-            self.continuous_token_builder.mm_processor_kwargs = _plain(self.continuous_token_builder.mm_processor_kwargs)
+        builder = self.continuous_token_builder
+        if hasattr(builder, "mm_processor_kwargs"):
+            builder.mm_processor_kwargs = _plain(builder.mm_processor_kwargs)
         self.verl_tools = list(tools.tools) if tools is not None else []
         self.continuous_token_builder = fast_text_renders(self.continuous_token_builder)
         self.settings = resolve_settings(self.protocol, self.rollout_config, overrides)
