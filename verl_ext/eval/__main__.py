@@ -3,6 +3,9 @@
 - ``run``: a policy behind an OpenAI-compatible endpoint (vLLM, SGLang, any chat-completions server) on one or more
   benchmarks (``--bench NAME=FORMAT:PATH``), with our tool server offline (``--world DIR`` starts one) or online
   (``--tool-server URL``), k runs per item, judged; resumable; then the report.
+- ``verl``: a verl checkpoint (an HF directory, or ``global_step_N``) through verl's own validation loop
+  (``main_ppo +recipe=NAME trainer.val_only=True``) with the recipe's agent loops and our tool server; verl's
+  validation dump becomes the same results, judged and reported as an endpoint's.
 - ``report``: ``report.md``, plots, ``summary.json`` and the trajectory viewer from a run directory (or from
   trajectories exported during training, ``--trajectories FILE``).
 - ``training``: plots of a run's logged metrics (verl's file logger JSONL).
@@ -19,6 +22,7 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from verl_ext.eval.benchmarks import FORMATS, KNOWN_BENCHMARKS, BenchmarkError, BenchmarkSpec
 
@@ -54,35 +58,21 @@ def _bench(text: str) -> BenchmarkSpec:
         raise argparse.ArgumentTypeError(str(exc).removeprefix(f"--bench {text!r}: ")) from None
 
 
-def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m verl_ext.eval", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    r = sub.add_parser("run", help="evaluate a policy endpoint on benchmarks (resumable), then report")
+def _benchmarks_and_judge(r: argparse.ArgumentParser) -> None:
+    """The arguments both policy paths take: benchmarks, output, tools, runs, turns, sampling overrides, judge."""
     r.add_argument("--bench", type=_bench, action="append", required=True, metavar="NAME=FORMAT:PATH",
                    help=f"a benchmark file; formats {', '.join(sorted(FORMATS))}; NAME=PATH for a known name "
                    f"({', '.join(sorted(KNOWN_BENCHMARKS))}); repeat for several")
     r.add_argument("--out", type=Path, required=True, help="run directory (results.jsonl, images/, report)")
-    r.add_argument("--policy-url", required=True, help="OpenAI-compatible base URL of the policy, e.g. "
-                   "http://127.0.0.1:8000/v1")
-    r.add_argument("--policy-model", default="policy", help="model name sent to --policy-url")
     tools = r.add_mutually_exclusive_group(required=True)
     tools.add_argument("--world", type=Path, help="offline: start our tool server on this world")
     tools.add_argument("--tool-server", help="a running tool server's URL (e.g. one started with --online)")
-    r.add_argument("--protocol", choices=("neos", "modalsearch"), default="neos",
-                   help="protocol of items whose row names no agent (default: neos)")
     r.add_argument("--runs", type=_positive, default=5, help="runs per item (default 5, as both papers report)")
-    r.add_argument("--concurrency", type=_positive, default=8, help="episodes in flight (default 8)")
     r.add_argument("--limit", type=_positive, default=None, help="first N items of each benchmark")
     r.add_argument("--max-turns", type=_positive, default=None,
                    help="assistant turns (default: the protocol's, Neos 50, ModalSearcher 46)")
-    r.add_argument("--max-tokens", type=_positive, default=4096, help="tokens per policy turn (default 4096)")
     r.add_argument("--temperature", type=float, default=None, help="override the paper's sampling temperature")
     r.add_argument("--top-p", type=float, default=None, help="override the paper's top-p")
-    r.add_argument("--sampling", type=_json_object, default=None, metavar="JSON",
-                   help="sampling parameters sent instead of the paper's, e.g. '{\"temperature\": 0.7}' for an API "
-                   "that refuses vLLM's top_k (--temperature/--top-p/--seed still apply on top)")
-    r.add_argument("--seed", type=int, default=None, help="sampling seed sent to the policy (servers that honour it)")
-    r.add_argument("--policy-timeout", type=float, default=600.0, help="seconds per policy request (default 600)")
     r.add_argument("--judge-url", default=None, help="OpenAI-compatible base URL of the LLM judge (default: the "
                    "rule matcher alone, offline)")
     r.add_argument("--judge-model", default="judge", help="model name sent to --judge-url")
@@ -90,7 +80,40 @@ def parser() -> argparse.ArgumentParser:
                    help="2: judge every response twice and report the agreement (repeatability)")
     r.add_argument("--no-embeddings", action="store_true",
                    help="report without the repeated-search analysis (it needs the [eval] extra's MiniLM)")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m verl_ext.eval", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    r = sub.add_parser("run", help="evaluate a policy endpoint on benchmarks (resumable), then report")
+    _benchmarks_and_judge(r)
+    r.add_argument("--policy-url", required=True, help="OpenAI-compatible base URL of the policy, e.g. "
+                   "http://127.0.0.1:8000/v1")
+    r.add_argument("--policy-model", default="policy", help="model name sent to --policy-url")
+    r.add_argument("--protocol", choices=("neos", "modalsearch"), default="neos",
+                   help="protocol of items whose row names no agent (default: neos)")
+    r.add_argument("--concurrency", type=_positive, default=8, help="episodes in flight (default 8)")
+    r.add_argument("--max-tokens", type=_positive, default=4096, help="tokens per policy turn (default 4096)")
+    r.add_argument("--sampling", type=_json_object, default=None, metavar="JSON",
+                   help="sampling parameters sent instead of the paper's, e.g. '{\"temperature\": 0.7}' for an API "
+                   "that refuses vLLM's top_k (--temperature/--top-p/--seed still apply on top)")
+    r.add_argument("--seed", type=int, default=None, help="sampling seed sent to the policy (servers that honour it)")
+    r.add_argument("--policy-timeout", type=float, default=600.0, help="seconds per policy request (default 600)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    v = sub.add_parser("verl", help="evaluate a verl checkpoint through verl's own validation (main_ppo "
+                       "trainer.val_only) with a recipe's agent loops, then report")
+    _benchmarks_and_judge(v)
+    v.add_argument("--recipe", required=True, help="the recipe the checkpoint was trained with (main_ppo "
+                   "+recipe=NAME: neos, modalsearcher, neos_smoke, ...); its agent loop decides the protocol")
+    v.add_argument("--checkpoint", type=Path, required=True, help="an HF model directory, or a verl checkpoint "
+                   "(trainer.default_local_dir/global_step_N, or its actor/)")
+    v.add_argument("--base-model", type=Path, default=None, help="for a sharded verl checkpoint: the HF model its "
+                   "run started from (default: the checkpoint's actor/huggingface, when it holds weights)")
+    v.add_argument("--dry-run", action="store_true", help="write the validation rows and print the main_ppo "
+                   "command instead of running it; run it yourself, then invoke again (without it) to convert")
+    v.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="main_ppo overrides after ours, e.g. the "
+                   "device keys trainer.n_gpus_per_node=8 actor_rollout_ref.rollout.name=vllm")
 
     rep = sub.add_parser("report", help="report.md, plots, summary.json and the trajectory viewer")
     src = rep.add_mutually_exclusive_group(required=True)
@@ -116,30 +139,74 @@ def _usage_errors(p: argparse.ArgumentParser) -> Iterator[None]:
         p.exit(2, f"{p.prog}: error: {exc}\n")
 
 
-def _run(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
+@contextlib.contextmanager
+def _tool_server(args: argparse.Namespace) -> Iterator[str]:
+    """``--tool-server URL``, or our tool server started on ``--world`` for the command's duration."""
+    if args.tool_server:
+        yield args.tool_server
+        return
+    if not (args.world / "manifest.json").is_file():
+        raise ValueError(f"--world {args.world}: not a built world (no manifest.json); build one with "
+                         "`python -m data_gen.world build --size small --out DIR`")
     from tool_server.launch import served
+
+    with served(args.world) as url:
+        yield url
+
+
+def _judge(args: argparse.Namespace):
+    from verl_ext.reward.judge import JudgeConfig
+
+    return JudgeConfig(url=args.judge_url, model=args.judge_model) if args.judge_url else JudgeConfig()
+
+
+def _sampling_flags(args: argparse.Namespace) -> dict[str, Any]:
+    flags = (("temperature", args.temperature), ("top_p", args.top_p), ("seed", getattr(args, "seed", None)))
+    return {k: v for k, v in flags if v is not None}
+
+
+def _run(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
     from verl_ext.eval.episode import PolicySettings
     from verl_ext.eval.report import write_report
     from verl_ext.eval.run import RunConfig, evaluate
     from verl_ext.reward.judge import JudgeConfig
 
-    sampling = {k: v for k, v in (("temperature", args.temperature), ("top_p", args.top_p), ("seed", args.seed))
-                if v is not None}
     chat = JudgeConfig(url=args.policy_url, model=args.policy_model, max_tokens=args.max_tokens,
                        timeout_s=args.policy_timeout)
-    judge = JudgeConfig(url=args.judge_url, model=args.judge_model) if args.judge_url else JudgeConfig()
     with _usage_errors(p):
-        if args.world is not None and not (args.world / "manifest.json").is_file():
-            raise ValueError(f"--world {args.world}: not a built world (no manifest.json); build one with "
-                             "`python -m data_gen.world build --size small --out DIR`")
-        with contextlib.ExitStack() as stack:
-            url = args.tool_server or stack.enter_context(served(args.world))
+        with _tool_server(args) as url:
             config = RunConfig(out=args.out, benches=args.bench, policy=PolicySettings(chat, max_turns=args.max_turns),
                                tool_url=url, runs=args.runs, concurrency=args.concurrency,
-                               default_protocol=args.protocol, judge=judge, judge_passes=args.judge_passes,
-                               limit=args.limit, sampling_override=sampling, sampling_replace=args.sampling,
-                               progress=not args.no_progress)
+                               default_protocol=args.protocol, judge=_judge(args), judge_passes=args.judge_passes,
+                               limit=args.limit, sampling_override=_sampling_flags(args),
+                               sampling_replace=args.sampling, progress=not args.no_progress)
             counts = asyncio.run(evaluate(config))
+        paths = write_report(args.out, args.out / "report", embeddings=not args.no_embeddings)
+    print(json.dumps(counts))
+    print(f"report: {paths['report']}  viewer: {paths['viewer']}")
+    return 0 if counts["errors"] == 0 else 1
+
+
+def _verl(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
+    from verl_ext.eval.report import write_report
+    from verl_ext.eval.verl_val import LaunchFailed, VerlValConfig, evaluate_verl
+
+    if args.dry_run and not args.tool_server:
+        p.exit(2, f"{p.prog}: error: --dry-run needs --tool-server (a server that outlives this command)\n")
+    with _usage_errors(p):
+        with _tool_server(args) as url:
+            config = VerlValConfig(out=args.out, benches=args.bench, recipe=args.recipe, checkpoint=args.checkpoint,
+                                   tool_url=url, base_model=args.base_model, runs=args.runs, limit=args.limit,
+                                   max_turns=args.max_turns, sampling_override=_sampling_flags(args),
+                                   judge=_judge(args), judge_passes=args.judge_passes, overrides=args.overrides)
+            try:
+                counts = evaluate_verl(config, dry_run=args.dry_run)
+            except LaunchFailed as exc:
+                print(f"{p.prog}: {exc}", file=sys.stderr)
+                return 1
+        if "command" in counts:
+            print(counts["command"])
+            return 0
         paths = write_report(args.out, args.out / "report", embeddings=not args.no_embeddings)
     print(json.dumps(counts))
     print(f"report: {paths['report']}  viewer: {paths['viewer']}")
@@ -173,7 +240,7 @@ def _training(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
-    return {"run": _run, "report": _report, "training": _training}[args.command](args, p)
+    return {"run": _run, "verl": _verl, "report": _report, "training": _training}[args.command](args, p)
 
 
 if __name__ == "__main__":
