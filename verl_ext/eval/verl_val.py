@@ -323,6 +323,7 @@ def evaluate_verl(config: VerlValConfig, *, dry_run: bool = False) -> dict[str, 
     """Converts finished attempts, launches ``main_ppo`` for what is still missing and converts its dump; returns
     this invocation's counts. ``dry_run``: prepares the attempt and returns its command instead of running it (run it
     yourself, e.g. on a cluster's head node, then invoke again to convert)."""
+    checkpoint_overrides(config.checkpoint, config.base_model)  # a bad checkpoint fails before anything is written
     items = load_items(config.benches, config.limit)
     facts = recipe_facts(config.recipe, config.overrides)
     foreign = sorted({eval_key(i) for i in items if (i.protocol or facts.protocol) != facts.protocol})
@@ -330,7 +331,6 @@ def evaluate_verl(config: VerlValConfig, *, dry_run: bool = False) -> dict[str, 
         raise ValueError(f"--recipe {config.recipe} runs the {facts.protocol} protocol (one sampling per validation "
                          f"pass); {len(foreign)} items are of the other one, e.g. {foreign[0]}: evaluate them with "
                          "the other paper's recipe")
-    checkpoint_overrides(config.checkpoint, config.base_model)  # a bad checkpoint fails before anything is written
     config.out.mkdir(parents=True, exist_ok=True)
     check_pin(config.out, run_pin(config, facts))
     root, by_key = config.out / "verl", {eval_key(item): item for item in items}
