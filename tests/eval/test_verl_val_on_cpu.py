@@ -232,6 +232,8 @@ def test_usage_errors(tmp_path, benchmark_files, tiny_vl_model_dir, capsys):
          "--dry-run needs --tool-server"),
         ([*base, "--bench", f"ms=generic:{benchmark_files['ms']}", "--tool-server", TOOL_URL],
          "runs the neos protocol"),
+        ([*base, "--bench", f"neos=verl:{benchmark_files['neos']}", "--tool-server", TOOL_URL, "/a/model"],
+         "unrecognized arguments: /a/model"),  # only KEY=VALUE (or ~KEY) words are main_ppo overrides
         (["verl", "--out", "o", "--recipe", "neos", "--checkpoint", str(tmp_path), "--tool-server", TOOL_URL,
           "--bench", f"neos=verl:{benchmark_files['neos']}"], "neither an HF model directory"),
     ]

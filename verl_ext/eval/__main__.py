@@ -19,12 +19,16 @@ import argparse
 import asyncio
 import contextlib
 import json
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from verl_ext.eval.benchmarks import FORMATS, KNOWN_BENCHMARKS, BenchmarkError, BenchmarkSpec
+
+
+_HYDRA_OVERRIDE = re.compile(r"^(\+{0,2}[\w.\-/@\[\]]+=.*|~[\w.\-/@]+(=.*)?)$")  # key=value, +key=value, ~key
 
 
 class _Parser(argparse.ArgumentParser):
@@ -102,7 +106,10 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     v = sub.add_parser("verl", help="evaluate a verl checkpoint through verl's own validation (main_ppo "
-                       "trainer.val_only) with a recipe's agent loops, then report")
+                       "trainer.val_only) with a recipe's agent loops, then report",
+                       usage="%(prog)s [options] [KEY=VALUE ...]",
+                       epilog="KEY=VALUE: main_ppo overrides applied after ours, anywhere on the line, e.g. the device "
+                       "keys trainer.n_gpus_per_node=8 actor_rollout_ref.rollout.name=vllm")
     _benchmarks_and_judge(v)
     v.add_argument("--recipe", required=True, help="the recipe the checkpoint was trained with (main_ppo "
                    "+recipe=NAME: neos, modalsearcher, neos_smoke, ...); its agent loop decides the protocol")
@@ -112,8 +119,6 @@ def parser() -> argparse.ArgumentParser:
                    "run started from (default: the checkpoint's actor/huggingface, when it holds weights)")
     v.add_argument("--dry-run", action="store_true", help="write the validation rows and print the main_ppo "
                    "command instead of running it; run it yourself, then invoke again (without it) to convert")
-    v.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="main_ppo overrides after ours, e.g. the "
-                   "device keys trainer.n_gpus_per_node=8 actor_rollout_ref.rollout.name=vllm")
 
     rep = sub.add_parser("report", help="report.md, plots, summary.json and the trajectory viewer")
     src = rep.add_mutually_exclusive_group(required=True)
@@ -239,7 +244,11 @@ def _training(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     p = parser()
-    args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    args, extra = p.parse_known_args(sys.argv[1:] if argv is None else argv)
+    if args.command == "verl" and all(_HYDRA_OVERRIDE.match(x) for x in extra):
+        args.overrides = extra  # main_ppo's KEY=VALUE overrides: what argparse leaves over
+    elif extra:
+        p.error(f"unrecognized arguments: {' '.join(extra)}")
     return {"run": _run, "verl": _verl, "report": _report, "training": _training}[args.command](args, p)
 
 
