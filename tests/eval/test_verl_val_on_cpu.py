@@ -218,6 +218,12 @@ def test_a_verl_dump_becomes_judged_results_and_a_report(tmp_path, benchmark_fil
     assert (out / "images" / question_file).is_file() and question_file in viewer
     assert "img_2 (no pixels kept)" in viewer
 
+    # a validation dump of a training run (dump_trajectories on) is a trajectory export for `report --trajectories`
+    assert main(["report", "--trajectories", str(first / "dump" / "0.jsonl"), "--out", str(tmp_path / "train-val"),
+                 "--no-embeddings"]) == 0
+    exported = json.loads((tmp_path / "train-val" / "summary.json").read_text())["behaviour"]
+    assert exported["trajectories"] == 3 and exported["tool_calls"]["by_tool"] == {"TextSearch": 3, "FetchImage": 2}
+
 
 def test_the_dump_fields_are_off_by_default(tiny_vl_processor):
     out = _reward(tiny_vl_processor.tokenizer, _record("Aruba", False), {EVAL_KEY: "neos/t0"},
