@@ -18,7 +18,7 @@ model code, on the checkpoint, with the paper's evaluation sampling; it:
 
 Resumable as the endpoint path: each launch is an ``attempt-N`` directory (``val.parquet``, ``dump/``,
 ``main_ppo.log``); its dump is converted once (``converted.json``); only items with a missing run go into the next
-attempt. A session the dump lacks (verl dropped the row as too long, or its agent loop failed) is an ``error``
+attempt. A session the dump lacks (its row filtered as overlong, or its agent loop failed) is an ``error``
 record, counted and redone by the next invocation.
 """
 
@@ -276,7 +276,7 @@ async def convert_attempt(attempt: Path, items: dict[str, EvalItem], config: Ver
         row = sessions.get((eval_key(item), run))
         if row is None or not row[TRAJECTORY_JSON]:
             record = EvalRecord(**base, status="error", error=f"NoSession: verl's validation dump has no trajectory "
-                                f"of this run (dropped as too long, or its agent loop failed: {attempt}/main_ppo.log)")
+                                f"of this run (its row filtered as overlong, or its agent loop failed: {attempt}/main_ppo.log)")
         else:
             trajectory = TrajectoryRecord.model_validate_json(row[TRAJECTORY_JSON])
             questions = [e.ref for e in trajectory.images if e.source == "question"]
