@@ -119,7 +119,8 @@ def main() -> None:
         port = _free_port()
         server = subprocess.Popen([sys.executable, __file__, "--world", str(args.world), "--bench", str(args.bench),
                                    "--latency", str(args.latency), "--judge-latency", str(args.judge_latency),
-                                   "--serve", str(port), str(answers_file)], env={**os.environ, "PYTHONPATH": str(ROOT)})
+                                   "--serve", str(port), str(answers_file)],
+                                  env={**os.environ, "PYTHONPATH": str(ROOT)})
         try:
             _wait(port)
             with served(args.world) as tool_url:

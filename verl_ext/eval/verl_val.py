@@ -275,8 +275,9 @@ async def convert_attempt(attempt: Path, items: dict[str, EvalItem], config: Ver
                 "protocol": item.protocol or protocol, "question": item.question, "ground_truth": item.ground_truth}
         row = sessions.get((eval_key(item), run))
         if row is None or not row[TRAJECTORY_JSON]:
-            record = EvalRecord(**base, status="error", error=f"NoSession: verl's validation dump has no trajectory "
-                                f"of this run (its row filtered as overlong, or its agent loop failed: {attempt}/main_ppo.log)")
+            why = f"its row filtered as overlong, or its agent loop failed: {attempt}/main_ppo.log"
+            record = EvalRecord(**base, status="error",
+                                error=f"NoSession: verl's validation dump has no trajectory of this run ({why})")
         else:
             trajectory = TrajectoryRecord.model_validate_json(row[TRAJECTORY_JSON])
             questions = [e.ref for e in trajectory.images if e.source == "question"]
