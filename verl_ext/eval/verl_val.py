@@ -174,7 +174,6 @@ def validation_overrides(config: VerlValConfig, facts: RecipeFacts, val_file: Pa
     return keys
 
 
-
 def eval_key(item: EvalItem) -> str:
     return f"{item.benchmark}/{item.item_id}"
 
