@@ -10,7 +10,9 @@ this file with ``--serve`` in a subprocess on loopback, answering each policy tu
 judge request after ``--judge-latency`` seconds (a model server's reply time).
 
 Per setting: wall time, episodes/s (an episode: one run of one item, rolled out and judged), judged episodes/s
-through the LLM judge, and the harness's own CPU time per episode (this process; the servers run in others). The
+through the LLM judge path (verdicts from the judge cache included; ``judge_asked`` counts the requests: the script
+repeats an item's answer in every run, so each distinct answer is asked once), and the harness's own CPU time per
+episode (this process; the servers run in others). The
 ideal at concurrency c is min(c, episodes) times the rate at concurrency 1. Run from the repository root:
     PYTHONPATH=. .venv/bin/python bench/bench_eval.py --world WORLD --bench SPLIT/benchmark.parquet [--runs 2]
 (``SPLIT`` from ``python -m data_gen neos --world WORLD --out SPLIT --limit 150``: its benchmark split.)
@@ -89,11 +91,13 @@ def one_run(bench: BenchmarkSpec, url: str, tool_url: str, runs: int, concurrenc
         counts = asyncio.run(evaluate(config))
         wall, cpu = time.perf_counter() - start, time.process_time() - cpu
         records = read_results(out)
+        cache = out / "judge_cache.jsonl"  # one line per reply the judge gave (cache hits and shared requests: none)
+        asked = len(cache.read_text().splitlines()) if cache.exists() else 0
     episodes = counts["ok"]
-    llm = sum(1 for r in records if r.verdict and r.verdict["source"] == "llm")
+    llm = [r.verdict for r in records if r.verdict and r.verdict["source"] == "llm"]
     return {"concurrency": concurrency, "judge": "llm" if llm_judge else "rule", "episodes": episodes,
             "errors": counts["errors"], "wall_s": round(wall, 2), "episodes_per_s": round(episodes / wall, 2),
-            "judged_per_s": round(llm / wall, 2), "cpu_ms_per_episode": round(1000 * cpu / max(episodes, 1), 1),
+            "judged_per_s": round(len(llm) / wall, 2), "judge_asked": asked, "cpu_ms_per_episode": round(1000 * cpu / max(episodes, 1), 1),
             "accuracy": round(sum(bool(r.correct) for r in records) / max(len(records), 1), 3)}
 
 
