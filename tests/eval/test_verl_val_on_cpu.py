@@ -174,7 +174,7 @@ def _write_dump(attempt: Path, tokenizer, sessions: dict[tuple[str, int], Trajec
 
 
 def test_a_verl_dump_becomes_judged_results_and_a_report(tmp_path, benchmark_files, tiny_vl_model_dir,
-                                                          tiny_vl_processor):
+                                                          tiny_vl_processor, capsys):
     tokenizer = tiny_vl_processor.tokenizer
     out = tmp_path / "run"
     config = _config(out, benchmark_files, tiny_vl_model_dir)
@@ -223,6 +223,16 @@ def test_a_verl_dump_becomes_judged_results_and_a_report(tmp_path, benchmark_fil
                  "--no-embeddings"]) == 0
     exported = json.loads((tmp_path / "train-val" / "summary.json").read_text())["behaviour"]
     assert exported["trajectories"] == 3 and exported["tool_calls"]["by_tool"] == {"TextSearch": 3, "FetchImage": 2}
+
+    # a dump of a recipe whose reward manager did not dump trajectories: one line naming file, line and field
+    bad = out / "verl" / "attempt-3" / "dump"
+    bad.mkdir(parents=True)
+    (bad / "0.jsonl").write_text(json.dumps({"input": "p", "output": "o", "score": 0.0, "uid": "u_0_0"}) + "\n")
+    with pytest.raises(SystemExit) as exit_:
+        main(["verl", "--bench", f"neos=verl:{benchmark_files['neos']}", "--out", str(out), "--recipe", "neos",
+              "--checkpoint", str(tiny_vl_model_dir), "--tool-server", TOOL_URL, "--runs", "2"])
+    err = capsys.readouterr().err.strip()
+    assert exit_.value.code == 2 and f"{bad / '0.jsonl'}:1: field 'neos_eval_key': missing" in err
 
 
 def test_the_dump_fields_are_off_by_default(tiny_vl_processor):
