@@ -353,7 +353,8 @@ def evaluate_verl(config: VerlValConfig, *, dry_run: bool = False) -> dict[str, 
         if dry_run:
             result["command"] = shlex.join(command)
         else:
-            logger.warning("main_ppo: %d items x %d runs; log %s", len(missing), config.runs, attempt / "main_ppo.log")
+            print(f"main_ppo validation of {len(missing)} items x {config.runs} runs; its log: "
+                  f"{attempt / 'main_ppo.log'}", file=sys.stderr)
             code = launch(command, attempt / "main_ppo.log")
             if code != 0:
                 raise LaunchFailed(f"main_ppo exited with {code}; see {attempt / 'main_ppo.log'} (nothing of this "
