@@ -71,7 +71,24 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--shared-cache-dir", type=Path, default=None, help="shared (network) directory tier of the result cache"
     )
-    p.add_argument("--redis-url", default=None, help="Redis shared tier of the result cache")
+    p.add_argument(
+        "--redis-url",
+        default=None,
+        help="Redis shared tier of the result cache, also coalescing identical misses of every process using it",
+    )
+    p.add_argument(
+        "--redis-lease-s",
+        type=float,
+        default=10.0,
+        help="with --redis-url: life of a computing process's lease on a key (renewed while it computes; how long "
+        "a dead holder keeps the others waiting)",
+    )
+    p.add_argument(
+        "--redis-lease-wait-s",
+        type=float,
+        default=30.0,
+        help="with --redis-url: longest wait for another process's computation before computing it here (counted)",
+    )
     p.add_argument(
         "--online",
         action="store_true",
@@ -143,6 +160,8 @@ def build_app(args: argparse.Namespace, world: OfflineWorld, settings: ServerSet
         disk_dir=args.cache_dir / "results" if args.cache_dir else None,
         shared_dir=args.shared_cache_dir,
         redis_url=args.redis_url,
+        lease_s=args.redis_lease_s,
+        lease_max_wait_s=args.redis_lease_wait_s,
     )
     return create_app(world=world, mei=mei, cache=cache, settings=settings, online=online)
 
@@ -204,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--search-processes applies without --workers (each worker searches in its own threads)")
     if args.session_image_mib < 1 or args.image_budget_gib <= 0 or args.max_sessions_per_client < 1:
         parser.error("--session-image-mib, --image-budget-gib and --max-sessions-per-client must be > 0")
+    if args.redis_lease_s <= 0 or args.redis_lease_wait_s <= 0:
+        parser.error("--redis-lease-s and --redis-lease-wait-s must be > 0")
     if args.shared_cache_dir and args.redis_url:
         parser.error("give --shared-cache-dir or --redis-url, not both")
     if args.allow_private_network and not args.online:
