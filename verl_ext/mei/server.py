@@ -25,6 +25,7 @@ import asyncio
 import time
 import uuid
 from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from transformers import AutoModelForImageTextToText, AutoProcessor
 
 from verl_ext.mei.chat import ChatInputError, render
 from verl_ext.rollout.hf_generate import TransformersGenerateClient
+from verl_ext.tools.shards import server_urls
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,14 +165,21 @@ async def served_version(base_url: str, *, timeout_s: float = 30.0) -> str:
     return body["version"]
 
 
-async def announce(tool_server_url: str, version: str, *, timeout_s: float = 30.0) -> str:
-    """Tell the tool server that ``version`` is now served (its ``POST /admin/mei_version``): sessions it creates from
-    now on are fixed to it and its MEI-backed cache entries are keyed by it. Returns the version it reports."""
-    status, body = await _json("POST", tool_server_url.rstrip("/") + "/admin/mei_version", {"version": version},
-                               timeout_s)
-    if status != 200 or not isinstance(body, dict) or body.get("version") != version:
-        raise RuntimeError(f"tool server at {tool_server_url} refused MEI version {version}: HTTP {status} "
-                           f"{str(body)[:200]}")
+async def announce(tool_server_url: str | Sequence[str], version: str, *, timeout_s: float = 30.0) -> str:
+    """Tell the tool server(s) that ``version`` is now served (their ``POST /admin/mei_version``): sessions they create
+    from now on are fixed to it and their MEI-backed cache entries are keyed by it. ``tool_server_url``: one URL or
+    several (a list, or comma-separated: one server per node), all told at once; one that refuses or cannot be
+    reached raises (its sessions would mix versions). Returns the version."""
+
+    async def one(url: str) -> None:
+        try:
+            status, body = await _json("POST", url + "/admin/mei_version", {"version": version}, timeout_s)
+        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+            raise RuntimeError(f"tool server at {url} was not told MEI version {version}: {e!r}") from None
+        if status != 200 or not isinstance(body, dict) or body.get("version") != version:
+            raise RuntimeError(f"tool server at {url} refused MEI version {version}: HTTP {status} {str(body)[:200]}")
+
+    await asyncio.gather(*(one(url) for url in server_urls(tool_server_url)))
     return version
 
 
