@@ -9,12 +9,13 @@ writes the value to the shared tier and only then releases the lease; the others
 lease bounds how long a *dead* holder blocks anyone, not how long a computation may take.
 
 Counted in ``cache_events_total{level="shared",event="lease_..."}``: ``lease_leads``, misses computed under this
-process's lease; ``lease_waits``, misses that found another's lease; ``lease_coalesced``, those answered by its
-value. Every way out without the holder's value is counted too: ``lease_expired`` (the lease vanished without a value: its holder died; the first waiter to see it takes the lease
-and computes), ``lease_wait_timeouts`` (waited ``max_wait_s`` for a live holder, then computed), ``lease_errors``
-(Redis failed during the protocol; computed without coalescing). ``lease_unshared``: the holder's result was not
-shareable (it changed its own session's register) or its computation failed, so each waiter computes its own, as
-waiters in one process do. A share of fallbacks over ``WARN_SHARE`` logs a warning (at most once a minute).
+process's lease; ``lease_waits``, misses that found another's lease; ``lease_coalesced``, those answered by its value.
+Every way out without the holder's value is counted too: ``lease_expired`` (the lease vanished without a value: its
+holder died; the first waiter to see it takes the lease and computes), ``lease_wait_timeouts`` (waited ``max_wait_s``
+for a live holder, then computed), ``lease_errors`` (Redis failed during the protocol; computed without coalescing).
+``lease_unshared``: the holder's result was not shareable (it changed its own session's register) or its computation
+failed, so each waiter computes its own, as waiters in one process do. A share of fallbacks over ``WARN_SHARE`` logs a
+warning (at most once a minute).
 """
 
 from __future__ import annotations

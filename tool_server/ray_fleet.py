@@ -1,11 +1,11 @@
 """One tool server per node of a Ray cluster (the training cluster's), and their addresses for the agent loops.
 
 :func:`deploy` starts a :class:`ToolServerNode` actor on every alive node, pinned there
-(``NodeAffinitySchedulingStrategy``, not soft: one server group per node, never two on one). Each launches ``python -m tool_server ARGV --host 0.0.0.0`` as
-its child (``--workers N`` in ARGV makes that node's group N processes behind its router; ``--host`` in ARGV
-replaces 0.0.0.0) and reports ``http://<node ip>:<port>``; ``--port 0`` (the default here) lets each take a free
-port. The addresses go to the agent
-loops as their ``tool_server_url`` list, which shards sessions over the healthy ones (``verl_ext.tools.shards``).
+(``NodeAffinitySchedulingStrategy``, not soft: one server group per node, never two on one). Each launches ``python -m
+tool_server ARGV --host 0.0.0.0`` as its child (``--workers N`` in ARGV makes that node's group N processes behind its
+router; ``--host`` in ARGV replaces 0.0.0.0) and reports ``http://<node ip>:<port>``; ``--port 0`` (the default here)
+lets each take a free port. The addresses go to the agent loops as their ``tool_server_url`` list, which shards sessions
+over the healthy ones (``verl_ext.tools.shards``).
 
 The actors ask Ray for no CPU by default: a training job reserves its nodes' CPUs for its own workers, and a launcher
 waiting for one would never start. The server children die with their actor (``PR_SET_PDEATHSIG``), so ending the

@@ -22,7 +22,10 @@ from verl_ext.rollout.protocols import ToolCall
 from verl_ext.rollout.settings import resolve_settings
 from verl_ext.rollout.tool_backend import ToolSession, tool_catalog
 from verl_ext.rollout.tool_fleet import deploy_configured
-from verl_ext.tools.client import ToolServerClient
+from verl_ext.tools.client import ToolServerClient, ToolServerUnavailable
+from verl_ext.tools.shards import ServerShards, server_urls
+
+from .conftest import free_port
 
 
 def _server_args(small_world, tmp_path, name: str) -> list[str]:
@@ -109,3 +112,27 @@ async def test_addresses_reach_the_loops_sessions_shard_by_key_and_a_dead_server
         await s.close()
     async with ToolServerClient(first.addresses[0]) as c:
         assert (await c.health())["sessions"] == 0
+
+
+def test_address_settings_take_one_url_a_list_or_a_comma_separated_string():
+    assert server_urls("http://a:1") == ["http://a:1"]
+    assert server_urls(" http://a:1/, http://b:2 ") == ["http://a:1", "http://b:2"]
+    assert server_urls(["http://a:1", "http://b:2"]) == ["http://a:1", "http://b:2"]
+    for bad in ("", " , ", ["http://a:1", "http://a:1/"]):
+        with pytest.raises(ValueError):
+            server_urls(bad)
+    listed = OmegaConf.create({"response_length": 64, "custom": {"neos_rollout": {"tool_server_url": ["http://a:1"]}}})
+    assert resolve_settings("neos", listed, {}).tool_server_url == ["http://a:1"]  # a YAML list, as a plain list
+    with pytest.raises(ValueError, match="tool_server_url"):
+        resolve_settings("neos", listed, {"tool_server_url": "http://a:1,http://a:1"})
+
+
+async def test_with_every_server_down_an_open_fails_after_trying_each_once_counted():
+    urls = [f"http://127.0.0.1:{free_port()}" for _ in range(2)]  # nothing listens there
+    shards = ServerShards(urls, timeout_s=5.0)
+    with pytest.raises(ToolServerUnavailable):
+        await shards.place("g", lambda client: client.open_session([]))
+    assert shards.events["marked_down"] == 2 and shards.healthy() == []
+    with pytest.raises(ToolServerUnavailable):  # all down: each is tried again (one may be back), not none
+        await shards.place("g", lambda client: client.open_session([]))
+    assert shards.events["marked_down"] == 4

@@ -145,7 +145,8 @@ class ToolServerClient:
                 except ValueError:
                     data = None
         except asyncio.TimeoutError:
-            raise ToolServerUnavailable("timeout", f"{method} {path} timed out after {self._timeout.total}s") from None
+            limit = kwargs.get("timeout", self._timeout).total
+            raise ToolServerUnavailable("timeout", f"{method} {path} timed out after {limit}s") from None
         except aiohttp.ClientError as e:
             raise ToolServerUnavailable("connection_error", f"{method} {self.base_url}{path}: {e}") from None
         if not isinstance(data, dict):

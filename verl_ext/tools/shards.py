@@ -11,7 +11,7 @@ Health: a server is marked down when opening a session on it gets no usable answ
 5xx), or when a call of one of its sessions cannot connect and a ``/healthz`` probe fails too (the session is then
 lost: ``ToolSession`` ends its episode as tool instability). New sessions skip a server that is down for
 ``retry_s``; after that the next open tries it again. Counted in ``events`` (and logged): ``marked_down``;
-``rerouted``, sessions opened on a server other than their first choice.
+``rerouted``, session opens (and tool-list fetches) answered by a server other than their first choice.
 """
 
 from __future__ import annotations
