@@ -163,3 +163,39 @@ def test_shipped_lease_settings():
     assert (args.redis_lease_s, args.redis_lease_wait_s) == (10.0, 30.0)
     cache = TieredCache.from_config(redis_url="redis://127.0.0.1:1/0")  # no connection until used
     assert (cache._leases.lease_s, cache._leases.max_wait_s) == (10.0, 30.0)
+
+
+def test_a_groups_identical_calls_through_two_workers_reach_the_backend_once(small_world, tmp_path, redis_url):
+    """End to end: ``python -m tool_server --workers 2 --redis-url``, 8 sessions (4 on each worker, the router opens
+    them in turn), one identical TextSearch from each at once: one computation, 7 answers from the cache."""
+    import aiohttp
+
+    from tool_server.launch import served
+
+    queries = [f"flag {uuid.uuid4().hex[:6]} {i}" for i in range(32)]  # never asked before, on any Redis
+
+    async def group(base: str) -> None:
+        async with aiohttp.ClientSession(base) as http:
+            sids = []
+            for _ in range(8):
+                async with http.post("/v1/sessions", json={"images": []}) as r:
+                    sids.append((await r.json())["session_id"])
+            assert {sid[:3] for sid in sids} == {"s0_", "s1_"}
+
+            async def search(sid: str) -> dict:
+                body = {"name": "TextSearch", "arguments": {"query": queries}}
+                async with http.post(f"/v1/sessions/{sid}/call", json=body) as r:
+                    assert r.status == 200
+                    return await r.json()
+
+            answers = await asyncio.gather(*(search(sid) for sid in sids))
+            assert len({a["text"] for a in answers}) == 1
+            assert sorted(a["cached"] for a in answers) == [False] + [True] * 7
+            async with http.get("/metrics") as r:
+                metrics = await r.text()
+            assert 'cache_events_total{level="shared",event="lease_leads"} 1\n' in metrics
+
+    args = ["--no-ocr", "--workers", "2", "--redis-url", redis_url, "--mei-log", str(tmp_path / "mei.jsonl"),
+            "--cache-dir", str(small_world.parent.parent / "tool-server")]
+    with served(small_world, *args) as base:
+        asyncio.run(group(base))
