@@ -18,6 +18,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from tool_server.ray_fleet import cluster_nodes, deploy
+from verl_ext.rllm.episode import SearchSettings
 from verl_ext.rollout.protocols import ToolCall
 from verl_ext.rollout.settings import resolve_settings
 from verl_ext.rollout.tool_backend import ToolSession, tool_catalog
@@ -125,6 +126,8 @@ def test_address_settings_take_one_url_a_list_or_a_comma_separated_string():
     assert resolve_settings("neos", listed, {}).tool_server_url == ["http://a:1"]  # a YAML list, as a plain list
     with pytest.raises(ValueError, match="tool_server_url"):
         resolve_settings("neos", listed, {"tool_server_url": "http://a:1,http://a:1"})
+    with pytest.raises(ValueError, match="use one tool server"):  # rLLM's episodes hold one connection pool
+        SearchSettings.for_protocol("neos", tool_server_url="http://a:1,http://b:2")
 
 
 async def test_with_every_server_down_an_open_fails_after_trying_each_once_counted():
