@@ -139,3 +139,11 @@ async def test_with_every_server_down_an_open_fails_after_trying_each_once_count
     with pytest.raises(ToolServerUnavailable):  # all down: each is tried again (one may be back), not none
         await shards.place("g", lambda client: client.open_session([]))
     assert shards.events["marked_down"] == 4
+
+
+def test_the_fleet_cli_needs_the_servers_world(capsys):
+    from tool_server.ray_fleet import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--", "--workers", "2"])
+    assert exit_.value.code == 2 and "--world DIR" in capsys.readouterr().err
