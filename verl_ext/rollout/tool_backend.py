@@ -21,7 +21,7 @@ from PIL import Image
 
 from verl_ext.rollout.media import media_parts, session_png
 from verl_ext.rollout.protocols import Protocol, ToolCall
-from verl_ext.tools.client import ToolCallError, ToolServerClient, ToolServerError
+from verl_ext.tools.client import SessionInfo, ToolCallError, ToolServerClient, ToolServerError
 from verl_ext.tools.shards import ServerShards, server_gone, server_urls, shared_shards
 
 
@@ -139,10 +139,7 @@ class ToolSession:
         self.session_id: str | None = None
 
     async def open(
-        self,
-        question_images: QuestionImages,
-        group_id: str | None,
-        originals: Sequence[bytes | None] = (),
+        self, question_images: QuestionImages, group_id: str | None, originals: Sequence[bytes | None] = ()
     ) -> list[str]:
         """Registers the question images as img_1..; returns their refs. Where the dataset row holds an image's
         encoded file (``originals[i]``), the server gets that file, as a search engine gets the uploaded picture and
@@ -153,7 +150,7 @@ class ToolSession:
         opens while the agent loop is still decoding them. A file the server refuses (over its pixel limit,
         undecodable) falls back to the policy's copies rather than failing the episode."""
 
-        async def open_on(payloads: list[str]):
+        async def open_on(payloads: list[str]) -> SessionInfo:
             if self.shards is None:
                 return await self.client.open_session(payloads, group_id=group_id)
             self.client, info = await self.shards.place(
