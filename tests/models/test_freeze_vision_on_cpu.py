@@ -142,3 +142,21 @@ def test_megatron_bridges_two_switches_cover_the_whole_qwen25_vl_tower_and_nothi
     assert switched == {id(p) for p in visual.parameters()}
     assert len(switched) > 10
     assert switched.isdisjoint(id(p) for p in fresh_model.model.language_model.parameters())
+
+
+def test_fsdp1_leaves_patch_embedding_and_merger_in_the_root_unit(fresh_model):
+    """FSDP1 itself needs an accelerator (not run here). What the trainer's FSDP1 warning rests on: verl's wrap policy
+    makes each vision block a unit of its own but not the patch embedding or merger, so FSDP1 (``use_orig_params``
+    false) flattens those into the root ``FlatParameter`` beside the language model's embeddings. The hook then leaves
+    them with zero gradients rather than None, which AdamW's weight decay still reaches."""
+    from verl.utils.fsdp_utils import get_fsdp_wrap_policy
+
+    policy = get_fsdp_wrap_policy(fresh_model, {})
+    visual = fresh_model.model.visual
+
+    def wrapped(module) -> bool:
+        return bool(policy(module, False, sum(p.numel() for p in module.parameters())))
+
+    assert all(wrapped(block) for block in visual.blocks)
+    assert not wrapped(visual)
+    assert not any(wrapped(m) for part in (visual.patch_embed, visual.merger) for m in part.modules())

@@ -80,6 +80,7 @@ def test_neos_freezes_the_vision_tower_in_every_worker(neos, modalsearcher):
     # ModalSearcher trains the vision tower (Table 9: "Vision tower frozen: False")
     assert modalsearcher["actor_rollout_ref"]["actor"]["freeze_vision_tower"] is False
     assert "env_vars" not in modalsearcher["ray_kwargs"]["ray_init"]["runtime_env"]
+    assert vision_freeze_gap(modalsearcher, env={}) is None
 
 
 def test_the_megatron_freeze_follows_verls_freeze_vision_tower_key():
@@ -113,9 +114,11 @@ def test_a_config_that_would_leave_the_tower_trainable_is_named(neos):
     assert "env_vars.NEOS_FREEZE_VISION_TOWER='1'" in vision_freeze_gap(fsdp, env={})
     assert vision_freeze_gap(fsdp, env={"NEOS_FREEZE_VISION_TOWER": "1"}) is None  # set on the Ray cluster instead
 
-    off = copy.deepcopy(layout)
+    off = copy.deepcopy(neos)  # the tower asked to train while the recipe's hook would still freeze it
     off["actor_rollout_ref"]["actor"]["freeze_vision_tower"] = False
-    assert vision_freeze_gap(off, env={}) is None  # nothing asked, nothing to check
+    assert "drop ray_kwargs.ray_init.runtime_env.env_vars.NEOS_FREEZE_VISION_TOWER" in vision_freeze_gap(off, env={})
+    del off["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]["NEOS_FREEZE_VISION_TOWER"]
+    assert vision_freeze_gap(off, env={}) is None
 
 
 def test_both_recipes_configure_an_llm_answer_judge(neos, modalsearcher, monkeypatch):

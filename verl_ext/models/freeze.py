@@ -22,8 +22,9 @@ optimizer with zero gradients, where decoupled weight decay moves them. Each eng
   ``None``: no Adam step, but AdamW's decoupled decay of ``lr * weight_decay`` per step (1e-8 at Neos' settings,
   below half an fp32 ulp, so the fp32 weights do not move; at larger settings they would).
 
-:func:`vision_freeze_gap` says when ``freeze_vision_tower=true`` would not be made real by a config (the neos trainer
-refuses to start then), :func:`vision_freeze_caveat` when it is only approximate (the trainer logs a warning).
+:func:`vision_freeze_gap` says when a config would not do what ``freeze_vision_tower`` says (true and no mechanism
+acts, or false and the hook still freezes): the neos trainer refuses to start then. :func:`vision_freeze_caveat` says
+when the freeze is only approximate (the trainer logs a warning).
 
 A model counts as vision-language when it has a submodule at one of ``VISION_ATTRS`` (Qwen2-VL, Qwen2.5-VL and
 Qwen3-VL keep encoder and merger under ``visual``; Megatron-Bridge's Qwen3-VL models under ``vision_model``).
@@ -120,12 +121,18 @@ def uninstall() -> None:
 
 
 def vision_freeze_gap(config: Mapping[str, Any], env: Mapping[str, str] = os.environ) -> str | None:
-    """Why ``actor_rollout_ref.actor.freeze_vision_tower=true`` would leave the policy's vision tower trainable with
-    this (verl ``main_ppo``) config, or ``None`` when it is frozen (or not asked for). ``env``: the trainer process's
-    environment, where the flag may come from the Ray cluster instead of the config."""
+    """Why the policy's vision tower would not be frozen or trained as ``actor_rollout_ref.actor.freeze_vision_tower``
+    says with this (verl ``main_ppo``) config, or ``None`` when it would. ``env``: the trainer process's environment,
+    where the hook's flag may come from the Ray cluster instead of the config."""
     config = config if isinstance(config, DictConfig) else OmegaConf.create(config)
     actor = "actor_rollout_ref.actor"
-    if not OmegaConf.select(config, f"{actor}.freeze_vision_tower", default=False):
+    freeze = bool(OmegaConf.select(config, f"{actor}.freeze_vision_tower", default=False))
+    env_vars = OmegaConf.select(config, "ray_kwargs.ray_init.runtime_env.env_vars", default=None) or {}
+    hook = str(env_vars.get(ENV_FLAG, env.get(ENV_FLAG, "0"))) == "1"
+    if not freeze:
+        if hook:  # the hook acts in every worker, whatever the engine
+            return (f"actor_rollout_ref.actor.freeze_vision_tower=false, but {ENV_FLAG}=1 freezes the tower in every "
+                    f"worker: drop ray_kwargs.ray_init.runtime_env.env_vars.{ENV_FLAG}")
         return None
     strategy = OmegaConf.select(config, f"{actor}.strategy")
     if strategy == "megatron":
@@ -139,8 +146,7 @@ def vision_freeze_gap(config: Mapping[str, Any], env: Mapping[str, str] = os.env
                                 for key in missing)
             return f"actor_rollout_ref.actor.freeze_vision_tower=true on Megatron needs {keys}"
         return None
-    env_vars = OmegaConf.select(config, "ray_kwargs.ray_init.runtime_env.env_vars", default=None) or {}
-    if str(env_vars.get(ENV_FLAG, env.get(ENV_FLAG, "0"))) != "1":
+    if not hook:
         return (f"actor_rollout_ref.actor.freeze_vision_tower=true on {strategy} needs "
                 f"ray_kwargs.ray_init.runtime_env.env_vars.{ENV_FLAG}='1' (the hook that freezes the tower)")
     return None

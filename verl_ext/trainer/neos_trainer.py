@@ -7,7 +7,7 @@
 - MEI co-evolution: ``MEICoEvolutionMixin`` retains MEI calls after each update and fine-tunes MEI every K updates.
 - Diagnostics: the selected batch's tool-call mix and credit-type composition (``verl_ext.trainer.metrics``).
 - The policy's vision tower frozen (Neos, Appendix C): verl reads ``actor.freeze_vision_tower`` nowhere, so the
-  trainer refuses a config in which no mechanism of ours makes it real (``verl_ext.models.freeze``).
+  trainer refuses a config whose engine would not do what that key says (``verl_ext.models.freeze``).
 - Everything else is verl's ``PPOTrainerSync``: colocated rollout and training, weights pushed after each step.
 
 verl branches on ``trainer_mode == "sync"`` for its on-policy semantics (no TransferQueue checkpoint, no re-issued
