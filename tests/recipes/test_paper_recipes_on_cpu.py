@@ -75,6 +75,7 @@ def test_neos_freezes_the_vision_tower_in_every_worker(neos, modalsearcher):
     assert type(engine).__name__ == "McoreEngineConfig" and engine.vanilla_mbridge is False
     overrides = engine.override_transformer_config
     assert (overrides["freeze_vision_model"], overrides["freeze_vision_projection"]) == (True, True)
+    assert overrides["freeze_language_model"] is False  # said outright: Megatron-Bridge's Qwen3-VL MoE default is True
     assert overrides["attention_backend"] == "flash"  # verl's own defaults merged, not replaced
     assert vision_freeze_gap(neos, env={}) is None  # the trainer's check passes
     # ModalSearcher trains the vision tower (Table 9: "Vision tower frozen: False")
@@ -98,11 +99,12 @@ def test_a_config_that_would_leave_the_tower_trainable_is_named(neos):
     from verl_ext.models.freeze import vision_freeze_gap
 
     layout = copy.deepcopy(neos)  # a Megatron layout group without the provider keys (e.g. neos_parallel=none)
-    for key in ("freeze_vision_model", "freeze_vision_projection"):
+    for key in ("freeze_vision_model", "freeze_vision_projection", "freeze_language_model"):
         del layout["actor_rollout_ref"]["actor"]["megatron"]["override_transformer_config"][key]
     gap = vision_freeze_gap(layout, env={})
     assert "override_transformer_config.freeze_vision_model=true" in gap
     assert "override_transformer_config.freeze_vision_projection=true" in gap
+    assert "override_transformer_config.freeze_language_model=false" in gap
 
     vanilla = copy.deepcopy(neos)  # the deprecated mbridge backend builds no Megatron-Bridge provider
     vanilla["actor_rollout_ref"]["actor"]["megatron"]["vanilla_mbridge"] = True

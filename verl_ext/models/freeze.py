@@ -43,9 +43,11 @@ from torch import nn
 
 ENV_FLAG = "NEOS_FREEZE_VISION_TOWER"
 VISION_ATTRS = ("visual", "vision_tower", "vision_model")  # encoder + merger (projector) live under these
-# Megatron-Bridge vision-language provider attributes: the encoder, and the merger (projector) with Qwen3-VL's deepstack
-# mergers; together the whole tower.
-MEGATRON_PROVIDER_FREEZE_KEYS = ("freeze_vision_model", "freeze_vision_projection")
+# Megatron-Bridge vision-language provider attributes and the values a frozen tower needs: the encoder, the merger
+# (projector, with Qwen3-VL's deepstack mergers), and the language model said trainable outright (Megatron-Bridge's
+# Qwen3-VL MoE provider defaults it frozen).
+MEGATRON_PROVIDER_FREEZE = {"freeze_vision_model": True, "freeze_vision_projection": True,
+                            "freeze_language_model": False}
 
 _seen: weakref.WeakSet[nn.Module] = weakref.WeakSet()
 _frozen: weakref.WeakSet[nn.Module] = weakref.WeakSet()
@@ -140,10 +142,10 @@ def vision_freeze_gap(config: Mapping[str, Any], env: Mapping[str, str] = os.env
             return ("actor_rollout_ref.actor.freeze_vision_tower=true on Megatron needs Megatron-Bridge's providers: "
                     "set actor_rollout_ref.actor.megatron.vanilla_mbridge=false")
         overrides = OmegaConf.select(config, f"{actor}.megatron.override_transformer_config", default=None) or {}
-        missing = [key for key in MEGATRON_PROVIDER_FREEZE_KEYS if overrides.get(key) is not True]
+        missing = [key for key, value in MEGATRON_PROVIDER_FREEZE.items() if overrides.get(key) is not value]
         if missing:
-            keys = " and ".join(f"actor_rollout_ref.actor.megatron.override_transformer_config.{key}=true"
-                                for key in missing)
+            keys = " and ".join(f"actor_rollout_ref.actor.megatron.override_transformer_config.{key}="
+                                f"{str(MEGATRON_PROVIDER_FREEZE[key]).lower()}" for key in missing)
             return f"actor_rollout_ref.actor.freeze_vision_tower=true on Megatron needs {keys}"
         return None
     if not hook:
