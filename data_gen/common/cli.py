@@ -1,4 +1,4 @@
-"""What both pipelines' command lines share: checked option values, the world check that runs before anything is
+"""What both pipelines' command lines share: the common flags, the world check that runs before anything is
 written, the progress bar under ``--limit`` and the closing line that says where the output went."""
 
 from __future__ import annotations
@@ -9,33 +9,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from data_gen.common.usage import nonnegative_int, positive_int
 from data_gen.world.store import World, WorldError
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """A usage error is one line (``prog: error: --flag: why``) and exit code 2; ``--help`` still shows usage."""
-
-    def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
-def whole_number(minimum: int):
-    """argparse ``type`` for a whole number >= ``minimum`` (argparse turns the error into exit code 2)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
-        return value
-
-    return parse
-
-
-positive_int = whole_number(1)  # counts and budgets
-nonnegative_int = whole_number(0)  # seeds
 
 
 def add_common_flags(p: argparse.ArgumentParser, unit: str) -> None:

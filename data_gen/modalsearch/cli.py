@@ -29,7 +29,8 @@ from pathlib import Path
 
 import aiohttp
 
-from data_gen.common.cli import add_common_flags, counts_work, positive_int, progress, report_output, world_or_exit
+from data_gen.common.cli import add_common_flags, counts_work, progress, report_output, world_or_exit
+from data_gen.common.usage import positive_int
 from data_gen.common.episode import Expert
 from data_gen.common.export import hash_unit
 from data_gen.common.llm import SyncChat
@@ -87,7 +88,8 @@ def parser(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--ocr", action="store_true", help="let image linking also read the text in images (RapidOCR)")
     p.add_argument("--llm-url", default=None, help="OpenAI-compatible base URL for relation proposal and question "
                    "wording (default: offline KG/context templates and question templates, no model)")
-    p.add_argument("--llm-model", default="relation-writer", help="model name sent to --llm-url")
+    p.add_argument("--llm-model", default="relation-writer",
+                   help="model name sent to --llm-url (default: relation-writer)")
     add_teacher_flags(p)
     return p
 

@@ -66,7 +66,7 @@ def parser(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--llm-url", default=None, help="OpenAI-compatible base URL: this model rewords each template "
                    "question and probe 1 also asks it to answer closed-book (default: templates and the programmatic "
                    "probe alone, no model)")
-    p.add_argument("--llm-model", default="probe", help="model name sent to --llm-url")
+    p.add_argument("--llm-model", default="probe", help="model name sent to --llm-url (default: probe)")
     p.add_argument("--vlm-url", default=None, help="OpenAI-compatible base URL of a VLM: the blind observer, and "
                    "probe 3 also asks it to answer from the entry images (default: --llm-url; with neither, the "
                    "offline palette/OCR observer and programmatic probe 3, no model)")

