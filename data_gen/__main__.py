@@ -11,16 +11,16 @@ from data_gen.common.usage import OneLineParser
 
 
 def parser() -> argparse.ArgumentParser:
-    from data_gen.modalsearch import cli as modalsearch_cli
-    from data_gen.neos import cli as neos_cli
+    from data_gen.modalsearch import flags as modalsearch_flags
+    from data_gen.neos import flags as neos_flags
 
     p = OneLineParser(prog="python -m data_gen", description="Data generation: synthesize Neos or ModalSearch "
                       "training and benchmark tasks from the offline world, or build and inspect that world.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=OneLineParser, metavar="COMMAND")
-    neos_cli.parser(sub.add_parser("neos", help="Neos evidence-dependent task synthesis",
-                                   description=neos_cli.DESCRIPTION))
-    modalsearch_cli.parser(sub.add_parser("modalsearch", help="ModalSearch-Pipeline: interleaved graph, paths, "
-                                          "questions", description=modalsearch_cli.DESCRIPTION))
+    neos_flags.parser(sub.add_parser("neos", help="Neos evidence-dependent task synthesis",
+                                     description=neos_flags.DESCRIPTION))
+    modalsearch_flags.parser(sub.add_parser("modalsearch", help="ModalSearch-Pipeline: interleaved graph, paths, "
+                                            "questions", description=modalsearch_flags.DESCRIPTION))
     sub.add_parser("world", help="build or inspect the offline world (python -m data_gen world --help)",
                    description="Forwarded to python -m data_gen.world.", add_help=False)
     return p

@@ -27,6 +27,17 @@ def add_common_flags(p: argparse.ArgumentParser, unit: str) -> None:
                    help="seed of every random choice; the same world and seed give the same output (default: 0)")
 
 
+def add_teacher_flags(p: argparse.ArgumentParser) -> None:
+    """``--teacher-url/--teacher-model/--teacher-max-turns``, the same for both pipelines."""
+    p.add_argument("--teacher-url", default=None, help="OpenAI-compatible base URL of a teacher model that runs each "
+                   "verified task's expert episode with the tools; unusable episodes fall back to the programmatic "
+                   "expert, counted by reason (default: the programmatic expert alone, no model)")
+    p.add_argument("--teacher-model", default="teacher", help="model name sent to --teacher-url (default: teacher)")
+    p.add_argument("--teacher-max-turns", type=positive_int, default=None, metavar="N",
+                   help="assistant turns of a teacher episode, the last without tools (default: the protocol's, 50 "
+                   "for Neos, 46 for ModalSearch)")
+
+
 def load_world(path: Path) -> World:
     """The world at ``path``, or :class:`WorldError` (one line) when it is missing, unreadable or holds nothing to
     build tasks from."""

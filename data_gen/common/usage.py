@@ -62,6 +62,14 @@ def nonnegative_float(text: str) -> float:
     return value
 
 
+def share(text: str) -> float:
+    """argparse ``type`` for a share (a fraction) in [0, 1]."""
+    value = _finite(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
+    return value
+
+
 def port(text: str) -> int:
     """argparse ``type`` for a TCP port; 0 lets the system pick a free one."""
     value = whole_number(0)(text)

@@ -27,8 +27,12 @@ from data_gen.common.usage import (
     nonnegative_int,
     positive_float,
     positive_int,
+    share,
 )
 from verl_ext.eval.benchmarks import FORMATS, KNOWN_BENCHMARKS, BenchmarkError, BenchmarkSpec
+from verl_ext.reward.judge import JudgeConfig
+
+MAX_JUDGE_FALLBACK_SHARE = JudgeConfig().max_fallback_share  # the answer judge's, as training uses it
 
 
 def _bench(text: str) -> BenchmarkSpec:
@@ -36,6 +40,13 @@ def _bench(text: str) -> BenchmarkSpec:
         return BenchmarkSpec.parse(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc).removeprefix(f"--bench {text!r}: ")) from None
+
+
+def _fallback_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--judge-max-fallback-share", type=share, default=MAX_JUDGE_FALLBACK_SHARE, metavar="SHARE",
+                   help="share of LLM-judged responses decided by the rule matcher (the judge failed) above which the "
+                   "run logs a warning and the report flags it; the answer judge's max_fallback_share, the same "
+                   f"threshold training warns at (default: {MAX_JUDGE_FALLBACK_SHARE})")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -84,6 +95,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--judge-model", default="judge", help="model name sent to --judge-url (default: judge)")
     r.add_argument("--judge-passes", type=int, choices=(1, 2), default=1,
                    help="2: judge every response twice and report the agreement (repeatability) (default: 1)")
+    _fallback_flag(r)
     r.add_argument("--no-embeddings", action="store_true",
                    help="report without the repeated-search analysis (it needs the [eval] extra's MiniLM)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -99,6 +111,7 @@ def parser() -> argparse.ArgumentParser:
                      "'acc' (1/0) or 'correct'")
     rep.add_argument("--out", type=Path, default=None, metavar="DIR",
                      help="report directory (default: RUN/report; required with --trajectories)")
+    _fallback_flag(rep)
     rep.add_argument("--no-embeddings", action="store_true", help="skip the repeated-search analysis")
 
     tr = sub.add_parser("training", help="plots of a training run's logged metrics (verl's file logger)",
@@ -122,13 +135,12 @@ def _run(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
     from verl_ext.eval.episode import PolicySettings
     from verl_ext.eval.report import write_report
     from verl_ext.eval.run import RunConfig, evaluate
-    from verl_ext.reward.judge import JudgeConfig
 
     sampling = {k: v for k, v in (("temperature", args.temperature), ("top_p", args.top_p), ("seed", args.seed))
                 if v is not None}
     chat = JudgeConfig(url=args.policy_url, model=args.policy_model, max_tokens=args.max_tokens,
                        timeout_s=args.policy_timeout)
-    judge = JudgeConfig(url=args.judge_url, model=args.judge_model) if args.judge_url else JudgeConfig()
+    judge = JudgeConfig(url=args.judge_url, model=args.judge_model, max_fallback_share=args.judge_max_fallback_share)
     with _usage_errors(p):
         if args.world is not None and not (args.world / "manifest.json").is_file():
             raise ValueError(f"--world {args.world}: not a built world (no manifest.json); build one with "
@@ -141,7 +153,8 @@ def _run(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
                                limit=args.limit, sampling_override=sampling, sampling_replace=args.sampling,
                                progress=not args.no_progress)
             counts = asyncio.run(evaluate(config))
-        paths = write_report(args.out, args.out / "report", embeddings=not args.no_embeddings)
+        paths = write_report(args.out, args.out / "report", embeddings=not args.no_embeddings,
+                             max_fallback_share=args.judge_max_fallback_share)
     print(json.dumps(counts))
     print(f"report: {paths['report']}  viewer: {paths['viewer']}")
     return 0 if counts["errors"] == 0 else 1
@@ -152,7 +165,8 @@ def _report(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
 
     with _usage_errors(p):
         if args.run is not None:
-            paths = write_report(args.run, args.out or args.run / "report", embeddings=not args.no_embeddings)
+            paths = write_report(args.run, args.out or args.run / "report", embeddings=not args.no_embeddings,
+                                 max_fallback_share=args.judge_max_fallback_share)
         else:
             if args.out is None:
                 raise ValueError("--out is required with --trajectories")

@@ -26,16 +26,16 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
-import torch
 from aiohttp import web
-from transformers import AutoModelForImageTextToText, AutoProcessor
 
 from data_gen.common.usage import OneLineParser, port, positive_int
 from verl_ext.mei.chat import ChatInputError, render
-from verl_ext.rollout.hf_generate import TransformersGenerateClient
+
+if TYPE_CHECKING:  # torch, transformers and verl load with the first checkpoint, not for --help
+    from verl_ext.rollout.hf_generate import TransformersGenerateClient
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +51,11 @@ def _error(status: int, type_: str, message: str) -> web.Response:
 
 def load_checkpoint(path: str | Path, version: str, *, device: str = "cpu", max_new_tokens: int = 2048) -> Served:
     """Load an HF checkpoint (weights, processor, chat template) for serving. Raises ``OSError`` / ``ValueError``."""
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from verl_ext.rollout.hf_generate import TransformersGenerateClient
+
     path = Path(path)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"no HF checkpoint at {path} (config.json missing)")
@@ -199,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("argument --version: must not be empty")
     if not (args.model / "config.json").is_file():
         p.error(f"--model: {args.model} is not an HF checkpoint directory (no config.json)")
+    import torch
+
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     served = load_checkpoint(args.model, args.version, device=device, max_new_tokens=args.max_new_tokens)
     server = MEIServer(served, device=device, max_new_tokens=args.max_new_tokens)
