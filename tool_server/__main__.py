@@ -58,7 +58,8 @@ def parser() -> argparse.ArgumentParser:
                    help="open sessions of one client address (default: 10000)")
     p.add_argument("--mei-endpoint", default=None, metavar="URL",
                    help="OpenAI-compatible base URL of the MEI model (default: the extractive MEI, no model)")
-    p.add_argument("--mei-model", default="mei", help="model name sent to --mei-endpoint (default: mei)")
+    p.add_argument("--mei-model", default="mei", metavar="NAME",
+                   help="model name sent to --mei-endpoint (default: mei)")
     p.add_argument("--mei-log", type=Path, default=None, metavar="PATH",
                    help="MEI call log, JSONL (default: CACHE_DIR/mei.jsonl, or ./mei.jsonl without --cache-dir)")
     p.add_argument("--no-ocr", action="store_true", help="extractive MEI without OCR of image text")

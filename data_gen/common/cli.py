@@ -29,10 +29,12 @@ def add_common_flags(p: argparse.ArgumentParser, unit: str) -> None:
 
 def add_teacher_flags(p: argparse.ArgumentParser) -> None:
     """``--teacher-url/--teacher-model/--teacher-max-turns``, the same for both pipelines."""
-    p.add_argument("--teacher-url", default=None, help="OpenAI-compatible base URL of a teacher model that runs each "
-                   "verified task's expert episode with the tools; unusable episodes fall back to the programmatic "
-                   "expert, counted by reason (default: the programmatic expert alone, no model)")
-    p.add_argument("--teacher-model", default="teacher", help="model name sent to --teacher-url (default: teacher)")
+    p.add_argument("--teacher-url", default=None, metavar="URL",
+                   help="OpenAI-compatible base URL of a teacher model that runs each verified task's expert episode "
+                   "with the tools; unusable episodes fall back to the programmatic expert, counted by reason "
+                   "(default: the programmatic expert alone, no model)")
+    p.add_argument("--teacher-model", default="teacher", metavar="NAME",
+                   help="model name sent to --teacher-url (default: teacher)")
     p.add_argument("--teacher-max-turns", type=positive_int, default=None, metavar="N",
                    help="assistant turns of a teacher episode, the last without tools (default: the protocol's, 50 "
                    "for Neos, 46 for ModalSearch)")

@@ -29,9 +29,10 @@ def parser(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    "paper samples these separately, as an ablation, outside its RL and SFT mix; default: rejected "
                    "and counted as text_only)")
     p.add_argument("--ocr", action="store_true", help="let image linking also read the text in images (RapidOCR)")
-    p.add_argument("--llm-url", default=None, help="OpenAI-compatible base URL for relation proposal and question "
-                   "wording (default: offline KG/context templates and question templates, no model)")
-    p.add_argument("--llm-model", default="relation-writer",
+    p.add_argument("--llm-url", default=None, metavar="URL",
+                   help="OpenAI-compatible base URL for relation proposal and question wording (default: offline "
+                   "KG/context templates and question templates, no model)")
+    p.add_argument("--llm-model", default="relation-writer", metavar="NAME",
                    help="model name sent to --llm-url (default: relation-writer)")
     add_teacher_flags(p)
     return p

@@ -16,13 +16,15 @@ DESCRIPTION = ("Neos task synthesis (Neos: Learning to Interleave Search and Vis
 def parser(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     add_common_flags(p, "tasks")
     p.add_argument("--ocr", action="store_true", help="let the blind observer also read image text (RapidOCR)")
-    p.add_argument("--llm-url", default=None, help="OpenAI-compatible base URL: this model rewords each template "
-                   "question and probe 1 also asks it to answer closed-book (default: templates and the programmatic "
-                   "probe alone, no model)")
-    p.add_argument("--llm-model", default="probe", help="model name sent to --llm-url (default: probe)")
-    p.add_argument("--vlm-url", default=None, help="OpenAI-compatible base URL of a VLM: the blind observer, and "
-                   "probe 3 also asks it to answer from the entry images (default: --llm-url; with neither, the "
-                   "offline palette/OCR observer and programmatic probe 3, no model)")
-    p.add_argument("--vlm-model", default=None, help="model name sent to --vlm-url (default: --llm-model)")
+    p.add_argument("--llm-url", default=None, metavar="URL",
+                   help="OpenAI-compatible base URL: this model rewords each template question and probe 1 also asks "
+                   "it to answer closed-book (default: templates and the programmatic probe alone, no model)")
+    p.add_argument("--llm-model", default="probe", metavar="NAME", help="model name sent to --llm-url (default: probe)")
+    p.add_argument("--vlm-url", default=None, metavar="URL",
+                   help="OpenAI-compatible base URL of a VLM: the blind observer, and probe 3 also asks it to answer "
+                   "from the entry images (default: --llm-url; with neither, the offline palette/OCR observer and "
+                   "programmatic probe 3, no model)")
+    p.add_argument("--vlm-model", default=None, metavar="NAME",
+                   help="model name sent to --vlm-url (default: --llm-model)")
     add_teacher_flags(p)
     return p

@@ -61,9 +61,10 @@ def parser() -> argparse.ArgumentParser:
                    f"({', '.join(sorted(KNOWN_BENCHMARKS))}); repeat for several")
     r.add_argument("--out", type=Path, required=True, metavar="DIR",
                    help="run directory (results.jsonl, images/, report/); an existing one resumes")
-    r.add_argument("--policy-url", required=True, help="OpenAI-compatible base URL of the policy, e.g. "
+    r.add_argument("--policy-url", required=True, metavar="URL", help="OpenAI-compatible base URL of the policy, e.g. "
                    "http://127.0.0.1:8000/v1")
-    r.add_argument("--policy-model", default="policy", help="model name sent to --policy-url (default: policy)")
+    r.add_argument("--policy-model", default="policy", metavar="NAME",
+                   help="model name sent to --policy-url (default: policy)")
     tools = r.add_mutually_exclusive_group(required=True)
     tools.add_argument("--world", type=Path, metavar="DIR", help="offline: start our tool server on this built world")
     tools.add_argument("--tool-server", metavar="URL", help="a running tool server's URL (e.g. one started with "
@@ -92,7 +93,8 @@ def parser() -> argparse.ArgumentParser:
                    help="seconds per policy request (default: 600)")
     r.add_argument("--judge-url", default=None, metavar="URL", help="OpenAI-compatible base URL of the LLM judge "
                    "(default: the rule matcher alone, offline)")
-    r.add_argument("--judge-model", default="judge", help="model name sent to --judge-url (default: judge)")
+    r.add_argument("--judge-model", default="judge", metavar="NAME",
+                   help="model name sent to --judge-url (default: judge)")
     r.add_argument("--judge-passes", type=int, choices=(1, 2), default=1,
                    help="2: judge every response twice and report the agreement (repeatability) (default: 1)")
     _fallback_flag(r)
