@@ -70,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
             check_out(args.out)  # before the build's minutes, not after them
         except BuildError as exc:
             p.error(f"--out: {exc}")
+        if args.cache is not None and args.cache.exists() and not args.cache.is_dir():
+            p.error(f"--cache: {args.cache} is a file, not a directory")
         if args.adapters is not None:
             adapters = [a.strip() for a in args.adapters.split(",") if a.strip()]
             unknown = [a for a in adapters if a not in ADAPTERS]
@@ -88,8 +90,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{manifest['build_seconds']} s")
         else:
             print(summary(world))
-    except (BuildError, SourceError, WorldError, AdapterError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (BuildError, SourceError, WorldError, AdapterError, OSError) as exc:  # OSError: a full or unwritable disk
+        print(f"{p.prog}: error: {exc}", file=sys.stderr)
         return 1
     return 0
 

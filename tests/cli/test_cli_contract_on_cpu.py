@@ -128,6 +128,7 @@ BAD_VALUES = [
     ("tool_server.tour", ["--world", "{missing}"], "--world"),
     ("data_gen.world.__main__", ["build", "--size", "huge", "--out", "{tmp}/w"], "--size"),
     ("data_gen.world.__main__", ["summary", "{missing}"], "WORLD"),
+    ("data_gen.world.__main__", ["build", "--size", "small", "--out", "{tmp}/w", "--cache", "{file}"], "--cache"),
     ("data_gen.__main__", ["neos", "--world", "{missing}", "--out", "{tmp}/o", "--limit", "-3"], "--limit"),
     ("verl_ext.mei.server", ["--model", "{tmp}", "--version", "v0", "--port", "-1"], "--port"),
     ("verl_ext.mei.server", ["--model", "{tmp}", "--version", "v0", "--max-new-tokens", "0"], "--max-new-tokens"),
@@ -139,6 +140,8 @@ BAD_VALUES = [
     ("verl_ext.rllm.benchmark", ["--tasks", "{missing}", "--out", "{tmp}/b"], "--tasks"),
     ("verl_ext.eval.__main__", ["run", "--runs", "0", "--bench", "x=verl:{missing}", "--out", "{tmp}/e",
                                 "--policy-url", "http://h", "--world", "{tmp}"], "--runs"),
+    ("verl_ext.eval.__main__", ["report", "--run", "{missing}"], "--run"),
+    ("verl_ext.eval.__main__", ["training", "{missing}", "--out", "{tmp}/p"], "METRICS"),
     ("verl_ext.walkthrough.__main__", ["--world", "{tmp}", "--tasks", "{tmp}", "--out", "{tmp}/r", "--groups", "0"],
      "--groups"),
 ]
@@ -146,7 +149,9 @@ BAD_VALUES = [
 
 @pytest.mark.parametrize("module, argv, flag", BAD_VALUES, ids=lambda v: v if isinstance(v, str) else None)
 def test_a_bad_value_is_one_line_naming_the_flag_and_exit_2(module, argv, flag, tmp_path, capsys):
-    argv = [a.format(tmp=tmp_path, missing=tmp_path / "missing") for a in argv]
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    argv = [a.format(tmp=tmp_path, missing=tmp_path / "missing", file=a_file) for a in argv]
     err = _usage_error(_main(module), argv, capsys)
     assert flag in err
-    assert sorted(p.name for p in tmp_path.iterdir()) == [], "nothing written"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"], "nothing written"

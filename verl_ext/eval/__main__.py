@@ -163,6 +163,10 @@ def _run(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
 
 
 def _report(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
+    if args.run is not None and not args.run.is_dir():
+        p.error(f"--run: {args.run} is not a run directory (python -m verl_ext.eval run --out DIR writes one)")
+    if args.trajectories is not None and not args.trajectories.is_file():
+        p.error(f"--trajectories: {args.trajectories}: no such file")
     from verl_ext.eval.report import write_report, write_trajectory_report
 
     with _usage_errors(p):
@@ -178,6 +182,8 @@ def _report(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
 
 
 def _training(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
+    if not args.metrics.exists():
+        p.error(f"METRICS: {args.metrics}: no such file or directory")
     from verl_ext.eval.training import training_plots
 
     with _usage_errors(p):
