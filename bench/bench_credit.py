@@ -22,7 +22,7 @@ import torch
 from omegaconf import OmegaConf
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
-from data_gen.common.usage import OneLineParser, positive_int
+from data_gen.common.usage import OneLineParser, positive_int, whole_number
 from verl_ext.advantage.estimator import compute_turn_credit_advantage
 from verl_ext.advantage.inputs import CreditRow, credit_inputs
 from verl_ext.credit import (
@@ -85,8 +85,10 @@ def parser() -> argparse.ArgumentParser:
                       "and the estimator's ratio to GRPO.")
     p.add_argument("--batch", type=positive_int, default=4096, metavar="N", help="sequences (default: 4096)")
     p.add_argument("--length", type=positive_int, default=8192, metavar="T",
-                   help="tokens per sequence (default: 8192)")
-    p.add_argument("--turns", type=positive_int, default=30, metavar="N", help="turns per sequence (default: 30)")
+                   help="tokens per sequence, at least 4 x --turns (default: 8192)")
+    p.add_argument("--turns", type=whole_number(7), default=30, metavar="N",
+                   help="turns per sequence, at least 7: an assessment labels 3 events and 4 productive turns "
+                   "(default: 30)")
     p.add_argument("--group", type=positive_int, default=8, metavar="G",
                    help="rollouts per question group (default: 8)")
     p.add_argument("--repeat", type=positive_int, default=7, metavar="N",
@@ -97,7 +99,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main() -> None:
-    args = parser().parse_args()
+    p = parser()
+    args = p.parse_args()
+    if args.length < 4 * args.turns:
+        p.error(f"argument --length: must be >= 4 x --turns = {4 * args.turns}, got {args.length}")
     torch.set_num_threads(2)
     rng = np.random.default_rng(0)
 
