@@ -170,13 +170,14 @@ def build_tiny_qwen_vl(
 
 
 def cached_tiny_qwen_vl(*, seed: int = 0, cache: SourceCache | None = None) -> Path:
-    """The tiny model built once into ``<source cache>/models/``, keyed by this package's code, the tokenizer
-    package, the transformers version and the seed; later calls (test sessions) reuse it until one changes. Several
-    checkouts share that directory at once: see :mod:`data_gen.common.keyed_dirs` for what is deleted when."""
+    """The tiny model built once into ``<source cache>/models/``, keyed by this package's code (not its command
+    line), the tokenizer package, the transformers version and the seed; later calls (test sessions) reuse it until
+    one changes. Several checkouts share that directory at once: see :mod:`data_gen.common.keyed_dirs` for what is
+    deleted when."""
     cache = cache or SourceCache()
     digest = hashlib.sha256(f"{SPECS[TOKENIZER_SOURCE]!r}|transformers {transformers.__version__}|seed {seed}".encode())
     here = Path(__file__).resolve().parent
-    for path in sorted(p for p in here.iterdir() if p.suffix in (".py", ".jinja")):
+    for path in sorted(p for p in here.iterdir() if p.suffix in (".py", ".jinja") and p.name != "__main__.py"):
         digest.update(b"\0" + path.name.encode() + b"\0" + path.read_bytes())
     path, lock = use_keyed_dir(cache.root / "models", "tiny-qwen-vl-", digest.hexdigest()[:20],
                                lambda out: build_tiny_qwen_vl(out, seed=seed, cache=cache), ready="config.json")
