@@ -36,11 +36,12 @@ def _module(path: Path):
     spec = importlib.util.spec_from_file_location(f"bench_cli_{rel.stem}", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the script is executed
+    saved = list(sys.path)
     sys.path.insert(0, str(REPO / "bench"))  # bench scripts import their sibling helpers
     try:
         spec.loader.exec_module(module)
     finally:
-        sys.path.remove(str(REPO / "bench"))
+        sys.path[:] = saved  # some scripts put the checkout first: the rest of the suite tests the installed package
     return module
 
 
