@@ -6,7 +6,19 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.deps-stamp
 WORLD ?= worlds/small
 
-.PHONY: venv install system-deps test demo clean-venv
+.PHONY: help venv install system-deps test demo clean-venv
+.DEFAULT_GOAL := help
+
+help:
+	@echo "make demo         the whole Neos loop on CPU: world -> tasks -> rollouts -> judge -> turn credit -> report"
+	@echo "                  in $(DEMO)/report (about 5 min once .venv exists)"
+	@echo "make test         the CPU test suite, then verl's own CPU tests with our plugins (about 14 min); installs"
+	@echo "                  missing Debian packages first, saying so (NEOS_TEST_REDIS_URL: use an existing Redis)"
+	@echo "make venv         only create $(VENV) (first use of demo/test does it: ~7 GB, torch with CUDA libraries)"
+	@echo "make install      reinstall this package into $(VENV) (seconds), as a user's pip install would"
+	@echo "make system-deps  only the Debian packages the tests use (redis-server, libgl1, chromium; apt-get: root)"
+	@echo "make clean-venv   delete $(VENV)"
+	@echo "Costs, system packages, installing from a wheel: docs/install.md"
 
 # Debian packages the tests use: a real Redis server for the shared cache tier, libGL for OpenCV, Chromium for the
 # evaluation report's trajectory viewer (rendered headless). Only missing ones are installed, after a message saying

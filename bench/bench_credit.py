@@ -22,6 +22,7 @@ import torch
 from omegaconf import OmegaConf
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
+from data_gen.common.usage import OneLineParser, positive_int, whole_number
 from verl_ext.advantage.estimator import compute_turn_credit_advantage
 from verl_ext.advantage.inputs import CreditRow, credit_inputs
 from verl_ext.credit import (
@@ -77,15 +78,31 @@ def timed(fn: Callable[[], object], repeat: int) -> tuple[float, float]:
     return statistics.median(wall), statistics.median(cpu)
 
 
+def parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog="python bench/bench_credit.py", description="Time turn credit on a large batch against "
+                      "verl's own GRPO estimator on the same batch: the token path, the run path, the registered "
+                      "neos_turn_credit estimator end to end, and the turn weights alone; prints median milliseconds "
+                      "and the estimator's ratio to GRPO.")
+    p.add_argument("--batch", type=positive_int, default=4096, metavar="N", help="sequences (default: 4096)")
+    p.add_argument("--length", type=positive_int, default=8192, metavar="T",
+                   help="tokens per sequence, at least 4 x --turns (default: 8192)")
+    p.add_argument("--turns", type=whole_number(7), default=30, metavar="N",
+                   help="turns per sequence, at least 7: an assessment labels 3 events and 4 productive turns "
+                   "(default: 30)")
+    p.add_argument("--group", type=positive_int, default=8, metavar="G",
+                   help="rollouts per question group (default: 8)")
+    p.add_argument("--repeat", type=positive_int, default=7, metavar="N",
+                   help="timed repetitions; the median is printed (default: 7)")
+    p.add_argument("--dtype", choices=["int16", "int32", "int64"], default="int64",
+                   help="dtype of the token-turn array of the token path (default: int64)")
+    return p
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--batch", type=int, default=4096)
-    parser.add_argument("--length", type=int, default=8192)
-    parser.add_argument("--turns", type=int, default=30)
-    parser.add_argument("--group", type=int, default=8)
-    parser.add_argument("--repeat", type=int, default=7)
-    parser.add_argument("--dtype", choices=["int16", "int32", "int64"], default="int64", help="dtype of token_turn")
-    args = parser.parse_args()
+    p = parser()
+    args = p.parse_args()
+    if args.length < 4 * args.turns:
+        p.error(f"argument --length: must be >= 4 x --turns = {4 * args.turns}, got {args.length}")
     torch.set_num_threads(2)
     rng = np.random.default_rng(0)
 

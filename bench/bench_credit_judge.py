@@ -21,6 +21,7 @@ import time
 
 from aiohttp import web
 
+from data_gen.common.usage import OneLineParser, int_list, nonnegative_float, positive_int
 from verl_ext.credit import SCHEMA_VERSION
 from verl_ext.credit.judge import CreditJudge, CreditJudgeConfig
 from verl_ext.rollout.record import CallRecord, ImageEntry, TrajectoryRecord, TurnRecord
@@ -111,14 +112,24 @@ async def run(url: str, concurrency: int, failures: int, group: int, latency_s: 
     return failures / wall, cpu * 1e3 / failures, dict(judge.counters)
 
 
+def parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog="python bench/bench_credit_judge.py", description="Credit-judge throughput: assessments "
+                      "per second of the credit judge against a local chat server with a fixed latency, for each "
+                      "concurrency limit, against the ideal min(concurrency, failures) / latency.")
+    p.add_argument("--latency", type=nonnegative_float, default=0.5, metavar="SECONDS",
+                   help="server seconds per completion (default: 0.5)")
+    p.add_argument("--failures", type=positive_int, default=512, metavar="N",
+                   help="failed 30-turn candidates to judge (default: 512)")
+    p.add_argument("--group", type=positive_int, default=7, metavar="N",
+                   help="failures per group, judged against one reference (default: 7, G=8 minus the reference)")
+    p.add_argument("--concurrency", type=int_list, default=[1, 8, 64, 256], metavar="N,N",
+                   help="concurrency limits to measure, comma-separated (default: 1,8,64,256)")
+    p.add_argument("--serve", type=int, help=argparse.SUPPRESS)  # the server subprocess: its port
+    return p
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--latency", type=float, default=0.5, help="server seconds per completion")
-    parser.add_argument("--failures", type=int, default=512)
-    parser.add_argument("--group", type=int, default=7, help="failures per group (G=8 minus one reference)")
-    parser.add_argument("--concurrency", default="1,8,64,256")
-    parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser().parse_args()
     if args.serve:
         serve(args.serve, args.latency)
         return
@@ -138,7 +149,7 @@ def main() -> None:
             except OSError:
                 time.sleep(0.1)
         url = f"http://127.0.0.1:{port}/v1"
-        for concurrency in (int(c) for c in args.concurrency.split(",")):
+        for concurrency in args.concurrency:
             n = min(args.failures, max(4 * concurrency, 16))  # keep the c=1 row short
             rate, cpu_ms, counters = asyncio.run(run(url, concurrency, n, args.group, args.latency))
             ideal = min(concurrency, n) / args.latency

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import os
 import socket
@@ -34,10 +35,18 @@ from pathlib import Path
 from aiohttp import web
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "eval")]  # the tests' scripted stand-in policy (conftest.py)
+sys.path.insert(0, str(ROOT))
 
-from conftest import scripted_policy  # noqa: E402
 
+def _scripted_policy():
+    """The tests' stand-in policy (``tests/eval/conftest.py``), loaded under a name of its own."""
+    spec = importlib.util.spec_from_file_location("neos_eval_stand_in", ROOT / "tests" / "eval" / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.scripted_policy
+
+
+from data_gen.common.usage import OneLineParser, int_list, nonnegative_float, positive_int  # noqa: E402
 from tool_server.launch import served  # noqa: E402
 from verl_ext.eval.benchmarks import BenchmarkSpec  # noqa: E402
 from verl_ext.eval.episode import PolicySettings  # noqa: E402
@@ -48,7 +57,7 @@ WRONG = "Atlantis"
 
 
 def serve(port: int, answers_file: Path, latency_s: float, judge_latency_s: float) -> None:
-    reply = scripted_policy(json.loads(answers_file.read_text()))
+    reply = _scripted_policy()(json.loads(answers_file.read_text()))
 
     async def chat(request: web.Request) -> web.Response:
         body = await request.json()
@@ -101,19 +110,36 @@ def one_run(bench: BenchmarkSpec, url: str, tool_url: str, runs: int, concurrenc
             "accuracy": round(sum(bool(r.correct) for r in records) / max(len(records), 1), 3)}
 
 
+def parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog="python bench/bench_eval.py", description="Evaluation harness throughput: episodes per "
+                      "second of the harness on our benchmark split at each concurrency (the first is the baseline), "
+                      "with the rule judge and with an LLM judge, against a scripted stand-in policy and judge and "
+                      "the real tool server.")
+    p.add_argument("--world", type=Path, required=True, metavar="DIR", help="a built world (the tool server's)")
+    p.add_argument("--bench", type=Path, required=True, metavar="FILE",
+                   help="our split's benchmark.parquet (python -m data_gen neos --world DIR --out SPLIT)")
+    p.add_argument("--runs", type=positive_int, default=2, metavar="K", help="runs per item (default: 2)")
+    p.add_argument("--concurrency", type=int_list, default=[1, 8], metavar="N,N",
+                   help="episodes in flight, comma-separated; the first is the baseline (default: 1,8, 8 being the "
+                   "harness's default)")
+    p.add_argument("--latency", type=nonnegative_float, default=0.1, metavar="SECONDS",
+                   help="stand-in policy seconds per turn (default: 0.1)")
+    p.add_argument("--judge-latency", type=nonnegative_float, default=0.1, metavar="SECONDS",
+                   help="stand-in judge seconds per verdict (default: 0.1)")
+    p.add_argument("--serve", nargs=2, metavar=("PORT", "ANSWERS"), help=argparse.SUPPRESS)  # the server subprocess
+    return p
+
+
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--world", type=Path, required=True)
-    p.add_argument("--bench", type=Path, required=True, help="our split's benchmark.parquet")
-    p.add_argument("--runs", type=int, default=2, help="runs per item (default 2)")
-    p.add_argument("--concurrency", default="1,8", help="comma-separated; the first is the baseline (default 1,8)")
-    p.add_argument("--latency", type=float, default=0.1, help="stand-in policy seconds per turn (default 0.1)")
-    p.add_argument("--judge-latency", type=float, default=0.1, help="stand-in judge seconds per verdict")
-    p.add_argument("--serve", nargs=2, metavar=("PORT", "ANSWERS"), help=argparse.SUPPRESS)
+    p = parser()
     args = p.parse_args()
     if args.serve:
         serve(int(args.serve[0]), Path(args.serve[1]), args.latency, args.judge_latency)
         return
+    if not args.bench.is_file():
+        p.error(f"--bench: {args.bench}: no such file")
+    if not (args.world / "manifest.json").is_file():
+        p.error(f"--world: {args.world}: not a built world (no manifest.json)")
     bench = BenchmarkSpec("neos", "verl", args.bench)
     items = bench.load()
     answers = {item.question: item.ground_truth["target"] if i % 2 == 0 else WRONG for i, item in enumerate(items)}
@@ -130,7 +156,7 @@ def main() -> None:
             with served(args.world) as tool_url:
                 load = os.getloadavg()[0]
                 rows = [one_run(bench, f"http://127.0.0.1:{port}/v1", tool_url, args.runs, c, llm)
-                        for llm in (False, True) for c in map(int, args.concurrency.split(","))]
+                        for llm in (False, True) for c in args.concurrency]
                 load = (load + os.getloadavg()[0]) / 2
         finally:
             server.terminate()

@@ -21,6 +21,7 @@ import argparse
 import json
 import random
 
+from data_gen.common.usage import OneLineParser, positive_float, positive_int
 from verl_ext.credit import SCHEMA_VERSION, CreditAssessment
 
 TURN_COUNTS = (20, 30, 40, 50)
@@ -124,14 +125,23 @@ def measure(tokenizer, seeds: int) -> dict[tuple[str, int], tuple[int, int]]:
     return out
 
 
+def parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog="python bench/bench_judge_budget.py", description="Output budget of the credit judge: "
+                      "tokens of assessments of 20-50-turn failures at three label densities (Neos: Learning to "
+                      "Interleave Search and Visual Reasoning, App. F), counted with the real Qwen3 tokenizer, against "
+                      "the default output budget.")
+    p.add_argument("--seeds", type=positive_int, default=5, metavar="N",
+                   help="assessments built per turn count and density; the largest counts (default: 5)")
+    p.add_argument("--headroom", type=positive_float, default=1.5, metavar="X",
+                   help="factor the default budget must leave above the largest assessment (default: 1.5)")
+    return p
+
+
 def main() -> None:
     from verl_ext.credit.judge import CREDIT_MAX_TOKENS
     from verl_ext.models.tiny_vl import _load_tokenizer
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--headroom", type=float, default=1.5)
-    args = parser.parse_args()
+    args = parser().parse_args()
     tokenizer, source = _load_tokenizer(None)
     sizes = measure(tokenizer, args.seeds)
     print(f"tokenizer: Qwen3 ({source.version}); max over {args.seeds} assessments; compact / indent=2, fenced")

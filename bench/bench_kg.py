@@ -16,6 +16,7 @@ from collections import Counter
 
 import numpy as np
 
+from data_gen.common.usage import OneLineParser, nonnegative_int, positive_float, positive_int
 from data_gen.kg import (
     KG,
     ExpansionConfig,
@@ -102,15 +103,26 @@ def naive_solve(triples: list[tuple[str, str, str]], query: Query) -> set[str]:
     return answers
 
 
+def parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog="python bench/bench_kg.py", description="Identifiability checks per minute on a "
+                      "synthetic KG shaped like a Wikidata slice, against a naive nested-loop solve of a sample of "
+                      "the same checks.")
+    p.add_argument("--entities", type=positive_int, default=50_000, metavar="N",
+                   help="entities of the synthetic KG (default: 50000, ~500k triples)")
+    p.add_argument("--scale", type=positive_float, default=1.4, metavar="X",
+                   help="multiplies every relation's mean fan-out (default: 1.4)")
+    p.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the KG and the sampling (default: 0)")
+    p.add_argument("--seeds", type=positive_int, default=300, metavar="N",
+                   help="seed entities to expand into structures (default: 300)")
+    p.add_argument("--baseline-sample", type=positive_int, default=10, metavar="N",
+                   help="checks also run by the naive solve, which is slow (default: 10)")
+    p.add_argument("--min-seconds", type=positive_float, default=10.0, metavar="SECONDS",
+                   help="repeat the checks for at least this long (default: 10)")
+    return p
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--entities", type=int, default=50_000)
-    parser.add_argument("--scale", type=float, default=1.4, help="multiplies every relation's mean fan-out")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--seeds", type=int, default=300, help="seed entities to expand")
-    parser.add_argument("--baseline-sample", type=int, default=10)
-    parser.add_argument("--min-seconds", type=float, default=10.0, help="repeat the checks for at least this long")
-    args = parser.parse_args()
+    args = parser().parse_args()
 
     start = time.perf_counter()
     triples, literals = synthetic_kg(args.entities, args.scale, args.seed)

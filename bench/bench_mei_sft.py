@@ -18,6 +18,8 @@ import os
 import statistics
 import tempfile
 
+from data_gen.common.usage import OneLineParser, positive_int
+
 # The GPU image ships JAX; anything that initialises it would preallocate most of the GPU for XLA.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -64,14 +66,23 @@ def synthetic_web_examples(n: int) -> list:
     return out
 
 
+def parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog="python bench/bench_mei_sft.py", description="MEI SFT throughput: tokens per second of an "
+                      "MEI update through verl's TrainingWorker (FSDP2) on one GPU, the median of the updates after "
+                      "the first. Needs a CUDA device, verl and Ray.")
+    p.add_argument("--model", required=True, metavar="DIR", help="HF directory of the MEI model to train")
+    p.add_argument("--examples", type=positive_int, default=64, metavar="N",
+                   help="synthetic ReverseImageSearch calls per update (default: 64)")
+    p.add_argument("--updates", type=positive_int, default=4, metavar="N",
+                   help="MEI updates; the first is warm-up and not counted (default: 4)")
+    p.add_argument("--batch", type=positive_int, default=16, metavar="N",
+                   help="global batch size (default: 16, the paper's)")
+    p.add_argument("--micro", type=positive_int, default=4, metavar="N", help="micro-batch size per GPU (default: 4)")
+    return p
+
+
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", required=True)
-    p.add_argument("--examples", type=int, default=64)
-    p.add_argument("--updates", type=int, default=4)
-    p.add_argument("--batch", type=int, default=16, help="global batch size (the paper's)")
-    p.add_argument("--micro", type=int, default=4, help="micro-batch size per GPU")
-    args = p.parse_args()
+    args = parser().parse_args()
 
     import ray
     from transformers import AutoProcessor

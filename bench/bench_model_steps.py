@@ -23,6 +23,7 @@ import aiohttp
 from aiohttp import web
 
 from data_gen.common.llm import QuestionReply, SyncChat, Usage
+from data_gen.common.usage import OneLineParser, positive_int
 from verl_ext.reward.judge import JudgeConfig, chat_completion
 
 REPLY = json.dumps({"question": "Let A be the country whose flag is shown in the image. Which country is A?"})
@@ -70,11 +71,19 @@ def bridged(config: JudgeConfig, calls: int) -> float:
         return (time.perf_counter() - start) / calls
 
 
+def parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog="python bench/bench_model_steps.py", description="Client-side cost of one model step call "
+                      "in data generation: the blocking bridge the pipelines' model steps use against the bare async "
+                      "chat call, on the same loopback server; prints the ratio of medians.")
+    p.add_argument("--calls", type=positive_int, default=500, metavar="N",
+                   help="calls per measurement (default: 500)")
+    p.add_argument("--repeat", type=positive_int, default=3, metavar="N",
+                   help="measurements of each; medians are compared (default: 3)")
+    return p
+
+
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--calls", type=int, default=500)
-    p.add_argument("--repeat", type=int, default=3)
-    args = p.parse_args()
+    args = parser().parse_args()
     port = _free_port()
     server = multiprocessing.Process(target=_serve, args=(port,), daemon=True)
     server.start()

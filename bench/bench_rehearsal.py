@@ -32,6 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "trainer")]  # the test's harness, ``rehearsal`` (some dependencies
 # install a ``tests`` package of their own, so it is imported by its own name)
 
+from data_gen.common.usage import OneLineParser, nonnegative_float, positive_float  # noqa: E402
+
 QUESTIONS = 160
 
 
@@ -122,16 +124,29 @@ async def main(args: argparse.Namespace) -> dict:
     return {"rounds": rounds, "wall_ratio_faulted_over_baseline": round(faulted["wall_s"] / baseline["wall_s"], 2)}
 
 
+def parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog="python bench/bench_rehearsal.py", description="Paper-scale rehearsal: one update's "
+                      "rollout of the composed +recipe=neos on CPU with injected faults (tool 503s and stalls, judge "
+                      "stalls and garbage, a raising agent loop), against the same round without faults; prints the "
+                      "wall-time ratio faulted / baseline.")
+    p.add_argument("--world", required=True, metavar="DIR",
+                   help="a built small world (python -m data_gen.world build)")
+    p.add_argument("--base-ms", type=nonnegative_float, default=50.0, metavar="MS",
+                   help="stand-in replica latency per call, milliseconds (default: 50)")
+    p.add_argument("--per-token-ms", type=nonnegative_float, default=10.0, metavar="MS",
+                   help="stand-in replica latency per generated token, milliseconds (default: 10)")
+    p.add_argument("--judge-ms", type=nonnegative_float, default=200.0, metavar="MS",
+                   help="stand-in judge latency per reply, milliseconds (default: 200)")
+    p.add_argument("--tool-timeout-s", type=positive_float, default=15.0, metavar="SECONDS",
+                   help="tool call timeout; injected stalls last longer (default: 15)")
+    p.add_argument("--judge-timeout-s", type=positive_float, default=5.0, metavar="SECONDS",
+                   help="credit judge request timeout; injected stalls last longer (default: 5)")
+    p.add_argument("--json", type=Path, metavar="FILE", help="also write every figure of both rounds here")
+    return p
+
+
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--world", required=True, help="a built small world (python -m data_gen.world build)")
-    parser.add_argument("--base-ms", type=float, default=50.0, help="replica latency per call")
-    parser.add_argument("--per-token-ms", type=float, default=10.0, help="replica latency per generated token")
-    parser.add_argument("--judge-ms", type=float, default=200.0, help="judge latency per reply")
-    parser.add_argument("--tool-timeout-s", type=float, default=15.0)
-    parser.add_argument("--judge-timeout-s", type=float, default=5.0)
-    parser.add_argument("--json", type=Path, help="write the results here too")
-    args = parser.parse_args()
+    args = parser().parse_args()
     results = asyncio.run(main(args))
     print(json.dumps({"wall_ratio_faulted_over_baseline": results["wall_ratio_faulted_over_baseline"]}))
     if args.json:

@@ -53,6 +53,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from data_gen.common.usage import OneLineParser, int_list, nonnegative_int, positive_int
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 ORIGIN = "https://neos-world.invalid"
@@ -757,33 +759,55 @@ def _ratios(results: dict) -> str:
     return head + ", ".join(parts)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--part", choices=["overhead", "throughput", "all"], default="all")
+LOOPS = ("ours", "stock")
+
+
+def _loops(text: str) -> list[str]:
+    loops = [k.strip() for k in text.split(",") if k.strip()]
+    if not loops or set(loops) - set(LOOPS):
+        raise argparse.ArgumentTypeError(f"expected a comma-separated subset of {','.join(LOOPS)}, got {text!r}")
+    return loops
+
+
+def parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog="python bench/bench_rollout.py", description="Rollout-worker benchmark: driver overhead "
+                      "per turn and throughput against the ideal of our agent loop, beside stock verl's ToolAgentLoop "
+                      "on the same workload; prints the ratios ours / stock.")
+    p.add_argument("--part", choices=["overhead", "throughput", "all"], default="all",
+                   help="which measurement (default: all)")
     p.add_argument("--quick", action="store_true", help="fewer turns, repetitions and episodes (< 60 s)")
-    p.add_argument("--world", type=Path, default=ROOT / "worlds" / "small")
+    p.add_argument("--world", type=Path, default=ROOT / "worlds" / "small", metavar="DIR",
+                   help="a built small world (default: worlds/small of the checkout)")
     p.add_argument("--profile", action="store_true", help="cProfile a 50-turn image episode of our loop")
-    p.add_argument("--reps", type=int, default=None, help="overhead: episodes per loop and workload, after one "
-                   "warm-up (default 3; --quick 2)")
-    p.add_argument("--n", type=lambda v: [int(x) for x in v.split(",")], default=None, help="throughput: concurrent "
-                   "episodes (default 16,64; --quick 8)")
-    p.add_argument("--throughput-turns", type=int, default=None, help="throughput: turns per episode (10; --quick 5)")
+    p.add_argument("--reps", type=positive_int, default=None, metavar="N",
+                   help="overhead: episodes per loop and workload, after one warm-up (default: 3; --quick 2)")
+    p.add_argument("--n", type=int_list, default=None, metavar="N,N",
+                   help="throughput: concurrent episodes, comma-separated (default: 16,64; --quick 8)")
+    p.add_argument("--throughput-turns", type=positive_int, default=None, metavar="N",
+                   help="throughput: turns per episode (default: 10; --quick 5)")
     p.add_argument("--images", action="store_true", help="throughput: also the image workload")
-    p.add_argument("--loops", type=lambda v: v.split(","), default=["ours", "stock"], help="which loops (ours,stock; "
-                   "stock alone takes minutes at N=256)")
-    p.add_argument("--group-size", type=int, default=8, help="overhead: rollouts per question in the image "
-                   "workload with sharing (GRPO's G; Neos uses 8)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the drawn tool latencies")
-    p.add_argument("--json", type=Path, default=None, help="write all results here")
-    p.add_argument("--torch-threads", type=int, default=1, help="torch intra-op threads of the driver (default 1, "
-                   "as in verl's agent-loop workers: Ray actors without num_cpus run with OMP_NUM_THREADS=1)")
-    p.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--loops", type=_loops, default=list(LOOPS), metavar="ours,stock",
+                   help="which loops, comma-separated; stock alone takes minutes at N=256 (default: ours,stock)")
+    p.add_argument("--group-size", type=positive_int, default=8, metavar="G",
+                   help="overhead: rollouts per question in the image workload with sharing (GRPO's G; Neos uses 8) "
+                   "(default: 8)")
+    p.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the drawn tool latencies (default: 0)")
+    p.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write all results here")
+    p.add_argument("--torch-threads", type=positive_int, default=1, metavar="N",
+                   help="torch intra-op threads of the driver, as in verl's agent-loop workers: Ray actors without "
+                   "num_cpus run with OMP_NUM_THREADS=1 (default: 1)")
+    p.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)  # the tool-server subprocess: its port
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser()
     args = p.parse_args(argv)
     if args.serve is not None:
         _serve(args.serve, args.world, args.seed)
         return 0
     if not (args.world / "manifest.json").is_file():
-        sys.exit(f"no world at {args.world}: python -m data_gen.world build --size small --out {args.world}")
+        p.error(f"--world: no world at {args.world}: python -m data_gen.world build --size small --out {args.world}")
 
     import logging
 

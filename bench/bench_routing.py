@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from data_gen.common.usage import OneLineParser, nonnegative_float, nonnegative_int, positive_float, positive_int
 from verl_ext.rollout.routing import PrefixMirror, RouterSettings, TurnRouter
 
 CONTEXT_LIMIT = 131_072
@@ -253,36 +254,77 @@ class Round:
         }
 
 
+POLICIES = ("sticky", "least_loaded", "cache_aware")
+WORKLOADS = ("uniform", "skewed")
+
+
+def _subset(allowed: tuple[str, ...]):
+    """argparse ``type`` for a comma-separated subset of ``allowed``, in the order given."""
+
+    def parse(text: str) -> list[str]:
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        if not items or set(items) - set(allowed):
+            raise argparse.ArgumentTypeError(f"expected a comma-separated subset of {','.join(allowed)}, got {text!r}")
+        return items
+
+    return parse
+
+
+def parser() -> argparse.ArgumentParser:
+    router = RouterSettings()
+    p = OneLineParser(prog="python bench/bench_routing.py", description="Turn-level routing at the paper's scale: a "
+                      "discrete-event simulation of one rollout round per routing policy, with the production router's "
+                      "decisions; prints makespan, idle share, prefill recomputed and the ratio sticky / policy. The "
+                      "assumptions are in the script's docstring; every number is a flag.")
+    p.add_argument("--gpus", type=positive_int, default=32, metavar="N", help="policy GPUs (default: 32)")
+    p.add_argument("--tp", type=positive_int, default=2, metavar="N",
+                   help="tensor parallelism: GPUs per replica, dividing --gpus (default: 2)")
+    p.add_argument("--groups", type=positive_int, default=64, metavar="B",
+                   help="question groups per round (default: 64, Neos Table 12)")
+    p.add_argument("--group-size", type=positive_int, default=8, metavar="G",
+                   help="trajectories per group (default: 8, Neos Table 12)")
+    p.add_argument("--in-flight", type=positive_int, default=1024, metavar="N",
+                   help="trajectories kept running, the sampler's admission limit 2BG; B*G is a plain batch "
+                   "(default: 1024)")
+    p.add_argument("--workloads", type=_subset(WORKLOADS), default=list(WORKLOADS), metavar="W,W",
+                   help=f"comma-separated subset of {','.join(WORKLOADS)} (default: all)")
+    p.add_argument("--policies", type=_subset(POLICIES), default=list(POLICIES), metavar="P,P",
+                   help=f"comma-separated subset of {','.join(POLICIES)}; sticky is the ratios' baseline "
+                   "(default: all)")
+    p.add_argument("--seeds", type=positive_int, default=3, metavar="N",
+                   help="seeded workloads per policy; medians are printed (default: 3)")
+    p.add_argument("--turn-sigma", type=nonnegative_float, default=None, metavar="S",
+                   help="log-sd of turns per trajectory (default: 0.31 uniform, 0.8 skewed)")
+    p.add_argument("--tool-sigma", type=nonnegative_float, default=1.0, metavar="S",
+                   help="log-sd of tool latency around its 2 s median (default: 1.0)")
+    p.add_argument("--kv-tokens", type=positive_int, default=Cost.kv_tokens, metavar="N",
+                   help=f"KV pool per replica, tokens (default: {Cost.kv_tokens})")
+    p.add_argument("--abs-threshold", type=nonnegative_int, default=router.balance_abs_threshold, metavar="N",
+                   help="router: tokens of work a replica must exceed the least-loaded one's by before a turn moves "
+                   f"(default: {router.balance_abs_threshold})")
+    p.add_argument("--rel-threshold", type=positive_float, default=router.balance_rel_threshold, metavar="X",
+                   help="router: and times the least-loaded one's work, at least 1 "
+                   f"(default: {router.balance_rel_threshold})")
+    p.add_argument("--mirror-tokens", type=positive_int, default=router.cache_capacity_tokens, metavar="N",
+                   help=f"router: prefix-mirror capacity per replica, tokens (default: {router.cache_capacity_tokens})")
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--gpus", type=int, default=32)
-    p.add_argument("--tp", type=int, default=2)
-    p.add_argument("--groups", type=int, default=64)
-    p.add_argument("--group-size", type=int, default=8)
-    p.add_argument("--in-flight", type=int, default=1024)
-    p.add_argument("--workloads", default="uniform,skewed")
-    p.add_argument("--policies", default="sticky,least_loaded,cache_aware")
-    p.add_argument("--seeds", type=int, default=3)
-    p.add_argument("--turn-sigma", type=float, default=None, help="default: 0.31 uniform, 0.8 skewed")
-    p.add_argument("--tool-sigma", type=float, default=1.0)
-    p.add_argument("--kv-tokens", type=int, default=Cost.kv_tokens, help="KV pool per replica, tokens")
-    p.add_argument("--abs-threshold", type=int, default=RouterSettings().balance_abs_threshold)
-    p.add_argument("--rel-threshold", type=float, default=RouterSettings().balance_rel_threshold)
-    p.add_argument("--mirror-tokens", type=int, default=RouterSettings().cache_capacity_tokens)
+    p = parser()
     args = p.parse_args(argv)
-    if args.gpus % args.tp or args.in_flight < 1:
-        p.error("--gpus must be a multiple of --tp and --in-flight at least 1")
-    policies = args.policies.split(",")
-    unknown = set(policies) - {"sticky", "least_loaded", "cache_aware"}
-    if unknown:
-        p.error(f"--policies: unknown {sorted(unknown)}")
+    if args.gpus % args.tp:
+        p.error(f"--gpus {args.gpus} must be a multiple of --tp {args.tp}")
+    if args.rel_threshold < 1:
+        p.error(f"argument --rel-threshold: must be >= 1, got {args.rel_threshold}")
+    policies = args.policies
     print(
         f"{args.gpus // args.tp} replicas x TP {args.tp}; round = {args.groups * args.group_size} finished "
         f"trajectories, {args.in_flight} in flight; medians of {args.seeds} seeds"
     )
     print("| workload | policy | makespan s | vs sticky | idle | prefill Mtok | recomputed | wall s |")
     print("|---|---|---|---|---|---|---|---|")
-    for kind in args.workloads.split(","):
+    for kind in args.workloads:
         base = None
         for policy in policies:
             t0 = time.perf_counter()

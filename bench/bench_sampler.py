@@ -44,6 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from data_gen.common.usage import OneLineParser, positive_float, positive_int
 from verl_ext.trainer.sampler import MixedGroupSampler, SamplerConfig
 
 SWEEP = [(0.7, 1.4), (0.3, 0.9), (0.2, 0.6)]  # about 29%, 50% and 59% of groups of 8 homogeneous
@@ -210,18 +211,34 @@ def line(work: Workload, result: dict[str, tuple[float, ...]]) -> str:
     )
 
 
+def parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog="python bench/bench_sampler.py", description="Mixed-group sampler against verl's DAPO "
+                      "dynamic sampling (and the classic DAPO loop): a discrete-event simulation on one workload, "
+                      "batch time and trajectories started per method, with the ratios ours / verl. What is simulated "
+                      "is in the script's docstring.")
+    p.add_argument("--groups", type=positive_int, default=64, metavar="B",
+                   help="groups per batch (default: 64, Neos Table 12)")
+    p.add_argument("--group-size", type=positive_int, default=8, metavar="G",
+                   help="trajectories per group (default: 8, Neos Table 12)")
+    p.add_argument("--slots", type=positive_int, default=1024, metavar="S",
+                   help="inference slots, the same for every method (default: 1024)")
+    p.add_argument("--sigma", type=positive_float, default=1.0,
+                   help="lognormal shape of trajectory durations (default: 1.0)")
+    p.add_argument("--cap", type=positive_float, default=20.0, metavar="X",
+                   help="longest trajectory, in median durations (default: 20)")
+    p.add_argument("--beta", type=positive_float, nargs=2, default=(0.3, 0.9), metavar=("A", "B"),
+                   help="question pass rates ~ Beta(A, B) (default: 0.3 0.9)")
+    p.add_argument("--seeds", type=positive_int, default=5, metavar="N",
+                   help="seeded runs per method; medians are printed (default: 5)")
+    p.add_argument("--batches", type=positive_int, default=6, metavar="N",
+                   help="consecutive batches per seed (default: 6)")
+    p.add_argument("--sweep", action="store_true", help="one line per pass-rate setting of a fixed sweep, "
+                   "instead of --beta")
+    return p
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--groups", type=int, default=64)
-    parser.add_argument("--group-size", type=int, default=8)
-    parser.add_argument("--slots", type=int, default=1024, help="inference slots S, the same for every method")
-    parser.add_argument("--sigma", type=float, default=1.0, help="lognormal shape of trajectory durations")
-    parser.add_argument("--cap", type=float, default=20.0, help="longest trajectory, in median durations")
-    parser.add_argument("--beta", type=float, nargs=2, default=(0.3, 0.9), help="pass-rate Beta(a, b)")
-    parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--batches", type=int, default=6, help="consecutive batches per seed")
-    parser.add_argument("--sweep", action="store_true", help="one line per pass-rate setting")
-    args = parser.parse_args()
+    args = parser().parse_args()
     betas = SWEEP if args.sweep else [tuple(args.beta)]
     for beta in betas:
         work = Workload(args.groups, args.group_size, args.slots, args.sigma, args.cap, beta)

@@ -30,6 +30,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
+from data_gen.common.usage import OneLineParser, int_list, positive_int  # noqa: E402  (PYTHONPATH=. as above)
 from tool_server.loop import run, uvloop_available  # noqa: E402  (PYTHONPATH=. as in the command above)
 
 LOOP = "asyncio"  # set by main(): the event loop of every server and of the load generator
@@ -884,30 +885,37 @@ async def part_hol(args, wl: Workload) -> dict:
     return {"alone": alone, "loaded": loaded, "heavy": heavy_result, "ratio": ratio}
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument(
-        "--part", choices=["throughput", "baseline", "loops", "rss", "replay", "hol", "scale", "all"], default="all"
-    )
-    p.add_argument("--workers", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 4], help="--part scale")
-    p.add_argument(
-        "--sessions", type=lambda s: [int(x) for x in s.split(",")], default=[64, 256, 1024], help="--part scale"
-    )
+def parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog="python bench/bench_tool_server.py", description="Tool-server benchmark: throughput and "
+                      "latency per tool, a FastAPI baseline, asyncio against uvloop, memory, cache hit rates of a "
+                      "replay, head-of-line blocking and scaling over worker processes; loopback only.")
+    p.add_argument("--part", choices=["throughput", "baseline", "loops", "rss", "replay", "hol", "scale", "all"],
+                   default="all", help="which measurement; all = throughput, baseline, rss and replay (default: all)")
+    p.add_argument("--workers", type=int_list, default=[1, 2, 4], metavar="N,N",
+                   help="--part scale: server worker processes to compare (default: 1,2,4)")
+    p.add_argument("--sessions", type=int_list, default=[64, 256, 1024], metavar="N,N",
+                   help="--part scale: concurrent sessions (default: 64,256,1024)")
     p.add_argument("--quick", action="store_true", help="small request counts, short phases")
-    p.add_argument("--world", type=Path, default=ROOT / "worlds" / "small")
-    p.add_argument("--full-world", type=Path, default=ROOT / "worlds" / "full", help="for --part rss")
-    p.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[1, 64, 768])
-    p.add_argument("--repeat", type=int, default=1, help="--part baseline/loops: rounds over the servers (medians)")
-    p.add_argument("--json", type=Path, default=None, help="write all results here")
-    p.add_argument(
-        "--loop",
-        choices=["uvloop", "asyncio"],
-        default="uvloop" if uvloop_available() else "asyncio",
-        help="event loop of every server (ours, the uvicorn baseline, the trivial handler) and of the load generator",
-    )
-    p.add_argument("--serve-baseline", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--world", type=Path, default=ROOT / "worlds" / "small", metavar="DIR",
+                   help="a built small world (default: worlds/small of the checkout)")
+    p.add_argument("--full-world", type=Path, default=ROOT / "worlds" / "full", metavar="DIR",
+                   help="--part rss: a built full world (default: worlds/full of the checkout)")
+    p.add_argument("--concurrency", type=int_list, default=[1, 64, 768], metavar="N,N",
+                   help="--part throughput: requests in flight (default: 1,64,768)")
+    p.add_argument("--repeat", type=positive_int, default=1, metavar="N",
+                   help="--part baseline/loops: rounds over the servers, medians reported (default: 1)")
+    p.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write all results here")
+    p.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop" if uvloop_available() else "asyncio",
+                   help="event loop of every server (ours, the uvicorn baseline, the trivial handler) and of the load "
+                   "generator (default: uvloop when installed)")
+    p.add_argument("--serve-baseline", action="store_true", help=argparse.SUPPRESS)  # internal: the comparison servers
     p.add_argument("--serve-trivial", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser()
     args = p.parse_args(argv)
     if args.serve_baseline:
         serve_baseline(args.world, args.port, args.loop)

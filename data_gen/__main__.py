@@ -4,7 +4,26 @@ to ``python -m data_gen.world``)."""
 
 from __future__ import annotations
 
+import argparse
 import sys
+
+from data_gen.common.usage import OneLineParser
+
+
+def parser() -> argparse.ArgumentParser:
+    from data_gen.modalsearch import flags as modalsearch_flags
+    from data_gen.neos import flags as neos_flags
+
+    p = OneLineParser(prog="python -m data_gen", description="Data generation: synthesize Neos or ModalSearch "
+                      "training and benchmark tasks from the offline world, or build and inspect that world.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=OneLineParser, metavar="COMMAND")
+    neos_flags.parser(sub.add_parser("neos", help="Neos evidence-dependent task synthesis",
+                                     description=neos_flags.DESCRIPTION))
+    modalsearch_flags.parser(sub.add_parser("modalsearch", help="ModalSearch-Pipeline: interleaved graph, paths, "
+                                            "questions", description=modalsearch_flags.DESCRIPTION))
+    sub.add_parser("world", help="build or inspect the offline world (python -m data_gen world --help)",
+                   description="Forwarded to python -m data_gen.world.", add_help=False)
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -13,25 +32,15 @@ def main(argv: list[str] | None = None) -> int:
         from data_gen.world.__main__ import main as world_main
 
         return world_main(argv[1:])
-    from data_gen.common.cli import OneLineParser
-
-    parser = OneLineParser(prog="python -m data_gen", description="Data generation commands.")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    args = parser().parse_args(argv)
+    from data_gen.common.store import ResultLogError
     from data_gen.modalsearch import cli as modalsearch_cli
     from data_gen.neos import cli as neos_cli
-
-    neos_cli.parser(sub.add_parser("neos", help="Neos evidence-dependent task synthesis",
-                                   description=neos_cli.DESCRIPTION))
-    modalsearch_cli.parser(sub.add_parser("modalsearch", help="ModalSearch-Pipeline: interleaved graph, paths, "
-                                          "questions", description=modalsearch_cli.DESCRIPTION))
-    sub.add_parser("world", help="build or inspect the offline world (python -m data_gen.world --help)")
-    args = parser.parse_args(argv)
-    from data_gen.common.store import ResultLogError
 
     try:
         return {"neos": neos_cli.main, "modalsearch": modalsearch_cli.main}[args.command](args)
     except ResultLogError as err:  # a resumed --out whose results.jsonl has a bad line: nothing was appended
-        print(f"error: --out: {err}", file=sys.stderr)
+        print(f"python -m data_gen {args.command}: error: --out: {err}", file=sys.stderr)
         return 2
 
 

@@ -5,30 +5,39 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-import shutil
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from aiohttp import web
 
+from data_gen.common.keyed_dirs import use_keyed_dir
+
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _code_digest() -> str:
+    """The world code's digest: every module that shapes a world's content (not the command line, ``__main__``)."""
     digest = hashlib.sha256()
     for path in sorted((REPO / "data_gen" / "world").rglob("*.py")):
-        digest.update(path.relative_to(REPO).as_posix().encode() + b"\0" + path.read_bytes())
+        if path.name != "__main__.py":
+            digest.update(path.relative_to(REPO).as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
 
 @pytest.fixture(scope="session")
-def small_world() -> Path:
+def small_world() -> Iterator[Path]:
     """Path to a built ``small`` world. Built once and kept in the source cache, keyed by the source archives'
     hashes, the world code and the adapters, so later sessions reuse it until one changes. All adapters unless
-    ``NEOS_WORLD_ADAPTERS`` (comma-separated) names a subset, for working on one adapter."""
+    ``NEOS_WORLD_ADAPTERS`` (comma-separated) names a subset, for working on one adapter; ``NEOS_SMALL_WORLD`` names
+    a prebuilt world instead (``python -m data_gen.world build --size small --out DIR``). Sessions of several
+    checkouts share the cache: the world is held under a lock for the session, and a build deletes only worlds of
+    other keys that nobody holds or has used for a week (``data_gen.common.keyed_dirs``)."""
+    if os.environ.get("NEOS_SMALL_WORLD"):
+        yield Path(os.environ["NEOS_SMALL_WORLD"]).resolve()
+        return
     from data_gen.world import wiki
     from data_gen.world.adapters import ADAPTERS, load_adapter
     from data_gen.world.builder import build
@@ -44,13 +53,13 @@ def small_world() -> Path:
             "\n".join(f"{n}={r.archive_sha256}" for n, r in sorted(resolved.items())) + _code_digest() + ",".join(names)
         ).encode()
     ).hexdigest()[:20]
-    path = cache.root / "worlds" / f"small-{key}"
-    if not (path / "manifest.json").is_file():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        for stale in path.parent.glob("small-*"):  # worlds of older code or sources
-            shutil.rmtree(stale, ignore_errors=True)
+
+    def build_small(path: Path) -> None:
         build("small", path, cache=cache.root, adapters=names, progress=bool(os.environ.get("NEOS_WORLD_PROGRESS")))
-    return path
+
+    path, lock = use_keyed_dir(cache.root / "worlds", "small-", key, build_small, ready="manifest.json")
+    with lock:  # held until the session ends: other checkouts' builds leave this world alone
+        yield path
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from data_gen.common.usage import OneLineParser, nonnegative_int, port, positive_float, positive_int
 from data_gen.world.store import WorldError
 from tool_server.app import ServerSettings, create_app
 from tool_server.cache import TieredCache
@@ -28,75 +29,70 @@ from tool_server.online.public import PublicImages
 from tool_server.online.web import OnlineBackends
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m tool_server", description="Serve Neos' and ModalSearcher's tools.")
-    p.add_argument("--world", required=True, type=Path, help="a built world directory (python -m data_gen.world build)")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8080, help="0 picks a free port")
-    p.add_argument("--session-ttl", type=float, default=3600.0, help="seconds before an idle session is evicted")
-    p.add_argument(
-        "--workers",
-        type=int,
-        default=1,
-        help="server processes forked after the world loads (sharing it copy-on-write) behind one router on --port "
-        "that sends every call of a session to the process holding it",
-    )
-    p.add_argument(
-        "--search-processes",
-        type=int,
-        default=None,
-        help="experimental: processes for reverse image search, forked from the running server (a search once hung "
-        "in one; default 0: threads of the server process, which take the GIL from its event loop; not with "
-        "--workers, the workers being the processes)",
-    )
-    p.add_argument(
-        "--session-image-mib", type=int, default=512, help="decoded image memory of one session's visual register"
-    )
-    p.add_argument(
-        "--image-budget-gib",
-        type=float,
-        default=16.0,
-        help="decoded image memory of every session together; least recently used idle sessions are evicted first",
-    )
-    p.add_argument("--max-sessions-per-client", type=int, default=10_000, help="open sessions of one client address")
-    p.add_argument(
-        "--mei-endpoint", default=None, help="OpenAI-compatible base URL of the MEI model (default: extractive MEI)"
-    )
-    p.add_argument("--mei-model", default="mei")
-    p.add_argument(
-        "--mei-log", type=Path, default=None, help="MEI call log (default: CACHE_DIR/mei.jsonl or ./mei.jsonl)"
-    )
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog="python -m tool_server", description="Serve the tools of Neos (TextSearch, ImageSearch, "
+                      "ReverseImageSearch, WebVisit, FetchImage, CropImage) and ModalSearcher over HTTP, on the "
+                      "offline world or (--online) the web, with per-session image registers and a result cache.")
+    p.add_argument("--world", required=True, type=Path, metavar="DIR",
+                   help="a built world directory (python -m data_gen.world build)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, loopback only)")
+    p.add_argument("--port", type=port, default=8080, help="TCP port; 0 picks a free one (default: 8080)")
+    p.add_argument("--session-ttl", type=positive_float, default=3600.0, metavar="SECONDS",
+                   help="seconds before an idle session is evicted (default: 3600)")
+    p.add_argument("--workers", type=positive_int, default=1, metavar="N",
+                   help="server processes forked after the world loads (sharing it copy-on-write) behind one router on "
+                   "--port that sends every call of a session to the process holding it (default: 1)")
+    p.add_argument("--search-processes", type=nonnegative_int, default=0, metavar="N",
+                   help="experimental: processes for reverse image search, forked from the running server (a search "
+                   "once hung in one); 0: threads of the server process, which take the GIL from its event loop; not "
+                   "with --workers, the workers being the processes (default: 0)")
+    p.add_argument("--session-image-mib", type=positive_int, default=512, metavar="MIB",
+                   help="decoded image memory of one session's visual register, MiB (default: 512)")
+    p.add_argument("--image-budget-gib", type=positive_float, default=16.0, metavar="GIB",
+                   help="decoded image memory of every session together, GiB; least recently used idle sessions are "
+                   "evicted first (default: 16)")
+    p.add_argument("--max-sessions-per-client", type=positive_int, default=10_000, metavar="N",
+                   help="open sessions of one client address (default: 10000)")
+    p.add_argument("--mei-endpoint", default=None, metavar="URL",
+                   help="OpenAI-compatible base URL of the MEI model (default: the extractive MEI, no model)")
+    p.add_argument("--mei-model", default="mei", metavar="NAME",
+                   help="model name sent to --mei-endpoint (default: mei)")
+    p.add_argument("--mei-log", type=Path, default=None, metavar="PATH",
+                   help="MEI call log, JSONL (default: CACHE_DIR/mei.jsonl, or ./mei.jsonl without --cache-dir)")
     p.add_argument("--no-ocr", action="store_true", help="extractive MEI without OCR of image text")
-    p.add_argument("--cache-dir", type=Path, default=None, help="disk tier of the result cache and image-feature cache")
-    p.add_argument(
-        "--shared-cache-dir", type=Path, default=None, help="shared (network) directory tier of the result cache"
-    )
-    p.add_argument("--redis-url", default=None, help="Redis shared tier of the result cache")
-    p.add_argument(
-        "--online",
-        action="store_true",
-        help="web and image search through the SERP API and reverse image search through its Lens engine "
-        "(NEOS_SERP_BASE_URL, NEOS_SERP_API_KEY), pages through a page reader if NEOS_READER_BASE_URL is set "
-        "(NEOS_READER_API_KEY optional), else fetched directly; pages/images outside the world fetched from the web, "
-        "refusing private, loopback and link-local addresses",
-    )
-    p.add_argument(
-        "--public-base-url",
-        default=None,
-        help="with --online: this server's address as the reverse-image API can reach it (e.g. a reverse proxy); "
-        "session images (question images, crops) are exposed there under /v1/public-images/ while their reverse "
-        "search runs. Without it, reverse search of a session image is refused (public_url_required)",
-    )
-    p.add_argument(
-        "--allow-private-network",
-        action="store_true",
-        help="with --online: also fetch from private/loopback addresses (for replay servers in tests; never in "
-        "production, it lets the policy reach the server's own network)",
-    )
-    p.add_argument(
-        "--no-uvloop", action="store_true", help="run on asyncio's own event loop even when uvloop is installed"
-    )
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--cache-dir", type=Path, default=None, metavar="DIR",
+                   help="disk tier of the result cache and the image-feature cache (default: memory only)")
+    p.add_argument("--shared-cache-dir", type=Path, default=None, metavar="DIR",
+                   help="shared (network) directory tier of the result cache (default: none)")
+    p.add_argument("--redis-url", default=None, metavar="URL",
+                   help="Redis shared tier of the result cache, redis://HOST:PORT/DB, also coalescing identical "
+                   "misses of every process using it (default: none)")
+    p.add_argument("--redis-lease-s", type=positive_float, default=10.0, metavar="SECONDS",
+                   help="with --redis-url: life of a computing process's lease on a key, renewed while it computes; "
+                   "how long a dead holder keeps the others waiting (default: 10)")
+    p.add_argument("--redis-lease-wait-s", type=positive_float, default=30.0, metavar="SECONDS",
+                   help="with --redis-url: longest wait for another process's computation before computing it here, "
+                   "counted (default: 30)")
+    p.add_argument("--online", action="store_true",
+                   help="web and image search through the SERP API and reverse image search through its Lens engine "
+                   "(NEOS_SERP_BASE_URL, NEOS_SERP_API_KEY), pages through a page reader if NEOS_READER_BASE_URL is "
+                   "set (NEOS_READER_API_KEY optional), else fetched directly; pages/images outside the world fetched "
+                   "from the web, refusing private, loopback and link-local addresses")
+    p.add_argument("--public-base-url", default=None, metavar="URL",
+                   help="with --online: this server's address as the reverse-image API can reach it (e.g. a reverse "
+                   "proxy); session images (question images, crops) are exposed there under /v1/public-images/ while "
+                   "their reverse search runs (default: none, and reverse search of a session image is refused with "
+                   "public_url_required)")
+    p.add_argument("--allow-private-network", action="store_true",
+                   help="with --online: also fetch from private/loopback addresses (for replay servers in tests; never "
+                   "in production, it lets the policy reach the server's own network)")
+    p.add_argument("--no-uvloop", action="store_true",
+                   help="run on asyncio's own event loop even when uvloop is installed")
+    p.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
+                   help="server log level on stderr (default: INFO)")
     return p
 
 
@@ -143,6 +139,8 @@ def build_app(args: argparse.Namespace, world: OfflineWorld, settings: ServerSet
         disk_dir=args.cache_dir / "results" if args.cache_dir else None,
         shared_dir=args.shared_cache_dir,
         redis_url=args.redis_url,
+        lease_s=args.redis_lease_s,
+        lease_max_wait_s=args.redis_lease_wait_s,
     )
     return create_app(world=world, mei=mei, cache=cache, settings=settings, online=online)
 
@@ -187,23 +185,39 @@ async def _serve(args: argparse.Namespace, sock: socket.socket) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.session_ttl <= 0:
-        parser.error("--session-ttl must be > 0")
-    if not 0 <= args.port <= 65535:
-        parser.error("--port must be 0..65535")
-    if args.workers < 1:
-        parser.error("--workers must be >= 1")
-    if args.search_processes is None:
-        args.search_processes = 0
-    if args.search_processes < 0:
-        parser.error("--search-processes must be >= 0")
+    p = parser()
+    args = p.parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _check(p, args)
+    try:
+        sock = _bind(args.host, args.port)  # a busy port is reported at once, before the world is looked at
+        if not (args.world / "manifest.json").is_file():
+            sock.close()
+            p.error(f"--world: {args.world} is not a world: manifest.json is missing (build one with "
+                          "python -m data_gen.world build)")
+        if args.workers > 1:
+            from tool_server.workers import serve_workers
+
+            return serve_workers(args, sock)
+        run(_serve(args, sock), use_uvloop=not args.no_uvloop)
+    except WorldError as e:
+        print(f"{p.prog}: error: --world: {e}", file=sys.stderr)
+        return 2
+    except BackendError as e:  # --online without its environment variables
+        print(f"{p.prog}: error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:  # address in use, unwritable cache/log directory
+        print(f"{p.prog}: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
+def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The combinations of flags that cannot work together (one value at a time is checked by its type)."""
     if args.workers > 1 and args.search_processes:
         parser.error("--search-processes applies without --workers (each worker searches in its own threads)")
-    if args.session_image_mib < 1 or args.image_budget_gib <= 0 or args.max_sessions_per_client < 1:
-        parser.error("--session-image-mib, --image-budget-gib and --max-sessions-per-client must be > 0")
     if args.shared_cache_dir and args.redis_url:
         parser.error("give --shared-cache-dir or --redis-url, not both")
     if args.allow_private_network and not args.online:
@@ -213,22 +227,6 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--public-base-url only applies with --online")
         if not args.public_base_url.startswith(("http://", "https://")):
             parser.error("--public-base-url must start with http:// or https://")
-    try:
-        sock = _bind(args.host, args.port)
-        if args.workers > 1:
-            from tool_server.workers import serve_workers
-
-            return serve_workers(args, sock)
-        run(_serve(args, sock), use_uvloop=not args.no_uvloop)
-    except (WorldError, BackendError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except OSError as e:  # address in use, unwritable cache/log directory
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 0
-    return 0
 
 
 if __name__ == "__main__":

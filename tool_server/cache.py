@@ -6,7 +6,9 @@ fails (disk full, Redis down) counts an error and behaves as a miss: the cache o
 must not fail a tool call, and the failure stays visible in :meth:`TieredCache.stats`.
 
 :meth:`TieredCache.get_or_compute` is single-flight: concurrent misses of one key wait for the first caller's
-computation instead of repeating it (a rollout group's members often issue the same call at the same moment).
+computation instead of repeating it (a rollout group's members often issue the same call at the same moment). With
+the Redis tier it is single-flight across processes and nodes too, through a lease per key
+(:mod:`tool_server.coalesce`).
 
 Keys come from :func:`cache_key`: SHA-256 of the canonical JSON of ``(tool, arguments, scope)``; ``scope`` is the
 rollout group id for ModalSearcher's within-group cache, ``None`` for a global entry.
@@ -27,6 +29,8 @@ from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
 import orjson
+
+from tool_server.coalesce import RedisLeases
 
 log = logging.getLogger(__name__)
 
@@ -191,26 +195,28 @@ class RedisLevel:
         import redis.asyncio
         import redis.exceptions
 
-        self._client = redis.asyncio.from_url(url)
-        self._prefix = prefix
+        self.client = redis.asyncio.from_url(url)
+        self.prefix = prefix
         self._ttl = ttl_s
         self.errors = (redis.exceptions.RedisError, OSError)
 
     async def get(self, key: str) -> bytes | None:
-        return await self._client.get(self._prefix + key)
+        return await self.client.get(self.prefix + key)
 
     async def set(self, key: str, value: bytes) -> None:
-        await self._client.set(self._prefix + key, value, ex=self._ttl)
+        await self.client.set(self.prefix + key, value, ex=self._ttl)
 
     async def close(self) -> None:
-        await self._client.aclose()
+        await self.client.aclose()
 
 
 class TieredCache:
-    def __init__(self, levels: list[Level]) -> None:
+    def __init__(self, levels: list[Level], leases: RedisLeases | None = None) -> None:
+        """``leases``: coalesce misses across processes through the shared tier, which must be the last level."""
         if not levels:
             raise ValueError("TieredCache needs at least one level")
         self._levels = levels
+        self._leases = leases
         self._memory = levels[0] if isinstance(levels[0], MemoryLevel) else None  # looked up synchronously
         self._stats = {
             lv.name: {"hits": 0, "misses": 0, "errors": 0, "sets": 0, "get_latency_s": 0.0, "set_latency_s": 0.0}
@@ -229,7 +235,12 @@ class TieredCache:
         shared_dir: str | os.PathLike[str] | None = None,
         redis_url: str | None = None,
         redis_ttl_s: int | None = None,
+        lease_s: float = 10.0,
+        lease_max_wait_s: float = 30.0,
     ) -> TieredCache:
+        """``lease_s``/``lease_max_wait_s``: with ``redis_url``, the life of a computing process's lease on a key
+        (renewed while it computes: how long a dead holder keeps others waiting) and the longest a process waits for
+        another's value before computing it itself."""
         if shared_dir is not None and redis_url is not None:
             raise ValueError("give shared_dir or redis_url for the shared tier, not both")
         levels: list[Level] = [MemoryLevel(memory_items)]
@@ -237,9 +248,12 @@ class TieredCache:
             levels.append(DiskLevel(disk_dir, disk_size_limit))
         if shared_dir is not None:
             levels.append(DirectoryLevel(shared_dir))
+        leases = None
         if redis_url is not None:
-            levels.append(RedisLevel(redis_url, ttl_s=redis_ttl_s))
-        return cls(levels)
+            shared = RedisLevel(redis_url, ttl_s=redis_ttl_s)
+            levels.append(shared)
+            leases = RedisLeases(shared.client, shared.prefix, lease_s=lease_s, max_wait_s=lease_max_wait_s)
+        return cls(levels, leases)
 
     def _memory_get(self, key: str) -> bytes | None:
         """The memory level's lookup, without a coroutine: a hit there is the cached call's whole cache path."""
@@ -304,13 +318,19 @@ class TieredCache:
         value = await self.get(key)
         if value is not None:
             return value
+
+        async def computed() -> bytes | None:
+            value = await compute()
+            if value is not None:
+                await self.set(key, value)
+            return value
+
         pending = self._pending.get(key)
         if pending is None:
             pending = self._pending[key] = asyncio.get_running_loop().create_future()
+            value = None
             try:
-                value = await compute()
-                if value is not None:
-                    await self.set(key, value)
+                value = await (computed() if self._leases is None else self._across_processes(key, computed))
             finally:
                 del self._pending[key]
                 pending.set_result(value)
@@ -319,14 +339,24 @@ class TieredCache:
         if value is not None:
             self.coalesced += 1
             return value
-        value = await compute()
-        if value is not None:
-            await self.set(key, value)
+        return await computed()
+
+    async def _across_processes(self, key: str, computed: Callable[[], Awaitable[bytes | None]]) -> bytes | None:
+        """This process's miss under the key's lease: computed here, or another process's value, which is then
+        kept in this process's faster levels."""
+        value, here = await self._leases.compute_once(key, computed)
+        if value is not None and not here:
+            for level in self._levels[:-1]:
+                await self._set_level(level, key, value)
         return value
 
     def stats(self) -> dict[str, dict[str, float]]:
-        """Per level: ``hits``, ``misses``, ``errors``, ``sets`` and summed ``get_latency_s`` / ``set_latency_s``."""
-        return {name: dict(s) for name, s in self._stats.items()}
+        """Per level: ``hits``, ``misses``, ``errors``, ``sets`` and summed ``get_latency_s`` / ``set_latency_s``;
+        with leases, the shared level's ``lease_<event>`` counts too (:mod:`tool_server.coalesce`)."""
+        stats = {name: dict(s) for name, s in self._stats.items()}
+        if self._leases is not None:
+            stats[self._levels[-1].name].update({f"lease_{e}": n for e, n in self._leases.events.items()})
+        return stats
 
     async def close(self) -> None:
         for level in self._levels:

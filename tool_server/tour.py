@@ -13,6 +13,7 @@ from pathlib import Path
 
 import aiohttp
 
+from data_gen.common.usage import OneLineParser
 from data_gen.world.model import image_url, page_url
 from tool_server.launch import served
 
@@ -48,12 +49,20 @@ async def tour(base: str, width: int = 300) -> None:
         await http.delete(f"/v1/sessions/{session['session_id']}")
 
 
+def parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog="python -m tool_server.tour", description="Start a real tool server on a free loopback "
+                      "port and walk one scripted session through it: every Neos tool, then one ModalSearcher tool, "
+                      "called over HTTP as the rollout worker calls them, with what each returned.")
+    p.add_argument("--world", required=True, type=Path, metavar="DIR",
+                   help="a built world (python -m data_gen.world build --size small --out DIR)")
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tool_server.tour", description=__doc__.splitlines()[0])
-    p.add_argument("--world", required=True, type=Path)
+    p = parser()
     args = p.parse_args(argv)
     if not (args.world / "manifest.json").is_file():
-        p.error(f"{args.world} is not a built world (python -m data_gen.world build --size small --out DIR)")
+        p.error(f"--world: {args.world} is not a built world (python -m data_gen.world build --size small --out DIR)")
     with served(args.world, "--no-ocr", "--log-level", "WARNING") as base:
         asyncio.run(tour(base))
     return 0

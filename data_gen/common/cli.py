@@ -1,4 +1,4 @@
-"""What both pipelines' command lines share: checked option values, the world check that runs before anything is
+"""What both pipelines' command lines share: the common flags, the world check that runs before anything is
 written, the progress bar under ``--limit`` and the closing line that says where the output went."""
 
 from __future__ import annotations
@@ -9,33 +9,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from data_gen.common.usage import nonnegative_int, positive_int
 from data_gen.world.store import World, WorldError
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """A usage error is one line (``prog: error: --flag: why``) and exit code 2; ``--help`` still shows usage."""
-
-    def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
-def whole_number(minimum: int):
-    """argparse ``type`` for a whole number >= ``minimum`` (argparse turns the error into exit code 2)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
-        return value
-
-    return parse
-
-
-positive_int = whole_number(1)  # counts and budgets
-nonnegative_int = whole_number(0)  # seeds
 
 
 def add_common_flags(p: argparse.ArgumentParser, unit: str) -> None:
@@ -50,6 +25,19 @@ def add_common_flags(p: argparse.ArgumentParser, unit: str) -> None:
                    help=f"stop once N {unit} are verified, counting those already in --out (default: no limit)")
     p.add_argument("--seed", type=nonnegative_int, default=0, metavar="S",
                    help="seed of every random choice; the same world and seed give the same output (default: 0)")
+
+
+def add_teacher_flags(p: argparse.ArgumentParser) -> None:
+    """``--teacher-url/--teacher-model/--teacher-max-turns``, the same for both pipelines."""
+    p.add_argument("--teacher-url", default=None, metavar="URL",
+                   help="OpenAI-compatible base URL of a teacher model that runs each verified task's expert episode "
+                   "with the tools; unusable episodes fall back to the programmatic expert, counted by reason "
+                   "(default: the programmatic expert alone, no model)")
+    p.add_argument("--teacher-model", default="teacher", metavar="NAME",
+                   help="model name sent to --teacher-url (default: teacher)")
+    p.add_argument("--teacher-max-turns", type=positive_int, default=None, metavar="N",
+                   help="assistant turns of a teacher episode, the last without tools (default: the protocol's, 50 "
+                   "for Neos, 46 for ModalSearch)")
 
 
 def load_world(path: Path) -> World:

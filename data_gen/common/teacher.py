@@ -36,7 +36,6 @@ from typing import Any
 
 import aiohttp
 
-from data_gen.common.cli import positive_int
 from data_gen.common.episode import Episode, Expert, found, opened
 from data_gen.common.llm import Usage, image_part, png_part
 from verl_ext.reward.answers import answer_matches
@@ -211,17 +210,6 @@ class TeacherExpert:
         usage = self.teacher.usage.report()
         return {"model": self.teacher.config.model, "episodes": self.episodes,
                 "kept": self.episodes - usage["fallbacks"], **usage}
-
-
-def add_teacher_flags(p: argparse.ArgumentParser) -> None:
-    """``--teacher-url/--teacher-model/--teacher-max-turns``, the same for both pipelines."""
-    p.add_argument("--teacher-url", default=None, help="OpenAI-compatible base URL of a teacher model that runs each "
-                   "verified task's expert episode with the tools; unusable episodes fall back to the programmatic "
-                   "expert, counted by reason (default: the programmatic expert alone, no model)")
-    p.add_argument("--teacher-model", default="teacher", help="model name sent to --teacher-url")
-    p.add_argument("--teacher-max-turns", type=positive_int, default=None, metavar="N",
-                   help="assistant turns of a teacher episode, the last without tools (default: the protocol's, 50 "
-                   "for Neos, 46 for ModalSearch)")
 
 
 @dataclass(frozen=True)

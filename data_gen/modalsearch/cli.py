@@ -29,14 +29,14 @@ from pathlib import Path
 
 import aiohttp
 
-from data_gen.common.cli import add_common_flags, counts_work, positive_int, progress, report_output, world_or_exit
+from data_gen.common.cli import add_common_flags, counts_work, progress, report_output, world_or_exit
 from data_gen.common.episode import Expert
 from data_gen.common.export import hash_unit
 from data_gen.common.llm import SyncChat
 from data_gen.common.report import bar_charts
 from data_gen.common.stats import answer_cap, diversity, filter_rates, stage_rates
 from data_gen.common.store import ResultLog
-from data_gen.common.teacher import TeacherExpert, TeacherSettings, add_teacher_flags
+from data_gen.common.teacher import TeacherExpert, TeacherSettings
 from data_gen.kg import KG
 from data_gen.modalsearch.build import BuildConfig, GraphBuilder
 from data_gen.modalsearch.expert import ModalSearchExpert, teacher_brief
@@ -60,36 +60,8 @@ SEED_KINDS = frozenset({"country", "city", "subdivision", "us_state", "brand", "
 BENCHMARK_SEED_SHARE = 0.1
 BENCHMARK_SHARE = 0.1  # of --limit
 GRAPH_VERSION = 2  # part of a saved graph's fingerprint: bump when expansion changes what a graph holds
-
-
-DESCRIPTION = ("ModalSearch-Pipeline (ModalSearcher: Weaving Visual Evidence into Autonomous Cross-Modal Deep "
-               "Search, Sec. 3): an interleaved text-image graph grown from seed articles, multi-hop paths sampled on "
-               "it, a question written backwards along each path and solved by an expert with real tool calls. A "
-               "benchmark graph and a disjoint training graph. Writes OUT/results.jsonl (resumable log), "
-               "train/rl/benchmark/sft parquet, mei_sft.jsonl, stats.json and plots/.")
 OUTPUT_FILES = ["train.parquet", "rl.parquet", "benchmark.parquet", "sft.parquet", "sft.jsonl", "references.jsonl",
                 "mei_sft.jsonl", "stats.json", "plots/", "results.jsonl"]
-
-
-def parser(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    add_common_flags(p, "questions (a tenth of them, at least one, from the benchmark graph)")
-    p.add_argument("--max-nodes", type=positive_int, default=1200, metavar="N",
-                   help="node budget of the training graph (default: 1200)")
-    p.add_argument("--benchmark-nodes", type=positive_int, default=300, metavar="N",
-                   help="node budget of the benchmark graph (default: 300)")
-    p.add_argument("--seeds", type=positive_int, default=40, metavar="N",
-                   help="seed articles of the training graph; the benchmark graph gets a quarter (default: 40)")
-    p.add_argument("--attempts", type=positive_int, default=3000, metavar="N",
-                   help="path draws per graph at most (default: 3000)")
-    p.add_argument("--text-only", action="store_true", help="also keep questions whose path holds no image (the "
-                   "paper samples these separately, as an ablation, outside its RL and SFT mix; default: rejected "
-                   "and counted as text_only)")
-    p.add_argument("--ocr", action="store_true", help="let image linking also read the text in images (RapidOCR)")
-    p.add_argument("--llm-url", default=None, help="OpenAI-compatible base URL for relation proposal and question "
-                   "wording (default: offline KG/context templates and question templates, no model)")
-    p.add_argument("--llm-model", default="relation-writer", help="model name sent to --llm-url")
-    add_teacher_flags(p)
-    return p
 
 
 def seed_pages(world: World, seed: int) -> tuple[list[str], list[str]]:

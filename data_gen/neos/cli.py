@@ -21,12 +21,12 @@ from pathlib import Path
 
 import aiohttp
 
-from data_gen.common.cli import add_common_flags, counts_work, progress, report_output, world_or_exit
+from data_gen.common.cli import counts_work, progress, report_output, world_or_exit
 from data_gen.common.episode import Expert
 from data_gen.common.llm import SyncChat
 from data_gen.common.report import bar_charts
 from data_gen.common.stats import answer_cap, diversity, filter_rates, stage_rates
-from data_gen.common.teacher import TeacherExpert, TeacherSettings, add_teacher_flags
+from data_gen.common.teacher import TeacherExpert, TeacherSettings
 from data_gen.neos.agents import (
     ProgrammaticExpert,
     probe_entry_image_vqa,
@@ -52,27 +52,6 @@ FILTERS = ("grounding", "entry_image_ablation", "checkpoint_ablation", "coverage
 OUTPUT_FILES = ["train.parquet", "rl.parquet", "benchmark.parquet", "sft.parquet", "sft.jsonl",
                 "references.jsonl", "mei_sft.jsonl", "stats.json", "plots/", "results.jsonl"]
 STAGES = ("synthesis", "text_only_search", "short_multimodal_search", "expert")
-
-
-DESCRIPTION = ("Neos task synthesis (Neos: Learning to Interleave Search and Visual Reasoning, Sec. 3): questions "
-               "whose answer needs the entry image and visual checkpoints found while searching, checked by shortcut "
-               "probes and solved by an expert with real tool calls. Writes OUT/results.jsonl (resumable log), "
-               "train/rl/benchmark/sft parquet, mei_sft.jsonl, stats.json and plots/.")
-
-
-def parser(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    add_common_flags(p, "tasks")
-    p.add_argument("--ocr", action="store_true", help="let the blind observer also read image text (RapidOCR)")
-    p.add_argument("--llm-url", default=None, help="OpenAI-compatible base URL: this model rewords each template "
-                   "question and probe 1 also asks it to answer closed-book (default: templates and the programmatic "
-                   "probe alone, no model)")
-    p.add_argument("--llm-model", default="probe", help="model name sent to --llm-url")
-    p.add_argument("--vlm-url", default=None, help="OpenAI-compatible base URL of a VLM: the blind observer, and "
-                   "probe 3 also asks it to answer from the entry images (default: --llm-url; with neither, the "
-                   "offline palette/OCR observer and programmatic probe 3, no model)")
-    p.add_argument("--vlm-model", default=None, help="model name sent to --vlm-url (default: --llm-model)")
-    add_teacher_flags(p)
-    return p
 
 
 def model_configs(args: argparse.Namespace) -> tuple[JudgeConfig | None, JudgeConfig | None]:

@@ -17,7 +17,8 @@ from PIL import Image
 
 from data_gen.common.llm import SyncChat
 from data_gen.kg import Edge, Structure
-from data_gen.neos.cli import model_configs, parser, run
+from data_gen.neos.cli import model_configs, run
+from data_gen.neos.flags import parser
 from data_gen.neos.llm import LLMRewriter, ProbeUnavailable, VLMEntryImageProbe, VLMObserver
 from data_gen.neos.observer import Description, PaletteObserver, ground, palette
 from data_gen.neos.synth import Synthesizer

@@ -19,15 +19,16 @@ from PIL import Image
 from data_gen.common.sft import tool_call_message, tool_message
 from data_gen.common.teacher import ModelTeacher, TeacherExpert, TeacherSettings
 from data_gen.modalsearch.build import image_id, text_id
-from data_gen.modalsearch.cli import parser as modalsearch_parser
 from data_gen.modalsearch.cli import run as modalsearch_run
 from data_gen.modalsearch.expert import ModalSearchExpert
 from data_gen.modalsearch.expert import teacher_brief as modalsearch_brief
 from data_gen.modalsearch.export import sft_record as modalsearch_sft_record
+from data_gen.modalsearch.flags import parser as modalsearch_parser
 from data_gen.modalsearch.questions import QuestionWriter
 from data_gen.neos.agents import ProgrammaticExpert, teacher_brief
-from data_gen.neos.cli import parser, run
+from data_gen.neos.cli import run
 from data_gen.neos.export import check_exportable, export, sft_record
+from data_gen.neos.flags import parser
 from data_gen.neos.observer import palette
 from data_gen.neos.store import ResultLog
 from data_gen.neos.synth import Synthesizer

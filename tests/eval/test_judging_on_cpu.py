@@ -73,3 +73,30 @@ def test_two_passes_agreement_and_pin() -> None:
     assert judge_pin(JudgeConfig()) == {"kind": "rule", "model": None, "prompt_sha256": prompt_digest(),
                                         "version": JUDGE_VERSION}
     assert len(prompt_digest()) == 12 and json.dumps(judge_pin(JudgeConfig(url="http://x", model="m")))
+
+
+def test_fallbacks_are_flagged_at_the_answer_judges_threshold_by_default(caplog) -> None:
+    """One setting for one event: the report flags rule fallbacks at the answer judge's ``max_fallback_share`` (the
+    share training warns at), shipped as 10%; ``--judge-max-fallback-share`` overrides it for run and report."""
+    from verl_ext.eval.__main__ import parser
+    from verl_ext.eval.report import MAX_JUDGE_FALLBACK_SHARE
+
+    assert MAX_JUDGE_FALLBACK_SHARE == JudgeConfig().max_fallback_share == 0.1
+    assert parser().parse_args(["report", "--run", "r"]).judge_max_fallback_share == 0.1
+    assert parser().parse_args(["report", "--run", "r", "--judge-max-fallback-share", "0.05"]) \
+        .judge_max_fallback_share == 0.05
+
+    def record(i: int, source: str) -> EvalRecord:
+        verdict = {"correct": True, "source": source, "reasoning": "", "attempts": 1,
+                   "error": "TimeoutError: " if source == "rule_fallback" else ""}
+        return EvalRecord(key=str(i), status="ok", benchmark="b", item_id=str(i), run=0, protocol="neos",
+                          question="q", ground_truth=GT, verdict=verdict)
+
+    records = [record(i, "rule_fallback" if i < 2 else "llm") for i in range(25)]  # 2 of 25 = 8%
+    with caplog.at_level(logging.WARNING):
+        default = judge_summary(records)
+    assert default["fallback_rate"] == 0.08 and default["max_fallback_share"] == 0.1 and caplog.text == ""
+    with caplog.at_level(logging.WARNING):
+        stricter = judge_summary(records, max_fallback_share=0.05)
+    assert stricter["max_fallback_share"] == 0.05
+    assert "2 of 25 LLM-judged responses (8% > max_fallback_share 5%" in caplog.text

@@ -11,7 +11,7 @@ from PIL import Image
 from transformers import AutoModelForImageTextToText, Qwen2_5_VLForConditionalGeneration
 
 from verl_ext.models.__main__ import main as cli_main
-from verl_ext.models.tiny_vl import HF_MODEL_TYPE, MAX_PIXELS, MIN_PIXELS, chat_template
+from verl_ext.models.tiny_vl import HF_MODEL_TYPE, MAX_PIXELS, MIN_PIXELS, build_tiny_qwen_vl, chat_template
 
 IMAGE = "<|vision_start|><|image_pad|><|vision_end|>"
 TOOLS = [
@@ -187,6 +187,19 @@ def test_cli_builds_a_wider_deeper_bfloat16_variant_that_reloads_and_runs(tmp_pa
     assert logits.shape == (1, 3, text.vocab_size) and torch.isfinite(logits).all()
 
 
-def test_widths_that_break_the_head_layout_are_refused(tmp_path: Path):
-    with pytest.raises(ValueError, match="multiple of 32"):
+def test_widths_that_break_the_head_layout_are_refused(tmp_path: Path, capsys):
+    with pytest.raises(SystemExit) as exit_:  # a usage error, before the tokenizer loads
         cli_main(["build", "--out", str(tmp_path / "bad"), "--hidden-size", "100"])
+    assert exit_.value.code == 2
+    assert "argument --hidden-size: must be a multiple of 32, got 100" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
+    with pytest.raises(ValueError, match="multiple of 32"):  # the builder itself refuses too
+        build_tiny_qwen_vl(tmp_path / "bad", hidden_size=100)
+
+
+def test_cli_never_replaces_a_directory_it_did_not_build(tmp_path: Path, capsys):
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(SystemExit) as exit_:
+        cli_main(["build", "--out", str(tmp_path)])
+    assert exit_.value.code == 2 and "--out: " in capsys.readouterr().err
+    assert (tmp_path / "notes.txt").read_text() == "mine"

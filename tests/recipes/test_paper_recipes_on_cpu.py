@@ -61,12 +61,66 @@ def test_neos_table_12_values(neos):
 
 
 def test_neos_freezes_the_vision_tower_in_every_worker(neos, modalsearcher):
-    assert neos["actor_rollout_ref"]["actor"]["freeze_vision_tower"] is True
+    from verl.utils.config import omega_conf_to_dataclass
+
+    from verl_ext.models.freeze import vision_freeze_gap
+
+    actor = neos["actor_rollout_ref"]["actor"]
+    assert actor["freeze_vision_tower"] is True
     env = neos["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]
     assert env["NEOS_FREEZE_VISION_TOWER"] == "1"  # what verl_ext.models.freeze acts on, in each Ray worker
+    # Megatron (the paper's engine): Megatron-Bridge's provider freezes encoder and merger before DDP and the optimizer.
+    # verl's engine reads them from its own engine dataclass, built here as its worker builds it.
+    engine = omega_conf_to_dataclass(OmegaConf.create(actor)).engine
+    assert type(engine).__name__ == "McoreEngineConfig" and engine.vanilla_mbridge is False
+    overrides = engine.override_transformer_config
+    assert (overrides["freeze_vision_model"], overrides["freeze_vision_projection"]) == (True, True)
+    assert overrides["freeze_language_model"] is False  # said outright: Megatron-Bridge's Qwen3-VL MoE default is True
+    assert overrides["attention_backend"] == "flash"  # verl's own defaults merged, not replaced
+    assert vision_freeze_gap(neos, env={}) is None  # the trainer's check passes
     # ModalSearcher trains the vision tower (Table 9: "Vision tower frozen: False")
     assert modalsearcher["actor_rollout_ref"]["actor"]["freeze_vision_tower"] is False
     assert "env_vars" not in modalsearcher["ray_kwargs"]["ray_init"]["runtime_env"]
+    assert vision_freeze_gap(modalsearcher, env={}) is None
+
+
+def test_the_megatron_freeze_follows_verls_freeze_vision_tower_key():
+    from .test_recipe_resolution_on_cpu import compose_in_process
+
+    job = compose_in_process("+recipe=neos", *DEVICE_KEYS, "actor_rollout_ref.actor.freeze_vision_tower=false")
+    overrides = job.actor_rollout_ref.actor.megatron.override_transformer_config
+    assert (overrides.freeze_vision_model, overrides.freeze_vision_projection) == (False, False)
+
+
+def test_a_config_that_would_leave_the_tower_trainable_is_named(neos):
+    """Each way ``freeze_vision_tower=true`` can stay a no-op gets a one-line reason naming the key to set."""
+    import copy
+
+    from verl_ext.models.freeze import vision_freeze_gap
+
+    layout = copy.deepcopy(neos)  # a Megatron layout group without the provider keys (e.g. neos_parallel=none)
+    for key in ("freeze_vision_model", "freeze_vision_projection", "freeze_language_model"):
+        del layout["actor_rollout_ref"]["actor"]["megatron"]["override_transformer_config"][key]
+    gap = vision_freeze_gap(layout, env={})
+    assert "override_transformer_config.freeze_vision_model=true" in gap
+    assert "override_transformer_config.freeze_vision_projection=true" in gap
+    assert "override_transformer_config.freeze_language_model=false" in gap
+
+    vanilla = copy.deepcopy(neos)  # the deprecated mbridge backend builds no Megatron-Bridge provider
+    vanilla["actor_rollout_ref"]["actor"]["megatron"]["vanilla_mbridge"] = True
+    assert "vanilla_mbridge=false" in vision_freeze_gap(vanilla, env={})
+
+    fsdp = copy.deepcopy(neos)  # FSDP without the plugin's hook in the workers
+    fsdp["actor_rollout_ref"]["actor"]["strategy"] = "fsdp2"
+    del fsdp["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]["NEOS_FREEZE_VISION_TOWER"]
+    assert "env_vars.NEOS_FREEZE_VISION_TOWER='1'" in vision_freeze_gap(fsdp, env={})
+    assert vision_freeze_gap(fsdp, env={"NEOS_FREEZE_VISION_TOWER": "1"}) is None  # set on the Ray cluster instead
+
+    off = copy.deepcopy(neos)  # the tower asked to train while the recipe's hook would still freeze it
+    off["actor_rollout_ref"]["actor"]["freeze_vision_tower"] = False
+    assert "drop ray_kwargs.ray_init.runtime_env.env_vars.NEOS_FREEZE_VISION_TOWER" in vision_freeze_gap(off, env={})
+    del off["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]["NEOS_FREEZE_VISION_TOWER"]
+    assert vision_freeze_gap(off, env={}) is None
 
 
 def test_both_recipes_configure_an_llm_answer_judge(neos, modalsearcher, monkeypatch):

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from aiohttp import web
 from aiohttp.test_utils import TestServer
 from omegaconf import OmegaConf
 from PIL import Image
@@ -459,21 +460,46 @@ async def test_an_image_the_processor_refuses_is_withheld_and_named_and_the_epis
 
 
 async def test_three_consecutive_tool_failures_end_a_modalsearch_episode_as_tool_errors(
+    tiny_vl_model, processor, tool_server_with, world
+):
+    @web.middleware
+    async def failing_calls(request: web.Request, handler):  # the server is there, its tools fail (5xx)
+        if request.path.endswith("/call"):
+            body = {"error": {"type": "search_unavailable", "message": "injected", "field": None}}
+            return web.json_response(body, status=503)
+        return await handler(request)
+
+    server = await tool_server_with(middlewares=(failing_calls,))
+    client = TransformersGenerateClient(
+        tiny_vl_model, processor, max_new_tokens=64, forced=lambda c: react("t2t_search", query="flag of France")
+    )
+    loop = make_loop("modalsearch_react_agent", client, url_of(server))
+    out, record = await run(loop, question(world, "Which country?"))
+    assert record.termination_reason == "tool_errors" and record.error_class_ended == "tool"
+    assert [(t.outcome, t.error_class) for t in record.turns] == [("call_error", "tool")] * 3
+    assert {c.error_type for t in record.turns for c in t.calls} == {"search_unavailable"}
+    assert record.turns[-1].observation_delivered_to_policy is False  # the episode ended on it
+    assert_well_formed(out, record, processor.tokenizer)
+
+
+async def test_a_tool_server_gone_mid_episode_ends_it_at_once_as_tool_instability(
     tiny_vl_model, processor, server, world
 ):
+    """Neos has no error-streak rule: without this, a lost session would spend every remaining turn on errors."""
     event_loop = asyncio.get_running_loop()
 
     def forced(c: GenerateCall) -> str:
         if len(client.calls) == 1:  # after the session is open: the tool server goes away
             asyncio.run_coroutine_threadsafe(server.close(), event_loop).result(timeout=30)
-        return react("t2t_search", query="flag of France")
+        return call("TextSearch", query=["flag of France"])
 
     client = TransformersGenerateClient(tiny_vl_model, processor, max_new_tokens=64, forced=forced)
-    loop = make_loop("modalsearch_react_agent", client, url_of(server))
+    loop = make_loop("neos_search_agent", client, url_of(server))
     out, record = await run(loop, question(world, "Which country?"))
     assert record.termination_reason == "tool_errors" and record.error_class_ended == "tool"
-    assert [(t.outcome, t.error_class) for t in record.turns] == [("call_error", "tool")] * 3
-    assert record.turns[-1].observation_delivered_to_policy is False  # the episode ended on it
+    assert [(t.outcome, t.error_class) for t in record.turns] == [("call_error", "tool")]
+    assert record.turns[0].calls[0].error_type == "session_lost"
+    assert record.turns[-1].observation_delivered_to_policy is False
     assert_well_formed(out, record, processor.tokenizer)
 
 

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import socket
+import subprocess
+import time
 from collections.abc import Awaitable, Callable
 
 import pytest
+import redis
 from aiohttp import web
 
 
@@ -47,3 +53,43 @@ async def client(world, tmp_path):
     )
     async with TestClient(TestServer(app)) as c:
         yield c
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def redis_url():
+    """A redis-server started on a free loopback port, or the existing server NEOS_TEST_REDIS_URL names."""
+    if os.environ.get("NEOS_TEST_REDIS_URL"):
+        yield os.environ["NEOS_TEST_REDIS_URL"]
+        return
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.fail("redis-server binary not found: install the Debian package `redis-server` "
+                    "(apt-get install -y redis-server) or set NEOS_TEST_REDIS_URL=redis://HOST:PORT/DB")
+    port = free_port()
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    client = redis.Redis(host="127.0.0.1", port=port)
+    try:
+        for _ in range(200):  # wait until it accepts connections (up to ~10 s on a loaded machine)
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if proc.poll() is not None:
+                    pytest.fail(f"redis-server exited with {proc.returncode}")
+                time.sleep(0.05)
+        else:
+            pytest.fail("redis-server did not start")
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        client.close()
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -318,7 +318,8 @@ def test_cli_starts_prints_its_address_and_reports_bad_worlds(small_world, tmp_p
         text=True,
         timeout=60,
     )
-    assert bad.returncode == 1 and "not a world" in bad.stderr and "Traceback" not in bad.stderr
+    assert bad.returncode == 2 and "error: --world: " in bad.stderr and "not a world" in bad.stderr
+    assert bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
         [

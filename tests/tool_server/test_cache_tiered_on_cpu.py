@@ -1,16 +1,12 @@
 """TieredCache: read-through with promotion, per-level stats, shared tier as a directory and as a real Redis server."""
 
 import asyncio
-import os
-import shutil
-import socket
-import subprocess
-import time
 
 import pytest
-import redis
 
 from tool_server.cache import TieredCache, cache_key
+
+from .conftest import free_port
 
 
 def test_cache_key_is_canonical_and_scoped():
@@ -65,46 +61,6 @@ def test_shared_dir_and_redis_together_is_refused(tmp_path):
         TieredCache.from_config(shared_dir=tmp_path, redis_url="redis://127.0.0.1:1")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def redis_url():
-    """A redis-server started on a free loopback port, or the existing server NEOS_TEST_REDIS_URL names."""
-    if os.environ.get("NEOS_TEST_REDIS_URL"):
-        yield os.environ["NEOS_TEST_REDIS_URL"]
-        return
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.fail("redis-server binary not found: install the Debian package `redis-server` "
-                    "(apt-get install -y redis-server) or set NEOS_TEST_REDIS_URL=redis://HOST:PORT/DB")
-    port = _free_port()
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    client = redis.Redis(host="127.0.0.1", port=port)
-    try:
-        for _ in range(200):  # wait until it accepts connections (up to ~10 s on a loaded machine)
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if proc.poll() is not None:
-                    pytest.fail(f"redis-server exited with {proc.returncode}")
-                time.sleep(0.05)
-        else:
-            pytest.fail("redis-server did not start")
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        client.close()
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
 async def test_redis_shared_tier(redis_url, tmp_path):
     a = TieredCache.from_config(memory_items=4, redis_url=redis_url)
     b = TieredCache.from_config(memory_items=4, disk_dir=tmp_path / "b", redis_url=redis_url)
@@ -119,7 +75,7 @@ async def test_redis_shared_tier(redis_url, tmp_path):
 
 
 async def test_unreachable_redis_counts_errors_and_misses():
-    cache = TieredCache.from_config(memory_items=4, redis_url=f"redis://127.0.0.1:{_free_port()}/0")
+    cache = TieredCache.from_config(memory_items=4, redis_url=f"redis://127.0.0.1:{free_port()}/0")
     await cache.set("k", b"v")  # memory gets it, redis fails
     assert await cache.get("k") == b"v"
     assert await cache.get("other") is None

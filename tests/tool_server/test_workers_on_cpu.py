@@ -138,4 +138,4 @@ def test_workers_flag_is_checked(bad, small_world):
         timeout=60,
         check=False,
     )
-    assert r.returncode == 2 and "--workers must be >= 1" in r.stderr
+    assert r.returncode == 2 and f"argument --workers: must be >= 1, got {bad}" in r.stderr

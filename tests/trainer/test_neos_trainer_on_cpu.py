@@ -58,6 +58,20 @@ def test_runs_verls_on_policy_branches_under_its_own_name(tmp_path, monkeypatch)
     assert type(plain.replay_buffer) is ReplayBuffer and plain.trainer_mode == "sync"
 
 
+def test_refuses_to_start_when_nothing_would_freeze_the_vision_tower(tmp_path, monkeypatch, caplog):
+    """Neos, Appendix C freezes the policy's tower; verl reads ``freeze_vision_tower`` nowhere, so a config in which
+    none of our mechanisms acts would train it silently: the trainer stops before any worker exists."""
+    monkeypatch.setenv("NEOS_SMOKE_DATA", str(tmp_path))
+    monkeypatch.setenv("NEOS_SMOKE_MODEL", str(tmp_path))
+    monkeypatch.delenv("NEOS_FREEZE_VISION_TOWER", raising=False)
+    with pytest.raises(ValueError, match=r"env_vars\.NEOS_FREEZE_VISION_TOWER='1'"):
+        NeosTrainer(compose("+recipe=neos_smoke", "~ray_kwargs.ray_init.runtime_env.env_vars.NEOS_FREEZE_VISION_TOWER"))
+    # The smoke recipe itself (FSDP1) starts, with the warning that its freeze is approximate (weight decay).
+    with caplog.at_level("WARNING", logger="verl_ext.trainer.neos_trainer"):
+        NeosTrainer(compose("+recipe=neos_smoke"))
+    assert "strategy=fsdp2 freezes them exactly" in caplog.text
+
+
 def _turn(i: int, call_ids: list[str]) -> TurnRecord:
     call = CallRecord(tool_name="WebVisit", arguments={"url": ["u"], "goal": "g"}, ok=True, mei_call_ids=call_ids,
                       mei_versions=["v0"] * len(call_ids))

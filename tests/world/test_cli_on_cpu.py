@@ -17,5 +17,8 @@ def test_bad_arguments_fail_clearly(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["build", "--size", "small", "--out", str(tmp_path), "--adapters", "countries,nope"])
     assert "unknown ['nope']" in capsys.readouterr().err
-    assert main(["summary", str(tmp_path)]) == 1
-    assert "manifest.json is missing" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["summary", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "error: WORLD: " in err and "manifest.json is missing" in err
+    assert err.count("\n") == 1

@@ -25,34 +25,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from data_gen.common.usage import (
+    OneLineParser,
+    json_object,
+    nonnegative_float,
+    nonnegative_int,
+    positive_float,
+    positive_int,
+    share,
+)
 from verl_ext.eval.benchmarks import FORMATS, KNOWN_BENCHMARKS, BenchmarkError, BenchmarkSpec
+from verl_ext.reward.judge import JudgeConfig
 
-
+MAX_JUDGE_FALLBACK_SHARE = JudgeConfig().max_fallback_share  # the answer judge's, as training uses it
 _HYDRA_OVERRIDE = re.compile(r"^(\+{0,2}[\w.\-/@\[\]]+=.*|~[\w.\-/@]+(=.*)?)$")  # key=value, +key=value, ~key
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line usage errors (``error: ...``), exit code 2."""
-
-    def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _json_object(text: str) -> dict:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"not JSON ({exc.msg} at char {exc.pos})") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("must be a JSON object")
-    return value
 
 
 def _bench(text: str) -> BenchmarkSpec:
@@ -62,76 +48,109 @@ def _bench(text: str) -> BenchmarkSpec:
         raise argparse.ArgumentTypeError(str(exc).removeprefix(f"--bench {text!r}: ")) from None
 
 
+def _fallback_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--judge-max-fallback-share", type=share, default=MAX_JUDGE_FALLBACK_SHARE, metavar="SHARE",
+                   help="share of LLM-judged responses decided by the rule matcher (the judge failed) above which the "
+                   "run logs a warning and the report flags it; the answer judge's max_fallback_share, the same "
+                   f"threshold training warns at (default: {MAX_JUDGE_FALLBACK_SHARE})")
+
+
 def _benchmarks_and_judge(r: argparse.ArgumentParser) -> None:
-    """The arguments both policy paths take: benchmarks, output, tools, runs, turns, sampling overrides, judge."""
+    """The options both policy paths take: benchmarks, output, tools, runs, turns, sampling, judge, report."""
     r.add_argument("--bench", type=_bench, action="append", required=True, metavar="NAME=FORMAT:PATH",
                    help=f"a benchmark file; formats {', '.join(sorted(FORMATS))}; NAME=PATH for a known name "
                    f"({', '.join(sorted(KNOWN_BENCHMARKS))}); repeat for several")
-    r.add_argument("--out", type=Path, required=True, help="run directory (results.jsonl, images/, report)")
+    r.add_argument("--out", type=Path, required=True, metavar="DIR",
+                   help="run directory (results.jsonl, images/, report/); an existing one resumes")
     tools = r.add_mutually_exclusive_group(required=True)
-    tools.add_argument("--world", type=Path, help="offline: start our tool server on this world")
-    tools.add_argument("--tool-server", help="a running tool server's URL (e.g. one started with --online)")
-    r.add_argument("--runs", type=_positive, default=5, help="runs per item (default 5, as both papers report)")
-    r.add_argument("--limit", type=_positive, default=None, help="first N items of each benchmark")
-    r.add_argument("--max-turns", type=_positive, default=None,
-                   help="assistant turns (default: the protocol's, Neos 50, ModalSearcher 46)")
-    r.add_argument("--temperature", type=float, default=None, help="override the paper's sampling temperature")
-    r.add_argument("--top-p", type=float, default=None, help="override the paper's top-p")
-    r.add_argument("--judge-url", default=None, help="OpenAI-compatible base URL of the LLM judge (default: the "
-                   "rule matcher alone, offline)")
-    r.add_argument("--judge-model", default="judge", help="model name sent to --judge-url")
+    tools.add_argument("--world", type=Path, metavar="DIR", help="offline: start our tool server on this built world")
+    tools.add_argument("--tool-server", metavar="URL", help="a running tool server's URL (e.g. one started with "
+                       "--online)")
+    r.add_argument("--runs", type=positive_int, default=5, metavar="K",
+                   help="runs per item (default: 5, as both papers report)")
+    r.add_argument("--limit", type=positive_int, default=None, metavar="N",
+                   help="first N items of each benchmark (default: all)")
+    r.add_argument("--temperature", type=nonnegative_float, default=None,
+                   help="sampling temperature (default: the paper's for the protocol)")
+    r.add_argument("--top-p", type=positive_float, default=None, metavar="P",
+                   help="nucleus sampling top-p in (0, 1] (default: the paper's for the protocol)")
+    r.add_argument("--judge-url", default=None, metavar="URL", help="OpenAI-compatible base URL of the LLM judge "
+                   "(default: the rule matcher alone, offline)")
+    r.add_argument("--judge-model", default="judge", metavar="NAME",
+                   help="model name sent to --judge-url (default: judge)")
     r.add_argument("--judge-passes", type=int, choices=(1, 2), default=1,
-                   help="2: judge every response twice and report the agreement (repeatability)")
+                   help="2: judge every response twice and report the agreement (repeatability) (default: 1)")
+    _fallback_flag(r)
     r.add_argument("--no-embeddings", action="store_true",
                    help="report without the repeated-search analysis (it needs the [eval] extra's MiniLM)")
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m verl_ext.eval", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    r = sub.add_parser("run", help="evaluate a policy endpoint on benchmarks (resumable), then report")
+    p = OneLineParser(prog="python -m verl_ext.eval", description="Evaluate a search agent on benchmarks, report, and "
+                      "plot a training run.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=OneLineParser, metavar="COMMAND")
+    r = sub.add_parser("run", help="evaluate a policy endpoint on benchmarks (resumable), then report",
+                       description="Run a policy behind an OpenAI-compatible endpoint on benchmarks with our tool "
+                       "server, k runs per item, judged; resumable; then the report.")
     _benchmarks_and_judge(r)
-    r.add_argument("--policy-url", required=True, help="OpenAI-compatible base URL of the policy, e.g. "
+    r.add_argument("--policy-url", required=True, metavar="URL", help="OpenAI-compatible base URL of the policy, e.g. "
                    "http://127.0.0.1:8000/v1")
-    r.add_argument("--policy-model", default="policy", help="model name sent to --policy-url")
+    r.add_argument("--policy-model", default="policy", metavar="NAME",
+                   help="model name sent to --policy-url (default: policy)")
     r.add_argument("--protocol", choices=("neos", "modalsearch"), default="neos",
                    help="protocol of items whose row names no agent (default: neos)")
-    r.add_argument("--concurrency", type=_positive, default=8, help="episodes in flight (default 8)")
-    r.add_argument("--max-tokens", type=_positive, default=4096, help="tokens per policy turn (default 4096)")
-    r.add_argument("--sampling", type=_json_object, default=None, metavar="JSON",
+    r.add_argument("--concurrency", type=positive_int, default=8, metavar="N", help="episodes in flight (default: 8)")
+    r.add_argument("--max-turns", type=positive_int, default=None, metavar="N",
+                   help="assistant turns (default: the protocol's, Neos 50, ModalSearcher 46)")
+    r.add_argument("--max-tokens", type=positive_int, default=4096, metavar="N",
+                   help="tokens per policy turn (default: 4096)")
+    r.add_argument("--sampling", type=json_object, default=None, metavar="JSON",
                    help="sampling parameters sent instead of the paper's, e.g. '{\"temperature\": 0.7}' for an API "
                    "that refuses vLLM's top_k (--temperature/--top-p/--seed still apply on top)")
-    r.add_argument("--seed", type=int, default=None, help="sampling seed sent to the policy (servers that honour it)")
-    r.add_argument("--policy-timeout", type=float, default=600.0, help="seconds per policy request (default 600)")
+    r.add_argument("--seed", type=nonnegative_int, default=None,
+                   help="sampling seed sent to the policy, for servers that honour it (default: none sent)")
+    r.add_argument("--policy-timeout", type=positive_float, default=600.0, metavar="SECONDS",
+                   help="seconds per policy request (default: 600)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     v = sub.add_parser("verl", help="evaluate a verl checkpoint through verl's own validation (main_ppo "
                        "trainer.val_only) with a recipe's agent loops, then report",
                        usage="%(prog)s [options] [KEY=VALUE ...]",
-                       epilog="KEY=VALUE: main_ppo overrides applied after ours, anywhere on the line, e.g. the device "
-                       "keys trainer.n_gpus_per_node=8 actor_rollout_ref.rollout.name=vllm")
+                       description="Evaluate a verl checkpoint with verl's own validation loop (main_ppo "
+                       "+recipe=NAME trainer.val_only=true) and the recipe's agent loops; its validation dump becomes "
+                       "judged results and the report. KEY=VALUE words anywhere on the line are main_ppo overrides "
+                       "applied after ours, e.g. the device keys trainer.n_gpus_per_node=8 "
+                       "actor_rollout_ref.rollout.name=vllm.")
     _benchmarks_and_judge(v)
-    v.add_argument("--recipe", required=True, help="the recipe the checkpoint was trained with (main_ppo "
-                   "+recipe=NAME: neos, modalsearcher, neos_smoke, ...); its agent loop decides the protocol")
-    v.add_argument("--checkpoint", type=Path, required=True, help="an HF model directory, or a verl checkpoint "
-                   "(trainer.default_local_dir/global_step_N, or its actor/)")
-    v.add_argument("--base-model", type=Path, default=None, help="for a sharded verl checkpoint: the HF model its "
-                   "run started from (default: the checkpoint's actor/huggingface, when it holds weights)")
+    v.add_argument("--recipe", required=True, metavar="NAME", help="the recipe the checkpoint was trained with "
+                   "(main_ppo +recipe=NAME: neos, modalsearcher, neos_smoke, ...); its agent loop decides the protocol")
+    v.add_argument("--checkpoint", type=Path, required=True, metavar="PATH", help="an HF model directory, or a verl "
+                   "checkpoint (trainer.default_local_dir/global_step_N, or its actor/)")
+    v.add_argument("--base-model", type=Path, default=None, metavar="DIR", help="for a sharded verl checkpoint: the HF "
+                   "model its run started from (default: the checkpoint's actor/huggingface, when it holds weights)")
+    v.add_argument("--max-turns", type=positive_int, default=None, metavar="N",
+                   help="assistant turns (default: the recipe's multi_turn.max_assistant_turns)")
     v.add_argument("--dry-run", action="store_true", help="write the validation rows and print the main_ppo "
                    "command instead of running it; run it yourself, then invoke again (without it) to convert")
 
-    rep = sub.add_parser("report", help="report.md, plots, summary.json and the trajectory viewer")
+    rep = sub.add_parser("report", help="report.md, plots, summary.json and the trajectory viewer",
+                         description="Write report.md, plots, summary.json and the trajectory viewer from a run "
+                         "directory, or from trajectories exported during training.")
     src = rep.add_mutually_exclusive_group(required=True)
-    src.add_argument("--run", type=Path, help="a run directory of `run`")
-    src.add_argument("--trajectories", type=Path, help="JSONL of trajectories exported during training: each "
+    src.add_argument("--run", type=Path, metavar="DIR", help="a run directory of `run`")
+    src.add_argument("--trajectories", type=Path, metavar="FILE", help="JSONL of trajectories exported during "
+                     "training: each "
                      "line a neos_trajectory record, or an object with it under 'neos_trajectory' and optional "
                      "'acc' (1/0) or 'correct'")
-    rep.add_argument("--out", type=Path, default=None, help="report directory (default: RUN/report)")
+    rep.add_argument("--out", type=Path, default=None, metavar="DIR",
+                     help="report directory (default: RUN/report; required with --trajectories)")
+    _fallback_flag(rep)
     rep.add_argument("--no-embeddings", action="store_true", help="skip the repeated-search analysis")
 
-    tr = sub.add_parser("training", help="plots of a training run's logged metrics (verl's file logger)")
+    tr = sub.add_parser("training", help="plots of a training run's logged metrics (verl's file logger)",
+                        description="Plot a training run's logged metrics from verl's file logger JSONL.")
     tr.add_argument("metrics", type=Path, help="the file logger's JSONL, or a directory holding such files")
-    tr.add_argument("--out", type=Path, required=True)
+    tr.add_argument("--out", type=Path, required=True, metavar="DIR", help="directory for the plots (created)")
     return p
 
 
@@ -159,10 +178,8 @@ def _tool_server(args: argparse.Namespace) -> Iterator[str]:
         yield url
 
 
-def _judge(args: argparse.Namespace):
-    from verl_ext.reward.judge import JudgeConfig
-
-    return JudgeConfig(url=args.judge_url, model=args.judge_model) if args.judge_url else JudgeConfig()
+def _judge(args: argparse.Namespace) -> JudgeConfig:
+    return JudgeConfig(url=args.judge_url, model=args.judge_model, max_fallback_share=args.judge_max_fallback_share)
 
 
 def _sampling_flags(args: argparse.Namespace) -> dict[str, Any]:
@@ -174,7 +191,6 @@ def _run(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
     from verl_ext.eval.episode import PolicySettings
     from verl_ext.eval.report import write_report
     from verl_ext.eval.run import RunConfig, evaluate
-    from verl_ext.reward.judge import JudgeConfig
 
     chat = JudgeConfig(url=args.policy_url, model=args.policy_model, max_tokens=args.max_tokens,
                        timeout_s=args.policy_timeout)
@@ -186,18 +202,19 @@ def _run(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
                                limit=args.limit, sampling_override=_sampling_flags(args),
                                sampling_replace=args.sampling, progress=not args.no_progress)
             counts = asyncio.run(evaluate(config))
-        paths = write_report(args.out, args.out / "report", embeddings=not args.no_embeddings)
+        paths = write_report(args.out, args.out / "report", embeddings=not args.no_embeddings,
+                             max_fallback_share=args.judge_max_fallback_share)
     print(json.dumps(counts))
     print(f"report: {paths['report']}  viewer: {paths['viewer']}")
     return 0 if counts["errors"] == 0 else 1
 
 
 def _verl(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
+    if args.dry_run and not args.tool_server:
+        p.error("--dry-run needs --tool-server (a server that outlives this command)")
     from verl_ext.eval.report import write_report
     from verl_ext.eval.verl_val import LaunchFailed, VerlValConfig, evaluate_verl
 
-    if args.dry_run and not args.tool_server:
-        p.exit(2, f"{p.prog}: error: --dry-run needs --tool-server (a server that outlives this command)\n")
     with _usage_errors(p):
         with _tool_server(args) as url:
             config = VerlValConfig(out=args.out, benches=args.bench, recipe=args.recipe, checkpoint=args.checkpoint,
@@ -212,18 +229,24 @@ def _verl(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
         if "command" in counts:
             print(counts["command"])
             return 0
-        paths = write_report(args.out, args.out / "report", embeddings=not args.no_embeddings)
+        paths = write_report(args.out, args.out / "report", embeddings=not args.no_embeddings,
+                             max_fallback_share=args.judge_max_fallback_share)
     print(json.dumps(counts))
     print(f"report: {paths['report']}  viewer: {paths['viewer']}")
     return 0 if counts["errors"] == 0 else 1
 
 
 def _report(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
+    if args.run is not None and not args.run.is_dir():
+        p.error(f"--run: {args.run} is not a run directory (python -m verl_ext.eval run --out DIR writes one)")
+    if args.trajectories is not None and not args.trajectories.is_file():
+        p.error(f"--trajectories: {args.trajectories}: no such file")
     from verl_ext.eval.report import write_report, write_trajectory_report
 
     with _usage_errors(p):
         if args.run is not None:
-            paths = write_report(args.run, args.out or args.run / "report", embeddings=not args.no_embeddings)
+            paths = write_report(args.run, args.out or args.run / "report", embeddings=not args.no_embeddings,
+                                 max_fallback_share=args.judge_max_fallback_share)
         else:
             if args.out is None:
                 raise ValueError("--out is required with --trajectories")
@@ -233,6 +256,8 @@ def _report(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
 
 
 def _training(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
+    if not args.metrics.exists():
+        p.error(f"METRICS: {args.metrics}: no such file or directory")
     from verl_ext.eval.training import training_plots
 
     with _usage_errors(p):
@@ -249,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = extra  # main_ppo's KEY=VALUE overrides: what argparse leaves over
     elif extra:
         p.error(f"unrecognized arguments: {' '.join(extra)}")
+    if args.command in ("run", "verl") and args.top_p is not None and args.top_p > 1:
+        p.error(f"argument --top-p: must be <= 1, got {args.top_p}")
     return {"run": _run, "verl": _verl, "report": _report, "training": _training}[args.command](args, p)
 
 

@@ -19,12 +19,14 @@ from verl_ext.eval.judging import fallback_reason
 from verl_ext.eval.run import EvalRecord, read_results
 from verl_ext.eval.stats import by_benchmark
 from verl_ext.eval.viewer import ViewerEpisode, write_viewer
-from verl_ext.reward.judge import Verdict
+from verl_ext.reward.judge import JudgeConfig, Verdict
 from verl_ext.rollout.record import TrajectoryRecord
 from verl_ext.walkthrough.plots import FAILURE, SUCCESS, _save, histograms_by_correctness, plt
 
 logger = logging.getLogger(__name__)
-JUDGE_FALLBACK_WARNING = 0.05  # rule fallbacks above this share of LLM-judged verdicts are flagged in the report
+# Rule fallbacks above this share of LLM-judged verdicts are flagged: the answer judge's own threshold, the one
+# training warns at (JudgeConfig.max_fallback_share), so one setting governs the event wherever it is counted.
+MAX_JUDGE_FALLBACK_SHARE = JudgeConfig().max_fallback_share
 
 
 def _embedder(enabled: bool):
@@ -35,25 +37,31 @@ def _embedder(enabled: bool):
     return minilm
 
 
-def judge_summary(records: Sequence[EvalRecord]) -> dict[str, Any]:
+def judge_summary(records: Sequence[EvalRecord], max_fallback_share: float = MAX_JUDGE_FALLBACK_SHARE
+                  ) -> dict[str, Any]:
+    """Verdicts by path, rule fallbacks by reason and their share of LLM-judged responses, flagged (and logged)
+    above ``max_fallback_share``; the agreement of two judge passes."""
     verdicts = [Verdict(**r.verdict) for r in records if r.verdict]
     sources = Counter(v.source for v in verdicts)
     reasons = Counter(fallback_reason(v) for v in verdicts if v.source == "rule_fallback")
     asked = sources["llm"] + sources["rule_fallback"]
-    if asked and sources["rule_fallback"] / asked > JUDGE_FALLBACK_WARNING:
-        logger.warning("the rule matcher decided %d of %d LLM-judged responses (judge failures by reason: %s)",
-                       sources["rule_fallback"], asked, dict(reasons))
+    rate = sources["rule_fallback"] / asked if asked else 0.0
+    if rate > max_fallback_share:
+        logger.warning("the rule matcher decided %d of %d LLM-judged responses (%.0f%% > max_fallback_share %.0f%%; "
+                       "judge failures by reason: %s)", sources["rule_fallback"], asked, 100 * rate,
+                       100 * max_fallback_share, dict(reasons))
     pairs = [(r.verdict["correct"], r.verdict_pass2["correct"]) for r in records
              if r.verdict and r.verdict_pass2 and r.verdict["source"] == r.verdict_pass2["source"] == "llm"]
     return {
         "by_source": dict(sources), "fallbacks_by_reason": dict(reasons),
-        "fallback_rate": sources["rule_fallback"] / asked if asked else 0.0,
+        "fallback_rate": rate, "max_fallback_share": max_fallback_share,
         "repeatability": {"pairs": len(pairs), "agreement": sum(a == b for a, b in pairs) / len(pairs)}
         if pairs else None,
     }
 
 
-def summarize(records: Sequence[EvalRecord], pin: dict[str, Any], embeddings: bool) -> dict[str, Any]:
+def summarize(records: Sequence[EvalRecord], pin: dict[str, Any], embeddings: bool,
+              max_fallback_share: float = MAX_JUDGE_FALLBACK_SHARE) -> dict[str, Any]:
     ok = [r for r in records if r.status == "ok"]
     errors = Counter(r.error.split(":", 1)[0] for r in records if r.status == "error")
     k = pin.get("runs", max((r.run for r in records), default=0) + 1)
@@ -64,7 +72,7 @@ def summarize(records: Sequence[EvalRecord], pin: dict[str, Any], embeddings: bo
         "pin": pin,
         "episodes": {"ok": len(ok), "errors": sum(errors.values()), "errors_by_type": dict(errors)},
         "accuracy": {name: a.as_dict() for name, a in accuracy.items()},
-        "judge": judge_summary(ok),
+        "judge": judge_summary(ok, max_fallback_share),
         "behaviour": analyse(episodes, _embedder(embeddings)),
     }
 
@@ -151,9 +159,9 @@ def markdown(summary: dict[str, Any], figures: dict[str, Path]) -> str:
         j = summary["judge"]
         lines += ["## Judge", "", f"Verdicts by path: {j['by_source']}. Rule fallbacks: {_pct(j['fallback_rate'])}% "
                   f"of LLM-judged responses, by reason {j['fallbacks_by_reason'] or '{}'}."]
-        if j["fallback_rate"] > JUDGE_FALLBACK_WARNING:
-            lines.append(f"**Warning:** more than {100 * JUDGE_FALLBACK_WARNING:.0f}% of verdicts fell back to the "
-                         "rule matcher: check the judge endpoint.")
+        if j["fallback_rate"] > j["max_fallback_share"]:
+            lines.append(f"**Warning:** more than {_pct(j['max_fallback_share'])}% of verdicts fell back to the "
+                         "rule matcher (the judge's max_fallback_share): check the judge endpoint.")
         rep = j["repeatability"]
         lines += [f"Repeatability: {_pct(rep['agreement'])}% agreement of two judge passes over {rep['pairs']} "
                   "responses." if rep else "Repeatability: not measured (run with --judge-passes 2).", ""]
@@ -205,10 +213,11 @@ def _atomic_write(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def write_report(run_dir: Path, out: Path, *, embeddings: bool = True) -> dict[str, Path]:
+def write_report(run_dir: Path, out: Path, *, embeddings: bool = True,
+                 max_fallback_share: float = MAX_JUDGE_FALLBACK_SHARE) -> dict[str, Path]:
     records = read_results(run_dir)
     pin = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").exists() else {}
-    summary = summarize(records, pin, embeddings)
+    summary = summarize(records, pin, embeddings, max_fallback_share)
     episodes = [ViewerEpisode.from_eval(r) for r in records if r.status == "ok" and r.trajectory]
     return _write(out, summary, episodes, run_dir / "images")
 

@@ -25,16 +25,19 @@ import asyncio
 import time
 import uuid
 from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
-import torch
 from aiohttp import web
-from transformers import AutoModelForImageTextToText, AutoProcessor
 
+from data_gen.common.usage import OneLineParser, port, positive_int
 from verl_ext.mei.chat import ChatInputError, render
-from verl_ext.rollout.hf_generate import TransformersGenerateClient
+from verl_ext.tools.shards import server_urls
+
+if TYPE_CHECKING:  # torch, transformers and verl load with the first checkpoint, not for --help
+    from verl_ext.rollout.hf_generate import TransformersGenerateClient
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +53,11 @@ def _error(status: int, type_: str, message: str) -> web.Response:
 
 def load_checkpoint(path: str | Path, version: str, *, device: str = "cpu", max_new_tokens: int = 2048) -> Served:
     """Load an HF checkpoint (weights, processor, chat template) for serving. Raises ``OSError`` / ``ValueError``."""
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from verl_ext.rollout.hf_generate import TransformersGenerateClient
+
     path = Path(path)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"no HF checkpoint at {path} (config.json missing)")
@@ -163,30 +171,56 @@ async def served_version(base_url: str, *, timeout_s: float = 30.0) -> str:
     return body["version"]
 
 
-async def announce(tool_server_url: str, version: str, *, timeout_s: float = 30.0) -> str:
-    """Tell the tool server that ``version`` is now served (its ``POST /admin/mei_version``): sessions it creates from
-    now on are fixed to it and its MEI-backed cache entries are keyed by it. Returns the version it reports."""
-    status, body = await _json("POST", tool_server_url.rstrip("/") + "/admin/mei_version", {"version": version},
-                               timeout_s)
-    if status != 200 or not isinstance(body, dict) or body.get("version") != version:
-        raise RuntimeError(f"tool server at {tool_server_url} refused MEI version {version}: HTTP {status} "
-                           f"{str(body)[:200]}")
+async def announce(tool_server_url: str | Sequence[str], version: str, *, timeout_s: float = 30.0) -> str:
+    """Tell the tool server(s) that ``version`` is now served (their ``POST /admin/mei_version``): sessions they create
+    from now on are fixed to it and their MEI-backed cache entries are keyed by it. ``tool_server_url``: one URL or
+    several (a list, or comma-separated: one server per node), all told at once; one that refuses or cannot be
+    reached raises (its sessions would mix versions). Returns the version."""
+
+    async def one(url: str) -> None:
+        try:
+            status, body = await _json("POST", url + "/admin/mei_version", {"version": version}, timeout_s)
+        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+            raise RuntimeError(f"tool server at {url} was not told MEI version {version}: {e!r}") from None
+        if status != 200 or not isinstance(body, dict) or body.get("version") != version:
+            raise RuntimeError(f"tool server at {url} refused MEI version {version}: HTTP {status} {str(body)[:200]}")
+
+    await asyncio.gather(*(one(url) for url in server_urls(tool_server_url)))
     return version
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m verl_ext.mei.server", description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", required=True, type=Path, help="HF checkpoint directory of the MEI model")
-    p.add_argument("--version", required=True)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8010)
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--max-new-tokens", type=int, default=2048)
+def parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog="python -m verl_ext.mei.server", description="An OpenAI-compatible MEI server on "
+                      "transformers that can switch checkpoints between rollout rounds (Neos: Learning to Interleave "
+                      "Search and Visual Reasoning, Sec. 3.5); for development machines, smoke runs and tests.")
+    p.add_argument("--model", required=True, type=Path, metavar="DIR",
+                   help="HF checkpoint directory of the MEI model (config.json, weights, processor)")
+    p.add_argument("--version", required=True,
+                   help="version name of this checkpoint, reported as each answer's model field (e.g. v0)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, loopback only)")
+    p.add_argument("--port", type=port, default=8010, help="TCP port (default: 8010)")
+    p.add_argument("--device", default=None,
+                   help="torch device of the model, e.g. cuda, cuda:1, cpu (default: cuda when available, else cpu)")
+    p.add_argument("--max-new-tokens", type=positive_int, default=2048, metavar="N",
+                   help="tokens one answer may generate at most; a request's max_tokens may lower it (default: 2048)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser()
     args = p.parse_args(argv)
-    served = load_checkpoint(args.model, args.version, device=args.device, max_new_tokens=args.max_new_tokens)
-    server = MEIServer(served, device=args.device, max_new_tokens=args.max_new_tokens)
+    if not args.version.strip():
+        p.error("argument --version: must not be empty")
+    if not (args.model / "config.json").is_file():
+        p.error(f"--model: {args.model} is not an HF checkpoint directory (no config.json)")
+    import torch
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    served = load_checkpoint(args.model, args.version, device=device, max_new_tokens=args.max_new_tokens)
+    server = MEIServer(served, device=device, max_new_tokens=args.max_new_tokens)
     web.run_app(create_app(server), host=args.host, port=args.port)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -21,30 +21,51 @@ import os
 import sys
 from pathlib import Path
 
+from data_gen.common.usage import OneLineParser, positive_float, positive_int
+
 # The GPU image ships JAX; anything that initialised it would preallocate most of the GPU for XLA.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m verl_ext.mei.warm_start", description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", required=True, type=Path, help="HF directory of the MEI model to start from")
-    p.add_argument("--pairs", required=True, type=Path, help="mei_sft.jsonl from `python -m data_gen neos`")
-    p.add_argument("--out", required=True, type=Path, help="directory for <version>/huggingface")
-    p.add_argument("--version", default="v0", help="the version name the MEI server will report")
-    p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--lr", type=float, default=1e-6, help="the paper's online MEI lr; a model from scratch needs more")
-    p.add_argument("--global-batch-size", type=int, default=16)
-    p.add_argument("--micro-batch-size", type=int, default=1)
-    p.add_argument("--attn-implementation", default=None, help="e.g. sdpa where flash-attn is not installed")
+def parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog="python -m verl_ext.mei.warm_start", description="Cold-start MEI SFT: train an MEI "
+                      "checkpoint on data generation's MEI pairs before RL starts, with the worker group and loss of "
+                      "the online MEI updates (Neos: Learning to Interleave Search and Visual Reasoning, Sec. 3.5). "
+                      "Needs a GPU and Ray.")
+    p.add_argument("--model", required=True, type=Path, metavar="DIR", help="HF directory of the MEI model to start "
+                   "from")
+    p.add_argument("--pairs", required=True, type=Path, metavar="FILE",
+                   help="mei_sft.jsonl from python -m data_gen neos (its images in the blob store beside it)")
+    p.add_argument("--out", required=True, type=Path, metavar="DIR",
+                   help="directory for the checkpoint, written to OUT/VERSION/huggingface")
+    p.add_argument("--version", default="v0", help="the version name the MEI server will report (default: v0)")
+    p.add_argument("--epochs", type=positive_int, default=1, metavar="N",
+                   help="passes over the pairs (default: 1, the paper's online update; a cold start takes more)")
+    p.add_argument("--lr", type=positive_float, default=1e-6,
+                   help="peak learning rate, cosine to a tenth with 5%% warmup (default: 1e-6, the paper's online MEI "
+                   "lr, Neos Table 12; a model trained from scratch needs more, e.g. 1e-3)")
+    p.add_argument("--global-batch-size", type=positive_int, default=16, metavar="N",
+                   help="pairs per optimizer step (default: 16, Neos Table 12)")
+    p.add_argument("--micro-batch-size", type=positive_int, default=1, metavar="N",
+                   help="pairs per forward pass per GPU (default: 1)")
+    p.add_argument("--attn-implementation", default=None,
+                   help="attention kernel passed to transformers, e.g. sdpa where flash-attn is not installed "
+                   "(default: verl's choice)")
     p.add_argument("--no-remove-padding", action="store_true", help="verl's remove-padding patch off")
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The flags, checked: usage errors exit 2 with one line before anything heavy loads."""
+    p = parser()
     args = p.parse_args(argv)
-    if args.epochs < 1:
-        p.error(f"--epochs must be >= 1, got {args.epochs}")
     if not args.pairs.is_file():
-        p.error(f"--pairs {args.pairs}: no such file (export it with `python -m data_gen neos --out DIR`)")
+        p.error(f"--pairs: {args.pairs}: no such file (export it with `python -m data_gen neos --out DIR`)")
     if not (args.model / "config.json").is_file():
-        p.error(f"--model {args.model}: not an HF model directory (no config.json)")
+        p.error(f"--model: {args.model}: not an HF model directory (no config.json)")
+    if args.version.strip() == "" or "/" in args.version:
+        p.error(f"--version: {args.version!r} must be a non-empty name without '/'")
     return args
 
 
@@ -73,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     processor = AutoProcessor.from_pretrained(settings.model_path)
     tokenized = load_pairs(args.pairs, processor, settings.max_seq_len)
     if not tokenized.items:
-        print(f"no usable pairs in {args.pairs} (skipped: {dict(tokenized.skipped)})", file=sys.stderr)
+        print(f"python -m verl_ext.mei.warm_start: error: --pairs: no usable pairs in {args.pairs} "
+              f"(skipped: {dict(tokenized.skipped)})", file=sys.stderr)
         return 2
     ray.init(num_gpus=settings.n_gpus, include_dashboard=False)
     try:

@@ -1,34 +1,53 @@
 """Keep a vision-language policy's vision encoder and merger frozen during RL (Neos, Appendix C: "vision encoder and
 multimodal merger frozen throughout", for the policy and for MEI).
 
-verl 0.9.1 declares ``actor_rollout_ref.actor.freeze_vision_tower`` but no engine reads it, and the model is built
-inside verl's engines (FSDP: a Hugging Face module; Megatron: an mbridge module), out of a plugin's reach. What every
-engine does run is the model's forward. So the freeze acts there, once per model, through a process-wide torch
-forward-pre-hook that the plugin installs in every process when ``NEOS_FREEZE_VISION_TOWER=1`` (the recipe sets it in
-Ray's runtime environment next to verl's key):
+verl 0.9.1 declares ``actor_rollout_ref.actor.freeze_vision_tower`` but no engine reads it. Freezing must happen before
+an engine builds its optimizer (and, on Megatron, its DDP gradient buffers), or the "frozen" weights still sit in the
+optimizer with zero gradients, where decoupled weight decay moves them. Each engine gets the mechanism it honours:
 
-- the vision tower's parameters get ``requires_grad=False``;
-- the tower's outputs are detached, so no gradient reaches it even where an engine captured ``requires_grad`` when
-  it built its optimizer: the parameters' ``.grad`` stays ``None`` and torch's optimizers skip them (no Adam step,
-  no weight decay). On Megatron the distributed optimizer keeps fp32 grad buffers (zeros, not ``None``) for
-  parameters that required grads when it was built: Adam's step is then exactly zero, while decoupled weight decay
-  still shrinks those weights by ``lr * weight_decay`` per step (1e-8 at Neos' settings).
+- **Megatron** (the paper's engine): verl hands every key of ``actor.megatron.override_transformer_config`` to the
+  Megatron-Bridge model provider as an attribute, and the vision-language providers (Qwen2.5-VL, Qwen3-VL,
+  Qwen3.5-VL) set ``requires_grad=False`` on the encoder (``freeze_vision_model``) and the merger
+  (``freeze_vision_projection``) in ``provide()``, before the pre-wrap hooks, DDP and the distributed optimizer: neither
+  DDP's buffers nor the optimizer hold the tower. The neos recipe sets both from ``freeze_vision_tower``
+  (``recipes/neos_parallel/paper_32gpu.yaml``).
+- **FSDP** and other engines that build a Hugging Face module: a process-wide torch forward-pre-hook that the plugin
+  installs in every process when ``NEOS_FREEZE_VISION_TOWER=1`` (the recipe sets it in Ray's runtime environment). At
+  the model's first forward it sets ``requires_grad=False`` on the tower's parameters and detaches the tower's
+  outputs, so no gradient reaches the tower even where the engine built its optimizer before that forward: the
+  parameters' ``.grad`` stays ``None`` and torch's optimizers skip them (no Adam step, no weight decay). Exact on
+  FSDP2 (``strategy: fsdp2``, one sharded tensor per parameter). On FSDP1 (``strategy: fsdp``, verl's
+  ``use_orig_params: false``) the tower's parameters outside a wrapped vision block (Qwen-VL: patch embedding and
+  merger) share the root ``FlatParameter`` with the language model's embeddings, so they get zero gradients, not
+  ``None``: no Adam step, but AdamW's decoupled decay of ``lr * weight_decay`` per step (1e-8 at Neos' settings,
+  below half an fp32 ulp, so the fp32 weights do not move; at larger settings they would).
+
+:func:`vision_freeze_gap` says when a config would not do what ``freeze_vision_tower`` says (true and no mechanism
+acts, or false and the hook still freezes): the neos trainer refuses to start then. :func:`vision_freeze_caveat` says
+when the freeze is only approximate (the trainer logs a warning).
 
 A model counts as vision-language when it has a submodule at one of ``VISION_ATTRS`` (Qwen2-VL, Qwen2.5-VL and
-Qwen3-VL keep encoder and merger under ``visual``; mbridge's models under ``vision_model``).
+Qwen3-VL keep encoder and merger under ``visual``; Megatron-Bridge's Qwen3-VL models under ``vision_model``).
 """
 
 from __future__ import annotations
 
 import os
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import torch
+from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 ENV_FLAG = "NEOS_FREEZE_VISION_TOWER"
 VISION_ATTRS = ("visual", "vision_tower", "vision_model")  # encoder + merger (projector) live under these
+# Megatron-Bridge vision-language provider attributes and the values a frozen tower needs: the encoder, the merger
+# (projector, with Qwen3-VL's deepstack mergers), and the language model said trainable outright (Megatron-Bridge's
+# Qwen3-VL MoE provider defaults it frozen).
+MEGATRON_PROVIDER_FREEZE = {"freeze_vision_model": True, "freeze_vision_projection": True,
+                            "freeze_language_model": False}
 
 _seen: weakref.WeakSet[nn.Module] = weakref.WeakSet()
 _frozen: weakref.WeakSet[nn.Module] = weakref.WeakSet()
@@ -101,3 +120,48 @@ def uninstall() -> None:
     if _handle is not None:
         _handle.remove()
         _handle = None
+
+
+def vision_freeze_gap(config: Mapping[str, Any], env: Mapping[str, str] = os.environ) -> str | None:
+    """Why the policy's vision tower would not be frozen or trained as ``actor_rollout_ref.actor.freeze_vision_tower``
+    says with this (verl ``main_ppo``) config, or ``None`` when it would. ``env``: the trainer process's environment,
+    where the hook's flag may come from the Ray cluster instead of the config."""
+    config = config if isinstance(config, DictConfig) else OmegaConf.create(config)
+    actor = "actor_rollout_ref.actor"
+    freeze = bool(OmegaConf.select(config, f"{actor}.freeze_vision_tower", default=False))
+    env_vars = OmegaConf.select(config, "ray_kwargs.ray_init.runtime_env.env_vars", default=None) or {}
+    hook = str(env_vars.get(ENV_FLAG, env.get(ENV_FLAG, "0"))) == "1"
+    if not freeze:
+        if hook:  # the hook acts in every worker, whatever the engine
+            return (f"actor_rollout_ref.actor.freeze_vision_tower=false, but {ENV_FLAG}=1 freezes the tower in every "
+                    f"worker: drop ray_kwargs.ray_init.runtime_env.env_vars.{ENV_FLAG}")
+        return None
+    strategy = OmegaConf.select(config, f"{actor}.strategy")
+    if strategy == "megatron":
+        if OmegaConf.select(config, f"{actor}.megatron.vanilla_mbridge", default=False):
+            return ("actor_rollout_ref.actor.freeze_vision_tower=true on Megatron needs Megatron-Bridge's providers: "
+                    "set actor_rollout_ref.actor.megatron.vanilla_mbridge=false")
+        overrides = OmegaConf.select(config, f"{actor}.megatron.override_transformer_config", default=None) or {}
+        missing = [key for key, value in MEGATRON_PROVIDER_FREEZE.items() if overrides.get(key) is not value]
+        if missing:
+            keys = " and ".join(f"actor_rollout_ref.actor.megatron.override_transformer_config.{key}="
+                                f"{str(MEGATRON_PROVIDER_FREEZE[key]).lower()}" for key in missing)
+            return f"actor_rollout_ref.actor.freeze_vision_tower=true on Megatron needs {keys}"
+        return None
+    if not hook:
+        return (f"actor_rollout_ref.actor.freeze_vision_tower=true on {strategy} needs "
+                f"ray_kwargs.ray_init.runtime_env.env_vars.{ENV_FLAG}='1' (the hook that freezes the tower)")
+    return None
+
+
+def vision_freeze_caveat(config: Mapping[str, Any]) -> str | None:
+    """A warning when the freeze is real but not exact with this config (FSDP1: see the module docstring), or None."""
+    config = config if isinstance(config, DictConfig) else OmegaConf.create(config)
+    actor = "actor_rollout_ref.actor"
+    if not OmegaConf.select(config, f"{actor}.freeze_vision_tower", default=False):
+        return None
+    if OmegaConf.select(config, f"{actor}.strategy") != "fsdp":
+        return None
+    return ("vision tower frozen on FSDP1: its parameters that share the root FlatParameter with the language model "
+            "(patch embedding, merger) keep zero gradients in the optimizer, so AdamW's weight decay still scales them "
+            "by 1 - lr*weight_decay per step; actor_rollout_ref.actor.strategy=fsdp2 freezes them exactly")

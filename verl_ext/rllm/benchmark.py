@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from data_gen.common.usage import OneLineParser, positive_int
 from verl_ext.rllm.episode import PROTOCOL_OF_AGENT, SearchTask
 
 AGENT_OF_PROTOCOL = {"neos": "neos_search", "modalsearch": "modalsearch_react"}
@@ -95,24 +96,39 @@ def export(rows: list[Mapping[str, Any]], out: Path, *, name: str) -> dict[str, 
             "agent": AGENT_OF_PROTOCOL[protocol], "evaluator": EVALUATOR_OF_PROTOCOL[protocol]}
 
 
+def parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog="python -m verl_ext.rllm.benchmark", description="Turn a task parquet of ours into an rLLM "
+                      "local benchmark directory, so that rllm eval DIR runs our agent on that split.")
+    p.add_argument("--tasks", type=Path, required=True, metavar="FILE",
+                   help="a task parquet written by python -m data_gen (e.g. OUT/benchmark.parquet)")
+    p.add_argument("--out", type=Path, required=True, metavar="DIR",
+                   help="the benchmark directory to create (must not exist; built beside it and renamed into place)")
+    p.add_argument("--name", default=None, help="benchmark name (default: the --out directory's name)")
+    p.add_argument("--max-rows", type=positive_int, default=None, metavar="N",
+                   help="export only the first N rows (default: all)")
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m verl_ext.rllm.benchmark", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tasks", type=Path, required=True, help="a task parquet written by python -m data_gen")
-    parser.add_argument("--out", type=Path, required=True, help="the benchmark directory to create")
-    parser.add_argument("--name", default=None, help="benchmark name (default: the --out directory's name)")
-    parser.add_argument("--max-rows", type=int, default=None, help="export only the first N rows")
-    args = parser.parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
     if not args.tasks.is_file():
-        parser.error(f"--tasks {args.tasks}: no such file")
-    if args.max_rows is not None and args.max_rows < 1:
-        parser.error("--max-rows must be at least 1")
+        p.error(f"--tasks: {args.tasks}: no such file")
+    if args.out.exists():
+        p.error(f"--out: {args.out} exists; choose a new directory")
     import pandas as pd
 
-    rows = [{k: _plain(v) for k, v in r.items()} for r in pd.read_parquet(args.tasks).to_dict("records")]
+    try:
+        table = pd.read_parquet(args.tasks)
+    except (OSError, ValueError) as e:  # not a parquet file
+        p.error(f"--tasks: {args.tasks}: not a readable parquet file ({e})")
+    rows = [{k: _plain(v) for k, v in r.items()} for r in table.to_dict("records")]
     try:
         summary = export(rows[: args.max_rows], args.out, name=args.name or args.out.name)
-    except (ValueError, FileExistsError, OSError) as e:
-        print(f"error: --tasks {args.tasks}: {e}", file=sys.stderr)
+    except ValueError as e:  # a row that is no task, or rows mixing splits: the file is the bad input
+        p.error(f"--tasks: {args.tasks}: {e}")
+    except OSError as e:  # the disk, not the input; nothing was left half-written
+        print(f"{p.prog}: error: --out: {e}", file=sys.stderr)
         return 1
     print(json.dumps(summary))
     return 0

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from PIL import Image
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from verl_ext.reward.judge import AnswerJudge, JudgeConfig
 from verl_ext.reward.outcome import score_turns
@@ -29,6 +29,7 @@ from verl_ext.rollout.protocols import Protocol, ToolCall, parse_turn
 from verl_ext.rollout.settings import PROTOCOL_DEFAULTS, URL_ENV, truncate
 from verl_ext.rollout.tool_backend import CallOutcome, ToolSession, tool_catalog
 from verl_ext.tools.client import ToolServerClient
+from verl_ext.tools.shards import server_urls
 
 # The dataset's ``agent_name`` column (data generation writes it) names the protocol of a row.
 PROTOCOL_OF_AGENT: dict[str, Protocol] = {"neos_search_agent": "neos", "modalsearch_react_agent": "modalsearch"}
@@ -54,6 +55,13 @@ class SearchSettings(BaseModel):
     system_prompt: str | None = None
     final_instruction: str = ""
     judge: dict[str, Any] = Field(default_factory=dict)  # JudgeConfig keys; no url: the rule matcher decides
+
+    @field_validator("tool_server_url")
+    @classmethod
+    def _one_server(cls, value: str) -> str:
+        if len(server_urls(value)) > 1:
+            raise ValueError(f"rLLM episodes use one tool server (its own connection pool); got several: {value!r}")
+        return value
 
     @classmethod
     def for_protocol(cls, protocol: Protocol, **overrides: Any) -> SearchSettings:

@@ -173,8 +173,13 @@ class SearchAgentLoop(AgentLoopBase):
             )
         else:
             catalog = await tool_catalog(s.tool_server_url, self.protocol, s.call_timeout_s)
+            # a GRPO group's sessions on one server (verl_ext.tools.shards), where its identical calls coalesce
             session = ToolSession(
-                s.tool_server_url, catalog, timeout_s=s.call_timeout_s, max_in_flight=s.max_concurrent_calls
+                s.tool_server_url,
+                catalog,
+                timeout_s=s.call_timeout_s,
+                max_in_flight=s.max_concurrent_calls,
+                shard_key=str(kwargs.get("uid") or request_id),
             )
         native_tools = catalog.schemas if self.protocol == "neos" else None
         messages = list(kwargs["raw_prompt"])
@@ -285,7 +290,9 @@ class SearchAgentLoop(AgentLoopBase):
                     outcomes = await asyncio.gather(*(session.call(c, turn) for c in calls))
             record = self._turn_record(ep, base, calls, outcomes, parsed.error)
             ep.error_streak = ep.error_streak + 1 if record.error_class else 0
-            streak_over = s.max_consecutive_errors is not None and ep.error_streak >= s.max_consecutive_errors
+            streak_over = (s.max_consecutive_errors is not None and ep.error_streak >= s.max_consecutive_errors) or any(
+                o.session_lost for o in outcomes  # its server is gone: tool instability ends the episode
+            )
             delivered = False
             if not streak_over:
                 delivered, shown = await self._deliver(ep, outcomes, native_tools)

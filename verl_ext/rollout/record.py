@@ -25,7 +25,8 @@ RECORD_SCHEMA_VERSION = 1
 
 Protocol = Literal["neos", "modalsearch"]
 # answer: the policy answered. max_turns: the turn budget ran out (the last turn had tools disabled).
-# agent_errors / tool_errors: ModalSearcher's rule (3 consecutive errors) ended it, by whose fault.
+# agent_errors / tool_errors: ModalSearcher's rule (3 consecutive errors) ended it, by whose fault; tool_errors also
+# when the tool server holding the episode's session was lost (a call's error_type session_lost).
 # context: the next observation or generation did not fit the context budget. response_length: the response budget
 # ran out mid-generation.
 TerminationReason = Literal["answer", "max_turns", "agent_errors", "tool_errors", "context", "response_length"]

@@ -13,10 +13,11 @@ import os
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from verl_ext.rollout.prompts import final_turn_instruction
 from verl_ext.rollout.protocols import Protocol
+from verl_ext.tools.shards import server_urls
 
 CUSTOM_KEY = "neos_rollout"
 URL_ENV = "NEOS_TOOL_SERVER_URL"
@@ -46,7 +47,8 @@ class EpisodeSettings(BaseModel):
     tool_backend: Literal["server", "verl"] = (
         "server"  # verl: the worker's own verl tools (multi_turn.tool_config_path)
     )
-    tool_server_url: str | None = Field(None, min_length=1)  # required by the server backend
+    # required by the server backend: one URL, or several (a list, or comma-separated) to shard sessions over
+    tool_server_url: str | list[str] | None = Field(None, min_length=1)
     max_turns: int = Field(ge=1)  # assistant turns; the last one has tools disabled
     max_parallel_calls: int = Field(1, ge=1)  # calls allowed in one turn (both papers: 1)
     max_observation_chars: int = Field(8192, ge=16)  # verl's multi_turn.max_tool_response_length
@@ -61,6 +63,15 @@ class EpisodeSettings(BaseModel):
     max_turn_tokens: int | None = Field(None, ge=1)
     final_instruction: str = ""  # appended before the last turn; "" means the protocol's default
     system_prompt: str | None = None  # None: the protocol's default when the dataset prompt has no system message
+
+    @field_validator("tool_server_url", mode="before")
+    @classmethod
+    def _server_list(cls, value: Any) -> Any:
+        """Checked (:func:`server_urls`); a YAML list (an OmegaConf ListConfig here) as a plain list."""
+        if value is None:
+            return value
+        urls = server_urls(value)
+        return value if isinstance(value, str) else urls
 
     def final_turn_text(self) -> str:
         return self.final_instruction or final_turn_instruction(self.protocol)

@@ -10,6 +10,7 @@ import asyncio
 import base64
 import io
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import zip_longest
@@ -20,7 +21,8 @@ from PIL import Image
 
 from verl_ext.rollout.media import media_parts, session_png
 from verl_ext.rollout.protocols import Protocol, ToolCall
-from verl_ext.tools.client import ToolCallError, ToolServerClient, ToolServerError, shared_client
+from verl_ext.tools.client import SessionInfo, ToolCallError, ToolServerClient, ToolServerError
+from verl_ext.tools.shards import ServerShards, server_gone, server_urls, shared_shards
 
 
 # The policy's copies of the question images (verl's decoded, resized images), awaited only by a session that needs
@@ -64,30 +66,35 @@ class CallOutcome:
     latency_s: float = 0.0
     mei: list[dict[str, str]] = field(default_factory=list)
     cached: bool = False
+    session_lost: bool = False  # the server holding the session is gone: the episode cannot go on
 
     @property
     def shown_images(self) -> list[tuple[str, Image.Image]]:
         return [(ref, image) for ref, image in self.images if ref not in self.withheld]
 
 
-_CATALOGS: dict[tuple[str, str], ToolCatalog] = {}
-_CATALOG_LOCKS: dict[tuple[str, str, int], asyncio.Lock] = {}
+_CATALOGS: dict[tuple[tuple[str, ...], str], ToolCatalog] = {}
+_CATALOG_LOCKS: dict[tuple[tuple[str, ...], str, int], asyncio.Lock] = {}
 _SEMAPHORES: dict[tuple[int, int], asyncio.Semaphore] = {}
 
 
 async def tool_catalog(
-    base_url: str, protocol: Protocol, timeout_s: float, client: ToolServerClient | None = None
+    base_url: str | Sequence[str], protocol: Protocol, timeout_s: float, client: ToolServerClient | None = None
 ) -> ToolCatalog:
     """The protocol's tools from ``GET /v1/tools``, fetched once per process (through ``client`` when the caller owns
-    one, else the process's shared pool)."""
-    key = (base_url, protocol)
+    one, else from the first healthy server of ``base_url``: one URL or several, :func:`server_urls`)."""
+    urls = tuple(server_urls(base_url))
+    key = (urls, protocol)
     if key in _CATALOGS:
         return _CATALOGS[key]
     lock = _CATALOG_LOCKS.setdefault((*key, id(asyncio.get_running_loop())), asyncio.Lock())
     async with lock:
         if key not in _CATALOGS:
-            client = client or shared_client(base_url, timeout_s)
-            _CATALOGS[key] = ToolCatalog.from_schemas(await client.list_tools(protocol))
+            if client is not None:
+                schemas = await client.list_tools(protocol)
+            else:
+                _, schemas = await shared_shards(urls, timeout_s).place(protocol, lambda c: c.list_tools(protocol))
+            _CATALOGS[key] = ToolCatalog.from_schemas(schemas)
     return _CATALOGS[key]
 
 
@@ -104,19 +111,29 @@ def _decode_png(data: bytes) -> Image.Image:
 
 
 class ToolSession:
-    """One episode's session on the tool server (its visual register lives there)."""
+    """One episode's session on a tool server (its visual register lives there).
+
+    ``base_url``: one server or several (:func:`server_urls`); with several, :meth:`open` places the session by its
+    shard key on a healthy one (:class:`ServerShards`) and every later call goes there. A server that is gone (a
+    refused connection its health probe confirms, or a router's ``worker_unavailable``) has lost the session: the
+    call's outcome says so (``session_lost``) and the agent loop ends the episode as tool instability."""
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | Sequence[str],
         catalog: ToolCatalog,
         *,
         timeout_s: float,
         max_in_flight: int,
         client: ToolServerClient | None = None,
+        shard_key: str | None = None,
     ) -> None:
-        # ``client``: a pool the caller owns (one bound to its own event loop); by default the process's shared one
-        self.client = client or shared_client(base_url, timeout_s)
+        # ``client``: a pool the caller owns (one bound to its own event loop); by default the process's shared ones.
+        # ``shard_key``: places the session among several servers (default: a random key)
+        self.shard_key = shard_key or uuid.uuid4().hex
+        urls = server_urls(base_url)
+        self.shards: ServerShards | None = None if client is not None else shared_shards(urls, timeout_s)
+        self.client = client or self.shards.client(urls[0])
         self.catalog = catalog
         self.max_in_flight = max_in_flight
         self.session_id: str | None = None
@@ -133,6 +150,14 @@ class ToolSession:
         opens while the agent loop is still decoding them. A file the server refuses (over its pixel limit,
         undecodable) falls back to the policy's copies rather than failing the episode."""
 
+        async def open_on(payloads: list[str]) -> SessionInfo:
+            if self.shards is None:
+                return await self.client.open_session(payloads, group_id=group_id)
+            self.client, info = await self.shards.place(
+                self.shard_key, lambda client: client.open_session(payloads, group_id=group_id)
+            )
+            return info
+
         def encode(images: Sequence[Image.Image], files: Sequence[bytes | None]) -> list[str]:
             return [
                 base64.b64encode(file).decode("ascii") if file else session_png(image)
@@ -146,14 +171,17 @@ class ToolSession:
             images = await question_images()
             payloads = await asyncio.to_thread(encode, images, files[: len(images)]) if images else []
         try:
-            info = await self.client.open_session(payloads, group_id=group_id)
+            info = await open_on(payloads)
         except ToolCallError:
             if not any(files):
                 raise
             copies = await asyncio.to_thread(encode, await question_images(), ())
-            info = await self.client.open_session(copies, group_id=group_id)
+            info = await open_on(copies)
         self.session_id = info.session_id
         return info.images
+
+    async def _server_gone(self) -> bool:
+        return await (self.shards.gone(self.client) if self.shards is not None else server_gone(self.client))
 
     async def close(self) -> None:
         if self.session_id is not None:
@@ -175,6 +203,7 @@ class ToolSession:
                 )
         except ToolServerError as e:
             # 4xx: the arguments or references were wrong; otherwise (timeouts, refused connections, 5xx) the tool
+            lost = False
             if isinstance(e, ToolCallError):
                 text, error_class = f"Error ({e.type}): {e.message}", "agent"
             else:
@@ -182,8 +211,14 @@ class ToolSession:
                     f"Error: the tool is unavailable ({e.type}); try again or continue differently.",
                     "tool",
                 )
+                lost = e.type == "worker_unavailable" or (e.type == "connection_error" and await self._server_gone())
             return CallOutcome(
-                False, text, error_class=error_class, error_type=e.type, latency_s=time.perf_counter() - start
+                False,
+                text,
+                error_class=error_class,
+                error_type="session_lost" if lost else e.type,
+                latency_s=time.perf_counter() - start,
+                session_lost=lost,
             )
         pixels = [i for i in result.images if i.png]
         # Decoding off the event loop, but only when there is something to decode: the default executor is busy

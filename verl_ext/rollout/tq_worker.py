@@ -45,6 +45,7 @@ from verl_ext.credit.offline_judge import OfflinePathJudge, TaskPath
 from verl_ext.credit.references import load_references, reference_id, with_reference
 from verl_ext.rollout.admission import SESSIONS_KEY, SUCCESS_THRESHOLD, TRAIN, admission_key
 from verl_ext.rollout.record import RECORD_KEY, TrajectoryRecord
+from verl_ext.rollout.tool_fleet import deploy_configured
 from verl_ext.tools.client import png_base64
 
 log = logging.getLogger(__name__)
@@ -273,8 +274,10 @@ NeosAgentLoopWorkerTQ = ray.remote(NeosAgentLoopWorker)
 
 
 class NeosAgentLoopManagerTQ(AgentLoopManagerTQ):
-    """verl's v1 agent-loop manager with :class:`NeosAgentLoopWorker` as its workers."""
+    """verl's v1 agent-loop manager with :class:`NeosAgentLoopWorker` as its workers (and, with
+    ``custom.neos_tool_servers``, a tool server per node deployed before them: :mod:`verl_ext.rollout.tool_fleet`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.agent_loop_workers_class = NeosAgentLoopWorkerTQ
+        deploy_configured(self.config)  # the workers get the config with the servers' addresses

@@ -96,6 +96,10 @@ class ToolServerClient:
         """The event loop the pool is bound to (None before first use)."""
         return self._loop
 
+    async def health(self, timeout_s: float = 5.0) -> dict[str, Any]:
+        """``GET /healthz`` with its own short timeout: is the server there at all (a probe, not a tool call)."""
+        return await self._request("GET", "/healthz", timeout=aiohttp.ClientTimeout(total=timeout_s))
+
     async def list_tools(self, protocol: str | None = None) -> list[dict[str, Any]]:
         params = {"protocol": protocol} if protocol else None
         return (await self._request("GET", "/v1/tools", params=params))["tools"]
@@ -141,7 +145,8 @@ class ToolServerClient:
                 except ValueError:
                     data = None
         except asyncio.TimeoutError:
-            raise ToolServerUnavailable("timeout", f"{method} {path} timed out after {self._timeout.total}s") from None
+            limit = kwargs.get("timeout", self._timeout).total
+            raise ToolServerUnavailable("timeout", f"{method} {path} timed out after {limit}s") from None
         except aiohttp.ClientError as e:
             raise ToolServerUnavailable("connection_error", f"{method} {self.base_url}{path}: {e}") from None
         if not isinstance(data, dict):

@@ -52,6 +52,7 @@ from verl_ext.tools.client import (
     png_base64,
     shared_client,
 )
+from verl_ext.tools.shards import server_urls
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +112,9 @@ class ToolServerTool(BaseTool):
         if not config.get("base_url"):
             raise ValueError(f"{self.name}: config.base_url (the tool server's URL) is required")
         self.base_url = str(config["base_url"])
+        if len(server_urls(self.base_url)) > 1:  # a session's calls must reach the one server holding its register
+            raise ValueError(f"{self.name}: config.base_url names several servers ({self.base_url!r}); verl's tools "
+                             "use one (our agent loops shard sessions over several: tool_server_url)")
         self.timeout_s = float(config.get("timeout_s", 120.0))
         self.include_pixels = bool(config.get("include_pixels", False))
         self._create_kwargs: dict[str, dict[str, Any]] = {}

@@ -153,7 +153,9 @@ class MEICoEvolutionMixin:
             self.replay_buffer.keep_unselected_successes = True
         from verl_ext.mei.server import announce, served_version
         from verl_ext.mei.worker import build_worker_group
+        from verl_ext.rollout.tool_fleet import deploy_configured
 
+        deploy_configured(self.config)  # tool servers deployed by the job: their addresses are the ones to tell
         self.mei_tool_server_url = cfg.get("tool_server_url") or OmegaConf.select(
             self.config, "actor_rollout_ref.rollout.custom.neos_rollout.tool_server_url")
         for key, value in (("log_path", cfg.get("log_path")), ("server_url", cfg.get("server_url")),

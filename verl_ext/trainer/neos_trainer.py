@@ -6,6 +6,8 @@
   ``NeosAgentLoopManagerTQ`` while the rest of the rollout runs) to the ``neos_turn_credit`` estimator.
 - MEI co-evolution: ``MEICoEvolutionMixin`` retains MEI calls after each update and fine-tunes MEI every K updates.
 - Diagnostics: the selected batch's tool-call mix and credit-type composition (``verl_ext.trainer.metrics``).
+- The policy's vision tower frozen (Neos, Appendix C): verl reads ``actor.freeze_vision_tower`` nowhere, so the
+  trainer refuses a config whose engine would not do what that key says (``verl_ext.models.freeze``).
 - Everything else is verl's ``PPOTrainerSync``: colocated rollout and training, weights pushed after each step.
 
 verl branches on ``trainer_mode == "sync"`` for its on-policy semantics (no TransferQueue checkpoint, no re-issued
@@ -15,11 +17,14 @@ branches under its own registered name.
 
 from __future__ import annotations
 
+import logging
+
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from verl_ext.advantage.estimator import credit_params_from_config
 from verl_ext.advantage.trainer_mixin import TurnCreditAdvantageMixin
+from verl_ext.models.freeze import vision_freeze_caveat, vision_freeze_gap
 from verl_ext.trainer.mei_coevolution import MEICoEvolutionMixin
 from verl_ext.trainer.metrics import batch_metrics
 from verl_ext.trainer.mixed_groups import MixedGroupSamplingMixin
@@ -27,9 +32,18 @@ from verl_ext.trainer.rows import selected_rows
 
 TRAINER_NAME = "neos"
 
+log = logging.getLogger(__name__)
+
 
 @register_trainer(TRAINER_NAME)
 class NeosTrainer(MixedGroupSamplingMixin, MEICoEvolutionMixin, TurnCreditAdvantageMixin, PPOTrainerSync):
+    def __init__(self, config, *args, **kwargs):
+        if gap := vision_freeze_gap(config):  # before any worker exists: a silently trained tower is a wrong run
+            raise ValueError(gap)
+        if caveat := vision_freeze_caveat(config):
+            log.warning(caveat)
+        super().__init__(config, *args, **kwargs)
+
     def _build_replay_buffer(self):
         self.trainer_mode = "sync"  # read by verl right after this call and in every later branch: see module doc
         return super()._build_replay_buffer()

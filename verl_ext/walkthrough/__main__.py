@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from data_gen.common.cli import whole_number
+from data_gen.common.usage import OneLineParser, nonnegative_int, whole_number
 
 if TYPE_CHECKING:
     from verl_ext.walkthrough.pipeline import Walkthrough
@@ -32,7 +32,7 @@ EPILOG = ("example (what make demo runs): python -m verl_ext.walkthrough --world
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m verl_ext.walkthrough", description=DESCRIPTION, epilog=EPILOG)
+    p = OneLineParser(prog="python -m verl_ext.walkthrough", description=DESCRIPTION, epilog=EPILOG)
     p.add_argument("--world", required=True, type=Path, metavar="DIR",
                    help="a built world (python -m data_gen.world build --size small --out DIR)")
     p.add_argument("--tasks", required=True, type=Path, metavar="DIR",
@@ -44,7 +44,8 @@ def parser() -> argparse.ArgumentParser:
                    help="questions, one rollout group each (default: 4)")
     p.add_argument("--group-size", type=whole_number(2), default=4, metavar="G",
                    help="rollouts per question; a group needs two to hold both outcomes (default: 4)")
-    p.add_argument("--seed", type=int, default=0, help="seeds the scripted deviations (default: 0)")
+    p.add_argument("--seed", type=nonnegative_int, default=0, metavar="S",
+                   help="seeds the scripted deviations and their distractor entities (default: 0)")
     return p
 
 

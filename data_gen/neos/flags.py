@@ -1,0 +1,30 @@
+"""The command line of ``python -m data_gen neos``: its description and flags. Imports nothing of the pipeline, so
+``--help`` and a usage error answer at once; ``data_gen.neos.cli`` runs what they ask for."""
+
+from __future__ import annotations
+
+import argparse
+
+from data_gen.common.cli import add_common_flags, add_teacher_flags
+
+DESCRIPTION = ("Neos task synthesis (Neos: Learning to Interleave Search and Visual Reasoning, Sec. 3): questions "
+               "whose answer needs the entry image and visual checkpoints found while searching, checked by shortcut "
+               "probes and solved by an expert with real tool calls. Writes OUT/results.jsonl (resumable log), "
+               "train/rl/benchmark/sft parquet, mei_sft.jsonl, stats.json and plots/.")
+
+
+def parser(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    add_common_flags(p, "tasks")
+    p.add_argument("--ocr", action="store_true", help="let the blind observer also read image text (RapidOCR)")
+    p.add_argument("--llm-url", default=None, metavar="URL",
+                   help="OpenAI-compatible base URL: this model rewords each template question and probe 1 also asks "
+                   "it to answer closed-book (default: templates and the programmatic probe alone, no model)")
+    p.add_argument("--llm-model", default="probe", metavar="NAME", help="model name sent to --llm-url (default: probe)")
+    p.add_argument("--vlm-url", default=None, metavar="URL",
+                   help="OpenAI-compatible base URL of a VLM: the blind observer, and probe 3 also asks it to answer "
+                   "from the entry images (default: --llm-url; with neither, the offline palette/OCR observer and "
+                   "programmatic probe 3, no model)")
+    p.add_argument("--vlm-model", default=None, metavar="NAME",
+                   help="model name sent to --vlm-url (default: --llm-model)")
+    add_teacher_flags(p)
+    return p
