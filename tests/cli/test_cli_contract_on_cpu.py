@@ -141,6 +141,8 @@ BAD_VALUES = [
     ("verl_ext.rllm.benchmark", ["--tasks", "{missing}", "--out", "{tmp}/b"], "--tasks"),
     ("verl_ext.eval.__main__", ["run", "--runs", "0", "--bench", "x=verl:{missing}", "--out", "{tmp}/e",
                                 "--policy-url", "http://h", "--world", "{tmp}"], "--runs"),
+    ("verl_ext.eval.__main__", ["verl", "--runs", "0", "--bench", "x=verl:{missing}", "--out", "{tmp}/e",
+                                "--recipe", "neos", "--checkpoint", "{tmp}", "--world", "{tmp}"], "--runs"),
     ("verl_ext.eval.__main__", ["report", "--run", "{missing}"], "--run"),
     ("verl_ext.eval.__main__", ["training", "{missing}", "--out", "{tmp}/p"], "METRICS"),
     ("verl_ext.walkthrough.__main__", ["--world", "{tmp}", "--tasks", "{tmp}", "--out", "{tmp}/r", "--groups", "0"],

@@ -29,6 +29,7 @@ from verl_ext.eval.episode import Episode, PolicySettings, PolicyUnavailable
 from verl_ext.eval.judging import CachedJudge, judge_pin
 from verl_ext.reward.judge import JudgeConfig
 from verl_ext.rollout.protocols import Protocol
+from verl_ext.rollout.record import TrajectoryRecord
 from verl_ext.tools.client import ToolServerError, close_shared_clients
 
 logger = logging.getLogger(__name__)
@@ -94,18 +95,22 @@ class RunConfig:
 
 
     def sampling(self, protocol: str) -> dict[str, Any]:
-        base = PAPER_SAMPLING[protocol] if self.sampling_replace is None else self.sampling_replace
-        return {**base, **self.sampling_override}
+        return sampling_for(protocol, self.sampling_override, self.sampling_replace)
+
+
+def sampling_for(protocol: str, override: dict[str, Any], replace: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The paper's sampling of ``protocol`` (or ``replace``), with ``override`` on top."""
+    return {**(PAPER_SAMPLING[protocol] if replace is None else replace), **override}
 
 
 PINNED = ("policy", "sampling", "judge")
 
 
-def load_items(config: RunConfig) -> list[EvalItem]:
+def load_items(benches: list[BenchmarkSpec], limit: int | None) -> list[EvalItem]:
     items: list[EvalItem] = []
-    for spec in config.benches:
+    for spec in benches:
         loaded = spec.load()
-        items += loaded[: config.limit] if config.limit else loaded
+        items += loaded[:limit] if limit else loaded
     return items
 
 
@@ -129,12 +134,12 @@ async def evaluate(config: RunConfig) -> dict[str, Any]:
     config.out.mkdir(parents=True, exist_ok=True)
     images_dir = config.out / "images"
     images_dir.mkdir(exist_ok=True)
-    items = load_items(config)
+    items = load_items(config.benches, config.limit)
     check_pin(config.out, config.pin())
     log = ResultLog(config.out / "results.jsonl", EvalRecord)
     judge = CachedJudge(config.judge, config.out / "judge_cache.jsonl")
     todo = [(item, run) for item in items for run in range(config.runs)
-            if _key(item, run) not in log.done]
+            if result_key(item, run) not in log.done]
     total = len(items) * config.runs
     counts: Counter[str] = Counter()
     semaphore = asyncio.Semaphore(config.concurrency)
@@ -171,7 +176,7 @@ async def evaluate(config: RunConfig) -> dict[str, Any]:
             "skipped_done": total - len(todo)}
 
 
-def _key(item: EvalItem, run: int) -> str:
+def result_key(item: EvalItem, run: int) -> str:
     return f"{item.benchmark}/{item.item_id}/{run}"
 
 
@@ -179,7 +184,7 @@ async def _episode(config: RunConfig, item: EvalItem, run: int, http: aiohttp.Cl
                    images_dir: Path) -> EvalRecord:
     protocol = item.protocol or config.default_protocol
     policy = replace(config.policy, sampling=config.sampling(protocol))
-    base = {"key": _key(item, run), "benchmark": item.benchmark, "item_id": item.item_id, "run": run,
+    base = {"key": result_key(item, run), "benchmark": item.benchmark, "item_id": item.item_id, "run": run,
             "protocol": protocol, "question": item.question, "ground_truth": item.ground_truth}
     start = time.perf_counter()
     try:
@@ -187,15 +192,24 @@ async def _episode(config: RunConfig, item: EvalItem, run: int, http: aiohttp.Cl
     except (PolicyUnavailable, ToolServerError, aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
         return EvalRecord(**base, status="error", error=f"{type(exc).__name__}: {exc}"[:500],
                           wall_s=time.perf_counter() - start)
-    verdict = await judge.verdict(item.question, item.ground_truth, result.response)
-    second = await judge.verdict(item.question, item.ground_truth, result.response, 1) \
-        if config.judge_passes > 1 else None
-    question_files = [result.image_files[e.ref] for e in result.record.images if e.source == "question"]
+    return await judged_record(
+        base, judge, config.judge_passes, result.record, result.response, result.image_files,
+        [asdict(s) for s in result.turn_stats], time.perf_counter() - start)
+
+
+async def judged_record(base: dict[str, Any], judge: CachedJudge, judge_passes: int, record: TrajectoryRecord,
+                        response: str, image_files: dict[str, str], turn_stats: list[dict[str, Any]],
+                        wall_s: float) -> EvalRecord:
+    """The ``ok`` record of a finished episode, its final answer judged (``judge_passes`` times): the one way both
+    policy paths (an endpoint, verl's validation) turn a trajectory into a result."""
+    question, ground_truth = base["question"], base["ground_truth"]
+    verdict = await judge.verdict(question, ground_truth, response)
+    second = await judge.verdict(question, ground_truth, response, 1) if judge_passes > 1 else None
+    question_files = [image_files[e.ref] for e in record.images if e.source == "question" and e.ref in image_files]
     return EvalRecord(
-        **base, status="ok", question_images=question_files, response=result.response, correct=verdict.correct,
+        **base, status="ok", question_images=question_files, response=response, correct=verdict.correct,
         verdict=asdict(verdict), verdict_pass2=asdict(second) if second else None,
-        trajectory=result.record.model_dump(mode="json"), turn_stats=[asdict(s) for s in result.turn_stats],
-        image_files=result.image_files, wall_s=time.perf_counter() - start)
+        trajectory=record.model_dump(mode="json"), turn_stats=turn_stats, image_files=image_files, wall_s=wall_s)
 
 
 def read_results(out: Path) -> list[EvalRecord]:

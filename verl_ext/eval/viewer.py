@@ -21,7 +21,7 @@ from typing import Any
 from verl_ext.credit.labels import CREDIT_KEY, CreditLabels
 from verl_ext.credit.params import CreditParams
 from verl_ext.eval.benchmarks import json_lines
-from verl_ext.rollout.record import RECORD_KEY, TrajectoryRecord
+from verl_ext.rollout.record import RECORD_KEY, TRAJECTORY_JSON, TrajectoryRecord
 
 
 @dataclass
@@ -44,10 +44,13 @@ class ViewerEpisode:
 
     @classmethod
     def from_export(cls, path: Path) -> Iterator[ViewerEpisode]:
-        """Trajectories exported during training (JSONL); a bad line raises ``ValueError`` naming file and line."""
+        """Trajectories exported during training (JSONL): records, objects holding one under ``neos_trajectory``, or
+        lines of verl's validation dump written with ``reward_kwargs.dump_trajectories`` (``neos_trajectory_json``);
+        a bad line raises ``ValueError`` naming file and line."""
         for number, row in json_lines(path):
             try:
-                record = TrajectoryRecord.model_validate(row.get(RECORD_KEY, row))
+                record = TrajectoryRecord.model_validate_json(row[TRAJECTORY_JSON]) if TRAJECTORY_JSON in row \
+                    else TrajectoryRecord.model_validate(row.get(RECORD_KEY, row))
                 labels = row.get(CREDIT_KEY)
                 credit = CreditLabels.model_validate(labels) if labels else None
             except ValueError as exc:

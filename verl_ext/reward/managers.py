@@ -15,10 +15,17 @@ What each one-sample ``DataProto`` must carry (built by verl's agent loop, ``_co
   ``modalsearch_reward`` acts on it (``agent_errors`` -> 0.1, ``tool_errors`` -> 0.0); others score normally.
   It is not echoed into ``reward_extra_info``: verl already copies every extra field into the batch under its own
   name, and a reward key of the same name would collide with it.
+
+``reward.reward_kwargs.dump_trajectories: true`` (off by default; ``python -m verl_ext.eval verl`` sets it) adds two
+string fields to every sample's ``reward_extra_info``, the one per-sample dict that verl's validation dump
+(``trainer.validation_data_dir``) writes: ``neos_trajectory_json`` (the agent loop's ``TrajectoryRecord`` as JSON text;
+verl's validation metrics skip strings) and ``neos_eval_key`` (the row's ``extra_info.neos_eval_key``, which the
+evaluation harness writes into its validation rows to find each sample's benchmark item again).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,6 +37,7 @@ from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 from verl_ext.reward.judge import AnswerJudge, JudgeConfig
 from verl_ext.reward.outcome import score_turns
 from verl_ext.reward.protocols import split_assistant_turns
+from verl_ext.rollout.record import EVAL_KEY, RECORD_KEY, TRAJECTORY_JSON
 
 
 def _question(non_tensor: Mapping[str, Any], extra_info: Mapping[str, Any]) -> str:
@@ -53,6 +61,7 @@ class _JudgedRewardManager(RewardManagerBase):
         super().__init__(config, tokenizer, compute_score)
         reward_kwargs = config.reward.get("reward_kwargs", None) or {}
         self.judge = AnswerJudge(JudgeConfig.from_mapping(reward_kwargs.get("judge", None)))
+        self.dump_trajectories = bool(reward_kwargs.get("dump_trajectories", False))
         added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
         self.special_tokens = tuple(
             dict.fromkeys([*tokenizer.all_special_tokens, *(t.content for t in added.values() if t.special)])
@@ -77,6 +86,15 @@ class _JudgedRewardManager(RewardManagerBase):
         }
         return split_assistant_turns(text, self.special_tokens), fields
 
+    def _result(self, data: DataProto, score: float, info: dict[str, Any]) -> dict:
+        if self.dump_trajectories:
+            non_tensor = data[-1:][0].non_tensor_batch
+            record = (non_tensor.get("tool_extra_fields", None) or {}).get(RECORD_KEY)
+            extra_info = non_tensor.get("extra_info", None) or {}
+            info = {**info, TRAJECTORY_JSON: json.dumps(record, ensure_ascii=False) if record is not None else "",
+                    EVAL_KEY: str(extra_info.get(EVAL_KEY, ""))}
+        return {"reward_score": score, "reward_extra_info": info}
+
 
 @register("neos_answer_judge")
 class NeosAnswerJudgeRewardManager(_JudgedRewardManager):
@@ -85,7 +103,7 @@ class NeosAnswerJudgeRewardManager(_JudgedRewardManager):
     async def run_single(self, data: DataProto) -> dict:
         turns, fields = await self._turns_and_fields(data)
         score, info = await score_turns(self.judge, "neos", turns, **fields)
-        return {"reward_score": score, "reward_extra_info": info}
+        return self._result(data, score, info)
 
 
 @register("modalsearch_reward")
@@ -95,4 +113,4 @@ class ModalSearchRewardManager(_JudgedRewardManager):
     async def run_single(self, data: DataProto) -> dict:
         turns, fields = await self._turns_and_fields(data)
         score, info = await score_turns(self.judge, "modalsearch", turns, **fields)
-        return {"reward_score": score, "reward_extra_info": info}
+        return self._result(data, score, info)

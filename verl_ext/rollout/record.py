@@ -18,6 +18,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 RECORD_KEY = "neos_trajectory"
+# With reward_kwargs.dump_trajectories, the reward managers copy the record (as JSON text) and the row's
+# extra_info[EVAL_KEY] into reward_extra_info under these names: what verl's validation dump writes per sample.
+EVAL_KEY, TRAJECTORY_JSON = "neos_eval_key", "neos_trajectory_json"
 RECORD_SCHEMA_VERSION = 1
 
 Protocol = Literal["neos", "modalsearch"]
