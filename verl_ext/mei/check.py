@@ -2,8 +2,8 @@
 
 A checkpoint whose answers all fail the tool server's checks is silently useless for co-evolution: every call falls
 back to the extractive interface, no call is retained and the first MEI update never happens (Neos §3.5 trains the
-MEI on its own valid calls). The SFT loss does not tell: a tiny model at a mean loss of 0.6 per token still loses
-its way in long copied evidence and never closes the JSON. So the warm start ends with this check, and it runs alone:
+MEI on its own valid calls). The SFT loss does not tell: the smoke's tiny MEI, warm-started to a mean loss of 0.58
+per target token, gave not one usable answer. So the warm start ends with this check, and it runs alone:
 
     python -m verl_ext.mei.check --model MEI_DIR/v0/huggingface --pairs OUT/mei_sft.jsonl [--check-calls 8]
 
