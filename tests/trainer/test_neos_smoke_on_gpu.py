@@ -16,7 +16,7 @@ random MEI never writes valid JSON, so both are warm-started first, as in the pa
     # the first MEI version, on the MEI pairs (39 for --limit 24)
     # (ends with "MEI v0 warm start: valid answers k/8": greedy answers read by the tool server's checks)
     python -m verl_ext.mei.warm_start --model .gpu/smoke-vl --pairs .gpu/neos-data/mei_sft.jsonl --out /tmp/neos-mei \
-      --epochs 100 --lr 5e-3 --global-batch-size 16 --micro-batch-size 16 --attn-implementation sdpa --no-remove-padding \
+      --epochs 120 --lr 5e-3 --global-batch-size 13 --micro-batch-size 13 --attn-implementation sdpa --no-remove-padding \
       --check-calls 8 --check-max-new-tokens 768
     PYTHONPATH=/tmp/site:$PWD:$PWD/.gpu/extra NEOS_TINY_VL_DIR=$PWD/.gpu/smoke-vl NEOS_SMOKE_DATA=$PWD/.gpu/neos-data \
       NEOS_SMOKE_POLICY=/tmp/neos-sft/global_step_170/huggingface NEOS_SMOKE_MEI=/tmp/neos-mei/v0/huggingface \
