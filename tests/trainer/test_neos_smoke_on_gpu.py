@@ -17,7 +17,7 @@ random MEI never writes valid JSON, so both are warm-started first, as in the pa
     # (ends with "MEI v0 warm start: valid answers k/8": greedy answers read by the tool server's checks)
     python -m verl_ext.mei.warm_start --model .gpu/smoke-vl --pairs .gpu/neos-data/mei_sft.jsonl --out /tmp/neos-mei \
       --epochs 120 --lr 5e-3 --global-batch-size 13 --micro-batch-size 13 --attn-implementation sdpa --no-remove-padding \
-      --check-calls 8 --check-max-new-tokens 768
+      --check-calls 8 --check-max-new-tokens 768 --min-valid-share 0.75 --extra-rounds 1
     PYTHONPATH=/tmp/site:$PWD:$PWD/.gpu/extra NEOS_TINY_VL_DIR=$PWD/.gpu/smoke-vl NEOS_SMOKE_DATA=$PWD/.gpu/neos-data \
       NEOS_SMOKE_POLICY=/tmp/neos-sft/global_step_170/huggingface NEOS_SMOKE_MEI=/tmp/neos-mei/v0/huggingface \
       python -m pytest -s -o python_files='test_*_on_gpu.py' -m gpu tests/trainer/test_neos_smoke_on_gpu.py
