@@ -29,7 +29,7 @@ def test_shipped_defaults_and_router_files():
         data = OmegaConf.to_container(OmegaConf.load(path))
         assert data.pop("router_class") == "verl_ext.rollout.turn_router.TurnLoadBalancer"
         assert RouterSettings.model_validate(data).policy == path.stem
-    assert sorted(p.stem for p in ROUTERS.glob("*.yaml")) == ["cache_aware", "least_loaded", "sticky"]
+    assert sorted(p.stem for p in ROUTERS.glob("*.yaml")) == ["cache_aware", "cost_aware", "least_loaded", "sticky"]
 
 
 def test_unknown_policy_or_field_is_refused():
