@@ -121,6 +121,9 @@ class Replica:
     running: list = field(default_factory=list)
     reserved: int = 0  # KV of the running requests: prompt + generation
     reserved_gen: int = 0  # of which generation (their prompts' blocks are in the prefix cache, pinned while they run)
+    # trajectory -> the context length it left here: the engine caches the last partial block too (SGLang's radix
+    # cache is per token, vLLM's blocks are 16 tokens), the 256-token keys of the model do not
+    tails: dict = field(default_factory=dict)
     busy_s: float = 0.0
     since: float = 0.0  # the running requests' state is exact at this time
     step_s: float = 0.0  # the current step time (0: idle)
@@ -190,6 +193,7 @@ class Round:
         self.recomputed = 0
         self.waits: list[float] = []
         self.kv_s = self.prefill_s = 0.0  # replica time spent reading KV in decode steps, and prefilling
+        self.recompute_s = 0.0  # of the prefill time: recomputing trajectories' own earlier context
 
     # events
     def push(self, at: float, kind: str, payload) -> None:
@@ -243,10 +247,16 @@ class Round:
             replica.queue.popleft()
             self.waits.append(self.now - req.queued_at)
             keys = req.traj.keys(req.prompt)
-            cached = min(req.prompt, replica.cache.match(keys) * BLOCK)
+            blocks = replica.cache.match(keys)
+            cached = min(req.prompt, blocks * BLOCK)
+            tail = replica.tails.get(req.traj.idx, 0)
+            if tail // BLOCK == blocks and tail <= req.prompt:  # its whole last context is still here
+                cached = tail
             req.prefill_left = cost.prefill_s(cached, req.prompt) / cost.prefill_s_per_token
             self.prefill += req.prompt - cached
-            self.recomputed += max(0, min(req.traj.computed, req.prompt) - max(cached, PREFIX_TOKENS))
+            redo = (max(cached, PREFIX_TOKENS), min(req.traj.computed, req.prompt))
+            self.recomputed += max(0, redo[1] - redo[0])
+            self.recompute_s += cost.prefill_s(*redo)
             replica.reserved += need
             replica.reserved_gen += req.gen
             replica.running.append(req)
@@ -293,6 +303,7 @@ class Round:
                 continue
             traj.context = traj.computed = req.prompt + req.gen
             replica.cache.insert(traj.keys(traj.context))
+            replica.tails[traj.idx] = traj.context
             traj.turn += 1
             obs = traj.observations[traj.turn - 1]
             if traj.turn >= len(traj.gens) or traj.context + obs + 16 >= CONTEXT_LIMIT:
@@ -339,6 +350,7 @@ class Round:
             "wait_s": statistics.fmean(self.waits),
             "kv_share": self.kv_s / max(busy, EPS),
             "prefill_share": self.prefill_s / max(busy, EPS),
+            "recompute_share": self.recompute_s / max(busy, EPS),
             "prefill_tokens": self.prefill,
             "recomputed_share": self.recomputed / max(1, self.prefill),
             "started": self.sampler.stats.admitted,
@@ -377,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
         f"medians of {args.seeds} seeds"
     )
     print(
-        "| workload | policy | makespan s | vs sticky | idle | busy: KV reads / prefill | KV wait s/turn "
+        "| workload | policy | makespan s | vs sticky | idle | busy: KV reads / prefill / recompute | KV wait s/turn "
         "| prefill Mtok | recomputed | moved turns |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -396,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
             ratio = f"{base / med['makespan_s']:.2f}x" if base else "-"
             print(
                 f"| {kind} | {policy} | {med['makespan_s']:.0f} | {ratio} | {med['idle']:.1%} | "
-                f"{med['kv_share']:.0%} / {med['prefill_share']:.0%} | {med['wait_s']:.2f} | "
+                f"{med['kv_share']:.0%} / {med['prefill_share']:.0%} / {med['recompute_share']:.0%} | {med['wait_s']:.2f} | "
                 f"{med['prefill_tokens'] / 1e6:.1f} | {med['recomputed_share']:.1%} | {med['moved']:.0f} | "
                 f"({time.perf_counter() - t0:.0f} s wall)",
                 flush=True,
