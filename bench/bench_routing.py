@@ -9,7 +9,8 @@ makespan ratio sticky / policy.
 
 What it assumes (every number is a flag or a field of ``ReplicaCost``; docs/routing.md says why each is what it is):
 
-- 32 policy GPUs as ``--gpus / --tp`` rollout replicas (default 16 x TP 2 of a dense 9B).
+- 32 policy GPUs as ``--gpus / --tp`` rollout replicas (default 8 x TP 4 of a dense 9B, the neos recipe's layout;
+  ``ReplicaCost``'s TP-4 replica, scaled in proportion for another ``--tp``).
 - The round is the adaptive mixed-group sampler's (Neos Appendix B, Table 12): B = 64 groups of G = 8, a window of 128
   questions, at most 1,024 trajectories in flight (a finished one's slot starts the next one the sampler picks), up
   to 12 samples a group; it ends the moment 64 groups have >= 8 outcomes with both a success and a failure, and every
@@ -164,16 +165,30 @@ class Workload:
         return t
 
 
+def replica_cost(tp: int, kv_tokens: int | None) -> ReplicaCost:
+    """``ReplicaCost``'s TP-4 replica scaled to ``tp`` GPUs: KV pool, KV bandwidth and FLOPs in proportion (the fixed
+    step time kept: fewer weights to read a GPU, more all-reduce partners)."""
+    base, scale = ReplicaCost(), tp / 4
+    return ReplicaCost(
+        kv_capacity_tokens=kv_tokens or int(base.kv_capacity_tokens * scale),
+        decode_step_s=base.decode_step_s,
+        decode_s_per_sequence=base.decode_s_per_sequence / scale,
+        decode_s_per_context_token=base.decode_s_per_context_token / scale,
+        prefill_s_per_token=base.prefill_s_per_token / scale,
+        prefill_attention_tokens=base.prefill_attention_tokens,
+    )
+
+
 class Round:
     def __init__(self, policy: str, args: argparse.Namespace, seed: int, shape: Shape) -> None:
-        self.args, self.cost = args, ReplicaCost(kv_capacity_tokens=args.kv_tokens)
+        self.args, self.cost = args, replica_cost(args.tp, args.kv_tokens)
         n = args.gpus // args.tp
         self.replicas = {f"r{i}": Replica(f"r{i}", PrefixMirror(self.cost.kv_capacity_tokens // BLOCK)) for i in range(n)}
         settings = RouterSettings(
             policy=policy,
             block_tokens=BLOCK,
             expected_generation_tokens=int(shape.gen_median * math.exp(shape.gen_sigma**2 / 2)),  # the mean
-            cache_capacity_tokens=args.mirror_tokens,
+            cache_capacity_tokens=args.mirror_tokens or self.cost.kv_capacity_tokens * 3 // 4,
             cost=self.cost,
             seed=seed,
         )
@@ -361,7 +376,7 @@ class Round:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--gpus", type=int, default=32)
-    p.add_argument("--tp", type=int, default=2)
+    p.add_argument("--tp", type=int, default=4, help="rollout tensor-parallel size (the neos recipe's: 4)")
     p.add_argument("--groups", type=int, default=64)
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--in-flight", type=int, default=1024, help="the sampler's admission limit (Neos Table 12)")
@@ -371,8 +386,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--tool-median", type=float, default=None, help="median tool latency, s (default: the workload's)")
     p.add_argument("--gen-median", type=float, default=None, help="median tokens generated a turn (default: the workload's)")
-    p.add_argument("--kv-tokens", type=int, default=ReplicaCost().kv_capacity_tokens, help="KV pool per replica")
-    p.add_argument("--mirror-tokens", type=int, default=RouterSettings().cache_capacity_tokens)
+    p.add_argument("--kv-tokens", type=int, default=None, help="KV pool a replica, tokens (default: 400,000 a GPU)")
+    p.add_argument("--mirror-tokens", type=int, default=None, help="the router's prefix mirror (default 3/4 of the pool)")
     args = p.parse_args(argv)
     if args.gpus % args.tp or args.in_flight < 1:
         p.error("--gpus must be a multiple of --tp and --in-flight at least 1")

@@ -125,9 +125,10 @@ def test_cache_aware_without_a_useful_match_goes_least_loaded():
 def test_replica_cost_by_hand():
     c = ReplicaCost()
     # 27,000 tokens from scratch: 27,000 linear + 27,000^2 / (2 x 27,000) attention first-token-equivalents
-    assert c.prefill_s(0, 27_000) == pytest.approx(2.3e-5 * 40_500)
+    assert c.prefill_s(0, 27_000) == pytest.approx(1.15e-5 * 40_500)
     assert c.prefill_s(27_000, 27_000) == 0.0 and c.prefill_s(500, 100) == 0.0
-    assert c.step_s(100_000, 10) == pytest.approx(8e-3 + 10 * 2e-5 + 100_000 * 2.2e-8)
+    assert c.step_s(100_000, 10) == pytest.approx(8e-3 + 10 * 1e-5 + 100_000 * 1.1e-8)
+    assert c.kv_capacity_tokens == 1_600_000 and RouterSettings().cache_capacity_tokens == 1_200_000
 
 
 def cost_router(**settings) -> TurnRouter:

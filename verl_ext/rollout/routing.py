@@ -45,19 +45,20 @@ class NoReplicaError(RuntimeError):
 
 class ReplicaCost(BaseModel):
     """What a turn costs on one rollout replica, in seconds: ``cost_aware``'s estimate, and the routing benchmark's
-    replica model. Defaults: a dense 9B (Qwen3-8B's shape: 36 layers, 8 KV heads of 128, bf16 KV = 144 KiB a token)
-    at tensor-parallel 2 on two 80 GB H100s (Neos trains on H100s; its rollout TP is not stated)."""
+    replica model. Defaults: the ``+recipe=neos`` replica, a dense 9B (Qwen3-8B's shape: 36 layers, 8 KV heads of
+    128, bf16 KV = 144 KiB a token) at tensor-parallel 4 on four 80 GB H100s (Neos trains on H100s with TP 4; its
+    rollout TP is not stated, the recipe uses the training TP). Set them to the engine and hardware in use."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    # 160 GB less 18 GB of weights, activations and CUDA graphs: ~110 GB of KV at 144 KiB a token
-    kv_capacity_tokens: int = Field(800_000, ge=1)
-    # one decode step: weights read once (9 GB per GPU at ~3.3 TB/s), all-reduces and launches ...
+    # 4 x 80 GB less weights, activations and CUDA graphs: ~62 GB of KV a GPU at 144 KiB a token
+    kv_capacity_tokens: int = Field(1_600_000, ge=1)
+    # one decode step: weights read once (4 GB a GPU at ~3.3 TB/s), 72 all-reduces and launches ...
     decode_step_s: float = Field(8e-3, gt=0)
-    decode_s_per_sequence: float = Field(2e-5, ge=0)  # ... sampling and the batch's own matmul rows ...
-    decode_s_per_context_token: float = Field(2.2e-8, ge=0)  # ... and every running sequence's KV read (72 KiB/GPU)
-    # prefill: 2 x 8e9 non-embedding FLOPs a token on 2 GPUs at ~350 TFLOP/s each ...
-    prefill_s_per_token: float = Field(2.3e-5, gt=0)
+    decode_s_per_sequence: float = Field(1e-5, ge=0)  # ... sampling and the batch's own matmul rows ...
+    decode_s_per_context_token: float = Field(1.1e-8, ge=0)  # ... and every running sequence's KV (36 KiB a GPU)
+    # prefill: 2 x 8e9 non-embedding FLOPs a token on 4 GPUs at ~350 TFLOP/s each ...
+    prefill_s_per_token: float = Field(1.15e-5, gt=0)
     # ... plus attention, 4 x 36 layers x 4,096 x position FLOPs: a token at this position costs twice the first one
     prefill_attention_tokens: int = Field(27_000, ge=1)
 
@@ -102,7 +103,8 @@ class RouterSettings(BaseModel):
     # Per-turn generation estimate for the load (a turn is a reasoning step and one call; max_tokens caps it).
     expected_generation_tokens: int = Field(512, ge=1)
     block_tokens: int = Field(256, ge=1)  # prefix-cache block: only whole blocks match
-    cache_capacity_tokens: int = Field(600_000, ge=1)  # per replica: its KV pool's tokens that can hold prefixes
+    # per replica: tokens of prefix the mirror keeps, 3/4 of ReplicaCost's pool (the rest holds running generations)
+    cache_capacity_tokens: int = Field(1_200_000, ge=1)
     # cache_aware leaves the prefix holder only when it is busier than the least-loaded replica by both thresholds
     # (SGLang router's abs/rel pair); abs = one full context: moving recomputes up to a whole context's prefill.
     balance_abs_threshold: int = Field(131_072, ge=0)  # tokens
