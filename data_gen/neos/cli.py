@@ -104,7 +104,8 @@ async def _judge(client: ToolServerClient, expert: Expert, cand: Candidate, imag
         if probes["text_only_answer"]:
             return rejected("text_only_answer", f"{llm_probe.name} ({llm_probe.config.model}) answered it")
     t = time.perf_counter()
-    probes["text_only_search"] = await probe_text_only_search(client, task)
+    searched = await probe_text_only_search(client, task)
+    probes["text_only_search"], probes["text_only_search_saw_answer"] = searched.solved, searched.saw_answer
     seconds["text_only_search"] = time.perf_counter() - t
     if probes["text_only_search"]:
         return rejected("text_only_search")
@@ -227,8 +228,12 @@ def statistics(outcomes: Sequence[Outcome]) -> dict:
         seed_counts.update(o.counts)
     stages = stage_rates(outcomes, cands, STAGES)
     tasks = [o.task for o in judged if o.status == "verified" and o.task]
+    searched = [o for o in judged if "text_only_search" in o.probes]
     return {"seeds_done": len(seeds), "candidates": len(judged), "infrastructure_errors_excluded": errors,
             "verified": len(tasks), "filters": filters, "stages": stages,
+            # how close probe 2 came: of the candidates it searched, how many had the answer among its hits
+            "text_only_search_saw_answer": {"searched": len(searched), "saw_answer": sum(
+                o.probes.get("text_only_search_saw_answer", False) for o in searched)},
             "seed_level": dict(sorted(seed_counts.items())),
             "hops": dict(sorted(Counter(len(t.steps) for t in tasks).items())),
             "modality_path_types": dict(Counter(_path_type(t) for t in tasks).most_common()),
