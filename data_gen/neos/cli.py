@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -27,6 +28,7 @@ from data_gen.common.llm import SyncChat
 from data_gen.common.report import bar_charts
 from data_gen.common.stats import answer_cap, diversity, filter_rates, stage_rates
 from data_gen.common.teacher import TeacherExpert, TeacherSettings, add_teacher_flags
+from data_gen.kg.wikidata import WikidataFormatError
 from data_gen.neos.agents import (
     ProgrammaticExpert,
     probe_entry_image_vqa,
@@ -36,11 +38,12 @@ from data_gen.neos.agents import (
     teacher_brief,
 )
 from data_gen.neos.export import check_exportable, export, mei_pairs
+from data_gen.neos.kg_world import KGWorldError, entity_subset, read_graph, write_world
 from data_gen.neos.llm import LLMRewriter, LLMTextOnlyProbe, ProbeUnavailable, VLMEntryImageProbe, VLMObserver
 from data_gen.neos.observer import PaletteObserver, rapid_ocr
 from data_gen.neos.schema import Outcome, Task
 from data_gen.neos.store import ResultLog
-from data_gen.neos.synth import Candidate, Synthesizer
+from data_gen.neos.synth import Candidate, SynthConfig, Synthesizer
 from data_gen.world.store import World
 from tool_server.launch import served
 from verl_ext.reward.judge import JudgeConfig
@@ -61,7 +64,12 @@ DESCRIPTION = ("Neos task synthesis (Neos: Learning to Interleave Search and Vis
 
 
 def parser(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    add_common_flags(p, "tasks")
+    add_common_flags(p, "tasks", kg=True)
+    p.add_argument("--kg-images", type=Path, metavar="DIR", default=None,
+                   help="with --kg: the Commons files its flag/logo/locator-map/image statements name (PNG, JPEG or "
+                   "SVG, by file name); a named file missing here is counted in the world's manifest")
+    p.add_argument("--kg-entities", type=Path, metavar="FILE", default=None,
+                   help="with --kg: the snapshot subset, one QID a line (default: every item of the dump)")
     p.add_argument("--ocr", action="store_true", help="let the blind observer also read image text (RapidOCR)")
     p.add_argument("--llm-url", default=None, help="OpenAI-compatible base URL: this model rewords each template "
                    "question and probe 1 also asks it to answer closed-book (default: templates and the programmatic "
@@ -130,7 +138,8 @@ async def _judge(client: ToolServerClient, expert: Expert, cand: Candidate, imag
 
 async def run(world: World | Path, out: Path, url: str, *, seed: int, limit: int | None, ocr: bool,
               llm: JudgeConfig | None = None, rewrite: JudgeConfig | None = None,
-              vlm: JudgeConfig | None = None, teacher: TeacherSettings | None = None) -> dict:
+              vlm: JudgeConfig | None = None, teacher: TeacherSettings | None = None,
+              config: SynthConfig = SynthConfig()) -> dict:
     """The pipeline on ``world`` (loaded, or its directory); ``llm``: probe 1's model, ``rewrite``: the rewriter's,
     ``vlm``: the observer's and probe 3's (the CLI passes its LLM as both ``llm`` and ``rewrite``), ``teacher``: the
     expert's. Returns what the synthesis model steps and the teacher did."""
@@ -139,7 +148,7 @@ async def run(world: World | Path, out: Path, url: str, *, seed: int, limit: int
         observer = PaletteObserver(rapid_ocr() if ocr else None)
         vlm_observer = VLMObserver(models.enter_context(SyncChat(vlm)), observer) if vlm else None
         rewriter = LLMRewriter(models.enter_context(SyncChat(rewrite))) if rewrite else None
-        synth = Synthesizer(world, seed=seed, observer=vlm_observer or observer, rewriter=rewriter)
+        synth = Synthesizer(world, seed=seed, config=config, observer=vlm_observer or observer, rewriter=rewriter)
         taught = await _pipeline(world, synth, observer, out, url, limit=limit, llm=llm, vlm=vlm, teacher=teacher)
         steps = {step.name: step.usage.report() for step in (vlm_observer, rewriter) if step is not None}
         return {**steps, "teacher": taught} if taught else steps
@@ -273,16 +282,40 @@ def plots(stats: dict, out: Path) -> list[str]:
                        "top_answers": stats["diversity"]["top_answers"]}, out, "Neos")
 
 
+def kg_world_or_exit(args: argparse.Namespace) -> Path | None:
+    """``--kg``: the dump read and checked before anything is written, then its world written to OUT/kg_world;
+    None (after one line on stderr) when the dump, subset or images cannot make one."""
+    try:
+        graph = read_graph(args.kg, entity_subset(args.kg_entities))
+        if not graph.triples:
+            raise KGWorldError(f"{args.kg}: no entity facts in the dump (or none in --kg-entities)")
+        args.out.mkdir(parents=True, exist_ok=True)
+        manifest = write_world(graph, args.kg_images, args.out / "kg_world", args.kg)
+    except (OSError, WikidataFormatError, KGWorldError) as err:
+        print(f"error: --kg: {err}", file=sys.stderr)
+        return None
+    if manifest["images_missing"]:
+        print(f"warning: --kg-images lacks {manifest['images_missing']} of the files the dump's image statements "
+              "name; those entities have no image", file=sys.stderr)
+    return args.out / "kg_world"
+
+
 def main(args: argparse.Namespace) -> int:
+    if getattr(args, "kg", None) is not None:
+        args.world = kg_world_or_exit(args)
+        if args.world is None:
+            return 2
     world = world_or_exit(args.world)  # before the output directory or a tool server exists
     if world is None:
         return 2
+    config = SynthConfig(seed_kinds=None) if getattr(args, "kg", None) is not None else SynthConfig()
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     llm, vlm = model_configs(args)
     with served(args.world, "--cache-dir", str(args.out / "tool_server_cache")) as url:
         models = asyncio.run(run(world, args.out, url, seed=args.seed, limit=args.limit, ocr=args.ocr,
-                                 llm=llm, rewrite=llm, vlm=vlm, teacher=TeacherSettings.from_args(args)))
+                                 llm=llm, rewrite=llm, vlm=vlm, teacher=TeacherSettings.from_args(args),
+                                 config=config))
     log = ResultLog(args.out / "results.jsonl")
     outcomes = log.outcomes()
     log.close()

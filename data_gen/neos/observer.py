@@ -27,6 +27,11 @@ IMAGE_KINDS: dict[str, str] = {
     "us-atlas": "locator map",
     "simple-icons": "logo",
     "tuxpaint-stamps-default": "picture",
+    # a Wikidata KG's image statements (data_gen.neos.kg_world): flag, logo, locator map, image
+    "wikidata:P41": "flag",
+    "wikidata:P154": "logo",
+    "wikidata:P242": "locator map",
+    "wikidata:P18": "picture",
 }
 # A small named palette; each opaque pixel goes to the nearest name.
 COLOURS: dict[str, tuple[int, int, int]] = {

@@ -47,6 +47,7 @@ class SynthConfig:
                                                                                max_candidates=1000))
     variants: tuple[frozenset[str], ...] = RELATION_VARIANTS
     max_structures_per_seed: int = 40  # accepted structures taken on to grounding, per seed
+    seed_kinds: frozenset[str] | None = SEED_KINDS  # None: every page-bearing entity (a loaded KG's own kinds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +105,8 @@ class Synthesizer:
         keyed = []
         for eid in sorted(self.world.entities):
             entity = self.world.entities[eid]
-            if entity.kind not in SEED_KINDS or not entity.page_id or self.kg.degree(eid) == 0:
+            kinds = self.config.seed_kinds
+            if (kinds is not None and entity.kind not in kinds) or not entity.page_id or self.kg.degree(eid) == 0:
                 continue
             rels = {r for r in (*self.kg.outgoing(eid), *self.kg.incoming(eid)) if r not in TAXONOMIC_RELATIONS}
             neighbours = {n for objs in self.kg.outgoing(eid).values() for n in objs}

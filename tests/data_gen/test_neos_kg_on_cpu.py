@@ -1,0 +1,72 @@
+"""``python -m data_gen neos --kg``: Neos tasks synthesized against a Wikidata-format KG (the hand-written truthy
+N-Triples fixture and the Commons SVG files it names), end to end through the offline tool server and the expert;
+answers of the KG's own kinds (people, currencies, ...); a bad dump is one line and exit 2 with nothing written."""
+
+import json
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+
+from data_gen.__main__ import main as data_gen_main
+from data_gen.kg.wikidata import read_truthy_ntriples
+from data_gen.neos.cli import main as neos_main
+from data_gen.world.store import World
+
+FIXTURES = Path(__file__).parents[1] / "kg" / "fixtures"
+DUMP = FIXTURES / "wikidata_world.nt"
+
+
+@pytest.fixture(scope="module")
+def kg_out(tmp_path_factory):
+    out = tmp_path_factory.mktemp("neos_kg")
+    args = Namespace(world=None, kg=DUMP, kg_images=FIXTURES / "commons", kg_entities=None, out=out, seed=0,
+                     limit=None, ocr=False, llm_url=None, llm_model="probe", vlm_url=None, vlm_model=None,
+                     teacher_url=None)
+    assert neos_main(args) == 0
+    return out
+
+
+def test_image_statements_are_read_as_commons_file_names():
+    with DUMP.open() as lines:
+        graph = read_truthy_ntriples(lines)
+    assert ("Q142", "P41", "Flag of France.svg") in graph.literals  # from a Special:FilePath IRI
+    assert ("Q160746", "P154", "Nestlé logo.svg") in graph.literals  # percent-escapes undone
+
+
+def test_the_kg_becomes_a_world_with_its_own_kinds_pages_and_images(kg_out):
+    world = World.load(kg_out / "kg_world")
+    kinds = world.manifest["counts"]["entities_by_kind"]
+    assert kinds["country"] == 8 and kinds["person"] == 7 and kinds["company"] == 6 and kinds["currency"] == 2
+    assert world.manifest["images_missing"] == 0 and len(world.images) == 14  # 8 flags, 6 logos
+    france = world.entities["country:Q142"]
+    page = world.pages[france.page_id]
+    assert "France has Paris as its capital." in page.text and "Paris is the capital of France." in page.text
+    assert world.images["p41_q142"].source == "wikidata:P41"
+
+
+def test_tasks_against_the_kg_are_verified_by_the_expert_with_kg_answer_types(kg_out):
+    stats = json.loads((kg_out / "stats.json").read_text())
+    assert stats["verified"] >= 3 and stats["filters"]["expert"]["rejected"] == 0
+    assert "person" in stats["diversity"]["answer_types"]
+    world = World.load(kg_out / "kg_world")
+    outcomes = [json.loads(line) for line in (kg_out / "results.jsonl").read_text().splitlines()]
+    verified = [o["task"] for o in outcomes if o["status"] == "verified"]
+    for task in verified:
+        assert world.entities[task["answer_entity"]].label == task["answer"]
+        assert all(world.images[e["image_id"]].source == "wikidata:P41" for e in task["entry_images"])
+    assert any(world.entities[t["answer_entity"]].kind == "person" for t in verified)
+
+
+def test_a_bad_dump_is_one_line_and_exit_2_with_nothing_written(tmp_path, capsys):
+    bad = tmp_path / "bad.nt"
+    bad.write_text(DUMP.read_text().splitlines()[3] + "\nnot a triple\n")
+    out = tmp_path / "out"
+    assert data_gen_main(["neos", "--kg", str(bad), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --kg: bad.nt:2: not an N-Triples statement"] and not out.exists()
+    assert data_gen_main(["neos", "--kg", str(tmp_path / "dump.csv"), "--out", str(out)]) == 2
+    assert "expected a truthy N-Triples (.nt) or JSON dump (.json)" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as both:
+        data_gen_main(["neos", "--kg", str(bad), "--world", str(tmp_path), "--out", str(out)])
+    assert both.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
