@@ -38,6 +38,13 @@ RELATION_VARIANTS: tuple[frozenset[str], ...] = (
     frozenset(), frozenset({"P36", "P1376", "P17"}), frozenset({"P47"}), frozenset({"P37", "P38"}),
 )
 
+# A loaded Wikidata KG holds more single-valued facts that lead to no image (a head of state, a citizenship):
+# greedy selection takes them as it takes capitals, so three more variants keep them out too (data_gen.neos.kg_world).
+KG_RELATION_VARIANTS: tuple[frozenset[str], ...] = RELATION_VARIANTS + (
+    frozenset({"P35", "P27"}), frozenset({"P35", "P27", "P37", "P38"}),
+    frozenset({"P35", "P27", "P37", "P38", "P36", "P1376", "P17"}),
+)
+
 
 @dataclass(frozen=True)
 class SynthConfig:

@@ -11,6 +11,7 @@ import pytest
 from data_gen.__main__ import main as data_gen_main
 from data_gen.kg.wikidata import read_truthy_ntriples
 from data_gen.neos.cli import main as neos_main
+from data_gen.neos.synth import KG_RELATION_VARIANTS, RELATION_VARIANTS, SynthConfig, Synthesizer
 from data_gen.world.store import World
 
 FIXTURES = Path(__file__).parents[1] / "kg" / "fixtures"
@@ -37,8 +38,8 @@ def test_image_statements_are_read_as_commons_file_names():
 def test_the_kg_becomes_a_world_with_its_own_kinds_pages_and_images(kg_out):
     world = World.load(kg_out / "kg_world")
     kinds = world.manifest["counts"]["entities_by_kind"]
-    assert kinds["country"] == 8 and kinds["person"] == 7 and kinds["company"] == 6 and kinds["currency"] == 2
-    assert world.manifest["images_missing"] == 0 and len(world.images) == 14  # 8 flags, 6 logos
+    assert kinds["country"] == 12 and kinds["person"] == 10 and kinds["company"] == 9 and kinds["currency"] == 5
+    assert world.manifest["images_missing"] == 0 and len(world.images) == 21  # 12 flags, 9 logos
     france = world.entities["country:Q142"]
     page = world.pages[france.page_id]
     assert "France has Paris as its capital." in page.text and "Paris is the capital of France." in page.text
@@ -48,14 +49,28 @@ def test_the_kg_becomes_a_world_with_its_own_kinds_pages_and_images(kg_out):
 def test_tasks_against_the_kg_are_verified_by_the_expert_with_kg_answer_types(kg_out):
     stats = json.loads((kg_out / "stats.json").read_text())
     assert stats["verified"] >= 3 and stats["filters"]["expert"]["rejected"] == 0
-    assert "person" in stats["diversity"]["answer_types"]
+    # the KG's own kinds as answers: heads of state (person), capitals (city), currencies
+    assert {"person", "city", "currency"} <= set(stats["diversity"]["answer_types"])
     world = World.load(kg_out / "kg_world")
     outcomes = [json.loads(line) for line in (kg_out / "results.jsonl").read_text().splitlines()]
     verified = [o["task"] for o in outcomes if o["status"] == "verified"]
     for task in verified:
         assert world.entities[task["answer_entity"]].label == task["answer"]
         assert all(world.images[e["image_id"]].source == "wikidata:P41" for e in task["entry_images"])
-    assert any(world.entities[t["answer_entity"]].kind == "person" for t in verified)
+    assert {world.entities[t["answer_entity"]].kind for t in verified} >= {"person", "city"}
+
+
+def test_the_kg_variants_reach_answer_kinds_the_world_variants_do_not(kg_out):
+    """Heads of state and citizenship are single-valued facts leading to no image; without the KG variants that keep
+    them out, no capital is ever an answer on the fixture."""
+    world = World.load(kg_out / "kg_world")
+
+    def answer_kinds(variants):
+        synth = Synthesizer(world, seed=0, config=SynthConfig(seed_kinds=None, variants=variants))
+        return {c.task.answer_entity.split(":")[0] for e in synth.seeds() for c in synth.synthesize(e).candidates
+                if c.task}
+
+    assert "city" not in answer_kinds(RELATION_VARIANTS) and "city" in answer_kinds(KG_RELATION_VARIANTS)
 
 
 def test_a_bad_dump_is_one_line_and_exit_2_with_nothing_written(tmp_path, capsys):
