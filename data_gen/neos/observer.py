@@ -99,6 +99,12 @@ _NAMES = list(COLOURS)
 _REF_LAB = lab(np.asarray([COLOURS[n] for n in _NAMES]))
 
 
+def nearest_colour(rgb: tuple[int, int, int]) -> str:
+    """The palette name nearest to one sRGB colour in CIELAB; no margin: a colour a source states is named, not
+    judged."""
+    return _NAMES[int(np.argmin(((lab(np.asarray([rgb])) - _REF_LAB) ** 2).sum(-1)))]
+
+
 def palette(pixels: Image.Image) -> tuple[str, ...]:
     """Named colours covering at least ``MIN_SHARE`` of the opaque pixels, largest first (ties by name); see
     :func:`colour_shares`."""

@@ -11,6 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from data_gen.common.source_colours import image_source_texts, source_disagrees, stated_colours
 from data_gen.kg import (
     KG,
     ExpansionConfig,
@@ -64,7 +65,7 @@ class Candidate:
     key: str
     structure: Structure
     task: Task | None
-    filter: str | None  # "grounding" | "coverage" when ``task`` is None
+    filter: str | None  # the rejecting filter ("grounding", "source_colours", ...) when ``task`` is None
     detail: str = ""
 
 
@@ -173,6 +174,11 @@ class Synthesizer:
                 if g is None:
                     return Candidate(key, structure, None, "grounding",
                                      f"no image of {edge.target} is distinctive among {len(reach[edge.target])}")
+                stated = stated_colours(image_source_texts(self.world, g.image_id))
+                if source_disagrees(g.description.colours, stated):
+                    return Candidate(key, structure, None, "source_colours",
+                                     f"{g.image_id}: the pixels read {g.description.colours[0]}, its source states "
+                                     f"{', '.join(sorted(stated or ()))}")
                 bound[edge.target], grounded[edge.target] = g.description, g.image_id
                 alternatives[edge.target] = self._alternatives(edge.target, reach[edge.target], g.description, names)
                 reach[edge.target] = {edge.target}
