@@ -80,9 +80,13 @@ def read_graph(path: Path, subset: Subset = Subset()) -> WikidataGraph:
 def write_world(graph: WikidataGraph, images_dir: Path | None, out: Path, source: Path) -> dict:
     """The world of ``graph`` at ``out`` (replaced if there); returns its manifest. ``source``: the dump, named
     and hashed in the manifest."""
-    kinds = {qid: _kind(graph, qid) for qid in _items(graph)}
+    classes: dict[str, list[str]] = defaultdict(list)
+    for s, p, o in sorted(graph.triples):
+        if p == "P31":
+            classes[s].append(o)
+    kinds = {qid: _kind(graph, classes[qid]) for qid in _items(graph)}
     ids = {qid: f"{kind}:{qid}" for qid, kind in kinds.items()}
-    entities, pages, triples = {}, {}, []
+    entities: dict[str, Entity] = {}
     slugs: set[str] = set()
     for qid in sorted(kinds):
         label = graph.labels.get(qid, qid)
@@ -90,31 +94,33 @@ def write_world(graph: WikidataGraph, images_dir: Path | None, out: Path, source
         slugs.add(slug)
         entities[qid] = Entity(id=ids[qid], label=label, kind=kinds[qid], description=graph.descriptions.get(qid, ""),
                                aliases=list(graph.aliases.get(qid, [])), page_id=slug)
-    for s, p, o in sorted(graph.triples):
-        if s in ids and o in ids and p != "P31":
-            triples.append(Triple(ids[s], p, ids[o]))
+    triples = [Triple(ids[s], p, ids[o]) for s, p, o in sorted(graph.triples) if s in ids and o in ids and p != "P31"]
     relations = [Relation(p, PROPERTY_LABELS.get(p) or graph.labels.get(p, p), True)
                  for p in sorted({t.p for t in triples})]
     images, pixels, missing = _images(graph, entities, images_dir)
-    facts: dict[str, list[str]] = defaultdict(list)
     labels = {r.id: r.label for r in relations}
     by_id = {e.id: e for e in entities.values()}
+    facts: dict[str, list[str]] = defaultdict(list)
+    links: dict[str, set[str]] = defaultdict(set)
     for t in triples:
         # the subject described from the object: "France has Paris as its capital."
-        sentence = f"{by_id[t.s].label} {relation_phrase(Edge(t.o, t.s, t.p, False), labels[t.p], by_id[t.o].label)}."
-        facts[t.s].append(sentence)
-        facts[t.o].append(sentence)
-    for qid, entity in entities.items():
+        phrase = relation_phrase(Edge(t.o, t.s, t.p, False), labels[t.p], by_id[t.o].label)
+        for end, other in ((t.s, t.o), (t.o, t.s)):
+            facts[end].append(f"{by_id[t.s].label} {phrase}.")
+            links[end].add(by_id[other].page_id)
+    shown: dict[str, list[str]] = defaultdict(list)
+    for image in images:
+        shown[image.entity_id].append(image.id)
+    pages = []
+    for entity in entities.values():
         lead = f"{entity.label} is {_article(entity.description)}." if entity.description else \
             f"{entity.label} is a {entity.kind}."
-        pages[entity.page_id] = Page(
-            id=entity.page_id, url=page_url(entity.page_id), title=entity.label, text=" ".join([lead, *facts[entity.id]]),
-            source="wikidata", entity_id=entity.id,
-            links=sorted({by_id[t.o if t.s == entity.id else t.s].page_id for t in triples if entity.id in (t.s, t.o)}),
-            image_ids=[i.id for i in images if i.entity_id == entity.id])
-    records = {"entities": sorted(entities.values(), key=lambda e: e.id), "pages": sorted(pages.values(), key=lambda p: p.id),
+        pages.append(Page(id=entity.page_id, url=page_url(entity.page_id), title=entity.label,
+                          text=" ".join([lead, *facts[entity.id]]), source="wikidata", entity_id=entity.id,
+                          links=sorted(links[entity.id]), image_ids=shown[entity.id]))
+    records = {"entities": sorted(entities.values(), key=lambda e: e.id), "pages": sorted(pages, key=lambda p: p.id),
                "images": images, "triples": triples, "relations": relations}
-    return _write(out, records, pixels, {"source": source.name, "source_sha256": _sha256(source),
+    return _write(out, records, pixels, {"source": source.name, "source_sha256": _file_sha256(source),
                                          "images_missing": missing})
 
 
@@ -125,8 +131,7 @@ def _items(graph: WikidataGraph) -> set[str]:
     return {q for q in named if q.startswith("Q") and q in graph.labels}
 
 
-def _kind(graph: WikidataGraph, qid: str) -> str:
-    classes = sorted(o for s, p, o in graph.triples if s == qid and p == "P31")
+def _kind(graph: WikidataGraph, classes: list[str]) -> str:
     for cls in classes:
         if cls in CLASS_KINDS:
             return CLASS_KINDS[cls]
@@ -194,7 +199,8 @@ def _write(out: Path, records: dict[str, list], pixels: dict[str, PILImage.Image
             kinds[entity.kind] += 1
         manifest = {"format_version": FORMAT_VERSION, "size": "kg", "content_hash": content.hexdigest(),
                     "adapters": [], "sources": [source], "images_missing": source["images_missing"],
-                    "counts": {name: len(records[name]) for name in records} | {"entities_by_kind": dict(sorted(kinds.items()))}}
+                    "counts": {name: len(records[name]) for name in records}
+                    | {"entities_by_kind": dict(sorted(kinds.items()))}}
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
         if out.exists():
             shutil.rmtree(out)
@@ -204,12 +210,9 @@ def _write(out: Path, records: dict[str, list], pixels: dict[str, PILImage.Image
     return manifest
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
+def _file_sha256(path: Path) -> str:
     with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def entity_subset(path: Path | None, relations: Iterable[str] | None = None) -> Subset:
