@@ -289,7 +289,6 @@ def kg_world_or_exit(args: argparse.Namespace) -> Path | None:
         graph = read_graph(args.kg, entity_subset(args.kg_entities))
         if not graph.triples:
             raise KGWorldError(f"{args.kg}: no entity facts in the dump (or none in --kg-entities)")
-        args.out.mkdir(parents=True, exist_ok=True)
         manifest = write_world(graph, args.kg_images, args.out / "kg_world", args.kg)
     except (OSError, WikidataFormatError, KGWorldError) as err:
         print(f"error: --kg: {err}", file=sys.stderr)

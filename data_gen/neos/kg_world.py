@@ -98,6 +98,10 @@ def write_world(graph: WikidataGraph, images_dir: Path | None, out: Path, source
     relations = [Relation(p, PROPERTY_LABELS.get(p) or graph.labels.get(p, p), True)
                  for p in sorted({t.p for t in triples})]
     images, pixels, missing = _images(graph, entities, images_dir)
+    if not images:  # no anchor or checkpoint is possible: a run would verify nothing
+        raise KGWorldError(f"none of the {missing} image files the dump's flag/logo/map/image statements name is in "
+                           f"--kg-images ({images_dir})" if missing else
+                           "the dump has no flag (P41), logo (P154), locator map (P242) or image (P18) statements")
     labels = {r.id: r.label for r in relations}
     by_id = {e.id: e for e in entities.values()}
     facts: dict[str, list[str]] = defaultdict(list)
@@ -181,6 +185,7 @@ def _load(path: Path) -> PILImage.Image:
 def _write(out: Path, records: dict[str, list], pixels: dict[str, PILImage.Image], source: dict) -> dict:
     """The world files into a temporary directory, then renamed over ``out``: a crash leaves the old one."""
     tmp = out.parent / f"{out.name}.tmp-{os.getpid()}"
+    out.parent.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "images" / "kg").mkdir(parents=True)
     try:

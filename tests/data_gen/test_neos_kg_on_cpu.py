@@ -2,6 +2,7 @@
 N-Triples fixture and the Commons SVG files it names), end to end through the offline tool server and the expert;
 answers of the KG's own kinds (people, currencies, ...); a bad dump is one line and exit 2 with nothing written."""
 
+import gzip
 import json
 from argparse import Namespace
 from pathlib import Path
@@ -9,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from data_gen.__main__ import main as data_gen_main
-from data_gen.kg.wikidata import read_truthy_ntriples
+from data_gen.kg.wikidata import read_json_dump, read_truthy_ntriples
+from data_gen.neos.kg_world import read_graph
 from data_gen.neos.cli import main as neos_main
 from data_gen.neos.synth import KG_RELATION_VARIANTS, RELATION_VARIANTS, SynthConfig, Synthesizer
 from data_gen.world.store import World
@@ -33,6 +35,15 @@ def test_image_statements_are_read_as_commons_file_names():
         graph = read_truthy_ntriples(lines)
     assert ("Q142", "P41", "Flag of France.svg") in graph.literals  # from a Special:FilePath IRI
     assert ("Q160746", "P154", "Nestlé logo.svg") in graph.literals  # percent-escapes undone
+
+
+def test_the_dump_format_follows_the_file_name(tmp_path):
+    """``.nt`` / ``.json``, each optionally gzipped: the same graph whichever way the dump is stored."""
+    packed = tmp_path / "wikidata_world.nt.gz"
+    packed.write_bytes(gzip.compress(DUMP.read_bytes()))
+    assert read_graph(packed).triples == read_graph(DUMP).triples
+    with (FIXTURES / "wikidata_dump.json").open() as lines:
+        assert read_graph(FIXTURES / "wikidata_dump.json").triples == read_json_dump(lines).triples
 
 
 def test_the_kg_becomes_a_world_with_its_own_kinds_pages_and_images(kg_out):
@@ -80,6 +91,10 @@ def test_a_bad_dump_is_one_line_and_exit_2_with_nothing_written(tmp_path, capsys
     assert data_gen_main(["neos", "--kg", str(bad), "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["error: --kg: bad.nt:2: not an N-Triples statement"] and not out.exists()
+    empty = tmp_path / "no_images"
+    empty.mkdir()
+    assert data_gen_main(["neos", "--kg", str(DUMP), "--kg-images", str(empty), "--out", str(out)]) == 2
+    assert capsys.readouterr().err.startswith("error: --kg: none of the 21 image files") and not out.exists()
     assert data_gen_main(["neos", "--kg", str(tmp_path / "dump.csv"), "--out", str(out)]) == 2
     assert "expected a truthy N-Triples (.nt) or JSON dump (.json)" in capsys.readouterr().err
     with pytest.raises(SystemExit) as both:
