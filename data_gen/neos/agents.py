@@ -4,9 +4,9 @@ Both are **programmatic, offline agents with no model**, and say so in their nam
 
 - :func:`probe_text_only_answer` (probe 1): the question text alone gives the answer away (its name or an alias
   occurs in it).
-- :func:`probe_text_only_search` (probe 2): a searcher that sees only the question runs at most 4 TextSearch turns
-  (the question's content words, then each sentence's) and is forced to answer (:class:`_Ballot`); solved when
-  that answer matches.
+- :func:`probe_text_only_search` (probe 2): a searcher that sees only the question's text runs at most 4
+  TextSearch calls (the question's words, then the leads it found with the asked step's words) and is forced to
+  answer (:class:`_Ballot`); solved when that answer matches.
 - :func:`probe_entry_image_vqa` (probe 3): the entry images' own texts (captions, alt, OCR) name the answer.
 - :func:`probe_short_multimodal_search` (probe 4): 4 tool turns starting from reverse search of the entry images,
   then a forced answer.
@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import io
 import re
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from PIL import Image

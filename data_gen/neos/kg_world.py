@@ -7,7 +7,8 @@ engine and ``WebVisit`` serve), and the images its statements name: flag (P41), 
 image (P18). Image statements hold Commons file names; their pixels come from ``--kg-images``, a directory holding
 those files (PNG, JPEG or SVG, as Wikimedia Commons serves them); a named file that is missing there is counted in
 the manifest (``images_missing``), never silently dropped. The world is written to a temporary directory and
-renamed into place, and a second run over the same dump and images reuses it.
+renamed into place; a second run over the same dump and images writes it again identically (the same content
+hash), so a resumed run's task keys still match.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import json
 import os
 import shutil
 from collections import defaultdict
-from collections.abc import Iterable
 from pathlib import Path
 
 import resvg_py
@@ -220,8 +220,8 @@ def _file_sha256(path: Path) -> str:
         return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
-def entity_subset(path: Path | None, relations: Iterable[str] | None = None) -> Subset:
-    """The snapshot subset from ``--kg-entities`` (one QID a line, ``#`` comments) and relations; all when None."""
+def entity_subset(path: Path | None) -> Subset:
+    """The snapshot subset from ``--kg-entities`` (one QID a line, ``#`` comments); every item when None."""
     entities = None
     if path is not None:
         try:
@@ -230,5 +230,4 @@ def entity_subset(path: Path | None, relations: Iterable[str] | None = None) -> 
             raise KGWorldError(f"--kg-entities: {err}") from None
         entities = frozenset(line.split("#", 1)[0].strip() for line in lines) - {""}
     # outside objects stay so instance-of classes still give kinds; other unlabelled ones are dropped later
-    return Subset(entities=entities, relations=frozenset(relations) if relations else None,
-                  keep_outside_objects=True)
+    return Subset(entities=entities, keep_outside_objects=True)

@@ -11,7 +11,7 @@ import pytest
 
 from data_gen.__main__ import main as data_gen_main
 from data_gen.kg.wikidata import read_json_dump, read_truthy_ntriples
-from data_gen.neos.kg_world import read_graph
+from data_gen.neos.kg_world import KGWorldError, entity_subset, read_graph
 from data_gen.neos.cli import main as neos_main
 from data_gen.neos.synth import KG_RELATION_VARIANTS, RELATION_VARIANTS, SynthConfig, Synthesizer
 from data_gen.world.store import World
@@ -44,6 +44,17 @@ def test_the_dump_format_follows_the_file_name(tmp_path):
     assert read_graph(packed).triples == read_graph(DUMP).triples
     with (FIXTURES / "wikidata_dump.json").open() as lines:
         assert read_graph(FIXTURES / "wikidata_dump.json").triples == read_json_dump(lines).triples
+
+
+def test_kg_entities_names_the_snapshot_subset(tmp_path):
+    chosen = tmp_path / "qids.txt"
+    chosen.write_text("Q142\nQ183  # Germany\n\nQ90\n")
+    graph = read_graph(DUMP, entity_subset(chosen))
+    assert {s for s, _, _ in graph.triples} == {"Q142", "Q183", "Q90"}
+    assert ("Q142", "P47", "Q183") in graph.triples and ("Q142", "P31", "Q6256") in graph.triples  # class kept
+    assert set(graph.labels) == {"Q142", "Q183", "Q90"}
+    with pytest.raises(KGWorldError, match="^--kg-entities: "):
+        entity_subset(tmp_path / "missing.txt")
 
 
 def test_the_kg_becomes_a_world_with_its_own_kinds_pages_and_images(kg_out):
