@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from data_gen.common.usage import OneLineParser, nonnegative_float, positive_float
 from tool_server.launch import start
 
 log = logging.getLogger(__name__)
@@ -142,16 +143,25 @@ def deploy(
     return fleet
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
+def parser() -> argparse.ArgumentParser:
+    p = OneLineParser(
         prog="python -m tool_server.ray_fleet",
         description="Run one tool server per node of a Ray cluster; print their addresses for NEOS_TOOL_SERVER_URL.",
         usage="%(prog)s [--ray-address ADDR] [--num-cpus N] -- SERVER_ARGS (those of python -m tool_server)",
     )
-    p.add_argument("--ray-address", default="auto", help="the cluster to join (default: the running one)")
-    p.add_argument("--num-cpus", type=float, default=0.0, help="CPUs each server's actor reserves in Ray")
-    p.add_argument("--check-every-s", type=float, default=30.0, help="how often the servers' liveness is logged")
-    p.add_argument("server_args", nargs=argparse.REMAINDER)
+    p.add_argument("--ray-address", default="auto", metavar="ADDR",
+                   help="the Ray cluster to join (default: auto, the running one)")
+    p.add_argument("--num-cpus", type=nonnegative_float, default=0.0, metavar="N",
+                   help="CPUs each server's actor reserves in Ray (default: 0, so servers never wait behind the job)")
+    p.add_argument("--check-every-s", type=positive_float, default=30.0, metavar="SECONDS",
+                   help="how often the servers' liveness is logged (default: 30)")
+    p.add_argument("server_args", nargs=argparse.REMAINDER, metavar="SERVER_ARGS",
+                   help="after --: the arguments of python -m tool_server, at least --world DIR")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser()
     args = p.parse_args(argv)
     server_args = args.server_args[1:] if args.server_args[:1] == ["--"] else args.server_args
     if "--world" not in server_args:

@@ -13,11 +13,16 @@ from data_gen.common.usage import nonnegative_int, positive_int
 from data_gen.world.store import World, WorldError
 
 
-def add_common_flags(p: argparse.ArgumentParser, unit: str) -> None:
+def add_common_flags(p: argparse.ArgumentParser, unit: str, kg: bool = False) -> None:
     """``--world/--out/--limit/--seed``, worded the same for both pipelines; ``unit`` names what ``--limit``
-    counts ("tasks", "questions")."""
-    p.add_argument("--world", required=True, type=Path, metavar="DIR",
-                   help="a built offline world (python -m data_gen world build --size small --out DIR)")
+    counts ("tasks", "questions"); ``kg``: ``--kg DUMP`` may replace ``--world``."""
+    source = p.add_mutually_exclusive_group(required=True) if kg else p
+    source.add_argument("--world", required=not kg, type=Path, metavar="DIR",
+                        help="a built offline world (python -m data_gen world build --size small --out DIR)")
+    if kg:
+        source.add_argument("--kg", type=Path, metavar="DUMP",
+                            help="a Wikidata dump instead of the world: truthy N-Triples (.nt) or JSON dump lines "
+                            "(.json), optionally .gz; its world is written to OUT/kg_world (see --kg-images)")
     p.add_argument("--out", required=True, type=Path, metavar="DIR",
                    help="output directory; created if missing, and a run into an existing one resumes from its "
                    "results.jsonl, redoing only what is missing")

@@ -13,6 +13,7 @@ import json
 import re
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
+from urllib.parse import unquote
 
 from data_gen.kg.graph import KG
 
@@ -21,6 +22,7 @@ DIRECT_IRI = "http://www.wikidata.org/prop/direct/"
 LABEL_IRIS = ("http://www.w3.org/2000/01/rdf-schema#label", "http://schema.org/name")
 ALIAS_IRI = "http://www.w3.org/2004/02/skos/core#altLabel"
 DESCRIPTION_IRI = "http://schema.org/description"
+COMMONS_FILE_IRI = "http://commons.wikimedia.org/wiki/Special:FilePath/"
 _NT_LINE = re.compile(r'^<([^>]+)>\s+<([^>]+)>\s+(<[^>]+>|"(?:[^"\\]|\\.)*"(?:@[\w-]+|\^\^<[^>]+>)?)\s*\.\s*$')
 
 
@@ -114,6 +116,8 @@ def read_truthy_ntriples(lines: Iterable[str], subset: Subset = Subset(), source
                 prop, value = p_iri[len(DIRECT_IRI):], o_iri[len(ENTITY_IRI):]
                 if subset.keeps(qid, prop, value):
                     graph.triples.add((qid, prop, value))
+            elif p_iri.startswith(DIRECT_IRI) and subset.keeps(qid, p_iri[len(DIRECT_IRI):], None):
+                graph.literals.add((qid, p_iri[len(DIRECT_IRI):], _iri_value(o_iri)))
             continue
         text, language = _literal(obj)
         if p_iri in LABEL_IRIS or p_iri in (ALIAS_IRI, DESCRIPTION_IRI):
@@ -157,6 +161,12 @@ def _truthy_values(statements: Collection[dict], where: str) -> Iterator[object]
         except (KeyError, TypeError) as err:
             raise WikidataFormatError(f"{where}: malformed statement {statement.get('id', '')!r} ({err})") from None
         yield value
+
+
+def _iri_value(iri: str) -> str:
+    """A non-entity IRI value as the JSON dump holds it: a Commons file's name (image, flag, logo statements),
+    else the IRI itself."""
+    return unquote(iri[len(COMMONS_FILE_IRI):]) if iri.startswith(COMMONS_FILE_IRI) else iri
 
 
 def _is_entity_value(value: str) -> bool:

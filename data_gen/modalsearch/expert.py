@@ -12,6 +12,11 @@ Per node of the path (the question's composed hops are walked through their supp
   the target;
 - terminal: a text answer must be stated in the last article read; an image answer must be read from the pixels
   ``read_url`` returned (``answerers.PixelAnswerer``).
+
+Every turn is written as the ``modalsearch_react_agent`` loop parses a policy's: ``<think>`` with a short reasoning,
+then one ``<tool_call>`` or the ``<answer>``. The reasoning is grounded in what the episode has observed: it names an
+entity only once the question or an earlier observation has named it (:func:`_named`), and an answer read from
+pixels comes after the turn that loaded them.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import io
 
 from PIL import Image as PILImage
 
-from data_gen.common.episode import Episode, expert_episode, found
+from data_gen.common.episode import Episode, call_text, expert_episode, found
 from data_gen.modalsearch.answerers import VISUAL_QUESTIONS
 from data_gen.common.teacher import Brief
 from data_gen.modalsearch.schema import PathNode, Task
@@ -42,37 +47,50 @@ class ModalSearchExpert:
             self.client, [task.start_image_url] if task.start_image_url else [],
             lambda episode, refs: self._walk(task, episode, refs), protocol="modalsearch", question=task.question,
             group_id=task.id, answer=task.answer,
-            render=lambda final: f"<answer>{final or 'I could not verify an answer.'}</answer>")
+            render=lambda final: _answer_turn(task, final))
 
     async def _walk(self, task: Task, episode: Episode, refs: list[str]) -> str:
         nodes = task.nodes
+        seen = Seen(task.question)
         last_text = ""
         loaded: bytes | None = None
         if nodes[0].kind == "image":
-            found_page = await episode.call("i2i_search", {"image": refs[0]})
+            found_page = await _call(episode, seen, "i2i_search", {"image": refs[0]},
+                                     "I cannot name what the question's image shows yet; a reverse image search "
+                                     "should find the page that carries it.")
             if found_page is None or nodes[0].source_page_url not in found_page.text:
                 return "reverse search did not reach the start image's source page"
-            loaded = await self._pixels(episode, nodes[0])
+            loaded = await self._pixels(episode, seen, nodes[0], "The reverse search found where the image comes "
+                                        "from; I load it at full size to look at it closely.")
         else:
-            last_text = await self._read(episode, nodes[0].url)
+            last_text = await self._read(episode, seen, nodes[0].url, f"The question starts from "
+                                         f"{seen.named(nodes[0].name, 'an article')}; I read it.")
         for prev, node in zip(nodes, nodes[1:]):
             if prev.kind == "text" and node.kind == "text":
                 if not _mentions(last_text, node):
                     return f"the article on {prev.name} does not mention {node.name}"
-                result = await episode.call("t2t_search", {"query": node.name})
+                result = await _call(episode, seen, "t2t_search", {"query": node.name}, (
+                    f"The article on {seen.named(prev.name, 'the last entity')} names {node.name}, the entity the "
+                    f"question's next clue points to; I search for its own page."))
                 if result is None or node.url not in result.text:
                     return f"text search did not find the page of {node.name}"
-                last_text = await self._read(episode, node.url)
+                last_text = await self._read(episode, seen, node.url, f"The search lists the page of {node.name}; I "
+                                             "read it for the next clue.")
             elif node.kind == "image":
-                result = await episode.call("t2i_search", {"query": node.description})
+                result = await _call(episode, seen, "t2i_search", {"query": node.description}, (
+                    f"The question's next clue is an image: {seen.named(node.description, 'a picture')}. I search "
+                    "images for it."))
                 if result is None or node.url not in result.text:
                     return f"image search did not find {node.url}"
-                loaded = await self._pixels(episode, node)
+                loaded = await self._pixels(episode, seen, node, "The image search returned it; I load its pixels to "
+                                            "see what it shows.")
             else:  # image -> text: the image's source page states the link
-                page_text = await self._read(episode, prev.source_page_url)
+                page_text = await self._read(episode, seen, prev.source_page_url, (
+                    "The image I looked at does not say by itself what it depicts; the page that carries it should."))
                 if not _mentions(page_text, node) and prev.source_page_url != node.url:
                     return f"the source page of {prev.name} does not mention {node.name}"
-                last_text = page_text if prev.source_page_url == node.url else await self._read(episode, node.url)
+                last_text = page_text if prev.source_page_url == node.url else await self._read(
+                    episode, seen, node.url, f"That page names {node.name}; I read its own page.")
         if task.terminal.modality == "text":
             if not any(found(a, last_text) for a in (task.answer, *task.aliases)):
                 return "the last article read does not state the answer"
@@ -86,15 +104,47 @@ class ModalSearchExpert:
             read = ask[2](colour_shares(im))
         return "" if read == task.answer else f"the fetched pixels read {read!r}, not {task.answer!r}"
 
-    async def _read(self, episode: Episode, url: str | None) -> str:
+    async def _read(self, episode: Episode, seen: Seen, url: str | None, reasoning: str) -> str:
         if url is None:
             return ""
-        result = await episode.call("read_url", {"url": url})
+        result = await _call(episode, seen, "read_url", {"url": url}, reasoning)
         return result.text if result else ""
 
-    async def _pixels(self, episode: Episode, node: PathNode) -> bytes | None:
-        result = await episode.call("read_url", {"url": node.url}, pixels=True)
+    async def _pixels(self, episode: Episode, seen: Seen, node: PathNode, reasoning: str) -> bytes | None:
+        result = await _call(episode, seen, "read_url", {"url": node.url}, reasoning, pixels=True)
         return result.images[0].png if result and result.images else None
+
+
+class Seen:
+    """What the episode has shown so far (the question, then each observation): a reasoning names an entity only
+    once it is here, as a policy could."""
+
+    def __init__(self, question: str) -> None:
+        self.text = question
+
+    def named(self, name: str, otherwise: str) -> str:
+        return name if name and found(name, self.text) else otherwise
+
+    def add(self, observation: str) -> None:
+        self.text += "\n" + observation
+
+
+async def _call(episode: Episode, seen: Seen, name: str, arguments: dict, reasoning: str, pixels: bool = False):
+    """One ReAct call turn (``<think>`` reasoning, then the call); its observation joins ``seen``."""
+    text = f"<think>{reasoning}</think>\n<tool_call>{call_text(name, arguments)}</tool_call>"
+    result = await episode.call(name, arguments, pixels=pixels, text=text)
+    if result is not None:
+        seen.add(result.text)
+    return result
+
+
+def _answer_turn(task: Task, final: str | None) -> str:
+    if final is None:
+        return "<think>The evidence I gathered does not settle it.</think>\n<answer>I could not verify an " \
+               "answer.</answer>"
+    why = "The image I loaded shows it in its pixels" if task.terminal.modality == "image" \
+        else "The last page I read states it"
+    return f"<think>{why}.</think>\n<answer>{final}</answer>"
 
 
 def _mentions(text: str, node: PathNode) -> bool:

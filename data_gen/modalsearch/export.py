@@ -66,15 +66,18 @@ def sft_record(task: Task, trajectory: dict[str, Any]) -> dict[str, Any]:
     """ReAct messages of the expert's episode as the ``modalsearch_react_agent`` loop shows them: its system prompt
     (the tools listed in it), the question with the start image, each call an assistant turn and its observation a
     tool turn carrying the pixels the call loaded (a ``read_url`` of a path image: the terminal image is in context
-    before an answer read from it), then the answer. A call turn is the turn's own text when that is a well-formed
-    ReAct call (a teacher's: reasoning, then the call), else the call as a bare ``<tool_call>`` (the programmatic
-    expert writes no reasoning)."""
+    before an answer read from it), then the answer. Each assistant turn is the episode's own text, a ReAct turn
+    (``<think>`` reasoning, then the call or the answer) as both experts write it; one the agent loop's parser
+    would not accept is a ``ValueError`` (the turn is not trained on)."""
     pixels = {n.url: n.id.split(":", 1)[1] for n in task.nodes if n.kind == "image" and n.url}
     urls = [task.start_image_url] if task.start_image_url else []
     messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt("modalsearch",
                                                                                   tool_schemas("modalsearch"))},
                                       *user_prompt(task.question, len(urls))]
     for turn in trajectory["turns"]:
+        parsed = parse_modalsearch_turn(turn["text"])
+        if parsed.error is not None:
+            raise ValueError(f"task {task.id}: turn {turn['index']} is not a ReAct turn ({parsed.error.message})")
         if turn["outcome"] == "answer":
             messages.append({"role": "assistant", "content": turn["text"]})
             continue
@@ -84,9 +87,7 @@ def sft_record(task: Task, trajectory: dict[str, Any]) -> dict[str, Any]:
             if len(fetched) != len(loaded) or not all(u in pixels for u in fetched):
                 raise ValueError(f"task {task.id}: {call['tool_name']} loaded {loaded}, not a path image by URL")
             urls += fetched
-            body = json.dumps({"name": call["tool_name"], "arguments": call["arguments"]}, ensure_ascii=False)
-            written = turn["text"] if parse_modalsearch_turn(turn["text"]).calls else f"<tool_call>{body}</tool_call>"
-            messages.append({"role": "assistant", "content": written})
+            messages.append({"role": "assistant", "content": turn["text"]})
             messages.append(tool_message(call["observation"], loaded))
     return {"id": task.id, "images": urls, "image_ids": [pixels[u] for u in urls], "messages": messages,
             "ground_truth": task.ground_truth(), "trajectory": trajectory}

@@ -4,9 +4,9 @@ Both are **programmatic, offline agents with no model**, and say so in their nam
 
 - :func:`probe_text_only_answer` (probe 1): the question text alone gives the answer away (its name or an alias
   occurs in it).
-- :func:`probe_text_only_search` (probe 2): a searcher that sees only the question runs at most 4 TextSearch turns
-  (the question's content words, then each sentence's) and is forced to answer (:class:`_Ballot`); solved when
-  that answer matches.
+- :func:`probe_text_only_search` (probe 2): a searcher that sees only the question's text runs at most 4
+  TextSearch calls (the question's words, then the leads it found with the asked step's words) and is forced to
+  answer (:class:`_Ballot`); solved when that answer matches.
 - :func:`probe_entry_image_vqa` (probe 3): the entry images' own texts (captions, alt, OCR) name the answer.
 - :func:`probe_short_multimodal_search` (probe 4): 4 tool turns starting from reverse search of the entry images,
   then a forced answer.
@@ -26,11 +26,12 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from PIL import Image
 
-from data_gen.common.episode import Episode, expert_episode
+from data_gen.common.episode import Episode, expert_episode, opened
 from data_gen.common.episode import found as _found
 from data_gen.common.teacher import Brief
 from data_gen.neos.observer import palette
@@ -41,6 +42,7 @@ from verl_ext.rollout.record import TrajectoryRecord
 from verl_ext.tools.client import ToolServerClient
 
 SEARCH_TURNS = 4
+CHAIN_WIDTH = 3  # leads a text-only searcher follows per call
 _STOP = frozenset({
     "let", "be", "the", "a", "an", "of", "that", "is", "its", "in", "on", "which", "whose", "as", "with", "by", "and",
     "shown", "image", "mostly", "area", "decreasing", "one",
@@ -55,7 +57,8 @@ def probe_text_only_answer(task: Task) -> bool:
 class _Ballot:
     """A forced answer from search results: the best title by reciprocal rank summed over results (then the
     earliest seen) among hits whose title adds a word the question lacks and whose snippet names the asked kind
-    ("Which city is C?")."""
+    ("Which city is C?"). ``leads`` keeps every such title of any kind, in the order seen: what a searcher would
+    look up next."""
 
     def __init__(self, question: str, exclude: Sequence[str] = ()) -> None:
         asked = re.search(r"Which ([\w. ]+?) is\b", question)
@@ -65,16 +68,25 @@ class _Ballot:
         self.votes: dict[str, float] = {}
         self.first_seen: dict[str, tuple[int, int]] = {}
         self.urls: dict[str, str] = {}
+        self.leads: list[str] = []
 
-    def add(self, turn: int, result: Any) -> None:
-        for record in result.records if result else []:
+    def add(self, turn: int, result: Any, subjects: Sequence[tuple[str, float] | None] = ()) -> None:
+        """``subjects[i]``: the lead query ``i`` searched for and its weight. A hit of such a query votes (times
+        that weight) only if its snippet names the lead: the link a searcher reads there; the lead itself never
+        votes as its own answer."""
+        for i, record in enumerate(result.records if result else []):
+            subject, weight = subjects[i] if i < len(subjects) and subjects[i] else (None, 1.0)
             for rank, hit in enumerate(record["results"]):
                 title = hit["title"]
                 if title in self.exclude or _says_nothing_new(title, self.asked_words):
                     continue
+                if title not in self.leads:
+                    self.leads.append(title)
                 if self.kind and not _found(self.kind, hit["snippet"]):
                     continue
-                self.votes[title] = self.votes.get(title, 0.0) + 1 / (1 + rank)
+                if subject is not None and (title == subject or not _found(subject, hit["snippet"])):
+                    continue
+                self.votes[title] = self.votes.get(title, 0.0) + weight / (1 + rank)
                 self.first_seen.setdefault(title, (turn, rank))
                 self.urls.setdefault(title, hit["url"])
 
@@ -82,21 +94,53 @@ class _Ballot:
         return sorted(self.votes, key=lambda t: (-self.votes[t], self.first_seen[t]))
 
 
-async def probe_text_only_search(client: ToolServerClient, task: Task) -> bool:
-    """Probe 2 (offline, no model): <= 4 TextSearch turns from the question's words, then a forced answer."""
-    sentences = [s for s in re.split(r"(?<=[.?])\s+", task.question) if s]
-    queries = [_content(task.question)] + [_content(s) for s in sentences]
-    queries = [q for q in dict.fromkeys(queries) if q][:SEARCH_TURNS]
+@dataclass(frozen=True, slots=True)
+class SearchProbe:
+    """Probe 2's verdict: ``solved`` (its forced answer matches: the task is rejected) and ``saw_answer`` (some hit
+    of its calls was the answer, chosen or not: how close the text-only shortcut came)."""
+
+    solved: bool
+    saw_answer: bool
+
+
+async def probe_text_only_search(client: ToolServerClient, task: Task) -> SearchProbe:
+    """Probe 2 (offline, no model): a text-only searcher with at most 4 TextSearch calls, then a forced answer.
+
+    Call 1 searches the question's words (image references left out: the searcher has no image). Each later call
+    chains from what it found, as a policy following its leads would: the ``CHAIN_WIDTH`` leading titles not yet
+    searched (in the order found), each with the asked step's words ("city capital"), so a question whose text
+    alone narrows the chain (a colour some page states, a relation only one candidate has) is solved within 4
+    calls. The forced answer is the ballot's leader over every hit of the calls (:class:`_Ballot`; a chained hit
+    counts only if its snippet names the lead, weighted by the lead's place). Solved when it matches."""
+    asked = _content(_asked_sentence(task.question))
     ballot = _Ballot(task.question)
-    session = await client.open_session([])
-    try:
-        episode = Episode(client, session.session_id)
-        for turn, query in enumerate(queries):
-            ballot.add(turn, await episode.call("TextSearch", {"query": [query]}))
-    finally:
-        await client.close_session(session.session_id)
+    queries: list[str] = [_content(_without_image_references(task.question))]
+    subjects: list[tuple[str, float] | None] = [None]
+    searched: set[str] = set()
+    async with opened(client, []) as (episode, _):
+        for turn in range(SEARCH_TURNS):
+            ballot.add(turn, await episode.call("TextSearch", {"query": queries}), subjects)
+            searched.update(s[0] for s in subjects if s)
+            leads = [(t, 1 / (1 + i)) for i, t in enumerate(ballot.leads) if t not in searched][:CHAIN_WIDTH]
+            if not leads:
+                break
+            queries, subjects = [f"{lead} {asked}".strip() for lead, _ in leads], list(leads)
+    truth = task.ground_truth()
     ranked = ballot.ranked()
-    return bool(ranked) and answer_matches(ranked[0], task.ground_truth())
+    return SearchProbe(solved=bool(ranked) and answer_matches(ranked[0], truth),
+                       saw_answer=any(answer_matches(t, truth) for t in ballot.leads))
+
+
+def _asked_sentence(question: str) -> str:
+    """The sentence that defines what is asked ("Let C be the city that is the capital of B."), else the last."""
+    sentences = [s for s in re.split(r"(?<=[.?])\s+", question) if s]
+    lets = [s for s in sentences if s.startswith("Let ")]
+    return (lets or sentences or [""])[-1]
+
+
+def _without_image_references(question: str) -> str:
+    """The question as a text-only searcher reads it: "shown in the image" / "image 2" carry no searchable words."""
+    return re.sub(r"\b(?:(?:is |are )?shown in )?(?:the image|image \d+)\b", "", question)
 
 
 def probe_entry_image_vqa(task: Task, image_texts: Sequence[str]) -> bool:
@@ -144,8 +188,9 @@ def _says_nothing_new(title: str, asked_words: set[str]) -> bool:
 
 
 def _content(text: str) -> str:
-    words = [w for w in re.findall(r"[A-Za-z][\w.'-]*", text) if len(w) > 1 and w.lower() not in _STOP]
-    return " ".join(words)
+    """The words a searcher would type: no stop words, no one-letter variables ("B."), each word once."""
+    words = (w.rstrip(".") for w in re.findall(r"[A-Za-z][\w.'-]*", text))
+    return " ".join(dict.fromkeys(w for w in words if len(w) > 1 and w.lower() not in _STOP))
 
 
 class ProgrammaticExpert:

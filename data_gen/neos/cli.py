@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -27,6 +28,7 @@ from data_gen.common.llm import SyncChat
 from data_gen.common.report import bar_charts
 from data_gen.common.stats import answer_cap, diversity, filter_rates, stage_rates
 from data_gen.common.teacher import TeacherExpert, TeacherSettings
+from data_gen.kg.wikidata import WikidataFormatError
 from data_gen.neos.agents import (
     ProgrammaticExpert,
     probe_entry_image_vqa,
@@ -36,19 +38,20 @@ from data_gen.neos.agents import (
     teacher_brief,
 )
 from data_gen.neos.export import check_exportable, export, mei_pairs
+from data_gen.neos.kg_world import KGWorldError, entity_subset, read_graph, write_world
 from data_gen.neos.llm import LLMRewriter, LLMTextOnlyProbe, ProbeUnavailable, VLMEntryImageProbe, VLMObserver
 from data_gen.neos.observer import PaletteObserver, rapid_ocr
 from data_gen.neos.schema import Outcome, Task
 from data_gen.neos.store import ResultLog
-from data_gen.neos.synth import Candidate, Synthesizer
+from data_gen.neos.synth import KG_RELATION_VARIANTS, Candidate, SynthConfig, Synthesizer
 from data_gen.world.store import World
 from tool_server.launch import served
 from verl_ext.reward.judge import JudgeConfig
 from verl_ext.tools.client import ToolServerClient, ToolServerUnavailable
 
 # The filters in pipeline order; a candidate reaching one has passed all before it.
-FILTERS = ("grounding", "entry_image_ablation", "checkpoint_ablation", "coverage", "answer_share", "text_only_answer",
-           "text_only_search", "entry_image_vqa", "short_multimodal_search", "expert")
+FILTERS = ("grounding", "source_colours", "entry_image_ablation", "checkpoint_ablation", "coverage", "answer_share",
+           "text_only_answer", "text_only_search", "entry_image_vqa", "short_multimodal_search", "expert")
 OUTPUT_FILES = ["train.parquet", "rl.parquet", "benchmark.parquet", "sft.parquet", "sft.jsonl",
                 "references.jsonl", "mei_sft.jsonl", "stats.json", "plots/", "results.jsonl"]
 STAGES = ("synthesis", "text_only_search", "short_multimodal_search", "expert")
@@ -83,7 +86,8 @@ async def _judge(client: ToolServerClient, expert: Expert, cand: Candidate, imag
         if probes["text_only_answer"]:
             return rejected("text_only_answer", f"{llm_probe.name} ({llm_probe.config.model}) answered it")
     t = time.perf_counter()
-    probes["text_only_search"] = await probe_text_only_search(client, task)
+    searched = await probe_text_only_search(client, task)
+    probes["text_only_search"], probes["text_only_search_saw_answer"] = searched.solved, searched.saw_answer
     seconds["text_only_search"] = time.perf_counter() - t
     if probes["text_only_search"]:
         return rejected("text_only_search")
@@ -108,7 +112,8 @@ async def _judge(client: ToolServerClient, expert: Expert, cand: Candidate, imag
 
 async def run(world: World | Path, out: Path, url: str, *, seed: int, limit: int | None, ocr: bool,
               llm: JudgeConfig | None = None, rewrite: JudgeConfig | None = None,
-              vlm: JudgeConfig | None = None, teacher: TeacherSettings | None = None) -> dict:
+              vlm: JudgeConfig | None = None, teacher: TeacherSettings | None = None,
+              config: SynthConfig = SynthConfig()) -> dict:
     """The pipeline on ``world`` (loaded, or its directory); ``llm``: probe 1's model, ``rewrite``: the rewriter's,
     ``vlm``: the observer's and probe 3's (the CLI passes its LLM as both ``llm`` and ``rewrite``), ``teacher``: the
     expert's. Returns what the synthesis model steps and the teacher did."""
@@ -117,7 +122,7 @@ async def run(world: World | Path, out: Path, url: str, *, seed: int, limit: int
         observer = PaletteObserver(rapid_ocr() if ocr else None)
         vlm_observer = VLMObserver(models.enter_context(SyncChat(vlm)), observer) if vlm else None
         rewriter = LLMRewriter(models.enter_context(SyncChat(rewrite))) if rewrite else None
-        synth = Synthesizer(world, seed=seed, observer=vlm_observer or observer, rewriter=rewriter)
+        synth = Synthesizer(world, seed=seed, config=config, observer=vlm_observer or observer, rewriter=rewriter)
         taught = await _pipeline(world, synth, observer, out, url, limit=limit, llm=llm, vlm=vlm, teacher=teacher)
         steps = {step.name: step.usage.report() for step in (vlm_observer, rewriter) if step is not None}
         return {**steps, "teacher": taught} if taught else steps
@@ -206,8 +211,12 @@ def statistics(outcomes: Sequence[Outcome]) -> dict:
         seed_counts.update(o.counts)
     stages = stage_rates(outcomes, cands, STAGES)
     tasks = [o.task for o in judged if o.status == "verified" and o.task]
+    searched = [o for o in judged if "text_only_search" in o.probes]
     return {"seeds_done": len(seeds), "candidates": len(judged), "infrastructure_errors_excluded": errors,
             "verified": len(tasks), "filters": filters, "stages": stages,
+            # how close probe 2 came: of the candidates it searched, how many had the answer among its hits
+            "text_only_search_saw_answer": {"searched": len(searched), "saw_answer": sum(
+                o.probes.get("text_only_search_saw_answer", False) for o in searched)},
             "seed_level": dict(sorted(seed_counts.items())),
             "hops": dict(sorted(Counter(len(t.steps) for t in tasks).items())),
             "modality_path_types": dict(Counter(_path_type(t) for t in tasks).most_common()),
@@ -247,16 +256,40 @@ def plots(stats: dict, out: Path) -> list[str]:
                        "top_answers": stats["diversity"]["top_answers"]}, out, "Neos")
 
 
+def kg_world_or_exit(args: argparse.Namespace) -> Path | None:
+    """``--kg``: the dump read and checked before anything is written, then its world written to OUT/kg_world;
+    None (after one line on stderr) when the dump, subset or images cannot make one."""
+    try:
+        graph = read_graph(args.kg, entity_subset(args.kg_entities))
+        if not graph.triples:
+            raise KGWorldError(f"{args.kg}: no entity facts in the dump (or none in --kg-entities)")
+        manifest = write_world(graph, args.kg_images, args.out / "kg_world", args.kg)
+    except (OSError, WikidataFormatError, KGWorldError) as err:
+        print(f"error: --kg: {err}", file=sys.stderr)
+        return None
+    if manifest["images_missing"]:
+        print(f"warning: --kg-images lacks {manifest['images_missing']} of the files the dump's image statements "
+              "name; those entities have no image", file=sys.stderr)
+    return args.out / "kg_world"
+
+
 def main(args: argparse.Namespace) -> int:
+    if getattr(args, "kg", None) is not None:
+        args.world = kg_world_or_exit(args)
+        if args.world is None:
+            return 2
     world = world_or_exit(args.world)  # before the output directory or a tool server exists
     if world is None:
         return 2
+    kg = getattr(args, "kg", None) is not None
+    config = SynthConfig(seed_kinds=None, variants=KG_RELATION_VARIANTS) if kg else SynthConfig()
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     llm, vlm = model_configs(args)
     with served(args.world, "--cache-dir", str(args.out / "tool_server_cache")) as url:
         models = asyncio.run(run(world, args.out, url, seed=args.seed, limit=args.limit, ocr=args.ocr,
-                                 llm=llm, rewrite=llm, vlm=vlm, teacher=TeacherSettings.from_args(args)))
+                                 llm=llm, rewrite=llm, vlm=vlm, teacher=TeacherSettings.from_args(args),
+                                 config=config))
     log = ResultLog(args.out / "results.jsonl")
     outcomes = log.outcomes()
     log.close()

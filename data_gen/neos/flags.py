@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from data_gen.common.cli import add_common_flags, add_teacher_flags
 
@@ -14,7 +15,12 @@ DESCRIPTION = ("Neos task synthesis (Neos: Learning to Interleave Search and Vis
 
 
 def parser(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    add_common_flags(p, "tasks")
+    add_common_flags(p, "tasks", kg=True)
+    p.add_argument("--kg-images", type=Path, metavar="DIR", default=None,
+                   help="with --kg: the Commons files its flag/logo/locator-map/image statements name (PNG, JPEG or "
+                   "SVG, by file name); a named file missing here is counted in the world's manifest (default: none)")
+    p.add_argument("--kg-entities", type=Path, metavar="FILE", default=None,
+                   help="with --kg: the snapshot subset, one QID a line (default: every item of the dump)")
     p.add_argument("--ocr", action="store_true", help="let the blind observer also read image text (RapidOCR)")
     p.add_argument("--llm-url", default=None, metavar="URL",
                    help="OpenAI-compatible base URL: this model rewords each template question and probe 1 also asks "

@@ -27,6 +27,11 @@ IMAGE_KINDS: dict[str, str] = {
     "us-atlas": "locator map",
     "simple-icons": "logo",
     "tuxpaint-stamps-default": "picture",
+    # a Wikidata KG's image statements (data_gen.neos.kg_world): flag, logo, locator map, image
+    "wikidata:P41": "flag",
+    "wikidata:P154": "logo",
+    "wikidata:P242": "locator map",
+    "wikidata:P18": "picture",
 }
 # A small named palette; each opaque pixel goes to the nearest name.
 COLOURS: dict[str, tuple[int, int, int]] = {
@@ -92,6 +97,12 @@ def lab(rgb: np.ndarray) -> np.ndarray:
 
 _NAMES = list(COLOURS)
 _REF_LAB = lab(np.asarray([COLOURS[n] for n in _NAMES]))
+
+
+def nearest_colour(rgb: tuple[int, int, int]) -> str:
+    """The palette name nearest to one sRGB colour in CIELAB; no margin: a colour a source states is named, not
+    judged."""
+    return _NAMES[int(np.argmin(((lab(np.asarray([rgb])) - _REF_LAB) ** 2).sum(-1)))]
 
 
 def palette(pixels: Image.Image) -> tuple[str, ...]:

@@ -11,6 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from data_gen.common.source_colours import image_source_texts, source_disagrees, stated_colours
 from data_gen.kg import (
     KG,
     ExpansionConfig,
@@ -38,6 +39,13 @@ RELATION_VARIANTS: tuple[frozenset[str], ...] = (
     frozenset(), frozenset({"P36", "P1376", "P17"}), frozenset({"P47"}), frozenset({"P37", "P38"}),
 )
 
+# A loaded Wikidata KG holds more single-valued facts that lead to no image (a head of state, a citizenship):
+# greedy selection takes them as it takes capitals, so three more variants keep them out too (data_gen.neos.kg_world).
+KG_RELATION_VARIANTS: tuple[frozenset[str], ...] = RELATION_VARIANTS + (
+    frozenset({"P35", "P27"}), frozenset({"P35", "P27", "P37", "P38"}),
+    frozenset({"P35", "P27", "P37", "P38", "P36", "P1376", "P17"}),
+)
+
 
 @dataclass(frozen=True)
 class SynthConfig:
@@ -47,6 +55,7 @@ class SynthConfig:
                                                                                max_candidates=1000))
     variants: tuple[frozenset[str], ...] = RELATION_VARIANTS
     max_structures_per_seed: int = 40  # accepted structures taken on to grounding, per seed
+    seed_kinds: frozenset[str] | None = SEED_KINDS  # None: every page-bearing entity (a loaded KG's own kinds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +65,7 @@ class Candidate:
     key: str
     structure: Structure
     task: Task | None
-    filter: str | None  # "grounding" | "coverage" when ``task`` is None
+    filter: str | None  # the rejecting filter ("grounding", "source_colours", ...) when ``task`` is None
     detail: str = ""
 
 
@@ -104,7 +113,8 @@ class Synthesizer:
         keyed = []
         for eid in sorted(self.world.entities):
             entity = self.world.entities[eid]
-            if entity.kind not in SEED_KINDS or not entity.page_id or self.kg.degree(eid) == 0:
+            kinds = self.config.seed_kinds
+            if (kinds is not None and entity.kind not in kinds) or not entity.page_id or self.kg.degree(eid) == 0:
                 continue
             rels = {r for r in (*self.kg.outgoing(eid), *self.kg.incoming(eid)) if r not in TAXONOMIC_RELATIONS}
             neighbours = {n for objs in self.kg.outgoing(eid).values() for n in objs}
@@ -164,6 +174,11 @@ class Synthesizer:
                 if g is None:
                     return Candidate(key, structure, None, "grounding",
                                      f"no image of {edge.target} is distinctive among {len(reach[edge.target])}")
+                stated = stated_colours(image_source_texts(self.world, g.image_id))
+                if source_disagrees(g.description.colours, stated):
+                    return Candidate(key, structure, None, "source_colours",
+                                     f"{g.image_id}: the pixels read {g.description.colours[0]}, its source states "
+                                     f"{', '.join(sorted(stated or ()))}")
                 bound[edge.target], grounded[edge.target] = g.description, g.image_id
                 alternatives[edge.target] = self._alternatives(edge.target, reach[edge.target], g.description, names)
                 reach[edge.target] = {edge.target}

@@ -31,12 +31,17 @@ RELATION_PHRASES: dict[str, tuple[str, str]] = {
     "P361": ("is part of {x}", "has {x} as one of its parts"),
     "P31": ("is an instance of {x}", "is the class of which {x} is an instance"),
     "P279": ("is a subclass of {x}", "is a broader class of {x}"),
+    "P35": ("has {x} as its head of state", "is the head of state of {x}"),
+    "P27": ("is a citizen of {x}", "is the country of citizenship of {x}"),
+    "P159": ("has its headquarters in {x}", "is where {x} has its headquarters"),
+    "P112": ("was founded by {x}", "founded {x}"),
 }
 KIND_NOUNS: dict[str, str] = {
     "country": "country", "city": "city", "subdivision": "region", "us_state": "U.S. state",
     "federal_district": "federal district", "currency": "currency", "language": "language",
     "continent": "continent", "synset": "kind of thing", "brand": "brand", "article": "topic", "class": "class",
-    "region": "region",
+    "region": "region", "person": "person", "company": "company", "organization": "organization",
+    "taxon": "species",
 }
 
 

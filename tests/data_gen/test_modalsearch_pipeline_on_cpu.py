@@ -8,6 +8,7 @@ from argparse import Namespace
 import pandas as pd
 
 from data_gen.modalsearch.cli import report, run
+from verl_ext.rollout.protocols import parse_modalsearch_turn
 from verl_ext.rollout.record import TrajectoryRecord
 
 
@@ -57,13 +58,31 @@ async def test_run_crash_resume_and_export(small_world, tool_server, tmp_path):
         messages = list(r["messages"])
         assert messages[0]["role"] == "system" and "t2t_search" in messages[0]["content"]
         assert sum(m["content"].count("<image>") for m in messages) == len(r["images"])
+    paths = {r["extra_info"]["task_id"]: json.loads(r["extra_info"]["reasoning_path"])["nodes"]
+             for _, r in df.iterrows()}
+    named = 0
     for line in (tmp_path / "sft.jsonl").read_text().splitlines():
         record = json.loads(line)
+        # every assistant turn is one the agent loop's parser accepts (<think>, then a call or the answer), and its
+        # reasoning names a path entity only once the question or an earlier observation named it
+        names = {n["name"] for n in paths[record["id"]]}
+        seen = next(m["content"] for m in record["messages"] if m["role"] == "user")
+        for m in record["messages"][2:]:
+            if m["role"] == "tool":
+                seen += m["content"]
+                continue
+            parsed = parse_modalsearch_turn(m["content"])
+            assert parsed.error is None and (parsed.calls or parsed.answer), m["content"]
+            reasoning = m["content"].split("</think>")[0]
+            assert reasoning.strip("<think>").strip()
+            assert all(n in seen for n in names if n and n in reasoning), (reasoning, names)
+            named += any(n and n in reasoning for n in names)
         if record["trajectory"]["turns"] and any(c["images_added"] for t in record["trajectory"]["turns"]
                                                  for c in t["calls"]):
             loaded_at = max(i for i, m in enumerate(record["messages"]) if m["role"] == "tool" and "<image>" in
                             m["content"])
             assert loaded_at < len(record["messages"]) - 1  # the pixels come before the answer
+    assert named  # the check above had something to check
     verified = [json.loads(line) for line in after if json.loads(line)["status"] == "verified"]
     record = TrajectoryRecord.model_validate(verified[0]["trajectory"])
     assert record.protocol == "modalsearch" and record.final_answer == verified[0]["task"]["answer"]

@@ -124,11 +124,18 @@ def test_probes_solve_leaky_questions_and_not_the_synthesized_ones(server, tasks
     assert probe_text_only_answer(task.model_copy(update={"question": f"Is it {task.answer}?"}))
     assert not probe_text_only_answer(task)
 
-    async def probes(client):
-        return await probe_text_only_search(client, leaky), await probe_text_only_search(client, task)
+    # Two hops the text states (Oman's page: "It shares land borders with Saudi Arabia, the United Arab Emirates
+    # and Yemen"; Muscat's: "... capital ... of Oman"): solved only by chaining from the first search's leads.
+    chained = task.model_copy(update={
+        "question": "Let A be the country that shares land borders with Saudi Arabia, United Arab Emirates and "
+                    "Yemen. Let B be the city that is the capital of A. Which city is B?",
+        "answer": "Muscat", "aliases": []})
 
-    solved_leaky, solved_task = asyncio.run(_run(probes)(server))
-    assert solved_leaky and not solved_task
+    async def probes(client):
+        return [await probe_text_only_search(client, t) for t in (leaky, chained, task)]
+
+    solved_leaky, solved_chained, solved_task = asyncio.run(_run(probes)(server))
+    assert solved_leaky.solved and solved_chained.solved and not solved_task.solved
 
 
 def test_entry_image_probes_solve_one_hop_questions_but_not_the_checkpointed_task(server, synth, tasks):

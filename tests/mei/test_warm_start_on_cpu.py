@@ -96,3 +96,41 @@ def test_epochs_repeat_the_plan_under_one_schedule(tmp_path):
     assert group.batches == [4] and update.metrics["mei/fill_rows"] == 1
     with pytest.raises(ValueError, match="epochs"):
         train_mei(group, items, "v0", out_dir=tmp_path, pad_token_id=0, epochs=0)
+
+
+def test_extra_rounds_train_until_the_check_passes(tmp_path, tiny_vl_model_dir, monkeypatch, capsys):
+    """The warm start's loop: round 1's checkpoint fails the check (1/4 usable), round 2's passes (4/4); it stops
+    there although a third round was allowed, and warm_start.json keeps both rounds. Ray, verl's SFT group (GPU
+    only) and the greedy check are recording stand-ins; test_check_on_cpu.py runs the real check."""
+    import ray
+
+    from verl_ext.mei import check, worker
+
+    pairs = tmp_path / "mei_sft.jsonl"
+    record = mei_record("page", outcome="extractive")
+    pairs.write_text(json.dumps(record.model_dump(mode="json")) + "\n")
+    group = RecordingGroup()
+    monkeypatch.setattr(ray, "init", lambda **_: None)
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+    monkeypatch.setattr(worker, "build_worker_group", lambda settings: group)
+    verdicts = iter([["valid", "invalid", "invalid", "invalid"], ["valid"] * 4])
+    checked = []
+
+    def scripted_check(model_dir, pairs_path, *, calls, device, max_tokens):
+        checked.append((model_dir, calls, max_tokens))
+        return check.CheckReport([check.Answer(str(i), "web_visit", v, "stop", 5, "{}")
+                                  for i, v in enumerate(next(verdicts))])
+
+    monkeypatch.setattr(check, "check_checkpoint", scripted_check)
+    out = tmp_path / "mei"
+    code = warm_start.main(["--model", str(tiny_vl_model_dir), "--pairs", str(pairs), "--out", str(out),
+                            "--epochs", "2", "--global-batch-size", "1", "--check-calls", "4",
+                            "--check-max-new-tokens", "768", "--extra-rounds", "2", "--strict-check"])
+    printed = capsys.readouterr().out
+    assert code == 0 and group.batches == [1, 1] * 2  # two rounds of 2 epochs over the one pair
+    assert checked == [(out.resolve() / "v0" / "huggingface", 4, 768)] * 2
+    assert "round 1: valid answers 1/4" in printed and "round 2: valid answers 4/4" in printed
+    meta = json.loads((out / "v0" / "warm_start.json").read_text())
+    assert meta["check"]["valid_answers"] == 4 and meta["check"]["share"] == 1.0
+    assert meta["epochs_trained"] == 4 and [r["check"]["valid_answers"] for r in meta["rounds"]] == [1, 4]
+    assert meta["args"]["extra_rounds"] == 2 and meta["checkpoint"] == str(out.resolve() / "v0" / "huggingface")

@@ -12,7 +12,7 @@ import pytest
 from omegaconf import OmegaConf
 from pydantic import ValidationError
 
-from verl_ext.rollout.routing import NO_REPLICA, NoReplicaError, RouterSettings, TurnRouter, prefix_keys
+from verl_ext.rollout.routing import NO_REPLICA, NoReplicaError, ReplicaCost, RouterSettings, TurnRouter, prefix_keys
 
 ROUTERS = Path(__file__).resolve().parents[2] / "recipes" / "routers"
 
@@ -29,7 +29,7 @@ def test_shipped_defaults_and_router_files():
         data = OmegaConf.to_container(OmegaConf.load(path))
         assert data.pop("router_class") == "verl_ext.rollout.turn_router.TurnLoadBalancer"
         assert RouterSettings.model_validate(data).policy == path.stem
-    assert sorted(p.stem for p in ROUTERS.glob("*.yaml")) == ["cache_aware", "least_loaded", "sticky"]
+    assert sorted(p.stem for p in ROUTERS.glob("*.yaml")) == ["cache_aware", "cost_aware", "least_loaded", "sticky"]
 
 
 def test_unknown_policy_or_field_is_refused():
@@ -122,7 +122,58 @@ def test_cache_aware_without_a_useful_match_goes_least_loaded():
     assert (d.replica, d.reason) == ("b", "no_cache_match")
 
 
-@pytest.mark.parametrize("policy", ["sticky", "least_loaded", "cache_aware"])
+def test_replica_cost_by_hand():
+    c = ReplicaCost()
+    # 27,000 tokens from scratch: 27,000 linear + 27,000^2 / (2 x 27,000) attention first-token-equivalents
+    assert c.prefill_s(0, 27_000) == pytest.approx(1.15e-5 * 40_500)
+    assert c.prefill_s(27_000, 27_000) == 0.0 and c.prefill_s(500, 100) == 0.0
+    assert c.step_s(100_000, 10) == pytest.approx(8e-3 + 10 * 1e-5 + 100_000 * 1.1e-8)
+    assert c.kv_capacity_tokens == 1_600_000 and RouterSettings().cache_capacity_tokens == 1_200_000
+
+
+def cost_router(**settings) -> TurnRouter:
+    """Round numbers: a 1,000-token KV pool, 10 ms a decode step whatever the batch, 1 ms a prefilled token (the
+    attention term is negligible at 1e9), turns of 10 generated tokens, 10-token blocks."""
+    cost = ReplicaCost(
+        kv_capacity_tokens=1000,
+        decode_step_s=0.01,
+        decode_s_per_sequence=0.0,
+        decode_s_per_context_token=0.0,
+        prefill_s_per_token=0.001,
+        prefill_attention_tokens=10**9,
+    )
+    return router("cost_aware", block_tokens=10, expected_generation_tokens=10, cost=cost, **settings)
+
+
+def test_cost_aware_moves_a_turn_only_when_the_queue_it_avoids_outweighs_the_recompute_it_causes():
+    r = cost_router()
+    keys = prefix_keys(list(range(100)), 10)
+    first = r.route("ep", keys, 100)
+    assert (first.replica, first.reason) == ("a", "no_cache_match")  # nothing cached anywhere: all cost the same
+    r.release("a", "ep")
+
+    def state(home_load: int, home_in_flight: int, other_load: int = 0, other_in_flight: int = 0) -> None:
+        for rid, (load, n) in {"a": (home_load, home_in_flight), "b": (other_load, other_in_flight)}.items():
+            r.replicas[rid].load_tokens, r.replicas[rid].in_flight = load, n
+        r.replicas["c"].load_tokens, r.replicas["c"].in_flight = 10**6, 50  # far behind: never chosen
+
+    # home a: 890 outstanding + 110 = the pool, no wait: 10 steps = 0.1 s. b: 100 tokens of prefill 0.1 s + 0.1 s.
+    state(890, 1)
+    d = r.route("ep", keys, 100)
+    assert (d.replica, d.reason, d.cached_tokens) == ("a", "cache_hit", 100)
+    # home a: 2,000 outstanding, 1,110 over the pool drain at 1,000 / (10 x 0.01 s): 0.111 s of wait + 0.1 s.
+    # b runs one request that the 0.1 s recompute would stall: 0.2 + 0.1 = 0.3 s > 0.211 s: stay
+    state(2000, 2, other_load=100, other_in_flight=1)
+    assert r.route("ep", keys, 100).reason == "cache_hit"
+    # the same with b idle: 0.2 s. Moving saves 0.011 s more than the recompute costs.
+    state(2000, 2)
+    d = r.route("ep", keys, 100)
+    assert (d.replica, d.reason, d.cached_tokens) == ("b", "moved", 0)
+    assert r.counters == {"no_cache_match": 1, "cache_hit": 2, "moved": 1}
+    assert r.status()["replicas"]["a"]["routed"] == 3 and r.status()["replicas"]["b"]["routed"] == 1
+
+
+@pytest.mark.parametrize("policy", ["sticky", "least_loaded", "cache_aware", "cost_aware"])
 def test_a_down_or_removed_replica_is_never_chosen(policy):
     r = router(policy, block_tokens=4)
     keys = prefix_keys(list(range(16)), 4)
@@ -138,7 +189,7 @@ def test_a_down_or_removed_replica_is_never_chosen(policy):
     assert {r.route(f"n{i}", keys, 16).replica for i in range(4)} == {last}
     if policy == "sticky":
         assert r.counters["sticky_replica_unavailable"] >= 1
-    if policy == "cache_aware":
+    if policy in ("cache_aware", "cost_aware"):
         assert r.counters["down_skipped"] >= 1  # the down replica held the best prefix: counted
 
 

@@ -14,8 +14,10 @@ random MEI never writes valid JSON, so both are warm-started first, as in the pa
     NEOS_TINY_VL_DIR=.gpu/smoke-vl NEOS_SFT_STEPS=170 NEOS_SFT_LR=2e-3 NEOS_SFT_DATA=.gpu/neos-data \
       NEOS_SFT_OUT=/tmp/neos-sft python -m pytest ... test_verl_sft_on_gpu.py
     # the first MEI version, on the MEI pairs (39 for --limit 24)
+    # (ends with "MEI v0 warm start: valid answers k/8": greedy answers read by the tool server's checks)
     python -m verl_ext.mei.warm_start --model .gpu/smoke-vl --pairs .gpu/neos-data/mei_sft.jsonl --out /tmp/neos-mei \
-      --epochs 30 --lr 2e-3 --global-batch-size 4 --micro-batch-size 4 --attn-implementation sdpa --no-remove-padding
+      --epochs 120 --lr 5e-3 --global-batch-size 13 --micro-batch-size 13 --attn-implementation sdpa --no-remove-padding \
+      --check-calls 8 --check-max-new-tokens 768 --min-valid-share 0.75 --extra-rounds 1
     PYTHONPATH=/tmp/site:$PWD:$PWD/.gpu/extra NEOS_TINY_VL_DIR=$PWD/.gpu/smoke-vl NEOS_SMOKE_DATA=$PWD/.gpu/neos-data \
       NEOS_SMOKE_POLICY=/tmp/neos-sft/global_step_170/huggingface NEOS_SMOKE_MEI=/tmp/neos-mei/v0/huggingface \
       python -m pytest -s -o python_files='test_*_on_gpu.py' -m gpu tests/trainer/test_neos_smoke_on_gpu.py
@@ -23,7 +25,10 @@ random MEI never writes valid JSON, so both are warm-started first, as in the pa
 It starts ``python -m verl_ext.mei.server`` (``NEOS_SMOKE_MEI`` as version v0) and ``python -m tool_server
 --mei-endpoint`` on the small world (``NEOS_SMOKE_WORLD``, default ``worlds/small``) on loopback, then the recipe with
 ``NEOS_TOOL_SERVER_URL``, ``NEOS_MEI_*`` and ``NEOS_SMOKE_*`` pointing at them. Extra Hydra overrides for the run can
-be given in ``NEOS_SMOKE_OVERRIDES`` (space-separated), e.g. ``trainer.v1.neos.sampler.enable=true``.
+be given in ``NEOS_SMOKE_OVERRIDES`` (space-separated), e.g. ``trainer.v1.neos.sampler.enable=true``. It prints
+the MEI warm start's check (``warm_start.json`` beside ``NEOS_SMOKE_MEI``), each step's ``mei/*`` metrics (retained
+calls by source, selection counts, the update's loss and version) and the tool server's MEI outcomes (valid,
+repaired, fallback; invalid answers, timeouts), which say why calls fell back.
 
 Passed on the H200 on 2026-12-03 (511 s; overrides ``trainer.v1.neos.sampler.enable=false`` (now the recipe's
 value) and ``trainer.v1.neos.mei.train.micro_batch_size_per_gpu=1``; policy and MEI warm-started on CPU on the same
@@ -41,6 +46,7 @@ than one version), the update logs ``mei/update/*`` and the tool server logs the
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -88,6 +94,10 @@ def test_three_policy_updates_and_one_mei_update(tmp_path, tiny_vl_model_dir, ve
     mei_model = Path(os.environ.get("NEOS_SMOKE_MEI", tiny_vl_model_dir)).resolve()
     world = Path(os.environ.get("NEOS_SMOKE_WORLD", REPO / "worlds" / "small")).resolve()
     data = Path(os.environ["NEOS_SMOKE_DATA"]).resolve()
+    warm_start = mei_model.parent / "warm_start.json"  # python -m verl_ext.mei.warm_start's record of its check
+    if warm_start.is_file():
+        check = json.loads(warm_start.read_text()).get("check", {})
+        print(f"MEI warm start check: valid answers {check.get('valid_answers')}/{check.get('checked')}")
     env = dict(verl_subprocess_env)
     mei_port, tool_port = _free_port(), _free_port()
     mei_log = tmp_path / "mei" / "mei.jsonl"
@@ -116,15 +126,28 @@ def test_three_policy_updates_and_one_mei_update(tmp_path, tiny_vl_model_dir, ve
             except subprocess.TimeoutExpired:
                 os.killpg(run.pid, signal.SIGKILL)  # the driver and the Ray processes it started
                 run.wait()
+        # the tool server's MEI outcomes: valid/repaired answers vs fallbacks, and why attempts failed
+        # (invalid answers, timeouts, HTTP errors); a fallback is never retained for MEI SFT
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{tool_port}/metrics", timeout=30) as resp:
+                events = [line for line in resp.read().decode().splitlines() if line.startswith("mei_events_total")]
+            print("tool server MEI outcomes:", ", ".join(f"{line.split(chr(34))[1]}={line.split()[-1]}"
+                                                         for line in events))
+        except OSError as e:
+            print(f"tool server MEI outcomes: /metrics unavailable ({e})")
     finally:
         for proc in (tools, mei):
             proc.terminate()
             proc.wait(timeout=30)
     log = (tmp_path / "main_ppo.log").read_text(errors="replace")
     for line in log.splitlines():  # the key lines: each step's metrics, MEI updates, sampler give-ups
-        if re.search(r"step:\d+ - |MEI v\d+ trained|MEI co-evolution on|MEI calls span|questions deferred|Error|"
-                     r"Traceback", line):
+        if re.search(r"step:\d+ - |MEI v\d+ trained|MEI co-evolution on|MEI calls span|questions deferred|"
+                     r"MEI update due|Error|Traceback", line):
             print(line[:4000])
+        step = re.search(r"step:(\d+) - ", line)
+        if step:  # each step's MEI metrics in full: retained calls by source, selection, update loss and version
+            mei_metrics = re.findall(r"(mei/[\w/]+):(\S+)", line)
+            print(f"step {step.group(1)} MEI:", " ".join(f"{k}={v}" for k, v in mei_metrics))
     if run.returncode != 0:
         for name in ("tools", "mei"):
             print(f"--- {name}.log tail\n" + (tmp_path / f"{name}.log").read_text(errors="replace")[-3000:])

@@ -19,7 +19,7 @@ import asyncio
 import json
 from collections import Counter
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import aiohttp
 import json_repair
@@ -48,6 +48,34 @@ def _parse(content: str, model: type[M], check: Callable[[M], str | None], *, re
     except (ValueError, ValidationError):
         return None
     return ev if check(ev) is None else None
+
+
+def read_answer(
+    content: str, model: type[M], check: Callable[[M], str | None]
+) -> tuple[M, Literal["valid", "repaired"]] | None:
+    """The evidence in one answer of the model, as a call accepts it: parsed as is (``valid``), else after json-repair
+    (``repaired``), each time validated by ``model`` and ``check``; ``None``: the attempt is invalid."""
+    ev = _parse(content, model, check, repair=False)
+    if ev is not None:
+        return ev, "valid"
+    ev = _parse(content, model, check, repair=True)
+    return None if ev is None else (ev, "repaired")
+
+
+def logged_answer_check(method: str, summary: dict[str, Any]) -> tuple[type[BaseModel], Callable[[Any], str | None]]:
+    """The schema and tool-side check an answer to a logged call must pass, rebuilt from the call's input summary
+    (:class:`~tool_server.mei.log.MEIRecord` ``input``): what :class:`ModelMEI` applied when the call was made. The
+    web-visit check reads only the page's image URLs, which the summary keeps (its text is a hash)."""
+    if method == "web_visit":
+        page = PageView(url=summary["page"]["url"], title=summary["page"]["title"], text="",
+                        images=[ImageView(url=im["url"]) for im in summary["page"]["images"]])
+        return WebVisitEvidence, lambda e: prompts.check_web_visit(e, page)
+    schemas: dict[str, type[BaseModel]] = {"image_search": ImageSearchEvidence,
+                                           "reverse_image_search": ReverseImageEvidence}
+    if method not in schemas:
+        raise ValueError(f"no MEI method {method!r} (web_visit, image_search, reverse_image_search)")
+    n = len(summary["candidates"])
+    return schemas[method], lambda e: prompts.check_candidates(e, n)
 
 
 class ModelMEI:
@@ -129,13 +157,12 @@ class ModelMEI:
                 attempts.append(str(e))
                 continue
             served = reported or served
-            ev = _parse(content, model, check, repair=False)
-            if ev is not None:
-                attempts.append("valid")
-                return ev, "valid" if attempt == 0 else "retried", attempts, served
-            ev = _parse(content, model, check, repair=True)
-            if ev is not None:
-                attempts.append("repaired")
+            read = read_answer(content, model, check)
+            if read is not None:
+                ev, how = read
+                attempts.append(how)
+                if how == "valid":
+                    return ev, "valid" if attempt == 0 else "retried", attempts, served
                 return ev, "repaired", attempts, served
             self._events["invalid"] += 1
             attempts.append(f"invalid: {content[:120]!r}")

@@ -68,6 +68,30 @@ def load_checkpoint(path: str | Path, version: str, *, device: str = "cpu", max_
     return Served(version, str(path), client)
 
 
+@dataclass(frozen=True, slots=True)
+class Completion:
+    text: str  # special tokens (the closing <|im_end|>) removed
+    finish_reason: str  # "stop" or "length", as chat completions report it
+    prompt_tokens: int
+    completion_tokens: int
+
+
+async def complete(served: Served, messages: list[dict[str, Any]], sampling: dict[str, Any]) -> Completion:
+    """What the server answers to ``messages``: rendered with the checkpoint's processor and chat template, generated
+    with ``sampling`` (the client's ``temperature``/``max_tokens``/..., capped at the server's ``max_new_tokens``).
+    One function for the HTTP route and the warm start's check, so the check decodes exactly as the server serves.
+    Raises :class:`ChatInputError` for messages the model cannot take."""
+    processor = served.client.processor
+    prompt = render(processor, messages)
+    prompt_ids = processor(text=[prompt.text], images=prompt.images or None, return_tensors="pt")["input_ids"][0]
+    out = await served.client.generate(f"mei-{uuid.uuid4().hex}", prompt_ids=prompt_ids.tolist(),
+                                       sampling_params={"logprobs": False, **sampling},
+                                       image_data=prompt.images or None)
+    return Completion(processor.tokenizer.decode(out.token_ids, skip_special_tokens=True),
+                      "stop" if out.stop_reason == "stop" else "length", int(prompt_ids.shape[0]),
+                      len(out.token_ids))
+
+
 class MEIServer:
     """The aiohttp application's state: the current checkpoint and how to load the next one."""
 
@@ -85,7 +109,7 @@ class MEIServer:
             return _error(400, "invalid_json", "the body is not JSON")
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
             return _error(400, "invalid_request", "need a JSON object with a non-empty messages list")
-        sampling: dict[str, Any] = {"logprobs": False}
+        sampling: dict[str, Any] = {}
         for key, kind in (("temperature", float), ("top_p", float), ("max_tokens", int), ("seed", int)):
             value = body.get(key)
             if value is None:
@@ -93,24 +117,19 @@ class MEIServer:
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
                 return _error(400, "invalid_request", f"{key} must be a non-negative number")
             sampling[key] = kind(value)
-        processor = served.client.processor
         try:
-            prompt = render(processor, body["messages"])
+            answer = await complete(served, body["messages"], sampling)
         except ChatInputError as e:
             return _error(400, "invalid_messages", str(e))
-        prompt_ids = processor(text=[prompt.text], images=prompt.images or None, return_tensors="pt")["input_ids"][0]
-        out = await served.client.generate(f"mei-{uuid.uuid4().hex}", prompt_ids=prompt_ids.tolist(),
-                                           sampling_params=sampling, image_data=prompt.images or None)
-        text = processor.tokenizer.decode(out.token_ids, skip_special_tokens=True)
         return web.json_response({
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": served.version,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                         "finish_reason": "stop" if out.stop_reason == "stop" else "length"}],
-            "usage": {"prompt_tokens": int(prompt_ids.shape[0]), "completion_tokens": len(out.token_ids),
-                      "total_tokens": int(prompt_ids.shape[0]) + len(out.token_ids)},
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": answer.text},
+                         "finish_reason": answer.finish_reason}],
+            "usage": {"prompt_tokens": answer.prompt_tokens, "completion_tokens": answer.completion_tokens,
+                      "total_tokens": answer.prompt_tokens + answer.completion_tokens},
         })
 
     async def load(self, request: web.Request) -> web.Response:

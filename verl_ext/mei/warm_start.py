@@ -11,6 +11,12 @@ schedule differs (several epochs, a higher learning rate for a small model train
 
 The checkpoint is ``MEI_DIR/<version>/huggingface`` (with the model's processor), ready for
 ``python -m verl_ext.mei.server --model ... --version <version>``. Needs a GPU (verl's FSDP engine) and Ray.
+
+The loss does not say whether the MEI is usable, so the run ends with :mod:`verl_ext.mei.check`: a few training
+pairs (``--check-calls``) answered greedily through the MEI server's own generation path and read by the tool
+server's own parser and checks. It prints ``MEI <version> warm start: valid answers k/n (...)``, warns on stderr below
+``--min-valid-share`` (exit 1 instead with ``--strict-check``), and ``MEI_DIR/<version>/warm_start.json`` keeps the
+run's settings, metrics and check.
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ import os
 import sys
 from pathlib import Path
 
-from data_gen.common.usage import OneLineParser, positive_float, positive_int
+from data_gen.common.usage import OneLineParser, nonnegative_int, positive_float, positive_int
+from verl_ext.mei import check
 
 # The GPU image ships JAX; anything that initialised it would preallocate most of the GPU for XLA.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
@@ -53,6 +60,10 @@ def parser() -> argparse.ArgumentParser:
                    help="attention kernel passed to transformers, e.g. sdpa where flash-attn is not installed "
                    "(default: verl's choice)")
     p.add_argument("--no-remove-padding", action="store_true", help="verl's remove-padding patch off")
+    check.add_arguments(p)
+    p.add_argument("--extra-rounds", type=nonnegative_int, default=0, metavar="N",
+                   help="while the check finds too few usable answers, train up to N more rounds of --epochs (each a "
+                   "fresh warmup and cosine decay from the current weights) and check again (default: 0)")
     return p
 
 
@@ -60,6 +71,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The flags, checked: usage errors exit 2 with one line before anything heavy loads."""
     p = parser()
     args = p.parse_args(argv)
+    if args.extra_rounds and not args.check_calls:
+        p.error("--extra-rounds: needs the check (--check-calls > 0)")
     if not args.pairs.is_file():
         p.error(f"--pairs: {args.pairs}: no such file (export it with `python -m data_gen neos --out DIR`)")
     if not (args.model / "config.json").is_file():
@@ -82,8 +95,10 @@ def load_pairs(path: Path, processor, max_length: int):
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import ray
+    import torch
     from transformers import AutoProcessor
 
+    from tool_server.mei.jsonl import write_atomic
     from verl_ext.mei.worker import MEITrainSettings, build_worker_group, train_mei
 
     settings = MEITrainSettings(
@@ -97,19 +112,44 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python -m verl_ext.mei.warm_start: error: --pairs: no usable pairs in {args.pairs} "
               f"(skipped: {dict(tokenized.skipped)})", file=sys.stderr)
         return 2
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    rounds: list[dict] = []
+    report = None
     ray.init(num_gpus=settings.n_gpus, include_dashboard=False)
     try:
         group = build_worker_group(settings)
-        update = train_mei(group, tokenized.items, args.version, out_dir=args.out.resolve(),
-                           pad_token_id=processor.tokenizer.pad_token_id,
-                           global_batch_size=settings.global_batch_size,
-                           micro_batch_size=settings.micro_batch_size_per_gpu, epochs=args.epochs)
+        for _ in range(1 + args.extra_rounds):
+            update = train_mei(group, tokenized.items, args.version, out_dir=args.out.resolve(),
+                               pad_token_id=processor.tokenizer.pad_token_id,
+                               global_batch_size=settings.global_batch_size,
+                               micro_batch_size=settings.micro_batch_size_per_gpu, epochs=args.epochs)
+            processor.save_pretrained(update.checkpoint_dir)
+            rounds.append(dict(update.metrics))
+            print(json.dumps({"round": len(rounds), "checkpoint": str(update.checkpoint_dir), **update.metrics}),
+                  flush=True)
+            if not args.check_calls:
+                break
+            # the checkpoint as the MEI server will serve it, while the SFT group waits for a possible next round
+            report = check.check_checkpoint(update.checkpoint_dir, args.pairs, calls=args.check_calls, device=device,
+                                            max_tokens=args.check_max_new_tokens)
+            rounds[-1]["check"] = report.to_json()
+            print(f"MEI {args.version} warm start, round {len(rounds)}: {report.line()}", flush=True)
+            if report.share >= args.min_valid_share:
+                break
     finally:
         ray.shutdown()
-    processor.save_pretrained(update.checkpoint_dir)
-    print(json.dumps({"checkpoint": str(update.checkpoint_dir), "pairs": len(tokenized.items),
-                      "skipped": dict(tokenized.skipped), **update.metrics}))
-    return 0
+    summary = {"checkpoint": str(update.checkpoint_dir), "pairs": len(tokenized.items),
+               "skipped": dict(tokenized.skipped), "epochs_trained": args.epochs * len(rounds), **update.metrics}
+    print(json.dumps(summary))
+    code = 0
+    if report is not None:
+        summary["check"] = report.to_json()  # the last round's: the checkpoint's
+        code = check.verdict(report, min_share=args.min_valid_share, strict=args.strict_check,
+                             label=f"MEI {args.version} warm start")
+    settings_used = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    write_atomic(update.checkpoint_dir.parent / "warm_start.json",
+                 json.dumps({"args": settings_used, **summary, "rounds": rounds}, indent=1).encode(), durable=True)
+    return code
 
 
 if __name__ == "__main__":

@@ -11,6 +11,11 @@ Policies (``RouterSettings.policy``):
 - ``cache_aware``: stay on the replica whose prefix cache holds most of the prompt, unless that replica's outstanding
   work exceeds the least-loaded one's by both ``balance_abs_threshold`` tokens and ``balance_rel_threshold`` times
   (SGLang router's two imbalance thresholds, applied between the cache holder and the least-loaded replica).
+- ``cost_aware``: the replica where the turn costs least in seconds of delay (:meth:`ReplicaCost.placement_s`):
+  its own wait for KV room, prefill of the prompt tokens *not* cached there (leaving the prefix holder is charged
+  the recompute of the episode's context) and decoding at that replica's step time, plus the delay it adds to the
+  requests already there. A turn moves only when the queueing it avoids outweighs the recompute it causes; ties stay
+  with the prefix holder.
 
 Outstanding work of a replica = the sum, over its requests in flight, of prompt tokens + expected generation tokens
 (``min(max_tokens, expected_generation_tokens)``). The router mirrors each replica's prefix cache as an LRU of
@@ -30,12 +35,63 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Policy = Literal["sticky", "least_loaded", "cache_aware"]
+Policy = Literal["sticky", "least_loaded", "cache_aware", "cost_aware"]
 NO_REPLICA = "No available servers in load balancer"  # verl's message: FullyAsyncLLMServerClient retries on it
 
 
 class NoReplicaError(RuntimeError):
     """No replica is up and in the pool."""
+
+
+class ReplicaCost(BaseModel):
+    """What a turn costs on one rollout replica, in seconds: ``cost_aware``'s estimate, and the routing benchmark's
+    replica model. Defaults: the ``+recipe=neos`` replica, a dense 9B (Qwen3-8B's shape: 36 layers, 8 KV heads of
+    128, bf16 KV = 144 KiB a token) at tensor-parallel 4 on four 80 GB H100s (Neos trains on H100s with TP 4; its
+    rollout TP is not stated, the recipe uses the training TP). Set them to the engine and hardware in use."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # 4 x 80 GB less weights, activations and CUDA graphs: ~62 GB of KV a GPU at 144 KiB a token
+    kv_capacity_tokens: int = Field(1_600_000, ge=1)
+    # one decode step: weights read once (4 GB a GPU at ~3.3 TB/s), 72 all-reduces and launches ...
+    decode_step_s: float = Field(8e-3, gt=0)
+    decode_s_per_sequence: float = Field(1e-5, ge=0)  # ... sampling and the batch's own matmul rows ...
+    decode_s_per_context_token: float = Field(1.1e-8, ge=0)  # ... and every running sequence's KV (36 KiB a GPU)
+    # prefill: 2 x 8e9 non-embedding FLOPs a token on 4 GPUs at ~350 TFLOP/s each ...
+    prefill_s_per_token: float = Field(1.15e-5, gt=0)
+    # ... plus attention, 4 x 36 layers x 4,096 x position FLOPs: a token at this position costs twice the first one
+    prefill_attention_tokens: int = Field(27_000, ge=1)
+
+    def prefill_s(self, start: int, end: int) -> float:
+        """Prefilling prompt positions ``start..end`` (the cached ``start`` tokens are not recomputed)."""
+        if end <= start:
+            return 0.0
+        return self.prefill_s_per_token * ((end - start) + (end * end - start * start) / (2 * self.prefill_attention_tokens))
+
+    def step_s(self, context_tokens: float, sequences: int) -> float:
+        """One decode step of ``sequences`` requests holding ``context_tokens`` of KV together."""
+        return self.decode_step_s + self.decode_s_per_sequence * sequences + self.decode_s_per_context_token * context_tokens
+
+    def placement_s(
+        self, load_tokens: int, in_flight: int, prompt_tokens: int, cached_tokens: int, generation: int
+    ) -> float:
+        """Seconds of delay that placing a turn on a replica costs everyone, ``cost_aware``'s score. The turn's own
+        time: the wait for KV room (the outstanding ``load_tokens`` beyond the pool drain at pool / (generation x
+        step) tokens a second: a full pool turns over once per turn), the prefill of its ``prompt_tokens`` less the
+        ``cached_tokens``, and ``generation`` decode steps at the replica's step time with it running. Plus what it
+        adds to each of the ``in_flight`` requests already there: its prefill stalls their steps (chunked prefill
+        shares the step) and its context is read in every step it shares with them. Without the second part a turn
+        would leave its prefix for a step a few milliseconds shorter and make forty others wait through its
+        recompute."""
+        need = prompt_tokens + generation
+        full_step = self.step_s(self.kv_capacity_tokens, in_flight + 1)
+        overflow = max(0, load_tokens + need - self.kv_capacity_tokens)
+        wait = overflow * generation * full_step / self.kv_capacity_tokens
+        running = min(load_tokens + need, self.kv_capacity_tokens)
+        prefill = self.prefill_s(cached_tokens, prompt_tokens)
+        own = wait + prefill + generation * self.step_s(running, in_flight + 1)
+        added = prefill + generation * (self.decode_s_per_sequence + self.decode_s_per_context_token * need)
+        return own + in_flight * added
 
 
 class RouterSettings(BaseModel):
@@ -47,12 +103,14 @@ class RouterSettings(BaseModel):
     # Per-turn generation estimate for the load (a turn is a reasoning step and one call; max_tokens caps it).
     expected_generation_tokens: int = Field(512, ge=1)
     block_tokens: int = Field(256, ge=1)  # prefix-cache block: only whole blocks match
-    cache_capacity_tokens: int = Field(600_000, ge=1)  # per replica: its KV pool's tokens that can hold prefixes
+    # per replica: tokens of prefix the mirror keeps, 3/4 of ReplicaCost's pool (the rest holds running generations)
+    cache_capacity_tokens: int = Field(1_200_000, ge=1)
     # cache_aware leaves the prefix holder only when it is busier than the least-loaded replica by both thresholds
     # (SGLang router's abs/rel pair); abs = one full context: moving recomputes up to a whole context's prefill.
     balance_abs_threshold: int = Field(131_072, ge=0)  # tokens
     balance_rel_threshold: float = Field(1.5, ge=1.0)
     cache_threshold: float = Field(0.3, ge=0.0, le=1.0)  # cache_aware: below this matched share, go least loaded
+    cost: ReplicaCost = ReplicaCost()  # cost_aware's replica model (set it to the engine and hardware in use)
     max_tracked_requests: int = Field(10_000, ge=1)  # sticky map entries (verl's DEFAULT_ROUTING_CACHE_SIZE)
     health_check_interval_s: float = Field(5.0, gt=0)  # the Ray balancer probes every replica this often
     health_check_timeout_s: float = Field(30.0, gt=0)
@@ -102,6 +160,7 @@ class ReplicaState:
     mirror: PrefixMirror
     load_tokens: int = 0  # outstanding work
     in_flight: int = 0
+    routed: int = 0  # requests (turns) ever routed here
     assigned_tokens: int = 0  # all work ever routed here: least_loaded's tie-break, so equal loads take turns
     down: bool = False
     # (request id) -> the tokens each of its in-flight requests added, released in order
@@ -112,7 +171,7 @@ class ReplicaState:
 class Decision:
     replica: str
     cached_tokens: int  # of the prompt, on the chosen replica as the mirror sees it
-    reason: str  # sticky | first_turn | least_loaded | cache_hit | rebalanced | no_cache_match
+    reason: str  # sticky | first_turn | least_loaded | cache_hit | rebalanced | moved | no_cache_match
 
 
 class TurnRouter:
@@ -179,14 +238,17 @@ class TurnRouter:
             decision = self._sticky(request_id, up)
         elif policy == "least_loaded":
             decision = Decision(self._least_loaded(up), 0, "least_loaded")
-        else:
+        elif policy == "cache_aware":
             decision = self._cache_aware(keys, up, prompt_tokens)
+        else:
+            decision = self._cost_aware(keys, up, prompt_tokens, self.expected_generation(max_tokens))
         state = self.replicas[decision.replica]
         cached = min(prompt_tokens, state.mirror.match(keys) * self.settings.block_tokens)
         work = prompt_tokens + self.expected_generation(max_tokens)
         state.load_tokens += work
         state.assigned_tokens += work
         state.in_flight += 1
+        state.routed += 1
         state.pending[request_id].append(work)
         state.mirror.insert(keys)
         self.counters[decision.reason] += 1
@@ -223,10 +285,15 @@ class TurnRouter:
         """Least outstanding tokens; equal loads go to the replica that was given the least work so far."""
         return min(up, key=lambda rid: (self.replicas[rid].load_tokens, self.replicas[rid].assigned_tokens))
 
-    def _cache_aware(self, keys: Sequence[Hashable], up: list[str], prompt_tokens: int) -> Decision:
+    def _matches(self, keys: Sequence[Hashable], up: list[str]) -> dict[str, int]:
+        """Cached leading blocks of ``keys`` per up replica; counts a down replica that held more (``down_skipped``)."""
         matches = {rid: self.replicas[rid].mirror.match(keys) for rid in up}
         if max((s.mirror.match(keys) for s in self.replicas.values() if s.down), default=0) > max(matches.values()):
             self.counters["down_skipped"] += 1
+        return matches
+
+    def _cache_aware(self, keys: Sequence[Hashable], up: list[str], prompt_tokens: int) -> Decision:
+        matches = self._matches(keys, up)
         least = self._least_loaded(up)
         holder = max(matches, key=lambda rid: (matches[rid], -self.replicas[rid].load_tokens))
         matched = min(prompt_tokens, matches[holder] * self.settings.block_tokens)
@@ -238,6 +305,22 @@ class TurnRouter:
             return Decision(least, 0, "rebalanced")
         return Decision(holder, 0, "cache_hit")
 
+    def _cost_aware(self, keys: Sequence[Hashable], up: list[str], prompt_tokens: int, generation: int) -> Decision:
+        matches = self._matches(keys, up)
+        block, cost = self.settings.block_tokens, self.settings.cost
+
+        def finish_s(rid: str) -> float:
+            s = self.replicas[rid]
+            cached = min(prompt_tokens, matches[rid] * block)
+            return cost.placement_s(s.load_tokens, s.in_flight, prompt_tokens, cached, generation)
+
+        # the prefix holder first, so an equal estimate keeps the turn where its context is
+        order = sorted(up, key=lambda rid: (-matches[rid], self.replicas[rid].assigned_tokens))
+        best = min(order, key=finish_s)
+        if matches[order[0]] == 0:
+            return Decision(best, 0, "no_cache_match")
+        return Decision(best, 0, "cache_hit" if best == order[0] else "moved")
+
     def status(self) -> dict[str, object]:
         return {
             "policy": self.settings.policy,
@@ -245,6 +328,7 @@ class TurnRouter:
                 rid: {
                     "load_tokens": s.load_tokens,
                     "in_flight": s.in_flight,
+                    "routed": s.routed,
                     "assigned_tokens": s.assigned_tokens,
                     "cached_blocks": len(s.mirror),
                     "down": s.down,

@@ -1,0 +1,113 @@
+"""``python -m data_gen neos --kg``: Neos tasks synthesized against a Wikidata-format KG (the hand-written truthy
+N-Triples fixture and the Commons SVG files it names), end to end through the offline tool server and the expert;
+answers of the KG's own kinds (people, currencies, ...); a bad dump is one line and exit 2 with nothing written."""
+
+import gzip
+import json
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+
+from data_gen.__main__ import main as data_gen_main
+from data_gen.kg.wikidata import read_json_dump, read_truthy_ntriples
+from data_gen.neos.kg_world import KGWorldError, entity_subset, read_graph
+from data_gen.neos.cli import main as neos_main
+from data_gen.neos.synth import KG_RELATION_VARIANTS, RELATION_VARIANTS, SynthConfig, Synthesizer
+from data_gen.world.store import World
+
+FIXTURES = Path(__file__).parents[1] / "kg" / "fixtures"
+DUMP = FIXTURES / "wikidata_world.nt"
+
+
+@pytest.fixture(scope="module")
+def kg_out(tmp_path_factory):
+    out = tmp_path_factory.mktemp("neos_kg")
+    args = Namespace(world=None, kg=DUMP, kg_images=FIXTURES / "commons", kg_entities=None, out=out, seed=0,
+                     limit=None, ocr=False, llm_url=None, llm_model="probe", vlm_url=None, vlm_model=None,
+                     teacher_url=None)
+    assert neos_main(args) == 0
+    return out
+
+
+def test_image_statements_are_read_as_commons_file_names():
+    with DUMP.open() as lines:
+        graph = read_truthy_ntriples(lines)
+    assert ("Q142", "P41", "Flag of France.svg") in graph.literals  # from a Special:FilePath IRI
+    assert ("Q160746", "P154", "Nestlé logo.svg") in graph.literals  # percent-escapes undone
+
+
+def test_the_dump_format_follows_the_file_name(tmp_path):
+    """``.nt`` / ``.json``, each optionally gzipped: the same graph whichever way the dump is stored."""
+    packed = tmp_path / "wikidata_world.nt.gz"
+    packed.write_bytes(gzip.compress(DUMP.read_bytes()))
+    assert read_graph(packed).triples == read_graph(DUMP).triples
+    with (FIXTURES / "wikidata_dump.json").open() as lines:
+        assert read_graph(FIXTURES / "wikidata_dump.json").triples == read_json_dump(lines).triples
+
+
+def test_kg_entities_names_the_snapshot_subset(tmp_path):
+    chosen = tmp_path / "qids.txt"
+    chosen.write_text("Q142\nQ183  # Germany\n\nQ90\n")
+    graph = read_graph(DUMP, entity_subset(chosen))
+    assert {s for s, _, _ in graph.triples} == {"Q142", "Q183", "Q90"}
+    assert ("Q142", "P47", "Q183") in graph.triples and ("Q142", "P31", "Q6256") in graph.triples  # class kept
+    assert set(graph.labels) == {"Q142", "Q183", "Q90"}
+    with pytest.raises(KGWorldError, match="^--kg-entities: "):
+        entity_subset(tmp_path / "missing.txt")
+
+
+def test_the_kg_becomes_a_world_with_its_own_kinds_pages_and_images(kg_out):
+    world = World.load(kg_out / "kg_world")
+    kinds = world.manifest["counts"]["entities_by_kind"]
+    assert kinds["country"] == 12 and kinds["person"] == 10 and kinds["company"] == 9 and kinds["currency"] == 5
+    assert world.manifest["images_missing"] == 0 and len(world.images) == 21  # 12 flags, 9 logos
+    france = world.entities["country:Q142"]
+    page = world.pages[france.page_id]
+    assert "France has Paris as its capital." in page.text and "Paris is the capital of France." in page.text
+    assert world.images["p41_q142"].source == "wikidata:P41"
+
+
+def test_tasks_against_the_kg_are_verified_by_the_expert_with_kg_answer_types(kg_out):
+    stats = json.loads((kg_out / "stats.json").read_text())
+    assert stats["verified"] >= 3 and stats["filters"]["expert"]["rejected"] == 0
+    # the KG's own kinds as answers: heads of state (person), capitals (city), currencies
+    assert {"person", "city", "currency"} <= set(stats["diversity"]["answer_types"])
+    world = World.load(kg_out / "kg_world")
+    outcomes = [json.loads(line) for line in (kg_out / "results.jsonl").read_text().splitlines()]
+    verified = [o["task"] for o in outcomes if o["status"] == "verified"]
+    for task in verified:
+        assert world.entities[task["answer_entity"]].label == task["answer"]
+        assert all(world.images[e["image_id"]].source == "wikidata:P41" for e in task["entry_images"])
+    assert {world.entities[t["answer_entity"]].kind for t in verified} >= {"person", "city"}
+
+
+def test_the_kg_variants_reach_answer_kinds_the_world_variants_do_not(kg_out):
+    """Heads of state and citizenship are single-valued facts leading to no image; without the KG variants that keep
+    them out, no capital is ever an answer on the fixture."""
+    world = World.load(kg_out / "kg_world")
+
+    def answer_kinds(variants):
+        synth = Synthesizer(world, seed=0, config=SynthConfig(seed_kinds=None, variants=variants))
+        return {c.task.answer_entity.split(":")[0] for e in synth.seeds() for c in synth.synthesize(e).candidates
+                if c.task}
+
+    assert "city" not in answer_kinds(RELATION_VARIANTS) and "city" in answer_kinds(KG_RELATION_VARIANTS)
+
+
+def test_a_bad_dump_is_one_line_and_exit_2_with_nothing_written(tmp_path, capsys):
+    bad = tmp_path / "bad.nt"
+    bad.write_text(DUMP.read_text().splitlines()[3] + "\nnot a triple\n")
+    out = tmp_path / "out"
+    assert data_gen_main(["neos", "--kg", str(bad), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --kg: bad.nt:2: not an N-Triples statement"] and not out.exists()
+    empty = tmp_path / "no_images"
+    empty.mkdir()
+    assert data_gen_main(["neos", "--kg", str(DUMP), "--kg-images", str(empty), "--out", str(out)]) == 2
+    assert capsys.readouterr().err.startswith("error: --kg: none of the 21 image files") and not out.exists()
+    assert data_gen_main(["neos", "--kg", str(tmp_path / "dump.csv"), "--out", str(out)]) == 2
+    assert "expected a truthy N-Triples (.nt) or JSON dump (.json)" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as both:
+        data_gen_main(["neos", "--kg", str(bad), "--world", str(tmp_path), "--out", str(out)])
+    assert both.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
