@@ -7,7 +7,9 @@ router (this process) sends ``POST /v1/sessions`` to the live workers in turn an
 the worker whose index its id names, so a session's register is always where its calls go. A worker that died
 turns its sessions' calls into ``worker_unavailable`` (503: the session is lost; the agent loop ends that episode as
 tool instability) while the other workers' sessions go on and new sessions avoid it. ``/metrics`` is the sum of the
-workers' series plus ``tool_server_workers{state}``; ``/healthz`` sums their sessions.
+workers' series plus ``tool_server_workers{state}``; ``/healthz`` sums their sessions. An MEI version announcement
+(``POST /admin/mei_version``) goes to every live worker before it is answered, so a session opened on any worker after
+the trainer's announce is fixed to the new version.
 """
 
 from __future__ import annotations
@@ -97,6 +99,7 @@ class Router:
             for path in paths
         ]
         self._turn = itertools.cycle(range(len(procs)))
+        self._announcing = asyncio.Lock()  # two announcements never reach the workers interleaved
 
     def alive(self, index: int) -> bool:
         return self._procs[index].is_alive()
@@ -139,6 +142,19 @@ class Router:
         if not self.alive(index):
             return self._lost(index)
         return await self._forward(request, index)
+
+    async def mei_version(self, request: web.Request) -> web.Response:
+        """``POST``: the announcement to every live worker, answered once all have it (the first refusal, e.g. a bad
+        version, is the answer); ``GET``: the first live worker's answer (all hold the same version)."""
+        live = [i for i in range(len(self._procs)) if self.alive(i)]
+        if not live:
+            return _error(503, "worker_unavailable", "no server process is running")
+        if request.method != "POST":
+            return await self._forward(request, live[0])
+        body = await request.read()
+        async with self._announcing:
+            answers = await asyncio.gather(*(self._forward(request, i, body) for i in live))
+        return next((a for a in answers if a.status != 200), answers[0])
 
     async def _gather(self, path: str) -> list[str]:
         async def one(index: int) -> str | None:
@@ -197,6 +213,7 @@ class Router:
         app.router.add_route("*", "/v1/sessions/{session_id}", self.session)
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/healthz", self.healthz)
+        app.router.add_route("*", "/admin/mei_version", self.mei_version)
         app.router.add_route("*", "/{tail:.*}", self.other)
 
         async def close(app: web.Application) -> None:

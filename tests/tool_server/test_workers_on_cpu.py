@@ -126,6 +126,37 @@ def test_a_killed_worker_fails_only_its_own_sessions_clearly(small_world, tmp_pa
         asyncio.run(load(base))
 
 
+def test_an_mei_version_announcement_reaches_every_worker(small_world, tmp_path):
+    """The trainer's ``POST /admin/mei_version`` through the router: a session opened on each worker afterwards is
+    fixed to the new version, and its WebVisit result is cached under that version's key (the shared directory tier
+    of both workers, read back here)."""
+    from tool_server.cache import DirectoryLevel, cache_key
+
+    shared = tmp_path / "shared"
+
+    async def load(base: str) -> None:
+        async with aiohttp.ClientSession(base) as http:
+            assert (await _post(http, "/admin/mei_version", {"version": ""}))[0] == 400  # refused by every worker
+            status, answer = await _post(http, "/admin/mei_version", {"version": "v7"})
+            assert status == 200 and answer["version"] == "v7"
+            async with http.get("/admin/mei_version") as r:
+                assert (await r.json())["version"] == "v7"
+            opened = [(await _post(http, "/v1/sessions", {}))[1] for _ in range(2)]
+            assert sorted(s["session_id"][:3] for s in opened) == ["s0_", "s1_"]  # one session on each worker
+            assert [s["mei_version"] for s in opened] == ["v7", "v7"]
+            for session, page in zip(opened, ("France", "Paris")):
+                arguments = {"url": [f"https://neos-world.invalid/wiki/{page}"], "goal": "capital of France"}
+                call = {"name": "WebVisit", "arguments": arguments}
+                status, body = await _post(http, f"/v1/sessions/{session['session_id']}/call", call)
+                assert status == 200 and [m["version"] for m in body["mei"]] == ["v7"], body
+                level = DirectoryLevel(shared)
+                assert await level.get(cache_key("WebVisit@mei:v7", arguments)) is not None
+                await level.close()
+
+    with served(small_world, *_args(small_world, tmp_path, 2), "--shared-cache-dir", str(shared)) as base:
+        asyncio.run(load(base))
+
+
 @pytest.mark.parametrize("bad", ["0", "-1"])
 def test_workers_flag_is_checked(bad, small_world):
     import subprocess
