@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -278,6 +279,15 @@ class Connection(asyncio.Protocol):
             self._transport.close()
 
 
+def failure_class(status: int, body: bytes) -> str:
+    """A failed call's class for the reports: ``<status> <error type>`` from our JSON error body (``<status>`` alone
+    for another body)."""
+    try:
+        return f"{status} {json.loads(body)['error']['type']}"
+    except (ValueError, KeyError, TypeError):
+        return str(status)
+
+
 async def drive(base: str, concurrency: int, total: int, max_s: float, make, setup=None) -> dict:
     """``concurrency`` workers, one :class:`Connection` to ``base`` each, issue ``total`` requests in all (or stop
     after ``max_s``). ``make(worker, i, state)`` returns (path, json body); ``setup(worker)`` returns per-worker state
@@ -285,23 +295,23 @@ async def drive(base: str, concurrency: int, total: int, max_s: float, make, set
     states = await asyncio.gather(*(setup(w) for w in range(concurrency))) if setup else [None] * concurrency
     conns = await asyncio.gather(*(Connection.open(base) for _ in range(concurrency)))
     lat: list[float] = []
-    errors = 0
+    failures: Counter[str] = Counter()
     counter = iter(range(total))
     deadline = time.perf_counter() + max_s
 
     is_async = asyncio.iscoroutinefunction(make)
 
     async def worker(w: int) -> None:
-        nonlocal errors
         state, conn = states[w], conns[w]
         for i in counter:
             if time.perf_counter() > deadline:
                 return
             path, body = await make(w, i, state) if is_async else make(w, i, state)
             t0 = time.perf_counter()
-            status, _ = await conn.post(path, body)
+            status, answer = await conn.post(path, body)
             lat.append(time.perf_counter() - t0)
-            errors += status != 200
+            if status != 200:
+                failures[failure_class(status, answer)] += 1
 
     t0, c0, me0 = time.perf_counter(), cpu_s(SERVER_PID), cpu_s(os.getpid(), children=False)
     try:
@@ -312,7 +322,8 @@ async def drive(base: str, concurrency: int, total: int, max_s: float, make, set
     wall, cpu, me = time.perf_counter() - t0, cpu_s(SERVER_PID) - c0, cpu_s(os.getpid(), children=False) - me0
     return {
         "n": len(lat),
-        "errors": errors,
+        "errors": sum(failures.values()),
+        "failures": dict(failures),
         "rps": len(lat) / wall if wall else 0.0,
         "p50_ms": _pct(lat, 50) * 1e3,
         "p99_ms": _pct(lat, 99) * 1e3,
@@ -432,7 +443,9 @@ def _counts(quick: bool, conc: int, tool: str, cached: bool) -> tuple[int, float
 def _fmt(r: dict) -> str:
     return (
         f"{r['rps']:8.0f} req/s  p50 {r['p50_ms']:7.1f} ms  p99 {r['p99_ms']:7.1f} ms  server CPU "
-        f"{r['cpu_ms_per_req']:6.3f} ms/req, client {r['client_cpu_ms_per_req']:5.3f}  (n={r['n']}, err={r['errors']})"
+        f"{r['cpu_ms_per_req']:6.3f} ms/req, client {r['client_cpu_ms_per_req']:5.3f}  (n={r['n']}, err={r['errors']}"
+        + "".join(f", {k}: {v}" for k, v in sorted(r.get("failures", {}).items()))
+        + ")"
     )
 
 
@@ -767,19 +780,23 @@ async def part_scale(args, wl: Workload) -> dict:
                 for sessions in args.sessions:
                     rng = random.Random(sessions)
                     lat: dict[str, list[float]] = {t: [] for t, _ in MIX}
-                    errors = 0
+                    failures: Counter[str] = Counter()
                     conns = await asyncio.gather(*(Connection.open(srv.base) for _ in range(sessions)))
                     sids = [await _session(http, [wl.image_urls[i % len(wl.image_urls)]]) for i in range(sessions)]
 
                     async def episode(conn: Connection, sid: str) -> None:
-                        nonlocal errors
                         for _ in range(turns):
                             tool = rng.choice(tools)
                             body = {"name": tool, "arguments": wl.args(tool, False, 0)}
                             t0 = time.perf_counter()
-                            status, _ = await conn.post(f"/v1/sessions/{sid}/call", body)
+                            try:
+                                status, answer = await conn.post(f"/v1/sessions/{sid}/call", body)
+                            except (OSError, RuntimeError) as e:  # the connection itself failed: no later calls
+                                failures[f"connection {type(e).__name__}"] += 1
+                                return
                             lat[tool].append(time.perf_counter() - t0)
-                            errors += status != 200
+                            if status != 200:
+                                failures[f"{tool}: {failure_class(status, answer)}"] += 1
 
                     t0, c0, me0 = time.perf_counter(), cpu_s(SERVER_PID), cpu_s(os.getpid(), children=False)
                     await asyncio.gather(*(episode(c, s) for c, s in zip(conns, sids)))
@@ -793,7 +810,8 @@ async def part_scale(args, wl: Workload) -> dict:
                     n = sum(map(len, lat.values()))
                     row = {
                         "calls": n,
-                        "errors": errors,
+                        "errors": sum(failures.values()),
+                        "failures": dict(failures),
                         "wall_s": wall,
                         "calls_per_s": n / wall,
                         "server_cpu_ms_per_call": cpu / n * 1e3,
@@ -805,9 +823,10 @@ async def part_scale(args, wl: Workload) -> dict:
                     tools_txt = ", ".join(f"{t} {p50:.0f}/{p99:.0f} ms" for t, (p50, p99, _) in row["per_tool"].items())
                     print(
                         f"{workers} workers, {sessions:4d} sessions: {n} calls in {wall:5.1f} s = "
-                        f"{row['calls_per_s']:6.1f}/s, err {errors}, server CPU {row['server_cpu_ms_per_call']:.1f} "
+                        f"{row['calls_per_s']:6.1f}/s, err {row['errors']}, server CPU {row['server_cpu_ms_per_call']:.1f} "
                         f"ms/call, client {row['client_cpu_ms_per_call']:.2f}, PSS {row['pss_mib']:.0f} MiB; "
-                        f"p50/p99 {tools_txt}",
+                        f"p50/p99 {tools_txt}"
+                        + "".join(f"\n    failed: {k}: {v}" for k, v in sorted(failures.items())),
                         flush=True,
                     )
         finally:

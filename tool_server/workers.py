@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import gc
 import itertools
+import logging
 import multiprocessing
 import os
 import re
@@ -25,6 +26,7 @@ import signal
 import socket
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import aiohttp
@@ -32,6 +34,12 @@ from aiohttp import web
 
 from tool_server.loop import run
 
+log = logging.getLogger(__name__)
+
+CONNECT_RETRY_S = 10.0
+# the workers' accept queue (the kernel caps it at net.core.somaxconn): with aiohttp's 128, 1,024 sessions' calls
+# arriving at once while a worker's loop was busy overflowed it, and a Unix socket refuses a connect at once then
+WORKER_BACKLOG = 4096
 CLIENT_HEADER = "X-Neos-Client"  # the router names the client's address to the worker (its session quota)
 _SESSION_WORKER = re.compile(r"^s(\d+)_")
 _FORWARDED_HEADERS = ("Content-Type",)
@@ -52,7 +60,7 @@ def _worker_main(index: int, args: argparse.Namespace, world, path: str, ready, 
         app = build_app(args, world, settings)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
-        await web.UnixSite(runner, path).start()
+        await web.UnixSite(runner, path, backlog=WORKER_BACKLOG).start()
         ready.set()
         while os.getppid() == router_pid:  # a router killed outright leaves no worker behind
             await asyncio.sleep(1.0)
@@ -88,8 +96,15 @@ def merge_metrics(texts: list[str]) -> str:
 
 
 class Router:
-    def __init__(self, procs: list, paths: list[str]) -> None:
+    """``connect_retry_s``: how long a call waits for a live worker that accepts no connection before a 503
+    ``worker_busy``."""
+
+    def __init__(self, procs: list, paths: list[str], *, connect_retry_s: float = CONNECT_RETRY_S) -> None:
         self._procs = procs
+        self._connect_retry_s = connect_retry_s
+        # connect_retries: connections a live worker did not accept at once; busy: calls refused after retrying for
+        # connect_retry_s; broken_connections: calls whose connection broke while the worker lived on
+        self.counters: Counter[str] = Counter()
         self._clients = [
             aiohttp.ClientSession(
                 "http://worker",
@@ -109,14 +124,48 @@ class Router:
         headers[CLIENT_HEADER] = request.remote or ""
         if body is None:
             body = await request.read()
-        try:
-            async with self._clients[index].request(
-                request.method, request.rel_url, data=body, headers=headers
-            ) as resp:
-                payload = await resp.read()
-                return web.Response(body=payload, status=resp.status, content_type=resp.content_type)
-        except aiohttp.ClientError:
-            return self._lost(index)
+        deadline = time.monotonic() + self._connect_retry_s
+        delay = 0.01
+        while True:
+            try:
+                async with self._clients[index].request(
+                    request.method, request.rel_url, data=body, headers=headers
+                ) as resp:
+                    payload = await resp.read()
+                    return web.Response(body=payload, status=resp.status, content_type=resp.content_type)
+            except aiohttp.ClientConnectorError:
+                # nothing was sent: a live worker whose accept queue is full (its loop busy) is retried, not lost
+                if not self.alive(index):
+                    return self._lost(index)
+                self.counters["connect_retries"] += 1
+                if time.monotonic() + delay > deadline:
+                    self.counters["busy"] += 1
+                    log.warning("server process %d accepted no connection for %g s", index, self._connect_retry_s)
+                    return _error(
+                        503,
+                        "worker_busy",
+                        f"server process {index} accepted no connection for {self._connect_retry_s:g} s; "
+                        "the session is kept, retry the call",
+                    )
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, 0.25)
+            except aiohttp.ClientError:
+                return await self._failed_after_send(index)
+
+    async def _failed_after_send(self, index: int) -> web.Response:
+        """The connection broke after the call was sent: lost if the worker died (it may take a moment to be
+        reaped), else a 502 (the call may or may not have run), counted."""
+        for _ in range(20):
+            if not self.alive(index):
+                return self._lost(index)
+            await asyncio.sleep(0.05)
+        self.counters["broken_connections"] += 1
+        log.warning("the connection to live server process %d broke during a call", index)
+        return _error(
+            502,
+            "worker_connection_lost",
+            f"the connection to server process {index} broke during the call; it may or may not have run",
+        )
 
     def _lost(self, index: int) -> web.Response:
         return _error(
@@ -174,6 +223,12 @@ class Router:
             "# HELP tool_server_workers Server processes behind the router.\n# TYPE tool_server_workers gauge\n"
             f'tool_server_workers{{state="alive"}} {alive}\ntool_server_workers{{state="dead"}} '
             f"{len(self._procs) - alive}\n"
+            "# HELP tool_server_router_events_total Connections to live workers retried, calls refused busy, "
+            "connections broken mid-call.\n# TYPE tool_server_router_events_total counter\n"
+            + "".join(
+                f'tool_server_router_events_total{{event="{k}"}} {self.counters[k]}\n'
+                for k in ("connect_retries", "busy", "broken_connections")
+            )
         )
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
