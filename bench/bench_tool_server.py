@@ -201,23 +201,25 @@ def _pct(xs: list[float], p: float) -> float:
 
 
 def cpu_s(pid: int | None, *, children: bool = True) -> float:
-    """utime + stime of a process, its threads and (``children``) its child processes (search processes, workers),
-    in seconds (0 when unknown); children that exited are in the parent's cutime/cstime."""
+    """utime + stime of a process, its threads and (``children``) every process under it (workers, search
+    processes), in seconds (0 when unknown); children that exited are in their parent's cutime/cstime."""
     if pid is None:
         return 0.0
     if not children:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    total = 0
+    stats: dict[int, list[str]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
+            stats[int(stat.parent.name)] = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:  # exited meanwhile
             continue
-        if stat.parent.name == str(pid):
-            total += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
-        elif fields[1] == str(pid):
-            total += int(fields[11]) + int(fields[12])
+    tree, total = {pid}, 0
+    while grown := {p for p, f in stats.items() if int(f[1]) in tree and p not in tree}:
+        tree |= grown
+    for p in tree & stats.keys():
+        f = stats[p]
+        total += int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])
     return total / os.sysconf("SC_CLK_TCK")
 
 
@@ -850,14 +852,31 @@ def _big_question_image(size: tuple[int, int] = (4000, 3000)) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
+HOL_SERVERS = (  # (name, extra server arguments): reverse search in the server's threads, then in search processes
+    ("threads", ("--search-processes", "0")),
+    ("processes", ()),
+)
+
+
 async def part_hol(args, wl: Workload) -> dict:
-    """Head-of-line blocking: cheap calls (cached TextSearch, FetchImage of a world image) at 4 connections, alone
-    (the baseline) and then while 16 connections run heavy calls (uncached reverse image search; crops of a
-    12 Mpx question image returned as PNG). The ratio of the cheap calls' p50/p99 under load to alone is the figure."""
+    """Head-of-line blocking: cheap calls (cached TextSearch, FetchImage of a world image, session open) at 4
+    connections, alone (the baseline) and then while 16 connections run heavy calls (uncached reverse image search;
+    crops of a 12 Mpx question image returned as PNG), against each of ``HOL_SERVERS``. The ratio of the cheap calls'
+    p50/p99 under load to alone is the figure; server and load-generator CPU per request beside it."""
+    out = {}
+    for name, extra in HOL_SERVERS:
+        if name not in args.hol_servers:
+            continue
+        print(f"-- server: reverse search in {name} ({' '.join(extra) or 'default'})", flush=True)
+        out[name] = await _hol_round(args, wl, extra)
+    return out
+
+
+async def _hol_round(args, wl: Workload, extra: tuple[str, ...]) -> dict:
     import aiohttp
 
-    n_cheap, heavy_s = (200, 12.0) if args.quick else (600, 30.0)
-    srv = start_ours(args.world, 0)
+    n_cheap, heavy_s = (300, 12.0) if args.quick else (900, 30.0)
+    srv = start_ours(args.world, 0, *extra)
     try:
         async with aiohttp.ClientSession(base_url=srv.base, connector=aiohttp.TCPConnector(limit=0)) as http:
             await _wait_features(http)
@@ -867,12 +886,21 @@ async def part_hol(args, wl: Workload) -> dict:
                 body = {"name": "TextSearch", "arguments": wl.args("TextSearch", True, i)}
                 async with http.post(f"/v1/sessions/{warm}/call", json=body):
                     pass
+            for i in range(4):  # the search processes started (a spawned process imports OpenCV once)
+                reverse = {"name": "ReverseImageSearch", "arguments": wl.args("ReverseImageSearch", False, i)}
+                async with http.post(f"/v1/sessions/{warm}/call", json=reverse):
+                    pass
 
             def cheap(w: int, i: int, sid: str):
-                tool = "TextSearch" if i % 2 else "FetchImage"
-                if tool == "FetchImage":
-                    return f"/v1/sessions/{sid}/call", {"name": tool, "arguments": {"urls": [wl.image_urls[i % 8]]}}
-                return f"/v1/sessions/{sid}/call", {"name": tool, "arguments": wl.args(tool, True, i)}
+                kind = i % 3
+                if kind == 0:
+                    return "/v1/sessions", {}
+                if kind == 1:
+                    return f"/v1/sessions/{sid}/call", {
+                        "name": "FetchImage",
+                        "arguments": {"urls": [wl.image_urls[i % 8]]},
+                    }
+                return f"/v1/sessions/{sid}/call", {"name": "TextSearch", "arguments": wl.args("TextSearch", True, i)}
 
             async def cheap_setup(w: int) -> str:
                 return await _session(http)
@@ -899,7 +927,12 @@ async def part_hol(args, wl: Workload) -> dict:
     finally:
         srv.stop()
     ratio = {k: loaded[k] / alone[k] for k in ("p50_ms", "p99_ms")}
-    print(f"cheap calls under heavy load / alone: p50 x{ratio['p50_ms']:.2f}, p99 x{ratio['p99_ms']:.2f}", flush=True)
+    print(
+        f"cheap calls under heavy load / alone: p50 x{ratio['p50_ms']:.2f}, p99 x{ratio['p99_ms']:.2f}; CPU per cheap "
+        f"call under load: server {loaded['cpu_ms_per_req']:.2f} ms (all calls in flight), load generator "
+        f"{loaded['client_cpu_ms_per_req']:.2f} ms",
+        flush=True,
+    )
     return {"alone": alone, "loaded": loaded, "heavy": heavy_result, "ratio": ratio}
 
 
@@ -911,6 +944,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 4], help="--part scale")
     p.add_argument(
         "--sessions", type=lambda s: [int(x) for x in s.split(",")], default=[64, 256, 1024], help="--part scale"
+    )
+    p.add_argument(
+        "--hol-servers",
+        type=lambda s: s.split(","),
+        default=[name for name, _ in HOL_SERVERS],
+        help="--part hol: the server configurations to measure (threads: --search-processes 0; processes: default)",
     )
     p.add_argument("--quick", action="store_true", help="small request counts, short phases")
     p.add_argument("--world", type=Path, default=ROOT / "worlds" / "small")

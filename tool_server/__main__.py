@@ -45,9 +45,9 @@ def _parser() -> argparse.ArgumentParser:
         "--search-processes",
         type=int,
         default=None,
-        help="experimental: processes for reverse image search, forked from the running server (a search once hung "
-        "in one; default 0: threads of the server process, which take the GIL from its event loop; not with "
-        "--workers, the workers being the processes)",
+        help="spawned processes (per server process) for reverse image search, mapping one copy of the index, so "
+        "searches never take the GIL from the event loop; 0: threads of the server process (default: the usable "
+        "cores divided by --workers, at least 1)",
     )
     p.add_argument(
         "--session-image-mib", type=int, default=512, help="decoded image memory of one session's visual register"
@@ -98,6 +98,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--log-level", default="INFO")
     return p
+
+
+def _usable_cores() -> int:
+    """The cores this process may run on (its affinity mask where the OS has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _online(args: argparse.Namespace) -> OnlineBackends | None:
@@ -197,11 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.workers < 1:
         parser.error("--workers must be >= 1")
     if args.search_processes is None:
-        args.search_processes = 0
+        args.search_processes = max(1, _usable_cores() // args.workers)
     if args.search_processes < 0:
         parser.error("--search-processes must be >= 0")
-    if args.workers > 1 and args.search_processes:
-        parser.error("--search-processes applies without --workers (each worker searches in its own threads)")
     if args.session_image_mib < 1 or args.image_budget_gib <= 0 or args.max_sessions_per_client < 1:
         parser.error("--session-image-mib, --image-budget-gib and --max-sessions-per-client must be > 0")
     if args.shared_cache_dir and args.redis_url:

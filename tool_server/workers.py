@@ -65,7 +65,12 @@ def _worker_main(index: int, args: argparse.Namespace, world, path: str, ready, 
         while os.getppid() == router_pid:  # a router killed outright leaves no worker behind
             await asyncio.sleep(1.0)
 
-    run(serve(), use_uvloop=not args.no_uvloop)
+    try:
+        run(serve(), use_uvloop=not args.no_uvloop)
+    finally:
+        # this worker's search processes stopped before it exits: a forked process's exit joins its children but
+        # first stops the queue that would tell them to stop (the shared index files stay, the router's to remove)
+        world.close(wait=True)
 
 
 def merge_metrics(texts: list[str]) -> str:
@@ -285,6 +290,8 @@ def serve_workers(args: argparse.Namespace, sock: socket.socket) -> int:
 
     world = load_world(args)
     world.wait_features()  # loaded before the fork: every worker shares the features instead of computing them
+    if args.search_processes:
+        world.map_index()  # one set of files that every worker's search processes map
     gc.freeze()
     fork = multiprocessing.get_context("fork")
     with tempfile.TemporaryDirectory(prefix="tool-server-") as tmp:

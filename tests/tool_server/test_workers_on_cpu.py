@@ -8,6 +8,7 @@ import io
 import os
 import signal
 import uuid
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -118,8 +119,11 @@ def test_a_stopped_worker_delays_its_calls_and_a_killed_one_fails_only_its_own_s
             async def kill() -> None:
                 while sum(map(len, outcomes.values())) < 100:
                     await asyncio.sleep(0.01)
+                orphans.extend(Path(f"/proc/{pids[1]}/task/{pids[1]}/children").read_text().split())
                 os.kill(pids[1], signal.SIGKILL)
                 killed.set()
+
+            orphans: list[str] = []  # the killed worker's search process (and its resource tracker)
 
             await asyncio.wait_for(asyncio.gather(kill(), *(episode(s) for s in sids)), 300)  # never a hang
             for sid, results in outcomes.items():
@@ -134,6 +138,12 @@ def test_a_stopped_worker_delays_its_calls_and_a_killed_one_fails_only_its_own_s
                 assert 'tool_server_workers{state="dead"} 1' in await r.text()
             async with http.get("/healthz") as r:
                 assert (await r.json())["status"] == "degraded"
+            assert orphans  # the reverse search above ran in a search process of that worker
+            for _ in range(300):  # each notices its server is gone within a second or two
+                if not any(Path(f"/proc/{pid}").exists() for pid in orphans):
+                    break
+                await asyncio.sleep(0.1)
+            assert not any(Path(f"/proc/{pid}").exists() for pid in orphans)
 
     with served(small_world, *_args(small_world, tmp_path, 2)) as base:
         asyncio.run(load(base))
