@@ -860,8 +860,8 @@ HOL_SERVERS = (  # (name, extra server arguments): reverse search in the server'
 
 async def part_hol(args, wl: Workload) -> dict:
     """Head-of-line blocking: cheap calls (cached TextSearch, FetchImage of a world image, session open) at 4
-    connections, alone (the baseline) and then while 16 connections run heavy calls (uncached reverse image search;
-    crops of a 12 Mpx question image returned as PNG), against each of ``HOL_SERVERS``. The ratio of the cheap calls'
+    connections, alone (the baseline) and then while 16 connections run heavy calls (12: uncached reverse image search;
+    4: crops of a quarter of a 12 Mpx question image, 3 Mpx each, returned as PNG), against each of ``HOL_SERVERS``. The ratio of the cheap calls'
     p50/p99 under load to alone is the figure; server and load-generator CPU per request beside it."""
     out = {}
     for name, extra in HOL_SERVERS:
@@ -905,16 +905,24 @@ async def _hol_round(args, wl: Workload, extra: tuple[str, ...]) -> dict:
             async def cheap_setup(w: int) -> str:
                 return await _session(http)
 
-            async def heavy_setup(w: int) -> str:
-                return await _session(http, [big] if w % 4 == 0 else None)
+            async def heavy_setup(w: int) -> list:
+                return [await _session(http, [big] if w % 4 == 0 else None), 0]
 
-            def heavy(w: int, i: int, sid: str):
+            async def heavy(w: int, i: int, state: list):
                 if w % 4 == 0:  # crops of the 12 Mpx image, pixels returned (PNG encoding)
+                    state[1] += 1
+                    # a crop is a quarter of the image (3 Mpx, 12 MB): a new session (decoding the image again)
+                    # every 30, before the register's 512 MiB are full
+                    if state[1] % 30 == 0:
+                        async with http.delete(f"/v1/sessions/{state[0]}"):
+                            pass
+                        state[0] = await _session(http, [big])
                     a = (i * 37) % 400
                     crop = {"crop_config": {"img_1": [a, a // 2, a + 500, a // 2 + 500]}}
-                    return f"/v1/sessions/{sid}/call", {"name": "CropImage", "arguments": crop, "include_pixels": True}
+                    body = {"name": "CropImage", "arguments": crop, "include_pixels": True}
+                    return f"/v1/sessions/{state[0]}/call", body
                 reverse = wl.args("ReverseImageSearch", False, i)
-                return f"/v1/sessions/{sid}/call", {"name": "ReverseImageSearch", "arguments": reverse}
+                return f"/v1/sessions/{state[0]}/call", {"name": "ReverseImageSearch", "arguments": reverse}
 
             alone = await drive(srv.base, 4, n_cheap, 60.0, cheap, cheap_setup)
             print(f"cheap alone       {_fmt(alone)}", flush=True)

@@ -4,13 +4,13 @@ work never queued behind heavy work.
 One shared pool (asyncio's default executor) let 48 reverse searches hold every slot while FetchImage, small
 TextSearches and session opens waited seconds behind them. Here each class has its own pool, sized by the cores:
 
-- ``reverse``: reverse image search (ORB features and matching, ~0.1-1 s each; OpenCV releases the GIL);
+- ``reverse``: reverse image search (ORB features and matching, ~0.1-1 s each) with ``--search-processes 0``, else
+  only the normalization of its query, the search itself running in search processes;
 - ``image``: decoding and crops of images up to :data:`LARGE_IMAGE_PIXELS` (PIL releases the GIL): what FetchImage
   and session opens wait for;
 - ``large_image``: the same for larger images (a 25 Mpx decode takes seconds);
 - ``encode``: PNG encoding of answers' images (crops sent with ``include_pixels``, reverse-search queries), of any
-  size: tens of milliseconds even for a 500x500 crop, it once shared the ``image`` pool and FetchImage queued behind
-  it;
+  size: it once shared the ``image`` pool with decoding, and FetchImage queued behind crops' PNGs;
 - ``parse``: HTML pages fetched online turned into text (pure Python, up to the 20 MB page limit);
 - ``search``: batches of BM25 text searches (numpy).
 
