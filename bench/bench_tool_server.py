@@ -852,9 +852,11 @@ def _big_question_image(size: tuple[int, int] = (4000, 3000)) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-HOL_SERVERS = (  # (name, extra server arguments): reverse search in the server's threads, then in search processes
+HOL_SERVERS = (  # (name, extra server arguments): reverse search in the server's threads, in search processes, and
+    # the same behind the --workers router (the router hop; each worker with its search process)
     ("threads", ("--search-processes", "0")),
     ("processes", ()),
+    ("workers", ("--workers", "2")),
 )
 
 
@@ -867,7 +869,7 @@ async def part_hol(args, wl: Workload) -> dict:
     for name, extra in HOL_SERVERS:
         if name not in args.hol_servers:
             continue
-        print(f"-- server: reverse search in {name} ({' '.join(extra) or 'default'})", flush=True)
+        print(f"-- server: {name} ({' '.join(extra) or 'default'})", flush=True)
         out[name] = await _hol_round(args, wl, extra)
     return out
 
@@ -957,7 +959,8 @@ def main(argv: list[str] | None = None) -> int:
         "--hol-servers",
         type=lambda s: s.split(","),
         default=[name for name, _ in HOL_SERVERS],
-        help="--part hol: the server configurations to measure (threads: --search-processes 0; processes: default)",
+        help="--part hol: the server configurations to measure (threads: --search-processes 0; processes: the default; "
+        "workers: --workers 2)",
     )
     p.add_argument("--quick", action="store_true", help="small request counts, short phases")
     p.add_argument("--world", type=Path, default=ROOT / "worlds" / "small")
