@@ -6,7 +6,6 @@ Runs on uvloop when it is installed (``--no-uvloop``: asyncio's own loop)."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import gc
 import logging
 import os
@@ -19,7 +18,7 @@ from aiohttp import web
 from data_gen.world.store import WorldError
 from tool_server.app import ServerSettings, create_app
 from tool_server.cache import TieredCache
-from tool_server.loop import run
+from tool_server.loop import run, until_terminated
 from tool_server.mei import MEIConfig, build_interface
 from tool_server.net import SafeFetcher
 from tool_server.offline.world import OfflineWorld
@@ -185,7 +184,7 @@ async def _serve(args: argparse.Namespace, sock: socket.socket) -> None:
     await site.start()
     announce(args, sock, world)
     try:
-        await asyncio.Event().wait()
+        await until_terminated()
     finally:
         await runner.cleanup()
         world.close()

@@ -32,7 +32,7 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
-from tool_server.loop import run
+from tool_server.loop import run, until_terminated
 
 log = logging.getLogger(__name__)
 
@@ -317,7 +317,7 @@ def serve_workers(args: argparse.Namespace, sock: socket.socket) -> int:
                 await web.SockSite(runner, sock).start()
                 announce(args, sock, world, f" {args.workers} workers")
                 try:
-                    await asyncio.Event().wait()
+                    await until_terminated()
                 finally:
                     await runner.cleanup()
 

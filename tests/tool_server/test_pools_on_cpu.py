@@ -219,3 +219,57 @@ async def test_reverse_search_in_spawned_processes_matches_and_survives_a_killed
         if world._spawned is not None:
             world._spawned.close()
             world._spawned = None
+
+
+def test_a_server_stopped_by_sigterm_leaves_no_search_process_or_index_file(small_world, tmp_path):
+    """``python -m tool_server`` with its default search processes: the processes map the index files, and SIGTERM (how
+    operators and ``launch.served`` stop it) ends them and removes the files (the signal's default action left both)."""
+    import os
+    import subprocess
+    import sys
+    import time
+    import uuid
+    from pathlib import Path
+
+    import aiohttp
+
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tool_server", "--world", str(small_world), "--port", "0", "--no-ocr",
+         "--cache-dir", str(small_world.parent.parent / "tool-server"), "--mei-log", str(tmp_path / "mei.jsonl")],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    try:
+        base = server.stdout.readline().split("listening on ", 1)[1].split()[0]
+
+        async def search() -> None:
+            async with aiohttp.ClientSession(base) as http:
+                async with http.post("/v1/sessions", json={}) as r:
+                    sid = (await r.json())["session_id"]
+                goal = f"which flag {uuid.uuid4()}"  # searched here, not read from an earlier run's disk tier
+                call = {"name": "ReverseImageSearch", "arguments": {"image_url": [FLAG_MEX], "goal": goal}}
+                async with http.post(f"/v1/sessions/{sid}/call", json=call) as r:
+                    assert r.status == 200 and (await r.json())["records"][0]["candidates"]
+
+        asyncio.run(search())
+        children = Path(f"/proc/{server.pid}/task/{server.pid}/children").read_text().split()
+        mapped = {  # the directory of the index files that the search process maps
+            Path(line.split()[-1]).parent
+            for pid in children
+            for line in Path(f"/proc/{pid}/maps").read_text().splitlines()
+            if line.endswith("descriptors.npy")
+        }
+        assert len(mapped) == 1
+        (index_dir,) = mapped
+        assert index_dir.is_dir()
+        server.terminate()
+        assert server.wait(30) == 0
+        for _ in range(100):  # each search process notices within a second or two
+            if not any(Path(f"/proc/{pid}").exists() for pid in children):
+                break
+            time.sleep(0.1)
+        assert not any(Path(f"/proc/{pid}").exists() for pid in children)
+        assert not index_dir.exists()
+    finally:
+        if server.poll() is None:
+            os.kill(server.pid, 9)
+            server.wait()
