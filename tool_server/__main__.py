@@ -118,6 +118,11 @@ def _online(args: argparse.Namespace) -> OnlineBackends | None:
     )
 
 
+# accept queue of every listening socket (the kernel caps it at net.core.somaxconn): aiohttp's sites default to 128 and
+# re-listen a given socket with theirs; 1,024 sessions' calls arriving at once while a loop was busy overflowed it
+LISTEN_BACKLOG = 4096
+
+
 def _bind(host: str, port: int) -> socket.socket:
     """The listening socket, bound before anything is loaded: a busy port fails in a moment, not after the world."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -125,7 +130,7 @@ def _bind(host: str, port: int) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
-        sock.listen(1024)
+        sock.listen(LISTEN_BACKLOG)
     except OSError as e:
         sock.close()
         raise OSError(e.errno, f"cannot listen on {host}:{port}: {e.strerror}") from None
@@ -180,7 +185,7 @@ async def _serve(args: argparse.Namespace, sock: socket.socket) -> None:
     gc.freeze()
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.SockSite(runner, sock)
+    site = web.SockSite(runner, sock, backlog=LISTEN_BACKLOG)
     await site.start()
     announce(args, sock, world)
     try:

@@ -37,9 +37,6 @@ from tool_server.loop import run, until_terminated
 log = logging.getLogger(__name__)
 
 CONNECT_RETRY_S = 10.0
-# the workers' accept queue (the kernel caps it at net.core.somaxconn): with aiohttp's 128, 1,024 sessions' calls
-# arriving at once while a worker's loop was busy overflowed it, and a Unix socket refuses a connect at once then
-WORKER_BACKLOG = 4096
 CLIENT_HEADER = "X-Neos-Client"  # the router names the client's address to the worker (its session quota)
 _SESSION_WORKER = re.compile(r"^s(\d+)_")
 _FORWARDED_HEADERS = ("Content-Type",)
@@ -51,7 +48,7 @@ def _error(status: int, type_: str, message: str, field: str | None = None) -> w
 
 def _worker_main(index: int, args: argparse.Namespace, world, path: str, ready, router_pid: int) -> None:
     """A forked worker: the one-process server on a Unix socket (``world`` is the parent's, shared)."""
-    from tool_server.__main__ import build_app, server_settings
+    from tool_server.__main__ import LISTEN_BACKLOG, build_app, server_settings
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the router stops the workers
     settings = server_settings(args, session_id_prefix=f"s{index}_", client_header=CLIENT_HEADER)
@@ -60,7 +57,8 @@ def _worker_main(index: int, args: argparse.Namespace, world, path: str, ready, 
         app = build_app(args, world, settings)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
-        await web.UnixSite(runner, path, backlog=WORKER_BACKLOG).start()
+        # a full accept queue makes a Unix socket refuse a connect at once (the router then retries, see Router)
+        await web.UnixSite(runner, path, backlog=LISTEN_BACKLOG).start()
         ready.set()
         while os.getppid() == router_pid:  # a router killed outright leaves no worker behind
             await asyncio.sleep(1.0)
@@ -286,7 +284,7 @@ class Router:
 
 def serve_workers(args: argparse.Namespace, sock: socket.socket) -> int:
     """Load the world, fork ``args.workers`` workers, route on ``sock`` until interrupted."""
-    from tool_server.__main__ import announce, load_world
+    from tool_server.__main__ import LISTEN_BACKLOG, announce, load_world
 
     world = load_world(args)
     world.wait_features()  # loaded before the fork: every worker shares the features instead of computing them
@@ -314,7 +312,7 @@ def serve_workers(args: argparse.Namespace, sock: socket.socket) -> int:
                 router = Router(procs, paths)
                 runner = web.AppRunner(router.app(), access_log=None)
                 await runner.setup()
-                await web.SockSite(runner, sock).start()
+                await web.SockSite(runner, sock, backlog=LISTEN_BACKLOG).start()
                 announce(args, sock, world, f" {args.workers} workers")
                 try:
                     await until_terminated()
