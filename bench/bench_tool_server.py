@@ -825,8 +825,9 @@ async def part_scale(args, wl: Workload) -> dict:
                     tools_txt = ", ".join(f"{t} {p50:.0f}/{p99:.0f} ms" for t, (p50, p99, _) in row["per_tool"].items())
                     print(
                         f"{workers} workers, {sessions:4d} sessions: {n} calls in {wall:5.1f} s = "
-                        f"{row['calls_per_s']:6.1f}/s, err {row['errors']}, server CPU {row['server_cpu_ms_per_call']:.1f} "
-                        f"ms/call, client {row['client_cpu_ms_per_call']:.2f}, PSS {row['pss_mib']:.0f} MiB; "
+                        f"{row['calls_per_s']:6.1f}/s, err {row['errors']}, server CPU "
+                        f"{row['server_cpu_ms_per_call']:.1f} ms/call, client {row['client_cpu_ms_per_call']:.2f}, "
+                        f"PSS {row['pss_mib']:.0f} MiB; "
                         f"p50/p99 {tools_txt}"
                         + "".join(f"\n    failed: {k}: {v}" for k, v in sorted(failures.items())),
                         flush=True,
@@ -863,8 +864,9 @@ HOL_SERVERS = (  # (name, extra server arguments): reverse search in the server'
 async def part_hol(args, wl: Workload) -> dict:
     """Head-of-line blocking: cheap calls (cached TextSearch, FetchImage of a world image, session open) at 4
     connections, alone (the baseline) and then while 16 connections run heavy calls (12: uncached reverse image search;
-    4: crops of a quarter of a 12 Mpx question image, 3 Mpx each, returned as PNG), against each of ``HOL_SERVERS``. The ratio of the cheap calls'
-    p50/p99 under load to alone is the figure; server and load-generator CPU per request beside it."""
+    4: crops of a quarter of a 12 Mpx question image, 3 Mpx each, returned as PNG), against each of ``HOL_SERVERS``.
+    The ratio of the cheap calls' p50/p99 under load to alone is the figure; server and load-generator CPU per request
+    beside it."""
     out = {}
     for name, extra in HOL_SERVERS:
         if name not in args.hol_servers:
