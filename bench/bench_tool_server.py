@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -201,23 +202,25 @@ def _pct(xs: list[float], p: float) -> float:
 
 
 def cpu_s(pid: int | None, *, children: bool = True) -> float:
-    """utime + stime of a process, its threads and (``children``) its child processes (search processes, workers),
-    in seconds (0 when unknown); children that exited are in the parent's cutime/cstime."""
+    """utime + stime of a process, its threads and (``children``) every process under it (workers, search
+    processes), in seconds (0 when unknown); children that exited are in their parent's cutime/cstime."""
     if pid is None:
         return 0.0
     if not children:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    total = 0
+    stats: dict[int, list[str]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
+            stats[int(stat.parent.name)] = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:  # exited meanwhile
             continue
-        if stat.parent.name == str(pid):
-            total += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
-        elif fields[1] == str(pid):
-            total += int(fields[11]) + int(fields[12])
+    tree, total = {pid}, 0
+    while grown := {p for p, f in stats.items() if int(f[1]) in tree and p not in tree}:
+        tree |= grown
+    for p in tree & stats.keys():
+        f = stats[p]
+        total += int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])
     return total / os.sysconf("SC_CLK_TCK")
 
 
@@ -279,6 +282,15 @@ class Connection(asyncio.Protocol):
             self._transport.close()
 
 
+def failure_class(status: int, body: bytes) -> str:
+    """A failed call's class for the reports: ``<status> <error type>`` from our JSON error body (``<status>`` alone
+    for another body)."""
+    try:
+        return f"{status} {json.loads(body)['error']['type']}"
+    except (ValueError, KeyError, TypeError):
+        return str(status)
+
+
 async def drive(base: str, concurrency: int, total: int, max_s: float, make, setup=None) -> dict:
     """``concurrency`` workers, one :class:`Connection` to ``base`` each, issue ``total`` requests in all (or stop
     after ``max_s``). ``make(worker, i, state)`` returns (path, json body); ``setup(worker)`` returns per-worker state
@@ -286,23 +298,23 @@ async def drive(base: str, concurrency: int, total: int, max_s: float, make, set
     states = await asyncio.gather(*(setup(w) for w in range(concurrency))) if setup else [None] * concurrency
     conns = await asyncio.gather(*(Connection.open(base) for _ in range(concurrency)))
     lat: list[float] = []
-    errors = 0
+    failures: Counter[str] = Counter()
     counter = iter(range(total))
     deadline = time.perf_counter() + max_s
 
     is_async = asyncio.iscoroutinefunction(make)
 
     async def worker(w: int) -> None:
-        nonlocal errors
         state, conn = states[w], conns[w]
         for i in counter:
             if time.perf_counter() > deadline:
                 return
             path, body = await make(w, i, state) if is_async else make(w, i, state)
             t0 = time.perf_counter()
-            status, _ = await conn.post(path, body)
+            status, answer = await conn.post(path, body)
             lat.append(time.perf_counter() - t0)
-            errors += status != 200
+            if status != 200:
+                failures[failure_class(status, answer)] += 1
 
     t0, c0, me0 = time.perf_counter(), cpu_s(SERVER_PID), cpu_s(os.getpid(), children=False)
     try:
@@ -313,7 +325,8 @@ async def drive(base: str, concurrency: int, total: int, max_s: float, make, set
     wall, cpu, me = time.perf_counter() - t0, cpu_s(SERVER_PID) - c0, cpu_s(os.getpid(), children=False) - me0
     return {
         "n": len(lat),
-        "errors": errors,
+        "errors": sum(failures.values()),
+        "failures": dict(failures),
         "rps": len(lat) / wall if wall else 0.0,
         "p50_ms": _pct(lat, 50) * 1e3,
         "p99_ms": _pct(lat, 99) * 1e3,
@@ -433,7 +446,9 @@ def _counts(quick: bool, conc: int, tool: str, cached: bool) -> tuple[int, float
 def _fmt(r: dict) -> str:
     return (
         f"{r['rps']:8.0f} req/s  p50 {r['p50_ms']:7.1f} ms  p99 {r['p99_ms']:7.1f} ms  server CPU "
-        f"{r['cpu_ms_per_req']:6.3f} ms/req, client {r['client_cpu_ms_per_req']:5.3f}  (n={r['n']}, err={r['errors']})"
+        f"{r['cpu_ms_per_req']:6.3f} ms/req, client {r['client_cpu_ms_per_req']:5.3f}  (n={r['n']}, err={r['errors']}"
+        + "".join(f", {k}: {v}" for k, v in sorted(r.get("failures", {}).items()))
+        + ")"
     )
 
 
@@ -768,19 +783,23 @@ async def part_scale(args, wl: Workload) -> dict:
                 for sessions in args.sessions:
                     rng = random.Random(sessions)
                     lat: dict[str, list[float]] = {t: [] for t, _ in MIX}
-                    errors = 0
+                    failures: Counter[str] = Counter()
                     conns = await asyncio.gather(*(Connection.open(srv.base) for _ in range(sessions)))
                     sids = [await _session(http, [wl.image_urls[i % len(wl.image_urls)]]) for i in range(sessions)]
 
                     async def episode(conn: Connection, sid: str) -> None:
-                        nonlocal errors
                         for _ in range(turns):
                             tool = rng.choice(tools)
                             body = {"name": tool, "arguments": wl.args(tool, False, 0)}
                             t0 = time.perf_counter()
-                            status, _ = await conn.post(f"/v1/sessions/{sid}/call", body)
+                            try:
+                                status, answer = await conn.post(f"/v1/sessions/{sid}/call", body)
+                            except (OSError, RuntimeError) as e:  # the connection itself failed: no later calls
+                                failures[f"connection {type(e).__name__}"] += 1
+                                return
                             lat[tool].append(time.perf_counter() - t0)
-                            errors += status != 200
+                            if status != 200:
+                                failures[f"{tool}: {failure_class(status, answer)}"] += 1
 
                     t0, c0, me0 = time.perf_counter(), cpu_s(SERVER_PID), cpu_s(os.getpid(), children=False)
                     await asyncio.gather(*(episode(c, s) for c, s in zip(conns, sids)))
@@ -794,7 +813,8 @@ async def part_scale(args, wl: Workload) -> dict:
                     n = sum(map(len, lat.values()))
                     row = {
                         "calls": n,
-                        "errors": errors,
+                        "errors": sum(failures.values()),
+                        "failures": dict(failures),
                         "wall_s": wall,
                         "calls_per_s": n / wall,
                         "server_cpu_ms_per_call": cpu / n * 1e3,
@@ -806,9 +826,11 @@ async def part_scale(args, wl: Workload) -> dict:
                     tools_txt = ", ".join(f"{t} {p50:.0f}/{p99:.0f} ms" for t, (p50, p99, _) in row["per_tool"].items())
                     print(
                         f"{workers} workers, {sessions:4d} sessions: {n} calls in {wall:5.1f} s = "
-                        f"{row['calls_per_s']:6.1f}/s, err {errors}, server CPU {row['server_cpu_ms_per_call']:.1f} "
-                        f"ms/call, client {row['client_cpu_ms_per_call']:.2f}, PSS {row['pss_mib']:.0f} MiB; "
-                        f"p50/p99 {tools_txt}",
+                        f"{row['calls_per_s']:6.1f}/s, err {row['errors']}, server CPU "
+                        f"{row['server_cpu_ms_per_call']:.1f} ms/call, client {row['client_cpu_ms_per_call']:.2f}, "
+                        f"PSS {row['pss_mib']:.0f} MiB; "
+                        f"p50/p99 {tools_txt}"
+                        + "".join(f"\n    failed: {k}: {v}" for k, v in sorted(failures.items())),
                         flush=True,
                     )
         finally:
@@ -832,14 +854,34 @@ def _big_question_image(size: tuple[int, int] = (4000, 3000)) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
+HOL_SERVERS = (  # (name, extra server arguments): reverse search in the server's threads, in search processes, and
+    # the same behind the --workers router (the router hop; each worker with its search process)
+    ("threads", ("--search-processes", "0")),
+    ("processes", ()),
+    ("workers", ("--workers", "2")),
+)
+
+
 async def part_hol(args, wl: Workload) -> dict:
-    """Head-of-line blocking: cheap calls (cached TextSearch, FetchImage of a world image) at 4 connections, alone
-    (the baseline) and then while 16 connections run heavy calls (uncached reverse image search; crops of a
-    12 Mpx question image returned as PNG). The ratio of the cheap calls' p50/p99 under load to alone is the figure."""
+    """Head-of-line blocking: cheap calls (cached TextSearch, FetchImage of a world image, session open) at 4
+    connections, alone (the baseline) and then while 16 connections run heavy calls (12: uncached reverse image search;
+    4: crops of a quarter of a 12 Mpx question image, 3 Mpx each, returned as PNG), against each of ``HOL_SERVERS``.
+    The ratio of the cheap calls' p50/p99 under load to alone is the figure; server and load-generator CPU per request
+    beside it."""
+    out = {}
+    for name, extra in HOL_SERVERS:
+        if name not in args.hol_servers:
+            continue
+        print(f"-- server: {name} ({' '.join(extra) or 'default'})", flush=True)
+        out[name] = await _hol_round(args, wl, extra)
+    return out
+
+
+async def _hol_round(args, wl: Workload, extra: tuple[str, ...]) -> dict:
     import aiohttp
 
-    n_cheap, heavy_s = (200, 12.0) if args.quick else (600, 30.0)
-    srv = start_ours(args.world, 0)
+    n_cheap, heavy_s = (300, 12.0) if args.quick else (900, 30.0)
+    srv = start_ours(args.world, 0, *extra)
     try:
         async with aiohttp.ClientSession(base_url=srv.base, connector=aiohttp.TCPConnector(limit=0)) as http:
             await _wait_features(http)
@@ -849,26 +891,43 @@ async def part_hol(args, wl: Workload) -> dict:
                 body = {"name": "TextSearch", "arguments": wl.args("TextSearch", True, i)}
                 async with http.post(f"/v1/sessions/{warm}/call", json=body):
                     pass
+            for i in range(4):  # the search processes started (a spawned process imports OpenCV once)
+                reverse = {"name": "ReverseImageSearch", "arguments": wl.args("ReverseImageSearch", False, i)}
+                async with http.post(f"/v1/sessions/{warm}/call", json=reverse):
+                    pass
 
             def cheap(w: int, i: int, sid: str):
-                tool = "TextSearch" if i % 2 else "FetchImage"
-                if tool == "FetchImage":
-                    return f"/v1/sessions/{sid}/call", {"name": tool, "arguments": {"urls": [wl.image_urls[i % 8]]}}
-                return f"/v1/sessions/{sid}/call", {"name": tool, "arguments": wl.args(tool, True, i)}
+                kind = i % 3
+                if kind == 0:
+                    return "/v1/sessions", {}
+                if kind == 1:
+                    return f"/v1/sessions/{sid}/call", {
+                        "name": "FetchImage",
+                        "arguments": {"urls": [wl.image_urls[i % 8]]},
+                    }
+                return f"/v1/sessions/{sid}/call", {"name": "TextSearch", "arguments": wl.args("TextSearch", True, i)}
 
             async def cheap_setup(w: int) -> str:
                 return await _session(http)
 
-            async def heavy_setup(w: int) -> str:
-                return await _session(http, [big] if w % 4 == 0 else None)
+            async def heavy_setup(w: int) -> list:
+                return [await _session(http, [big] if w % 4 == 0 else None), 0]
 
-            def heavy(w: int, i: int, sid: str):
+            async def heavy(w: int, i: int, state: list):
                 if w % 4 == 0:  # crops of the 12 Mpx image, pixels returned (PNG encoding)
+                    state[1] += 1
+                    # a crop is a quarter of the image (3 Mpx, 12 MB): a new session (decoding the image again)
+                    # every 30, before the register's 512 MiB are full
+                    if state[1] % 30 == 0:
+                        async with http.delete(f"/v1/sessions/{state[0]}"):
+                            pass
+                        state[0] = await _session(http, [big])
                     a = (i * 37) % 400
                     crop = {"crop_config": {"img_1": [a, a // 2, a + 500, a // 2 + 500]}}
-                    return f"/v1/sessions/{sid}/call", {"name": "CropImage", "arguments": crop, "include_pixels": True}
+                    body = {"name": "CropImage", "arguments": crop, "include_pixels": True}
+                    return f"/v1/sessions/{state[0]}/call", body
                 reverse = wl.args("ReverseImageSearch", False, i)
-                return f"/v1/sessions/{sid}/call", {"name": "ReverseImageSearch", "arguments": reverse}
+                return f"/v1/sessions/{state[0]}/call", {"name": "ReverseImageSearch", "arguments": reverse}
 
             alone = await drive(srv.base, 4, n_cheap, 60.0, cheap, cheap_setup)
             print(f"cheap alone       {_fmt(alone)}", flush=True)
@@ -881,8 +940,25 @@ async def part_hol(args, wl: Workload) -> dict:
     finally:
         srv.stop()
     ratio = {k: loaded[k] / alone[k] for k in ("p50_ms", "p99_ms")}
-    print(f"cheap calls under heavy load / alone: p50 x{ratio['p50_ms']:.2f}, p99 x{ratio['p99_ms']:.2f}", flush=True)
+    print(
+        f"cheap calls under heavy load / alone: p50 x{ratio['p50_ms']:.2f}, p99 x{ratio['p99_ms']:.2f}; CPU per cheap "
+        f"call under load: server {loaded['cpu_ms_per_req']:.2f} ms (all calls in flight), load generator "
+        f"{loaded['client_cpu_ms_per_req']:.2f} ms",
+        flush=True,
+    )
     return {"alone": alone, "loaded": loaded, "heavy": heavy_result, "ratio": ratio}
+
+
+def _names(allowed: list[str]):
+    """argparse ``type`` for a comma-separated subset of ``allowed``."""
+
+    def parse(text: str) -> list[str]:
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        if not items or set(items) - set(allowed):
+            raise argparse.ArgumentTypeError(f"expected a comma-separated subset of {','.join(allowed)}, got {text!r}")
+        return items
+
+    return parse
 
 
 def parser() -> argparse.ArgumentParser:
@@ -895,6 +971,10 @@ def parser() -> argparse.ArgumentParser:
                    help="--part scale: server worker processes to compare (default: 1,2,4)")
     p.add_argument("--sessions", type=int_list, default=[64, 256, 1024], metavar="N,N",
                    help="--part scale: concurrent sessions (default: 64,256,1024)")
+    p.add_argument("--hol-servers", type=_names([name for name, _ in HOL_SERVERS]),
+                   default=[name for name, _ in HOL_SERVERS], metavar="NAME,NAME",
+                   help="--part hol: the server configurations to measure (threads: --search-processes 0; processes: "
+                   "the default; workers: --workers 2) (default: all three)")
     p.add_argument("--quick", action="store_true", help="small request counts, short phases")
     p.add_argument("--world", type=Path, default=ROOT / "worlds" / "small", metavar="DIR",
                    help="a built small world (default: worlds/small of the checkout)")

@@ -6,7 +6,6 @@ Runs on uvloop when it is installed (``--no-uvloop``: asyncio's own loop)."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import gc
 import logging
 import os
@@ -20,7 +19,7 @@ from data_gen.common.usage import OneLineParser, nonnegative_int, port, positive
 from data_gen.world.store import WorldError
 from tool_server.app import ServerSettings, create_app
 from tool_server.cache import TieredCache
-from tool_server.loop import run
+from tool_server.loop import run, until_terminated
 from tool_server.mei import MEIConfig, build_interface
 from tool_server.net import SafeFetcher
 from tool_server.offline.world import OfflineWorld
@@ -45,10 +44,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=positive_int, default=1, metavar="N",
                    help="server processes forked after the world loads (sharing it copy-on-write) behind one router on "
                    "--port that sends every call of a session to the process holding it (default: 1)")
-    p.add_argument("--search-processes", type=nonnegative_int, default=0, metavar="N",
-                   help="experimental: processes for reverse image search, forked from the running server (a search "
-                   "once hung in one); 0: threads of the server process, which take the GIL from its event loop; not "
-                   "with --workers, the workers being the processes (default: 0)")
+    p.add_argument("--search-processes", type=nonnegative_int, default=None, metavar="N",
+                   help="spawned processes (per server process) for reverse image search, mapping one copy of the "
+                   "index, so searches never take the GIL from the event loop; 0: threads of the server process "
+                   "(default: the usable cores divided by --workers, at least 1)")
     p.add_argument("--session-image-mib", type=positive_int, default=512, metavar="MIB",
                    help="decoded image memory of one session's visual register, MiB (default: 512)")
     p.add_argument("--image-budget-gib", type=positive_float, default=16.0, metavar="GIB",
@@ -96,6 +95,11 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _usable_cores() -> int:
+    """The cores this process may run on (its affinity mask where the OS has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def _online(args: argparse.Namespace) -> OnlineBackends | None:
     if not args.online:
         return None
@@ -110,6 +114,11 @@ def _online(args: argparse.Namespace) -> OnlineBackends | None:
     )
 
 
+# accept queue of every listening socket (the kernel caps it at net.core.somaxconn): aiohttp's sites default to 128 and
+# re-listen a given socket with theirs; 1,024 sessions' calls arriving at once while a loop was busy overflowed it
+LISTEN_BACKLOG = 4096
+
+
 def _bind(host: str, port: int) -> socket.socket:
     """The listening socket, bound before anything is loaded: a busy port fails in a moment, not after the world."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -117,7 +126,7 @@ def _bind(host: str, port: int) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
-        sock.listen(1024)
+        sock.listen(LISTEN_BACKLOG)
     except OSError as e:
         sock.close()
         raise OSError(e.errno, f"cannot listen on {host}:{port}: {e.strerror}") from None
@@ -174,11 +183,11 @@ async def _serve(args: argparse.Namespace, sock: socket.socket) -> None:
     gc.freeze()
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.SockSite(runner, sock)
+    site = web.SockSite(runner, sock, backlog=LISTEN_BACKLOG)
     await site.start()
     announce(args, sock, world)
     try:
-        await asyncio.Event().wait()
+        await until_terminated()
     finally:
         await runner.cleanup()
         world.close()
@@ -216,8 +225,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """The combinations of flags that cannot work together (one value at a time is checked by its type)."""
-    if args.workers > 1 and args.search_processes:
-        parser.error("--search-processes applies without --workers (each worker searches in its own threads)")
+    if args.search_processes is None:
+        args.search_processes = max(1, _usable_cores() // args.workers)
     if args.shared_cache_dir and args.redis_url:
         parser.error("give --shared-cache-dir or --redis-url, not both")
     if args.allow_private_network and not args.online:

@@ -27,7 +27,7 @@ from tool_server.offline.pixels import DEFAULT_MAX_PIXELS, decode_base64_image, 
 from tool_server.offline.world import OfflineWorld
 from tool_server.online.public import PUBLIC_PATH
 from tool_server.online.web import OnlineBackends
-from tool_server.pools import Pools, image_cost
+from tool_server.pools import Pools
 from tool_server.protocol import PROTOCOL_OF, tool_schemas
 from tool_server.sessions import SessionStore, VisualRegister, pixel_bytes
 from tool_server.tools import ToolContext, ToolRunner
@@ -236,9 +236,8 @@ async def call_tool(request: web.Request) -> web.Response:
     try:
         observation = await app[RUNNER].run(session, call)
         cached = observation.cached
-        if call.include_pixels and getattr(observation, "images", None):  # PNG encoding: an image pool's work
-            cost = image_cost(sum(e.width * e.height for e in observation.images), 1)
-            body = await app[RUNNER].ctx.pools.run(cost, observation.body, include_pixels=True)
+        if call.include_pixels and getattr(observation, "images", None):  # PNG encoding: the encode pool's work
+            body = await app[RUNNER].ctx.pools.run("encode", observation.body, include_pixels=True)
         else:
             body = observation.body(include_pixels=call.include_pixels)
         return web.Response(body=body, content_type="application/json")

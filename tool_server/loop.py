@@ -7,6 +7,7 @@ reads/writes, call_soon, timer handling) by about a quarter; the choice is made 
 from __future__ import annotations
 
 import asyncio
+import signal
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -33,3 +34,16 @@ def run(main: Coroutine[Any, Any, T], *, use_uvloop: bool = True) -> T:
 def loop_name() -> str:
     """The running loop's implementation, as ``/healthz`` and the benchmark report it: ``uvloop`` or ``asyncio``."""
     return "uvloop" if type(asyncio.get_running_loop()).__module__.startswith("uvloop") else "asyncio"
+
+
+async def until_terminated() -> None:
+    """Return when the process gets SIGTERM (how operators, ``launch.served`` and the benchmark stop a server), so the
+    caller's cleanup runs: killed by the signal's default action, a server left its search processes' index files
+    behind."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)

@@ -4,9 +4,13 @@ work never queued behind heavy work.
 One shared pool (asyncio's default executor) let 48 reverse searches hold every slot while FetchImage, small
 TextSearches and session opens waited seconds behind them. Here each class has its own pool, sized by the cores:
 
-- ``reverse``: reverse image search (ORB features and matching, ~0.1-1 s each; OpenCV releases the GIL);
-- ``image``: decoding, crops and PNG encoding of images up to :data:`LARGE_IMAGE_PIXELS` (PIL releases the GIL);
-- ``large_image``: the same for larger images (a 25 Mpx crop and its PNG take seconds);
+- ``reverse``: reverse image search (ORB features and matching, ~0.1-1 s each) with ``--search-processes 0``, else
+  only the normalization of its query, the search itself running in search processes;
+- ``image``: decoding and crops of images up to :data:`LARGE_IMAGE_PIXELS` (PIL releases the GIL): what FetchImage
+  and session opens wait for;
+- ``large_image``: the same for larger images (a 25 Mpx decode takes seconds);
+- ``encode``: PNG encoding of answers' images (crops sent with ``include_pixels``, reverse-search queries), of any
+  size: it once shared the ``image`` pool with decoding, and FetchImage queued behind crops' PNGs;
 - ``parse``: HTML pages fetched online turned into text (pure Python, up to the 20 MB page limit);
 - ``search``: batches of BM25 text searches (numpy).
 
@@ -26,19 +30,26 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Literal, TypeVar
 
 T = TypeVar("T")
-CostClass = Literal["reverse", "image", "large_image", "parse", "search"]
-HEAVY: frozenset[str] = frozenset({"reverse", "large_image", "parse"})
+CostClass = Literal["reverse", "image", "large_image", "encode", "parse", "search"]
+HEAVY: frozenset[str] = frozenset({"reverse", "large_image", "encode", "parse"})
 HEAVY_NICE = 10
 LARGE_IMAGE_PIXELS = 4_000_000
 
 
 def default_sizes(cores: int | None = None) -> dict[CostClass, int]:
     cores = cores or os.cpu_count() or 1
-    return {"reverse": cores, "image": cores, "large_image": cores, "parse": max(1, cores // 2), "search": cores}
+    return {
+        "reverse": cores,
+        "image": cores,
+        "large_image": cores,
+        "encode": cores,
+        "parse": max(1, cores // 2),
+        "search": cores,
+    }
 
 
 def image_cost(width: int, height: int) -> CostClass:
-    """The pool for work on an image of this size."""
+    """The pool for decoding or cropping an image of this size (PNG encoding goes to ``encode``)."""
     return "large_image" if width * height > LARGE_IMAGE_PIXELS else "image"
 
 

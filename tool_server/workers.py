@@ -7,7 +7,9 @@ router (this process) sends ``POST /v1/sessions`` to the live workers in turn an
 the worker whose index its id names, so a session's register is always where its calls go. A worker that died
 turns its sessions' calls into ``worker_unavailable`` (503: the session is lost; the agent loop ends that episode as
 tool instability) while the other workers' sessions go on and new sessions avoid it. ``/metrics`` is the sum of the
-workers' series plus ``tool_server_workers{state}``; ``/healthz`` sums their sessions.
+workers' series plus ``tool_server_workers{state}``; ``/healthz`` sums their sessions. An MEI version announcement
+(``POST /admin/mei_version``) goes to every live worker before it is answered, so a session opened on any worker after
+the trainer's announce is fixed to the new version.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import argparse
 import asyncio
 import gc
 import itertools
+import logging
 import multiprocessing
 import os
 import re
@@ -23,13 +26,17 @@ import signal
 import socket
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import aiohttp
 from aiohttp import web
 
-from tool_server.loop import run
+from tool_server.loop import run, until_terminated
 
+log = logging.getLogger(__name__)
+
+CONNECT_RETRY_S = 10.0
 CLIENT_HEADER = "X-Neos-Client"  # the router names the client's address to the worker (its session quota)
 _SESSION_WORKER = re.compile(r"^s(\d+)_")
 _FORWARDED_HEADERS = ("Content-Type",)
@@ -41,7 +48,7 @@ def _error(status: int, type_: str, message: str, field: str | None = None) -> w
 
 def _worker_main(index: int, args: argparse.Namespace, world, path: str, ready, router_pid: int) -> None:
     """A forked worker: the one-process server on a Unix socket (``world`` is the parent's, shared)."""
-    from tool_server.__main__ import build_app, server_settings
+    from tool_server.__main__ import LISTEN_BACKLOG, build_app, server_settings
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the router stops the workers
     settings = server_settings(args, session_id_prefix=f"s{index}_", client_header=CLIENT_HEADER)
@@ -50,12 +57,18 @@ def _worker_main(index: int, args: argparse.Namespace, world, path: str, ready, 
         app = build_app(args, world, settings)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
-        await web.UnixSite(runner, path).start()
+        # a full accept queue makes a Unix socket refuse a connect at once (the router then retries, see Router)
+        await web.UnixSite(runner, path, backlog=LISTEN_BACKLOG).start()
         ready.set()
         while os.getppid() == router_pid:  # a router killed outright leaves no worker behind
             await asyncio.sleep(1.0)
 
-    run(serve(), use_uvloop=not args.no_uvloop)
+    try:
+        run(serve(), use_uvloop=not args.no_uvloop)
+    finally:
+        # this worker's search processes stopped before it exits: a forked process's exit joins its children but
+        # first stops the queue that would tell them to stop (the shared index files stay, the router's to remove)
+        world.close(wait=True)
 
 
 def merge_metrics(texts: list[str]) -> str:
@@ -86,8 +99,15 @@ def merge_metrics(texts: list[str]) -> str:
 
 
 class Router:
-    def __init__(self, procs: list, paths: list[str]) -> None:
+    """``connect_retry_s``: how long a call waits for a live worker that accepts no connection before a 503
+    ``worker_busy``."""
+
+    def __init__(self, procs: list, paths: list[str], *, connect_retry_s: float = CONNECT_RETRY_S) -> None:
         self._procs = procs
+        self._connect_retry_s = connect_retry_s
+        # connect_retries: connections a live worker did not accept at once; busy: calls refused after retrying for
+        # connect_retry_s; broken_connections: calls whose connection broke while the worker lived on
+        self.counters: Counter[str] = Counter()
         self._clients = [
             aiohttp.ClientSession(
                 "http://worker",
@@ -97,6 +117,7 @@ class Router:
             for path in paths
         ]
         self._turn = itertools.cycle(range(len(procs)))
+        self._announcing = asyncio.Lock()  # two announcements never reach the workers interleaved
 
     def alive(self, index: int) -> bool:
         return self._procs[index].is_alive()
@@ -106,14 +127,48 @@ class Router:
         headers[CLIENT_HEADER] = request.remote or ""
         if body is None:
             body = await request.read()
-        try:
-            async with self._clients[index].request(
-                request.method, request.rel_url, data=body, headers=headers
-            ) as resp:
-                payload = await resp.read()
-                return web.Response(body=payload, status=resp.status, content_type=resp.content_type)
-        except aiohttp.ClientError:
-            return self._lost(index)
+        deadline = time.monotonic() + self._connect_retry_s
+        delay = 0.01
+        while True:
+            try:
+                async with self._clients[index].request(
+                    request.method, request.rel_url, data=body, headers=headers
+                ) as resp:
+                    payload = await resp.read()
+                    return web.Response(body=payload, status=resp.status, content_type=resp.content_type)
+            except aiohttp.ClientConnectorError:
+                # nothing was sent: a live worker whose accept queue is full (its loop busy) is retried, not lost
+                if not self.alive(index):
+                    return self._lost(index)
+                self.counters["connect_retries"] += 1
+                if time.monotonic() + delay > deadline:
+                    self.counters["busy"] += 1
+                    log.warning("server process %d accepted no connection for %g s", index, self._connect_retry_s)
+                    return _error(
+                        503,
+                        "worker_busy",
+                        f"server process {index} accepted no connection for {self._connect_retry_s:g} s; "
+                        "the session is kept, retry the call",
+                    )
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, 0.25)
+            except aiohttp.ClientError:
+                return await self._failed_after_send(index)
+
+    async def _failed_after_send(self, index: int) -> web.Response:
+        """The connection broke after the call was sent: lost if the worker died (it may take a moment to be
+        reaped), else a 502 (the call may or may not have run), counted."""
+        for _ in range(20):
+            if not self.alive(index):
+                return self._lost(index)
+            await asyncio.sleep(0.05)
+        self.counters["broken_connections"] += 1
+        log.warning("the connection to live server process %d broke during a call", index)
+        return _error(
+            502,
+            "worker_connection_lost",
+            f"the connection to server process {index} broke during the call; it may or may not have run",
+        )
 
     def _lost(self, index: int) -> web.Response:
         return _error(
@@ -140,6 +195,19 @@ class Router:
             return self._lost(index)
         return await self._forward(request, index)
 
+    async def mei_version(self, request: web.Request) -> web.Response:
+        """``POST``: the announcement to every live worker, answered once all have it (the first refusal, e.g. a bad
+        version, is the answer); ``GET``: the first live worker's answer (all hold the same version)."""
+        live = [i for i in range(len(self._procs)) if self.alive(i)]
+        if not live:
+            return _error(503, "worker_unavailable", "no server process is running")
+        if request.method != "POST":
+            return await self._forward(request, live[0])
+        body = await request.read()
+        async with self._announcing:
+            answers = await asyncio.gather(*(self._forward(request, i, body) for i in live))
+        return next((a for a in answers if a.status != 200), answers[0])
+
     async def _gather(self, path: str) -> list[str]:
         async def one(index: int) -> str | None:
             try:
@@ -158,6 +226,12 @@ class Router:
             "# HELP tool_server_workers Server processes behind the router.\n# TYPE tool_server_workers gauge\n"
             f'tool_server_workers{{state="alive"}} {alive}\ntool_server_workers{{state="dead"}} '
             f"{len(self._procs) - alive}\n"
+            "# HELP tool_server_router_events_total Connections to live workers retried, calls refused busy, "
+            "connections broken mid-call.\n# TYPE tool_server_router_events_total counter\n"
+            + "".join(
+                f'tool_server_router_events_total{{event="{k}"}} {self.counters[k]}\n'
+                for k in ("connect_retries", "busy", "broken_connections")
+            )
         )
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
@@ -197,6 +271,7 @@ class Router:
         app.router.add_route("*", "/v1/sessions/{session_id}", self.session)
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/healthz", self.healthz)
+        app.router.add_route("*", "/admin/mei_version", self.mei_version)
         app.router.add_route("*", "/{tail:.*}", self.other)
 
         async def close(app: web.Application) -> None:
@@ -209,10 +284,12 @@ class Router:
 
 def serve_workers(args: argparse.Namespace, sock: socket.socket) -> int:
     """Load the world, fork ``args.workers`` workers, route on ``sock`` until interrupted."""
-    from tool_server.__main__ import announce, load_world
+    from tool_server.__main__ import LISTEN_BACKLOG, announce, load_world
 
     world = load_world(args)
     world.wait_features()  # loaded before the fork: every worker shares the features instead of computing them
+    if args.search_processes:
+        world.map_index()  # one set of files that every worker's search processes map
     gc.freeze()
     fork = multiprocessing.get_context("fork")
     with tempfile.TemporaryDirectory(prefix="tool-server-") as tmp:
@@ -235,10 +312,10 @@ def serve_workers(args: argparse.Namespace, sock: socket.socket) -> int:
                 router = Router(procs, paths)
                 runner = web.AppRunner(router.app(), access_log=None)
                 await runner.setup()
-                await web.SockSite(runner, sock).start()
+                await web.SockSite(runner, sock, backlog=LISTEN_BACKLOG).start()
                 announce(args, sock, world, f" {args.workers} workers")
                 try:
-                    await asyncio.Event().wait()
+                    await until_terminated()
                 finally:
                     await runner.cleanup()
 

@@ -109,6 +109,47 @@ async def test_cheap_calls_finish_while_every_reverse_search_slot_is_held(make_c
     assert all(status == 200 for status, _ in done)
 
 
+async def test_fetch_image_and_session_opens_finish_while_every_png_encoding_slot_is_held(make_client, monkeypatch):
+    """Crops answered with pixels are PNG-encoded on their own pool: the decoding that FetchImage and session opens
+    wait for once queued behind those encodings on the image pool (cheap calls' p50 x4.8 under load)."""
+    from tool_server import sessions
+
+    client = await make_client()
+    pools = client.app[RUNNER].ctx.pools
+    release, entered, lock = threading.Event(), [], threading.Lock()
+    encode = sessions.encode_png
+
+    def held(image):
+        with lock:
+            entered.append(1)
+        release.wait(BOUND_S)
+        return encode(image)
+
+    monkeypatch.setattr(sessions, "encode_png", held)
+    sid = await _session(client, images=[_png_b64((400, 300))])
+    crop = {"crop_config": {"img_1": [0, 0, 500, 500]}}
+    heavy = [
+        asyncio.create_task(_call(client, sid, "CropImage", crop, include_pixels=True))
+        for _ in range(pools.sizes["encode"] + pools.sizes["image"])  # more than either pool has threads
+    ]
+    while len(entered) < pools.sizes["encode"]:
+        await asyncio.sleep(0.01)
+    try:
+        cheap = await asyncio.wait_for(
+            asyncio.gather(
+                _call(client, sid, "FetchImage", {"urls": [FLAG_FRA]}),
+                _json(await client.post("/v1/sessions", json={"images": [_png_b64((64, 48))]})),
+            ),
+            BOUND_S,
+        )
+        assert [status for status, _ in cheap] == [200, 200]
+        assert not any(t.done() for t in heavy) and len(entered) == pools.sizes["encode"]
+    finally:
+        release.set()
+    done = await asyncio.gather(*heavy)
+    assert all(status == 200 and body["images"][0]["png_base64"] for status, body in done)
+
+
 async def test_crops_run_on_the_image_pool_not_on_the_event_loop(make_client):
     client = await make_client()
     pools = client.app[RUNNER].ctx.pools
@@ -153,10 +194,9 @@ async def test_session_image_budget_and_client_quota_over_http(make_client):
     assert f"session_image_bytes {4 * 300 * 300 * 2}" in text
 
 
-@pytest.mark.skip(reason="--search-processes forks the running process; forked from the test process, which runs Ray's "
-                  "and the pools' threads, the search process deadlocked in the full suite (it passed alone). The "
-                  "option stays opt-in (default 0) until it starts its processes from a fork server")
-async def test_reverse_search_in_forked_processes_matches_and_survives_a_killed_process(world, monkeypatch):
+async def test_reverse_search_in_spawned_processes_matches_and_survives_a_killed_process(world, monkeypatch):
+    """``--search-processes``: spawned (not forked from this process, which runs Ray's and the pools' threads), the
+    index memory-mapped; same matches as in threads; a killed process is one counted error, then replaced."""
     import os
     import signal
 
@@ -168,13 +208,68 @@ async def test_reverse_search_in_forked_processes_matches_and_survives_a_killed_
     monkeypatch.setattr(world, "_search_processes", 1)
     try:
         assert await world.reverse_search(crop, 5) == in_threads and in_threads[0].image_id == "flag_mex"
-        (pid,) = world._forked._pool._processes  # the one search process, forked from this one
+        (pid,) = world._spawned.pids  # the one search process
+        assert pid != os.getpid()
         os.kill(pid, signal.SIGKILL)
         with pytest.raises(ToolError) as err:  # a counted, bounded error for the call that met the dead process
             await world.reverse_search(crop, 5)
         assert err.value.type == "search_unavailable" and world.search_restarts == 1
         assert await world.reverse_search(crop, 5) == in_threads  # new processes answer later calls
     finally:
-        if world._forked is not None:
-            world._forked.close()
-            world._forked = None
+        if world._spawned is not None:
+            world._spawned.close()
+            world._spawned = None
+
+
+def test_a_server_stopped_by_sigterm_leaves_no_search_process_or_index_file(small_world, tmp_path):
+    """``python -m tool_server`` with its default search processes: the processes map the index files, and SIGTERM (how
+    operators and ``launch.served`` stop it) ends them and removes the files (the signal's default action left both)."""
+    import os
+    import subprocess
+    import sys
+    import time
+    import uuid
+    from pathlib import Path
+
+    import aiohttp
+
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tool_server", "--world", str(small_world), "--port", "0", "--no-ocr",
+         "--cache-dir", str(small_world.parent.parent / "tool-server"), "--mei-log", str(tmp_path / "mei.jsonl")],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    try:
+        base = server.stdout.readline().split("listening on ", 1)[1].split()[0]
+
+        async def search() -> None:
+            async with aiohttp.ClientSession(base) as http:
+                async with http.post("/v1/sessions", json={}) as r:
+                    sid = (await r.json())["session_id"]
+                goal = f"which flag {uuid.uuid4()}"  # searched here, not read from an earlier run's disk tier
+                call = {"name": "ReverseImageSearch", "arguments": {"image_url": [FLAG_MEX], "goal": goal}}
+                async with http.post(f"/v1/sessions/{sid}/call", json=call) as r:
+                    assert r.status == 200 and (await r.json())["records"][0]["candidates"]
+
+        asyncio.run(search())
+        children = Path(f"/proc/{server.pid}/task/{server.pid}/children").read_text().split()
+        mapped = {  # the directory of the index files that the search process maps
+            Path(line.split()[-1]).parent
+            for pid in children
+            for line in Path(f"/proc/{pid}/maps").read_text().splitlines()
+            if line.endswith("descriptors.npy")
+        }
+        assert len(mapped) == 1
+        (index_dir,) = mapped
+        assert index_dir.is_dir()
+        server.terminate()
+        assert server.wait(30) == 0
+        for _ in range(100):  # each search process notices within a second or two
+            if not any(Path(f"/proc/{pid}").exists() for pid in children):
+                break
+            time.sleep(0.1)
+        assert not any(Path(f"/proc/{pid}").exists() for pid in children)
+        assert not index_dir.exists()
+    finally:
+        if server.poll() is None:
+            os.kill(server.pid, 9)
+            server.wait()

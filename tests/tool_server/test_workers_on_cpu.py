@@ -7,13 +7,15 @@ import base64
 import io
 import os
 import signal
+import uuid
+from pathlib import Path
 
 import aiohttp
 import pytest
 from PIL import Image
 
 from tool_server.launch import served
-from tool_server.workers import merge_metrics
+from tool_server.workers import Router, merge_metrics
 
 FLAG_FRA = "https://neos-world.invalid/media/flag_fra.png"
 
@@ -79,18 +81,30 @@ def test_768_sessions_x_50_calls_each_reach_their_own_register_under_2_workers(s
         asyncio.run(load(base))
 
 
-def test_a_killed_worker_fails_only_its_own_sessions_clearly(small_world, tmp_path):
+def test_a_stopped_worker_delays_its_calls_and_a_killed_one_fails_only_its_own_sessions_clearly(
+    small_world, tmp_path
+):
     async def load(base: str) -> None:
-        async with aiohttp.ClientSession(base) as http:
+        async with aiohttp.ClientSession(base, connector=aiohttp.TCPConnector(limit=0)) as http:
             sids = [(await _post(http, "/v1/sessions", {}))[1]["session_id"] for _ in range(20)]
+            async with http.get("/healthz") as r:
+                pids = (await r.json())["worker_pids"]
+            # a live worker that accepts nothing for a moment (its loop busy; here stopped): 300 calls reach it at
+            # once, more than aiohttp's default accept queue of 128, which refused the rest as a lost worker (503)
+            os.kill(pids[1], signal.SIGSTOP)
+            try:
+                search = {"name": "TextSearch", "arguments": {"query": ["Paris"]}}
+                calls = [asyncio.create_task(_post(http, f"/v1/sessions/{sids[1]}/call", search)) for _ in range(300)]
+                await asyncio.sleep(1.0)
+            finally:
+                os.kill(pids[1], signal.SIGCONT)
+            assert [status for status, _ in await asyncio.gather(*calls)] == [200] * 300
             for sid in sids[:2]:  # one session on each worker: reverse search in the worker's own threads
                 goal = f"which flag ({sid})"  # not answered from the cache another worker filled
                 search = {"name": "ReverseImageSearch", "arguments": {"image_url": [FLAG_FRA], "goal": goal}}
                 status, body = await _post(http, f"/v1/sessions/{sid}/call", search)
                 assert status == 200 and not body["cached"], body
                 assert "flag_fra" in [c["image_id"] for c in body["records"][0]["candidates"]]
-            async with http.get("/healthz") as r:
-                pids = (await r.json())["worker_pids"]
             killed = asyncio.Event()
             outcomes: dict[str, list[tuple[bool, int, str | None]]] = {s: [] for s in sids}
 
@@ -105,8 +119,11 @@ def test_a_killed_worker_fails_only_its_own_sessions_clearly(small_world, tmp_pa
             async def kill() -> None:
                 while sum(map(len, outcomes.values())) < 100:
                     await asyncio.sleep(0.01)
+                orphans.extend(Path(f"/proc/{pids[1]}/task/{pids[1]}/children").read_text().split())
                 os.kill(pids[1], signal.SIGKILL)
                 killed.set()
+
+            orphans: list[str] = []  # the killed worker's search process (and its resource tracker)
 
             await asyncio.wait_for(asyncio.gather(kill(), *(episode(s) for s in sids)), 300)  # never a hang
             for sid, results in outcomes.items():
@@ -121,9 +138,92 @@ def test_a_killed_worker_fails_only_its_own_sessions_clearly(small_world, tmp_pa
                 assert 'tool_server_workers{state="dead"} 1' in await r.text()
             async with http.get("/healthz") as r:
                 assert (await r.json())["status"] == "degraded"
+            assert orphans  # the reverse search above ran in a search process of that worker
+            for _ in range(300):  # each notices its server is gone within a second or two
+                if not any(Path(f"/proc/{pid}").exists() for pid in orphans):
+                    break
+                await asyncio.sleep(0.1)
+            assert not any(Path(f"/proc/{pid}").exists() for pid in orphans)
 
     with served(small_world, *_args(small_world, tmp_path, 2)) as base:
         asyncio.run(load(base))
+
+
+def test_an_mei_version_announcement_reaches_every_worker(small_world, tmp_path):
+    """The trainer's ``POST /admin/mei_version`` through the router: a session opened on each worker afterwards is
+    fixed to the new version, and its WebVisit result is cached under that version's key (the shared directory tier
+    of both workers, read back here)."""
+    from tool_server.cache import DirectoryLevel, cache_key
+
+    shared = tmp_path / "shared"
+
+    async def load(base: str) -> None:
+        async with aiohttp.ClientSession(base) as http:
+            assert (await _post(http, "/admin/mei_version", {"version": ""}))[0] == 400  # refused by every worker
+            status, answer = await _post(http, "/admin/mei_version", {"version": "v7"})
+            assert status == 200 and answer["version"] == "v7"
+            async with http.get("/admin/mei_version") as r:
+                assert (await r.json())["version"] == "v7"
+            opened = [(await _post(http, "/v1/sessions", {}))[1] for _ in range(2)]
+            assert sorted(s["session_id"][:3] for s in opened) == ["s0_", "s1_"]  # one session on each worker
+            assert [s["mei_version"] for s in opened] == ["v7", "v7"]
+            for session, page in zip(opened, ("France", "Paris")):
+                goal = f"capital of France {uuid.uuid4()}"  # computed here, not read from an earlier run's disk tier
+                arguments = {"url": [f"https://neos-world.invalid/wiki/{page}"], "goal": goal}
+                call = {"name": "WebVisit", "arguments": arguments}
+                status, body = await _post(http, f"/v1/sessions/{session['session_id']}/call", call)
+                assert status == 200 and not body["cached"] and [m["version"] for m in body["mei"]] == ["v7"], body
+                level = DirectoryLevel(shared)
+                assert await level.get(cache_key("WebVisit@mei:v7", arguments)) is not None
+                await level.close()
+
+    with served(small_world, *_args(small_world, tmp_path, 2), "--shared-cache-dir", str(shared)) as base:
+        asyncio.run(load(base))
+
+
+async def test_the_router_retries_a_live_worker_that_accepts_no_connection_for_a_bounded_time(world, tmp_path):
+    """A worker process alive but not accepting (here: its socket not listening yet) is retried, then answers; a
+    worker that never accepts gets a 503 ``worker_busy`` after the bound (its session kept); a dead one's calls are
+    ``worker_unavailable``. The worker is our one-process app on the Unix socket; the process is a real one."""
+    import multiprocessing
+    import time
+
+    from aiohttp import web
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from tool_server.app import ServerSettings, create_app
+    from tool_server.mei import MEIConfig, build_interface
+
+    proc = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(120,), daemon=True)
+    proc.start()
+    path, never = str(tmp_path / "w0.sock"), str(tmp_path / "never.sock")
+    waits, refuses = Router([proc], [path], connect_retry_s=30), Router([proc], [never], connect_retry_s=0.3)
+    worker = create_app(
+        world=world,
+        mei=build_interface(MEIConfig(log_path=tmp_path / "mei.jsonl", ocr=False)),
+        settings=ServerSettings(session_id_prefix="s0_"),
+    )
+    runner = web.AppRunner(worker)
+    await runner.setup()
+    try:
+        async with TestClient(TestServer(waits.app())) as c, TestClient(TestServer(refuses.app())) as r:
+            opening = asyncio.create_task(c.post("/v1/sessions", json={}))
+            while waits.counters["connect_retries"] < 3:
+                await asyncio.sleep(0.01)
+            await web.UnixSite(runner, path).start()
+            opened = await opening
+            assert opened.status == 200 and (await opened.json())["session_id"].startswith("s0_")
+            refused = await r.post("/v1/sessions/s0_abc/call", json={"name": "TextSearch"})
+            assert (refused.status, (await refused.json())["error"]["type"]) == (503, "worker_busy")
+            assert refuses.counters["busy"] == 1
+            assert 'tool_server_router_events_total{event="busy"} 1' in await (await r.get("/metrics")).text()
+            proc.kill()
+            proc.join(10)
+            lost = await c.post("/v1/sessions/s0_abc/call", json={"name": "TextSearch"})
+            assert (lost.status, (await lost.json())["error"]["type"]) == (503, "worker_unavailable")
+    finally:
+        await runner.cleanup()
+        proc.kill()
 
 
 @pytest.mark.parametrize("bad", ["0", "-1"])

@@ -23,6 +23,7 @@ import logging
 import multiprocessing
 import os
 import threading
+import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,6 +123,18 @@ class FeatureTable:
         )
         tmp.replace(path)
 
+    _ARRAYS = ("hashes", "hists", "offsets", "points", "descriptors")
+
+    def save_arrays(self, directory: Path) -> None:
+        """The arrays as ``.npy`` files (ids aside), for :meth:`mapped`."""
+        for name in self._ARRAYS:
+            np.save(directory / f"{name}.npy", getattr(self, name))
+
+    @classmethod
+    def mapped(cls, directory: Path, ids: list[str]) -> FeatureTable:
+        """The table whose arrays :meth:`save_arrays` wrote, memory-mapped read-only."""
+        return cls(ids, *(np.load(directory / f"{name}.npy", mmap_mode="r") for name in cls._ARRAYS))
+
     @classmethod
     def load(cls, path: Path) -> FeatureTable:
         with np.load(path) as z:
@@ -171,13 +184,13 @@ def _popcount64(x: np.ndarray) -> np.ndarray:
 
 class ReverseIndex:
     def __init__(self, table: FeatureTable, images: dict[str, Path], *, shortlist: int = 150, verify: int = 8) -> None:
-        self._t = table
-        self._paths = images
+        self.table = table
+        self.images = images
         self._shortlist = shortlist
         self._verify = verify
 
     def _colour_score(self, query: np.ndarray, image_id: str, transform: np.ndarray) -> float:
-        with Image.open(self._paths[image_id]) as im:
+        with Image.open(self.images[image_id]) as im:
             cand = normalized(im)
         h, w = query.shape[:2]
         # transform maps query -> candidate; warp the candidate back into the query frame
@@ -205,7 +218,7 @@ class ReverseIndex:
 
     def _geometry(self, q_pts: np.ndarray, q_desc: np.ndarray, k: int) -> tuple[int, np.ndarray] | None:
         """RANSAC inlier count and query->candidate transform, or None without enough consistent matches."""
-        t = self._t
+        t = self.table
         lo, hi = t.offsets[k], t.offsets[k + 1]
         if hi - lo < 2:
             return None
@@ -229,7 +242,7 @@ class ReverseIndex:
 
     def search_normalized(self, query: np.ndarray, *, limit: int = 5) -> list[Match]:
         """:meth:`search` of a query already normalized (:func:`normalized`: RGB, long side 512)."""
-        t = self._t
+        t = self.table
         dist = _popcount64(np.bitwise_xor(t.hashes, phash(query)))
         found: dict[str, Match] = {}
         for k in np.flatnonzero(dist <= PHASH_NEAR):
@@ -250,40 +263,64 @@ class ReverseIndex:
         return sorted(found.values(), key=lambda m: (-m.score, m.image_id))[:limit]
 
 
-_FORKED_INDEX: ReverseIndex | None = None  # the index a forked search process inherited (copy-on-write)
+_PROCESS_INDEX: ReverseIndex | None = None  # the index of a search process (set by its initializer)
 
 
-def _forked_init() -> None:
+def _exit_with(parent: int) -> None:
+    """End this process once ``parent`` is gone: a killed server never stops its executor, and an idle search process
+    waits on a queue whose write end it holds itself, so it would wait forever."""
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(0)
+
+
+def _search_process_init(table_dir: str, ids: list[str], images: dict[str, Path]) -> None:
     import signal
 
+    global _PROCESS_INDEX
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server's Ctrl-C stops the server, which stops these
-    cv2.setNumThreads(1)  # one search per process; OpenCV's own thread pool does not survive a fork anyway
+    threading.Thread(target=_exit_with, args=(os.getppid(),), name="exit-with-server", daemon=True).start()
+    cv2.setNumThreads(1)  # one search per process
     with contextlib.suppress(OSError):
         os.nice(10)  # below the server's event loop, should they share a core
+    _PROCESS_INDEX = ReverseIndex(FeatureTable.mapped(Path(table_dir), ids), images)
 
 
-def _forked_search(query: np.ndarray, limit: int) -> list[Match]:
-    assert _FORKED_INDEX is not None, "a search process forked before the index was set"
-    return _FORKED_INDEX.search_normalized(query, limit=limit)
+def _process_search(query: np.ndarray, limit: int) -> list[Match]:
+    assert _PROCESS_INDEX is not None, "a search process without its index"
+    return _PROCESS_INDEX.search_normalized(query, limit=limit)
 
 
-class ForkedSearch:
-    """Reverse searches in ``processes`` forked processes that share the index with the server copy-on-write.
+class SearchProcesses:
+    """Reverse searches in ``processes`` spawned processes that memory-map the index's arrays (``table_dir``, written
+    by :meth:`FeatureTable.save_arrays`) read-only, so the page cache holds them once however many processes (of
+    however many ``--workers``) search.
 
     Why processes: a search is ~0.1-1 s of mostly GIL-holding Python around OpenCV calls; in threads of the server's
     process it takes the GIL from the event loop in 5 ms slices, so every cheap call waits behind it. Only the
-    normalized query (512 px long side, <1 MB) goes to the process; matches come back. One index per process: the
-    server's world (a second :class:`ForkedSearch` replaces the index later forks inherit).
+    normalized query (512 px long side, <1 MB) goes to a process; matches come back.
+
+    Why spawned, not forked: a process forked from the running server (or from a test process running Ray's and the
+    pools' threads) inherits locks that another thread held at the fork, and a search hung in one. A spawned process
+    starts clean, at the cost of importing OpenCV once (about a second, on its first search).
     """
 
-    def __init__(self, index: ReverseIndex, processes: int) -> None:
-        global _FORKED_INDEX
-        _FORKED_INDEX = index
-        fork = multiprocessing.get_context("fork")
-        self._pool = ProcessPoolExecutor(processes, mp_context=fork, initializer=_forked_init)
+    def __init__(self, table_dir: Path, ids: list[str], images: dict[str, Path], processes: int) -> None:
+        self._pool = ProcessPoolExecutor(
+            processes,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_search_process_init,
+            initargs=(str(table_dir), ids, images),
+        )
+
+    @property
+    def pids(self) -> list[int]:
+        return list(self._pool._processes)  # the executor names no public accessor
 
     def submit(self, query: np.ndarray, limit: int) -> Future[list[Match]]:
-        return self._pool.submit(_forked_search, query, limit)
+        return self._pool.submit(_process_search, query, limit)
 
-    def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+    def close(self, *, wait: bool = False) -> None:
+        """Stop the processes; ``wait``: until they have exited (a process about to exit must: its exit stops the
+        queue that would tell them to)."""
+        self._pool.shutdown(wait=wait, cancel_futures=True)

@@ -11,6 +11,10 @@ import asyncio
 import functools
 import hashlib
 import logging
+import os
+import shutil
+import tempfile
+import threading
 from collections import defaultdict
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -26,9 +30,9 @@ from tool_server.offline.lexical import ImageIndex, PageIndex, TextHit
 from tool_server.offline.pixels import decode_image
 from tool_server.offline.reverse import (
     FEATURE_VERSION,
-    ForkedSearch,
     Match,
     ReverseIndex,
+    SearchProcesses,
     load_or_compute,
     normalized,
 )
@@ -43,11 +47,14 @@ def resource_id(kind: str, url: str) -> str:
 
 class OfflineWorld:
     def __init__(self, world: World, *, cache_dir: Path | None = None, search_processes: int = 0) -> None:
-        """``search_processes``: reverse searches in that many forked processes (:class:`ForkedSearch`); 0: in the
-        caller's executor threads."""
+        """``search_processes``: reverse searches in that many spawned processes (:class:`SearchProcesses`); 0: in
+        the caller's executor threads."""
         self.world = world
         self._search_processes = search_processes
-        self._forked: ForkedSearch | None = None
+        self._spawned: SearchProcesses | None = None
+        self._table_dir: Path | None = None  # map_index()
+        self._table_owner = 0  # the process that wrote it (forked workers share it and leave it to that one)
+        self._table_lock = threading.Lock()
         self.search_restarts = 0  # search processes found dead and replaced
         self.content_hash: str = world.manifest.get("content_hash", "")
         self._pages = list(world.pages.values())
@@ -74,6 +81,8 @@ class OfflineWorld:
         self._features: Future[ReverseIndex] = self._executor.submit(
             lambda: ReverseIndex(load_or_compute(self._paths, cache), self._paths)
         )
+        if search_processes:
+            self._executor.submit(self.map_index)  # after the features, off the event loop
 
     @classmethod
     def load(cls, path: str | Path, *, cache_dir: Path | None = None, search_processes: int = 0) -> OfflineWorld:
@@ -138,19 +147,30 @@ class OfflineWorld:
         loop = asyncio.get_running_loop()
         if not self._search_processes:
             return await loop.run_in_executor(executor, functools.partial(index.search, image, limit=limit))
-        if self._forked is None:
-            self._forked = ForkedSearch(index, self._search_processes)
+        if self._spawned is None:
+            table_dir = self.map_index()
+            self._spawned = SearchProcesses(table_dir, index.table.ids, index.images, self._search_processes)
         query = await loop.run_in_executor(executor, normalized, image)
-        forked = self._forked
+        spawned = self._spawned
         try:
-            return await asyncio.wrap_future(forked.submit(query, limit))
+            return await asyncio.wrap_future(spawned.submit(query, limit))
         except BrokenProcessPool:
-            if self._forked is forked:  # the first call to see it replaces the processes for later calls
+            if self._spawned is spawned:  # the first call to see it replaces the processes for later calls
                 log.error("a reverse-search process died; starting new ones")
-                forked.close()
-                self._forked = None
+                spawned.close()
+                self._spawned = None
                 self.search_restarts += 1
             raise ToolError("search_unavailable", "the reverse image search process failed; retry the call") from None
+
+    def map_index(self) -> Path:
+        """The directory of the index's arrays that search processes memory-map, written on first use (before
+        ``--workers`` forks, so all workers' search processes map the same files); removed by :meth:`close`."""
+        with self._table_lock:
+            if self._table_dir is None:
+                table_dir = Path(tempfile.mkdtemp(prefix="reverse-index-"))
+                self._features.result().table.save_arrays(table_dir)
+                self._table_dir, self._table_owner = table_dir, os.getpid()
+            return self._table_dir
 
     def wait_features(self) -> None:
         """Block until the reverse-search features are loaded (before forking workers that share them)."""
@@ -159,7 +179,11 @@ class OfflineWorld:
     def features_ready(self) -> bool:
         return self._features.done()
 
-    def close(self) -> None:
+    def close(self, *, wait: bool = False) -> None:
+        """Release threads, search processes (``wait``: until they have exited) and the mapped index files."""
         self._executor.shutdown(wait=False, cancel_futures=True)
-        if self._forked is not None:
-            self._forked.close()
+        if self._spawned is not None:
+            self._spawned.close(wait=wait)
+        if self._table_dir is not None and self._table_owner == os.getpid():
+            shutil.rmtree(self._table_dir, ignore_errors=True)  # search processes keep their mappings of the files
+            self._table_dir = None

@@ -93,7 +93,7 @@ async def i2i_search(ctx: ToolContext, call: Call) -> Observation:
             raise ToolError("invalid_arguments", str(e), "arguments/region") from None
         pixels = await ctx.pools.run(image_cost(pixels.width, pixels.height), pixels.crop, box)
         label, url = f"{label} region {region}", None  # a crop is at no URL
-    png = await ctx.pools.run(image_cost(pixels.width, pixels.height), encode_png, pixels)
+    png = await ctx.pools.run("encode", encode_png, pixels)
     candidates, mei = await reverse_search(
         ctx, call, label, (pixels, png, url), "find the source of this image", "i2i_search", "arguments/image"
     )

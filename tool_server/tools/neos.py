@@ -104,12 +104,11 @@ async def reverse_image_search(ctx: ToolContext, call: Call) -> Observation:
         field = f"arguments/image_token/{i}" if entry is not None else f"arguments/image_url/{i - len(tokens)}"
         try:
             if entry is not None:
-                png = await ctx.pools.run(image_cost(entry.width, entry.height), entry.png)
+                png = await ctx.pools.run("encode", entry.png)
                 image = (entry.image, png, query_url(entry.source))
             else:
                 image_id, pixels = await load_image(ctx, label, field)
-                cost = image_cost(pixels.width, pixels.height)
-                png = ctx.world.image_bytes(image_id) if image_id else await ctx.pools.run(cost, encode_png, pixels)
+                png = ctx.world.image_bytes(image_id) if image_id else await ctx.pools.run("encode", encode_png, pixels)
                 image = (pixels, png, label)
             candidates, mei = await reverse_search(ctx, call, label, image, args["goal"], "ReverseImageSearch", field)
         except ToolError as e:
@@ -188,7 +187,7 @@ async def crop_image(ctx: ToolContext, call: Call) -> Observation:
         )
     nbytes = sum(pixel_bytes(px[2] - px[0], px[3] - px[1]) for _, _, px in plan)
     register.check_bytes(len(plan), nbytes)  # before the crops take the memory
-    cost = image_cost(nbytes // 4, 1)
+    cost = image_cost(max((e.width * e.height for e, _, _ in plan), default=0), 1)  # a crop reads its source
     crops = await ctx.pools.run(cost, lambda: [entry.image.crop(px) for entry, _, px in plan])
     records, images, lines = [], [], []
     async with call.session.lock:
