@@ -98,6 +98,23 @@ def test_epochs_repeat_the_plan_under_one_schedule(tmp_path):
         train_mei(group, items, "v0", out_dir=tmp_path, pad_token_id=0, epochs=0)
 
 
+def test_a_long_run_reports_about_twenty_progress_lines(tmp_path):
+    """120 steps (3 examples, one a step, 40 epochs): a plan line, a line every 6 steps with the mean loss of its 6
+    steps (the stand-in's loss at step k is 1/k), and a summary; the metrics agree with the lines."""
+    items = [{"input_ids": torch.arange(5), "loss_mask": torch.tensor([0, 0, 1, 1, 1]),
+              "position_ids": torch.arange(5), "multi_modal_inputs": {}} for _ in range(3)]
+    lines: list[str] = []
+    update = train_mei(RecordingGroup(), items, "v0", out_dir=tmp_path, pad_token_id=0, global_batch_size=1,
+                       epochs=40, emit=lines.append)
+    assert lines[0].startswith("MEI v0 SFT: 120 steps (3 an epoch x 40) over 3 examples, global batch 1, micro-batch 1")
+    steps = [line for line in lines if " step " in line]
+    assert [s.split(" step ")[1].split(" (")[0] for s in steps] == [f"{k}/120" for k in range(6, 121, 6)]
+    assert steps[0].startswith("MEI v0 SFT step 6/120 (epoch 2/40): loss 0.4083 (mean of 6 steps)")  # 2.45 / 6
+    assert steps[-1].startswith("MEI v0 SFT step 120/120 (epoch 40/40)") and "ETA 0:00:00" in steps[-1]
+    assert len(lines) == 22 and lines[-1].startswith("MEI v0 SFT done: 120/120 steps in ")
+    assert f"{update.metrics['mei/final_loss']:.4f} last" in lines[-1] and update.metrics["mei/tokens"] == 600
+
+
 def test_extra_rounds_train_until_the_check_passes(tmp_path, tiny_vl_model_dir, monkeypatch, capsys):
     """The warm start's loop: round 1's checkpoint fails the check (1/4 usable), round 2's passes (4/4); it stops
     there although a third round was allowed, and warm_start.json keeps both rounds. Ray, verl's SFT group (GPU
@@ -129,6 +146,7 @@ def test_extra_rounds_train_until_the_check_passes(tmp_path, tiny_vl_model_dir, 
     printed = capsys.readouterr().out
     assert code == 0 and group.batches == [1, 1] * 2  # two rounds of 2 epochs over the one pair
     assert checked == [(out.resolve() / "v0" / "huggingface", 4, 768)] * 2
+    assert "MEI v0 SFT step 2/2 (epoch 2/2)" in printed and "MEI v0 SFT done: 2/2 steps" in printed  # on stdout
     assert "round 1: valid answers 1/4" in printed and "round 2: valid answers 4/4" in printed
     meta = json.loads((out / "v0" / "warm_start.json").read_text())
     assert meta["check"]["valid_answers"] == 4 and meta["check"]["share"] == 1.0

@@ -33,7 +33,7 @@ or the gradient: with 32 ranks a step of 16 examples is 16 real rows and 16 fill
 from __future__ import annotations
 
 import math
-import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -57,6 +57,7 @@ from verl.workers.engine_workers import TrainingWorker
 from verl.workers.utils.losses import sft_loss
 
 import verl_ext.compat  # noqa: F401  verl 0.9.1 fixes, also in the Ray worker processes that unpickle this module
+from verl_ext.mei.progress import StepProgress, print_flushed
 from verl_ext.mei.sft import MAX_SEQ_LEN, collate
 
 # Sub-modules that are the vision encoder or the vision->language projector in the VLM families we serve as MEI
@@ -290,31 +291,36 @@ def train_mei(
     micro_batch_size: int = 1,
     epochs: int = 1,
     model_parallel_size: int = 1,
+    emit: Callable[[str], None] = print_flushed,
 ) -> MEIUpdate:
     """One MEI update: ``epochs`` (the paper's online update: one) of SFT on ``items`` (from
     :func:`verl_ext.mei.sft.tokenize_calls`), then an HF checkpoint at ``out_dir/<version>/huggingface``.
     ``model_parallel_size``: ranks per model replica (Megatron TP x PP x CP); the rest are data-parallel. Metrics: mean
     and last loss, steps, examples, fill rows, tokens, target tokens, seconds and tokens/s (real tokens through
-    forward and backward, the training throughput)."""
+    forward and backward, the training throughput). Progress lines (step, loss, tokens/s, elapsed, ETA: see
+    :mod:`.progress`) and a summary go to ``emit``, stdout by default."""
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
     if not items:
         raise ValueError("an MEI update needs at least one example")
     data_parallel = max(1, worker_group.world_size // model_parallel_size)
-    plan = plan_steps(len(items), global_batch_size, data_parallel * micro_batch_size) * epochs
+    epoch_plan = plan_steps(len(items), global_batch_size, data_parallel * micro_batch_size)
+    plan = epoch_plan * epochs
     worker_group.begin_update(total_steps=len(plan))
-    losses: list[float] = []
-    tokens = target_tokens = 0
-    start = time.perf_counter()
+    progress = StepProgress(f"MEI {version} SFT", total=len(plan), steps_per_epoch=len(epoch_plan), emit=emit)
+    emit(f"MEI {version} SFT: {len(plan)} steps ({len(epoch_plan)} an epoch x {epochs}) over {len(items)} examples, "
+         f"global batch {global_batch_size}, micro-batch {micro_batch_size} x {data_parallel} data-parallel "
+         f"rank{'s' if data_parallel > 1 else ''}; a line every {progress.every} steps or {progress.interval_s:.0f} s")
+    target_tokens = 0
     for step in plan:
         chunk = [items[i] for i in step.rows]
-        tokens += sum(int(x["input_ids"].shape[0]) for x in chunk)
         target_tokens += sum(int(x["loss_mask"].sum()) for x in chunk)
         shortest = min(chunk, key=lambda x: int(x["input_ids"].shape[0]))
-        chunk += [fill_row(shortest)] * step.fill
-        output = worker_group.train_batch(collate(chunk, pad_token_id=pad_token_id)).get()
-        losses.append(float(tu.get(output, "metrics")["loss"]))
-    seconds = time.perf_counter() - start
+        output = worker_group.train_batch(collate(chunk + [fill_row(shortest)] * step.fill,
+                                                  pad_token_id=pad_token_id)).get()
+        progress.step(float(tu.get(output, "metrics")["loss"]), sum(int(x["input_ids"].shape[0]) for x in chunk))
+    seconds = progress.finish()
+    losses, tokens = progress.losses, progress.tokens
     ckpt = Path(out_dir) / version
     worker_group.save_checkpoint(local_path=str(ckpt))
     metrics = {
