@@ -11,6 +11,8 @@ schedule differs (several epochs, a higher learning rate for a small model train
 
 The checkpoint is ``MEI_DIR/<version>/huggingface`` (with the model's processor), ready for
 ``python -m verl_ext.mei.server --model ... --version <version>``. Needs a GPU (verl's FSDP engine) and Ray.
+While it trains it prints progress lines (step, epoch, loss, tokens/s, elapsed, ETA: :mod:`verl_ext.mei.progress`)
+about every twentieth of the run and at least every 30 s.
 
 The loss does not say whether the MEI is usable, so the run ends with :mod:`verl_ext.mei.check`: a few training
 pairs (``--check-calls``) answered greedily through the MEI server's own generation path and read by the tool
