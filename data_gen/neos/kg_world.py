@@ -135,6 +135,12 @@ def _items(graph: WikidataGraph) -> set[str]:
     return {q for q in named if q.startswith("Q") and q in graph.labels}
 
 
+def image_files(graph: WikidataGraph) -> set[str]:
+    """The Commons file names of the image statements of the items a world of ``graph`` holds."""
+    items = _items(graph)
+    return {name for qid, prop, name in graph.literals if prop in IMAGE_PROPERTIES and qid in items}
+
+
 def _kind(graph: WikidataGraph, classes: list[str]) -> str:
     for cls in classes:
         if cls in CLASS_KINDS:

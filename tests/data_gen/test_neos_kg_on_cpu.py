@@ -1,20 +1,27 @@
 """``python -m data_gen neos --kg``: Neos tasks synthesized against a Wikidata-format KG (the hand-written truthy
 N-Triples fixture and the Commons SVG files it names), end to end through the offline tool server and the expert;
-answers of the KG's own kinds (people, currencies, ...); a bad dump is one line and exit 2 with nothing written."""
+answers of the KG's own kinds (people, currencies, ...); a bad dump is one line and exit 2 with nothing written.
+With ``--tool-server URL`` the run uses a server it did not start, and without ``--kg-images`` the files are
+downloaded from a Commons-style URL (a loopback mirror here: no network)."""
 
+import asyncio
 import gzip
 import json
+import threading
 from argparse import Namespace
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from data_gen.__main__ import main as data_gen_main
 from data_gen.kg.wikidata import read_json_dump, read_truthy_ntriples
-from data_gen.neos.kg_world import KGWorldError, entity_subset, read_graph
+from data_gen.kg.commons import download
+from data_gen.neos.kg_world import KGWorldError, entity_subset, image_files, read_graph, write_world
 from data_gen.neos.cli import main as neos_main
 from data_gen.neos.synth import KG_RELATION_VARIANTS, RELATION_VARIANTS, SynthConfig, Synthesizer
 from data_gen.world.store import World
+from tool_server.launch import served
 
 FIXTURES = Path(__file__).parents[1] / "kg" / "fixtures"
 DUMP = FIXTURES / "wikidata_world.nt"
@@ -111,3 +118,76 @@ def test_a_bad_dump_is_one_line_and_exit_2_with_nothing_written(tmp_path, capsys
     with pytest.raises(SystemExit) as both:
         data_gen_main(["neos", "--kg", str(bad), "--world", str(tmp_path), "--out", str(out)])
     assert both.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+
+
+@pytest.fixture
+def commons_mirror():
+    """The fixture's Commons files over real HTTP on loopback (stdlib server on a thread), as ``BASE/<file name>``
+    the way Commons' Special:FilePath answers; yields (base URL, request paths seen)."""
+    seen: list[str] = []
+
+    class Handler(SimpleHTTPRequestHandler):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, directory=str(FIXTURES / "commons"), **kw)
+
+        def do_GET(self):
+            seen.append(self.path)
+            self.path = self.path.removeprefix("/files")
+            super().do_GET()
+
+        def log_message(self, *a):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/files", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_without_kg_images_the_files_are_downloaded_once_and_failures_counted(commons_mirror, tmp_path):
+    base, seen = commons_mirror
+    dest = tmp_path / "kg_images"
+    names = image_files(read_graph(DUMP))
+    assert len(names) == 21 and "Nestlé logo.svg" in names
+    assert asyncio.run(download([*names, "No such file.svg", "../escape.svg"], dest, base)) == {
+        "failed_bad_file_name": 1, "failed_http_404": 1, "fetched": 21}
+    assert (dest / "Flag of France.svg").read_bytes() == (FIXTURES / "commons" / "Flag of France.svg").read_bytes()
+    assert not list(dest.glob(".*"))  # no temporary file left
+    before = len(seen)
+    assert asyncio.run(download(names, dest, base)) == {"present": 21} and len(seen) == before  # a restart: none
+    assert asyncio.run(download(["Flag of Spain.svg"], tmp_path / "dead", "http://127.0.0.1:9/files")) == {
+        "failed_connection": 1}
+
+
+def test_kg_against_a_running_tool_server_with_images_from_a_commons_url(commons_mirror, tmp_path, capsys):
+    """``--tool-server URL``: the probes and the expert call that server (here the offline tool server of the same
+    KG world, started apart and reached by URL), and ``--kg-image-base`` supplies the images."""
+    base, _ = commons_mirror
+    prebuilt = tmp_path / "served"
+    write_world(read_graph(DUMP), FIXTURES / "commons", prebuilt / "kg_world", DUMP)
+    out = tmp_path / "out"
+    with served(prebuilt / "kg_world", "--cache-dir", str(tmp_path / "server_cache")) as url:
+        code = data_gen_main(["neos", "--kg", str(DUMP), "--kg-image-base", base, "--tool-server", url,
+                              "--tool-server-cache", str(tmp_path / "server_cache"), "--out", str(out),
+                              "--limit", "2"])
+    assert code == 0
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["tool_server"] == url and stats["verified"] == 2 and stats["infrastructure_errors_excluded"] == 0
+    assert not (out / "tool_server_cache").exists()  # no server of its own was started
+    assert stats["mei_pairs"]["written"] > 0  # read from the external server's MEI log
+    assert len(list((out / "kg_images").iterdir())) == 21
+    assert World.load(out / "kg_world").manifest["content_hash"] == \
+        World.load(prebuilt / "kg_world").manifest["content_hash"]
+
+
+def test_a_dead_tool_server_is_one_line_and_exit_2_before_anything_is_written(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert data_gen_main(["neos", "--kg", str(DUMP), "--kg-images", str(FIXTURES / "commons"), "--tool-server",
+                          "http://127.0.0.1:9", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --tool-server http://127.0.0.1:9: not a reachable tool server")
+    assert not out.exists()
