@@ -1,15 +1,18 @@
 """``python -m data_gen neos --kg``: Neos tasks synthesized against a Wikidata-format KG (the hand-written truthy
 N-Triples fixture and the Commons SVG files it names), end to end through the offline tool server and the expert;
 answers of the KG's own kinds (people, currencies, ...); a bad dump is one line and exit 2 with nothing written.
-With ``--tool-server URL`` the run uses a server it did not start, and without ``--kg-images`` the files are
-downloaded from a Commons-style URL (a loopback mirror here: no network)."""
+With ``--tool-server URL`` the run uses a server it did not start (the online one, its search API a loopback
+replay), and without ``--kg-images`` the files are downloaded from a Commons-style URL (a loopback mirror: no
+network here)."""
 
 import asyncio
 import gzip
 import json
+import re
 import threading
 from argparse import Namespace
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
 from pathlib import Path
 
 import pytest
@@ -163,27 +166,6 @@ def test_without_kg_images_the_files_are_downloaded_once_and_failures_counted(co
         "failed_connection": 1}
 
 
-def test_kg_against_a_running_tool_server_with_images_from_a_commons_url(commons_mirror, tmp_path, capsys):
-    """``--tool-server URL``: the probes and the expert call that server (here the offline tool server of the same
-    KG world, started apart and reached by URL), and ``--kg-image-base`` supplies the images."""
-    base, _ = commons_mirror
-    prebuilt = tmp_path / "served"
-    write_world(read_graph(DUMP), FIXTURES / "commons", prebuilt / "kg_world", DUMP)
-    out = tmp_path / "out"
-    with served(prebuilt / "kg_world", "--cache-dir", str(tmp_path / "server_cache")) as url:
-        code = data_gen_main(["neos", "--kg", str(DUMP), "--kg-image-base", base, "--tool-server", url,
-                              "--tool-server-cache", str(tmp_path / "server_cache"), "--out", str(out),
-                              "--limit", "2"])
-    assert code == 0
-    stats = json.loads((out / "stats.json").read_text())
-    assert stats["tool_server"] == url and stats["verified"] == 2 and stats["infrastructure_errors_excluded"] == 0
-    assert not (out / "tool_server_cache").exists()  # no server of its own was started
-    assert stats["mei_pairs"]["written"] > 0  # read from the external server's MEI log
-    assert len(list((out / "kg_images").iterdir())) == 21
-    assert World.load(out / "kg_world").manifest["content_hash"] == \
-        World.load(prebuilt / "kg_world").manifest["content_hash"]
-
-
 def test_a_dead_tool_server_is_one_line_and_exit_2_before_anything_is_written(tmp_path, capsys):
     out = tmp_path / "out"
     assert data_gen_main(["neos", "--kg", str(DUMP), "--kg-images", str(FIXTURES / "commons"), "--tool-server",
@@ -191,3 +173,54 @@ def test_a_dead_tool_server_is_one_line_and_exit_2_before_anything_is_written(tm
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: --tool-server http://127.0.0.1:9: not a reachable tool server")
     assert not out.exists()
+
+
+def test_kg_against_the_online_tool_server_with_images_from_a_commons_url(commons_mirror, tmp_path, monkeypatch):
+    """``--tool-server`` at ``python -m tool_server --online`` (a real process, started apart on the same KG world):
+    its web search goes to a replay of the SERP API on loopback that ranks the world's pages by shared words (no
+    network here); the images come from ``--kg-image-base`` (a loopback Commons mirror), and the MEI pairs from
+    that server's MEI log (``--tool-server-cache``)."""
+    base, _ = commons_mirror
+    write_world(read_graph(DUMP), FIXTURES / "commons", tmp_path / "kg_world", DUMP)
+    world = World.load(tmp_path / "kg_world")
+    queries: list[str] = []
+
+    class SERP(BaseHTTPRequestHandler):
+        def do_GET(self):
+            url = urlsplit(self.path)
+            params = parse_qs(url.query)
+            words = set(re.findall(r"\w+", params.get("q", [""])[0].lower()))
+            queries.append(params.get("engine", [""])[0])
+            ranked = sorted(world.pages.values(), key=lambda p: -len(words & set(re.findall(r"\w+", p.text.lower()))))
+            body = {"organic_results": [{"title": p.title, "link": p.url, "snippet": p.text[:200]}
+                                        for p in ranked[:5]], "images_results": [], "visual_matches": []}
+            data = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *a):
+            pass
+
+    serp = ThreadingHTTPServer(("127.0.0.1", 0), SERP)
+    threading.Thread(target=serp.serve_forever, daemon=True).start()
+    monkeypatch.setenv("NEOS_SERP_BASE_URL", f"http://127.0.0.1:{serp.server_address[1]}")
+    monkeypatch.setenv("NEOS_SERP_API_KEY", "replay")
+    out = tmp_path / "out"
+    try:
+        with served(tmp_path / "kg_world", "--online", "--cache-dir", str(tmp_path / "cache")) as url:
+            code = data_gen_main(["neos", "--kg", str(DUMP), "--kg-image-base", base, "--tool-server", url,
+                                  "--tool-server-cache", str(tmp_path / "cache"), "--out", str(out), "--limit", "1"])
+    finally:
+        serp.shutdown()
+        serp.server_close()
+    assert code == 0
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["tool_server"] == url and stats["verified"] == 1 and stats["infrastructure_errors_excluded"] == 0
+    assert "google" in queries  # the probes' and the expert's web searches went to the replay
+    assert not (out / "tool_server_cache").exists()  # no server of its own was started
+    assert stats["mei_pairs"]["written"] > 0  # read from the external server's MEI log
+    assert len(list((out / "kg_images").iterdir())) == 21
+    assert World.load(out / "kg_world").manifest["content_hash"] == world.manifest["content_hash"]
