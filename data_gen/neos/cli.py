@@ -257,9 +257,11 @@ def plots(stats: dict, out: Path) -> list[str]:
                        "top_answers": stats["diversity"]["top_answers"]}, out, "Neos")
 
 
-def kg_world_or_exit(args: argparse.Namespace) -> Path | None:
+def kg_world_or_exit(args: argparse.Namespace) -> dict | None:
     """``--kg``: the dump read and checked before anything is written, then its world written to OUT/kg_world;
-    None (after one line on stderr) when the dump, subset or images cannot make one."""
+    returns what ``stats.json`` reports of it (missing images, downloads by outcome), or None (after one line on
+    stderr) when the dump, subset or images cannot make one."""
+    fetched = None
     try:
         graph = read_graph(args.kg, entity_subset(args.kg_entities))
         if not graph.triples:
@@ -276,7 +278,7 @@ def kg_world_or_exit(args: argparse.Namespace) -> Path | None:
     if manifest["images_missing"]:
         print(f"warning: {images} lacks {manifest['images_missing']} of the files the dump's image statements "
               "name; those entities have no image", file=sys.stderr)
-    return args.out / "kg_world"
+    return {"images_missing": manifest["images_missing"], "image_downloads": fetched}
 
 
 async def _health(url: str) -> None:
@@ -292,15 +294,16 @@ def main(args: argparse.Namespace) -> int:
         except (ToolServerUnavailable, aiohttp.InvalidURL, ValueError) as err:
             print(f"error: --tool-server {external}: not a reachable tool server ({err})", file=sys.stderr)
             return 2
+    kg_report = None
     if getattr(args, "kg", None) is not None:
-        args.world = kg_world_or_exit(args)
-        if args.world is None:
+        kg_report = kg_world_or_exit(args)
+        if kg_report is None:
             return 2
+        args.world = args.out / "kg_world"
     world = world_or_exit(args.world)  # before the output directory or a tool server exists
     if world is None:
         return 2
-    kg = getattr(args, "kg", None) is not None
-    config = SynthConfig(seed_kinds=None, variants=KG_RELATION_VARIANTS) if kg else SynthConfig()
+    config = SynthConfig(seed_kinds=None, variants=KG_RELATION_VARIANTS) if kg_report else SynthConfig()
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     llm, vlm = model_configs(args)
@@ -315,6 +318,8 @@ def main(args: argparse.Namespace) -> int:
     log.close()
     stats = statistics(outcomes)
     stats["splits"] = export(outcomes, args.world, args.out)
+    if kg_report:
+        stats["kg"] = kg_report
     stats["tool_server"] = external or "offline, started for the world"
     # an external server's MEI log is in its own --cache-dir: without --tool-server-cache there is none to read
     stats["mei_pairs"] = mei_pairs(outcomes, args.world, args.out, tool_dir) if tool_dir else {
