@@ -103,9 +103,9 @@ def test_labels_follow_where_images_sit_on_the_path(setup, path_through):
 
 
 def test_a_colour_answer_the_source_contradicts_is_not_asked(setup, path_through, monkeypatch):
-    """France's locator map: "white" (the second-largest area) is kept while its source says nothing of colours,
-    and while it names one colour (a salient one: "highlighted in red"); a source naming a set of colours without
-    white drops that question (the count is asked instead), and without the count question the path is rejected as ``source_colours``."""
+    """France's locator map: "white" (the second-largest area) is kept while its source names one colour (a
+    salient one: "highlighted in red"); a source naming a set of colours without white drops that question (the
+    count is asked instead), and without the count question the path is rejected as ``source_colours``."""
     world, graph, writer = setup
     path = path_through(graph, text_id("France"), image_id("map_fra"))
     assert source_excludes("white", frozenset({"blue", "red"}))
