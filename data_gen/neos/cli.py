@@ -28,7 +28,7 @@ from data_gen.common.llm import SyncChat
 from data_gen.common.report import bar_charts
 from data_gen.common.stats import answer_cap, diversity, filter_rates, stage_rates
 from data_gen.common.teacher import TeacherExpert, TeacherSettings
-from data_gen.kg.commons import download
+from data_gen.kg.commons import COMMONS_FILE_PATH, download
 from data_gen.kg.wikidata import WikidataFormatError
 from data_gen.neos.agents import (
     ProgrammaticExpert,
@@ -268,9 +268,9 @@ def kg_world_or_exit(args: argparse.Namespace) -> dict | None:
             raise KGWorldError(f"{args.kg}: no entity facts in the dump (or none in --kg-entities)")
         images = args.kg_images
         if images is None:  # the files the statements name, from Commons (or --kg-image-base) into OUT/kg_images
-            images = args.out / "kg_images"
-            fetched = asyncio.run(download(image_files(graph), images, args.kg_image_base))
-            print(f"kg images from {args.kg_image_base} into {images}: {json.dumps(fetched)}", file=sys.stderr)
+            images, base = args.out / "kg_images", args.kg_image_base or COMMONS_FILE_PATH
+            fetched = asyncio.run(download(image_files(graph), images, base))
+            print(f"kg images from {base} into {images}: {json.dumps(fetched)}", file=sys.stderr)
         manifest = write_world(graph, images, args.out / "kg_world", args.kg)
     except (OSError, WikidataFormatError, KGWorldError) as err:
         print(f"error: --kg: {err}", file=sys.stderr)
@@ -281,6 +281,15 @@ def kg_world_or_exit(args: argparse.Namespace) -> dict | None:
     return {"images_missing": manifest["images_missing"], "image_downloads": fetched}
 
 
+def _misplaced_flag(args: argparse.Namespace) -> str | None:
+    """A flag given where it does nothing: a usage error, not a silently ignored flag."""
+    if getattr(args, "tool_server_cache", None) and not getattr(args, "tool_server", None):
+        return "--tool-server-cache only applies with --tool-server"
+    if getattr(args, "kg_image_base", None) and (getattr(args, "kg", None) is None or args.kg_images is not None):
+        return "--kg-image-base only applies with --kg and no --kg-images"
+    return None
+
+
 async def _health(url: str) -> None:
     async with ToolServerClient(url) as client:
         await client.health()
@@ -288,6 +297,10 @@ async def _health(url: str) -> None:
 
 def main(args: argparse.Namespace) -> int:
     external = getattr(args, "tool_server", None)
+    misplaced = _misplaced_flag(args)
+    if misplaced:
+        print(f"error: {misplaced}", file=sys.stderr)
+        return 2
     if external:  # a dead or wrong URL ends here, before anything is written
         try:
             asyncio.run(_health(external))

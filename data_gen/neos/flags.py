@@ -20,7 +20,7 @@ def parser(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--kg-images", type=Path, metavar="DIR", default=None,
                    help="with --kg: the Commons files its flag/logo/locator-map/image statements name (PNG, JPEG or "
                    "SVG, by file name); a named file missing here is counted in the world's manifest (default: none)")
-    p.add_argument("--kg-image-base", default=COMMONS_FILE_PATH, metavar="URL",
+    p.add_argument("--kg-image-base", default=None, metavar="URL",
                    help="with --kg and no --kg-images: the files are downloaded into OUT/kg_images from URL/<file "
                    f"name> (default: Wikimedia Commons' file redirect, {COMMONS_FILE_PATH}); failures are counted "
                    "by reason and the entities without their file have no image")

@@ -168,12 +168,18 @@ def test_without_kg_images_the_files_are_downloaded_once_and_failures_counted(co
         "failed_connection": 1}
 
 
-def test_a_dead_tool_server_is_one_line_and_exit_2_before_anything_is_written(tmp_path, capsys):
+def test_a_dead_tool_server_or_a_misplaced_flag_is_one_line_and_exit_2_before_anything_is_written(tmp_path, capsys):
     out = tmp_path / "out"
     assert data_gen_main(["neos", "--kg", str(DUMP), "--kg-images", str(FIXTURES / "commons"), "--tool-server",
                           "http://127.0.0.1:9", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: --tool-server http://127.0.0.1:9: not a reachable tool server")
+    assert not out.exists()
+    assert data_gen_main(["neos", "--kg", str(DUMP), "--kg-images", str(FIXTURES / "commons"), "--kg-image-base",
+                          "http://127.0.0.1:9", "--out", str(out)]) == 2
+    assert capsys.readouterr().err == "error: --kg-image-base only applies with --kg and no --kg-images\n"
+    assert data_gen_main(["neos", "--kg", str(DUMP), "--tool-server-cache", str(tmp_path), "--out", str(out)]) == 2
+    assert capsys.readouterr().err == "error: --tool-server-cache only applies with --tool-server\n"
     assert not out.exists()
 
 
