@@ -49,7 +49,6 @@ async def download(file_names: Iterable[str], dest: Path, base: str = COMMONS_FI
     ``failed_<reason>`` (the fetcher's reason: ``connection``, ``http_404``, ``content_type``, ``too_large``...)."""
     from tool_server.net import FetchError, SafeFetcher  # here: the CLI's flags import this module for --help
 
-    dest.mkdir(parents=True, exist_ok=True)
     counts: Counter[str] = Counter()
     fetcher = SafeFetcher(allowed_endpoints=_trusted_endpoint(base), content_types=CONTENT_TYPES, timeout_s=timeout_s,
                           user_agent=USER_AGENT)
@@ -72,6 +71,7 @@ async def download(file_names: Iterable[str], dest: Path, base: str = COMMONS_FI
         if not result.content_type.startswith("image/"):
             counts["failed_not_an_image"] += 1
             return
+        dest.mkdir(parents=True, exist_ok=True)  # only once a file came: a run that fetched nothing leaves nothing
         tmp = target.with_name(f".{name}.tmp-{os.getpid()}")
         tmp.write_bytes(result.body)
         tmp.replace(target)

@@ -100,7 +100,7 @@ def write_world(graph: WikidataGraph, images_dir: Path | None, out: Path, source
     images, pixels, missing = _images(graph, entities, images_dir)
     if not images:  # no anchor or checkpoint is possible: a run would verify nothing
         raise KGWorldError(f"none of the {missing} image files the dump's flag/logo/map/image statements name is in "
-                           f"--kg-images ({images_dir})" if missing else
+                           f"{images_dir}" if missing else
                            "the dump has no flag (P41), logo (P154), locator map (P242) or image (P18) statements")
     labels = {r.id: r.label for r in relations}
     by_id = {e.id: e for e in entities.values()}

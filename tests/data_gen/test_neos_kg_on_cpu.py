@@ -166,6 +166,7 @@ def test_without_kg_images_the_files_are_downloaded_once_and_failures_counted(co
     assert asyncio.run(download(names, dest, base)) == {"present": 21} and len(seen) == before  # a restart: none
     assert asyncio.run(download(["Flag of Spain.svg"], tmp_path / "dead", "http://127.0.0.1:9/files")) == {
         "failed_connection": 1}
+    assert not (tmp_path / "dead").exists()
 
 
 def test_a_dead_tool_server_or_a_misplaced_flag_is_one_line_and_exit_2_before_anything_is_written(tmp_path, capsys):
@@ -180,6 +181,11 @@ def test_a_dead_tool_server_or_a_misplaced_flag_is_one_line_and_exit_2_before_an
     assert capsys.readouterr().err == "error: --kg-image-base only applies with --kg and no --kg-images\n"
     assert data_gen_main(["neos", "--kg", str(DUMP), "--tool-server-cache", str(tmp_path), "--out", str(out)]) == 2
     assert capsys.readouterr().err == "error: --tool-server-cache only applies with --tool-server\n"
+    assert not out.exists()
+    # no image could be downloaded: the counts, then one error line, and no output directory
+    assert data_gen_main(["neos", "--kg", str(DUMP), "--kg-image-base", "http://127.0.0.1:9", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].endswith('{"failed_connection": 21}') and err[1].startswith("error: --kg: none of the 21 image files")
     assert not out.exists()
 
 
