@@ -1,5 +1,6 @@
 """What an image's source says about its colours, so a colour clause the pixels suggest is kept only where the
-source agrees (both pipelines: Neos checkpoint descriptions, ModalSearch colour questions).
+source agrees (both pipelines: Neos checkpoint descriptions, :func:`source_disagrees`; ModalSearch colour answers,
+:func:`source_excludes`).
 
 The source texts of an image are its caption, its alt text and the sentences of its source page that speak of the
 image ("Its brand colour is the sRGB hex triplet #ED1C24; its logo is drawn in that colour."). Colours are read from
@@ -63,3 +64,11 @@ def source_disagrees(colours: Sequence[str], stated: frozenset[str] | None) -> b
     named. A source that names only some of an image's colours (a caption's salient one) does not contradict the
     others, so one shared colour is agreement."""
     return stated is not None and bool(colours) and not stated & {merged(c) for c in colours}
+
+
+def source_excludes(colour: str, stated: frozenset[str] | None) -> bool:
+    """The source names a set of colours (two or more: "red, white and green") without ``colour``: a ModalSearch
+    answer about areas ("which colour covers the largest area") the source contradicts. One stated colour is a
+    salient one (a logo "drawn in green", a map "highlighted in red"), not the image's colours: it contradicts no
+    area answer (the logo's white background, the map's blue sea)."""
+    return stated is not None and len(stated) >= 2 and merged(colour) not in stated

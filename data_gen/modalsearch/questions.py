@@ -10,7 +10,9 @@ Offline defaults, **no model**, deterministic templates:
   the path are removed; the evaluator keeps the first entity-valued one, else the first;
 - terminal image question: up to 5 palette questions, ``T = 3`` trials with and without the image
   (``PixelAnswerer`` / ``BlindImageAnswerer``), kept iff ``C_with = T`` and ``C_without < T``, fewest
-  ``C_without`` preferred;
+  ``C_without`` preferred; a colour answer the image's source contradicts (it names two or more colours, the
+  answer not among them: ``data_gen.common.source_colours``) is not asked, and a path left with none is rejected
+  (``source_colours``);
 - backward rewriting ``q_{n-1} = R(q_n; v_{n-1}, r_n, v_n)``: the reference to ``v_n`` becomes "the <noun> that
   <r_n with {x} = v_{n-1}>"; a text start node becomes an indirect description (a KG distinguishing set of its
   facts, else its article's lead sentence with the name masked); an image start node becomes "this image", the
@@ -34,6 +36,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from data_gen.common.episode import found
+from data_gen.common.source_colours import image_source_texts, source_excludes, stated_colours
 from data_gen.kg import KG, NotDistinguishable, distinguishing_set
 from data_gen.kg.distinguish import TAXONOMIC_RELATIONS
 from data_gen.modalsearch.answerers import (
@@ -328,6 +331,12 @@ class QuestionWriter:
         passing = [s for s in scored if s[2] == T and s[3] < T]
         if not passing:
             return Rejection("terminal_image", f"{len(scored)} candidates, none has C_with = T and C_without < T")
+        stated = stated_colours(image_source_texts(self.world, node.ref))
+        contradicted = [s for s in passing if s[0][0] != "colour_count" and source_excludes(s[1], stated)]
+        passing = [s for s in passing if s not in contradicted]
+        if not passing:
+            return Rejection("source_colours", f"{node.ref}: the source states {sorted(stated or ())}, not "
+                                               + ", ".join(sorted({s[1] for s in contradicted})))
         ask, gold, c_with, c_without = min(passing, key=lambda s: s[3])
         template = self.wording.terminal(ask[1], TerminalContext(node.noun, ask[1], "the image's pixels", (gold,)))
         term = Terminal(modality="image", template=template, question=template.replace("{REF}", f"the {node.noun} "

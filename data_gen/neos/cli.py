@@ -28,6 +28,7 @@ from data_gen.common.llm import SyncChat
 from data_gen.common.report import bar_charts
 from data_gen.common.stats import answer_cap, diversity, filter_rates, stage_rates
 from data_gen.common.teacher import TeacherExpert, TeacherSettings
+from data_gen.kg.commons import COMMONS_FILE_PATH, download
 from data_gen.kg.wikidata import WikidataFormatError
 from data_gen.neos.agents import (
     ProgrammaticExpert,
@@ -38,7 +39,7 @@ from data_gen.neos.agents import (
     teacher_brief,
 )
 from data_gen.neos.export import check_exportable, export, mei_pairs
-from data_gen.neos.kg_world import KGWorldError, entity_subset, read_graph, write_world
+from data_gen.neos.kg_world import KGWorldError, entity_subset, image_files, read_graph, write_world
 from data_gen.neos.llm import LLMRewriter, LLMTextOnlyProbe, ProbeUnavailable, VLMEntryImageProbe, VLMObserver
 from data_gen.neos.observer import PaletteObserver, rapid_ocr
 from data_gen.neos.schema import Outcome, Task
@@ -256,37 +257,72 @@ def plots(stats: dict, out: Path) -> list[str]:
                        "top_answers": stats["diversity"]["top_answers"]}, out, "Neos")
 
 
-def kg_world_or_exit(args: argparse.Namespace) -> Path | None:
+def kg_world_or_exit(args: argparse.Namespace) -> dict | None:
     """``--kg``: the dump read and checked before anything is written, then its world written to OUT/kg_world;
-    None (after one line on stderr) when the dump, subset or images cannot make one."""
+    returns what ``stats.json`` reports of it (missing images, downloads by outcome), or None (after one line on
+    stderr) when the dump, subset or images cannot make one."""
+    fetched = None
     try:
         graph = read_graph(args.kg, entity_subset(args.kg_entities))
         if not graph.triples:
             raise KGWorldError(f"{args.kg}: no entity facts in the dump (or none in --kg-entities)")
-        manifest = write_world(graph, args.kg_images, args.out / "kg_world", args.kg)
+        images = args.kg_images
+        if images is None:  # the files the statements name, from Commons (or --kg-image-base) into OUT/kg_images
+            images, base = args.out / "kg_images", args.kg_image_base or COMMONS_FILE_PATH
+            fetched = asyncio.run(download(image_files(graph), images, base))
+            print(f"kg images from {base} into {images}: {json.dumps(fetched)}", file=sys.stderr)
+        manifest = write_world(graph, images, args.out / "kg_world", args.kg)
     except (OSError, WikidataFormatError, KGWorldError) as err:
         print(f"error: --kg: {err}", file=sys.stderr)
         return None
     if manifest["images_missing"]:
-        print(f"warning: --kg-images lacks {manifest['images_missing']} of the files the dump's image statements "
+        print(f"warning: {images} lacks {manifest['images_missing']} of the files the dump's image statements "
               "name; those entities have no image", file=sys.stderr)
-    return args.out / "kg_world"
+    return {"images_missing": manifest["images_missing"], "image_downloads": fetched}
+
+
+def _misplaced_flag(args: argparse.Namespace) -> str | None:
+    """A flag given where it does nothing: a usage error, not a silently ignored flag."""
+    if getattr(args, "tool_server_cache", None) and not getattr(args, "tool_server", None):
+        return "--tool-server-cache only applies with --tool-server"
+    if getattr(args, "kg_image_base", None) and (getattr(args, "kg", None) is None or args.kg_images is not None):
+        return "--kg-image-base only applies with --kg and no --kg-images"
+    return None
+
+
+async def _health(url: str) -> None:
+    async with ToolServerClient(url) as client:
+        await client.health()
 
 
 def main(args: argparse.Namespace) -> int:
-    if getattr(args, "kg", None) is not None:
-        args.world = kg_world_or_exit(args)
-        if args.world is None:
+    external = getattr(args, "tool_server", None)
+    misplaced = _misplaced_flag(args)
+    if misplaced:
+        print(f"error: {misplaced}", file=sys.stderr)
+        return 2
+    if external:  # a dead or wrong URL ends here, before anything is written
+        try:
+            asyncio.run(_health(external))
+        except (ToolServerUnavailable, aiohttp.InvalidURL, ValueError) as err:
+            print(f"error: --tool-server {external}: not a reachable tool server ({err})", file=sys.stderr)
             return 2
+    kg_report = None
+    if getattr(args, "kg", None) is not None:
+        kg_report = kg_world_or_exit(args)
+        if kg_report is None:
+            return 2
+        args.world = args.out / "kg_world"
     world = world_or_exit(args.world)  # before the output directory or a tool server exists
     if world is None:
         return 2
-    kg = getattr(args, "kg", None) is not None
-    config = SynthConfig(seed_kinds=None, variants=KG_RELATION_VARIANTS) if kg else SynthConfig()
+    config = SynthConfig(seed_kinds=None, variants=KG_RELATION_VARIANTS) if kg_report else SynthConfig()
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     llm, vlm = model_configs(args)
-    with served(args.world, "--cache-dir", str(args.out / "tool_server_cache")) as url:
+    tool_dir = args.tool_server_cache if external else args.out / "tool_server_cache"
+    with ExitStack() as server:
+        url = external or server.enter_context(served(args.world, "--cache-dir", str(tool_dir)))
         models = asyncio.run(run(world, args.out, url, seed=args.seed, limit=args.limit, ocr=args.ocr,
                                  llm=llm, rewrite=llm, vlm=vlm, teacher=TeacherSettings.from_args(args),
                                  config=config))
@@ -295,7 +331,12 @@ def main(args: argparse.Namespace) -> int:
     log.close()
     stats = statistics(outcomes)
     stats["splits"] = export(outcomes, args.world, args.out)
-    stats["mei_pairs"] = mei_pairs(outcomes, args.world, args.out, args.out / "tool_server_cache")
+    if kg_report:
+        stats["kg"] = kg_report
+    stats["tool_server"] = external or "offline, started for the world"
+    # an external server's MEI log is in its own --cache-dir: without --tool-server-cache there is none to read
+    stats["mei_pairs"] = mei_pairs(outcomes, args.world, args.out, tool_dir) if tool_dir else {
+        "written": 0, "skipped_no_tool_server_cache": 1}
     stats["plots"] = plots(stats, args.out / "plots")
     stats["model_steps_this_run"] = models
     stats["wall_seconds_this_run"] = round(time.perf_counter() - start, 1)

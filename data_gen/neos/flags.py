@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from data_gen.common.cli import add_common_flags, add_teacher_flags
+from data_gen.kg.commons import COMMONS_FILE_PATH
 
 DESCRIPTION = ("Neos task synthesis (Neos: Learning to Interleave Search and Visual Reasoning, Sec. 3): questions "
                "whose answer needs the entry image and visual checkpoints found while searching, checked by shortcut "
@@ -19,6 +20,16 @@ def parser(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--kg-images", type=Path, metavar="DIR", default=None,
                    help="with --kg: the Commons files its flag/logo/locator-map/image statements name (PNG, JPEG or "
                    "SVG, by file name); a named file missing here is counted in the world's manifest (default: none)")
+    p.add_argument("--kg-image-base", default=None, metavar="URL",
+                   help="with --kg and no --kg-images: the files are downloaded into OUT/kg_images from URL/<file "
+                   f"name> (default: Wikimedia Commons' file redirect, {COMMONS_FILE_PATH}); failures are counted "
+                   "by reason and the entities without their file have no image")
+    p.add_argument("--tool-server", default=None, metavar="URL",
+                   help="base URL of a running tool server (e.g. python -m tool_server --online) for the search "
+                   "probes and the expert, instead of the offline server this command starts for the world")
+    p.add_argument("--tool-server-cache", type=Path, default=None, metavar="DIR",
+                   help="with --tool-server: that server's --cache-dir, whose MEI log (mei.jsonl) the MEI SFT pairs "
+                   "are read from (default: no MEI pairs, counted in stats.json)")
     p.add_argument("--kg-entities", type=Path, metavar="FILE", default=None,
                    help="with --kg: the snapshot subset, one QID a line (default: every item of the dump)")
     p.add_argument("--ocr", action="store_true", help="let the blind observer also read image text (RapidOCR)")

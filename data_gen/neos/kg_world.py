@@ -100,7 +100,7 @@ def write_world(graph: WikidataGraph, images_dir: Path | None, out: Path, source
     images, pixels, missing = _images(graph, entities, images_dir)
     if not images:  # no anchor or checkpoint is possible: a run would verify nothing
         raise KGWorldError(f"none of the {missing} image files the dump's flag/logo/map/image statements name is in "
-                           f"--kg-images ({images_dir})" if missing else
+                           f"{images_dir}" if missing else
                            "the dump has no flag (P41), logo (P154), locator map (P242) or image (P18) statements")
     labels = {r.id: r.label for r in relations}
     by_id = {e.id: e for e in entities.values()}
@@ -133,6 +133,12 @@ def _items(graph: WikidataGraph) -> set[str]:
     named = {s for s, _, _ in graph.triples} | {o for _, p, o in graph.triples if p != "P31"}
     named |= {s for s, p, _ in graph.literals if p in IMAGE_PROPERTIES}
     return {q for q in named if q.startswith("Q") and q in graph.labels}
+
+
+def image_files(graph: WikidataGraph) -> set[str]:
+    """The Commons file names of the image statements of the items a world of ``graph`` holds."""
+    items = _items(graph)
+    return {name for qid, prop, name in graph.literals if prop in IMAGE_PROPERTIES and qid in items}
 
 
 def _kind(graph: WikidataGraph, classes: list[str]) -> str:

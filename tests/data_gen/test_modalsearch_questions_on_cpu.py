@@ -1,8 +1,12 @@
 """Question synthesis on hand-picked paths of the small world: depiction from an input image, a composed t2i2t hop,
 a terminal image question with the T = 3 with/without-image verification, backward rewriting and labels."""
 
+from dataclasses import replace
+
 import pytest
 
+from data_gen.common.source_colours import source_excludes
+from data_gen.modalsearch import questions
 from data_gen.modalsearch.answerers import READ_SIDES, T, VISUAL_QUESTIONS, BlindImageAnswerer, read_palette
 from data_gen.modalsearch.build import image_id, text_id
 from data_gen.modalsearch.questions import QuestionWriter, Rejection, modality
@@ -96,3 +100,24 @@ def test_labels_follow_where_images_sit_on_the_path(setup, path_through):
     assert modality(graph, path_through(graph, image_id("flag_fra"), text_id("France"))) == ("I-T", "input_only")
     assert modality(graph, path_through(graph, text_id("France"), image_id("flag_fra"))) == ("T-I", "search_required")
     assert modality(graph, path_through(graph, text_id("France"), text_id("Spain"))) == ("T-T", "text_only")
+
+
+def test_a_colour_answer_the_source_contradicts_is_not_asked(setup, path_through, monkeypatch):
+    """France's locator map: "white" (the second-largest area) is kept while its source names one colour (a
+    salient one: "highlighted in red"); a source naming a set of colours without white drops that question (the
+    count is asked instead), and without the count question the path is rejected as ``source_colours``."""
+    world, graph, writer = setup
+    path = path_through(graph, text_id("France"), image_id("map_fra"))
+    assert source_excludes("white", frozenset({"blue", "red"}))
+    assert not source_excludes("light blue", frozenset({"blue", "red"}))  # shades merged
+    assert not source_excludes("white", frozenset({"red"})) and not source_excludes("white", None)
+    image = world.images["map_fra"]
+    monkeypatch.setitem(world.images, "map_fra", replace(image, caption="locator map highlighted in red"))
+    assert writer.write(graph, path).answer == "white"
+    monkeypatch.setitem(world.images, "map_fra", replace(image, caption="a map in blue, red and green"))
+    kept = writer.write(graph, path)
+    assert (kept.terminal.ask, kept.answer) == ("colour_count", "3")  # counts are not read from colour words
+    monkeypatch.setattr(questions, "K2", 4)  # the palette questions without the count
+    rejected = writer.write(graph, path)
+    assert isinstance(rejected, Rejection) and rejected.filter == "source_colours", rejected
+    assert rejected.detail == "map_fra: the source states ['blue', 'green', 'red'], not white"
