@@ -183,7 +183,8 @@ class Round:
     def __init__(self, policy: str, args: argparse.Namespace, seed: int, shape: Shape) -> None:
         self.args, self.cost = args, replica_cost(args.tp, args.kv_tokens)
         n = args.gpus // args.tp
-        self.replicas = {f"r{i}": Replica(f"r{i}", PrefixMirror(self.cost.kv_capacity_tokens // BLOCK)) for i in range(n)}
+        blocks = self.cost.kv_capacity_tokens // BLOCK
+        self.replicas = {f"r{i}": Replica(f"r{i}", PrefixMirror(blocks)) for i in range(n)}
         settings = RouterSettings(
             policy=policy,
             block_tokens=BLOCK,
@@ -385,9 +386,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--policies", default=",".join(POLICIES))
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--tool-median", type=float, default=None, help="median tool latency, s (default: the workload's)")
-    p.add_argument("--gen-median", type=float, default=None, help="median tokens generated a turn (default: the workload's)")
+    p.add_argument("--gen-median", type=float, default=None, help="tokens a turn writes, median")
     p.add_argument("--kv-tokens", type=int, default=None, help="KV pool a replica, tokens (default: 400,000 a GPU)")
-    p.add_argument("--mirror-tokens", type=int, default=None, help="the router's prefix mirror (default 3/4 of the pool)")
+    p.add_argument("--mirror-tokens", type=int, default=None, help="router's prefix mirror (3/4 pool)")
     args = p.parse_args(argv)
     if args.gpus % args.tp or args.in_flight < 1:
         p.error("--gpus must be a multiple of --tp and --in-flight at least 1")
@@ -423,7 +424,8 @@ def main(argv: list[str] | None = None) -> int:
             ratio = f"{base / med['makespan_s']:.2f}x" if base else "-"
             print(
                 f"| {kind} | {policy} | {med['makespan_s']:.0f} | {ratio} | {med['idle']:.1%} | "
-                f"{med['kv_share']:.0%} / {med['prefill_share']:.0%} / {med['recompute_share']:.0%} | {med['wait_s']:.2f} | "
+                f"{med['kv_share']:.0%} / {med['prefill_share']:.0%} / {med['recompute_share']:.0%} | "
+                f"{med['wait_s']:.2f} | "
                 f"{med['prefill_tokens'] / 1e6:.1f} | {med['recomputed_share']:.1%} | {med['moved']:.0f} | "
                 f"({time.perf_counter() - t0:.0f} s wall)",
                 flush=True,

@@ -66,11 +66,13 @@ class ReplicaCost(BaseModel):
         """Prefilling prompt positions ``start..end`` (the cached ``start`` tokens are not recomputed)."""
         if end <= start:
             return 0.0
-        return self.prefill_s_per_token * ((end - start) + (end * end - start * start) / (2 * self.prefill_attention_tokens))
+        attention = (end * end - start * start) / (2 * self.prefill_attention_tokens)
+        return self.prefill_s_per_token * ((end - start) + attention)
 
     def step_s(self, context_tokens: float, sequences: int) -> float:
         """One decode step of ``sequences`` requests holding ``context_tokens`` of KV together."""
-        return self.decode_step_s + self.decode_s_per_sequence * sequences + self.decode_s_per_context_token * context_tokens
+        per_sequence = self.decode_s_per_sequence * sequences
+        return self.decode_step_s + per_sequence + self.decode_s_per_context_token * context_tokens
 
     def placement_s(
         self, load_tokens: int, in_flight: int, prompt_tokens: int, cached_tokens: int, generation: int
