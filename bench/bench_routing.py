@@ -189,7 +189,7 @@ class Round:
             policy=policy,
             block_tokens=BLOCK,
             expected_generation_tokens=int(shape.gen_median * math.exp(shape.gen_sigma**2 / 2)),  # the mean
-            cache_capacity_tokens=args.mirror_tokens or self.cost.kv_capacity_tokens * 3 // 4,
+            cache_capacity_tokens=args.mirror_tokens or self.cost.kv_capacity_tokens,
             cost=self.cost,
             seed=seed,
         )
@@ -388,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tool-median", type=float, default=None, help="median tool latency, s (default: the workload's)")
     p.add_argument("--gen-median", type=float, default=None, help="tokens a turn writes, median")
     p.add_argument("--kv-tokens", type=int, default=None, help="KV pool a replica, tokens (default: 400,000 a GPU)")
-    p.add_argument("--mirror-tokens", type=int, default=None, help="router's prefix mirror (3/4 pool)")
+    p.add_argument("--mirror-tokens", type=int, default=None, help="router's prefix mirror (the pool)")
     args = p.parse_args(argv)
     if args.gpus % args.tp or args.in_flight < 1:
         p.error("--gpus must be a multiple of --tp and --in-flight at least 1")

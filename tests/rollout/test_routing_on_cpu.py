@@ -23,7 +23,7 @@ def router(policy: str, replicas=("a", "b", "c"), **settings) -> TurnRouter:
 
 def test_shipped_defaults_and_router_files():
     s = RouterSettings()
-    assert (s.policy, s.expected_generation_tokens, s.block_tokens) == ("cache_aware", 512, 256)
+    assert (s.policy, s.expected_generation_tokens, s.block_tokens) == ("cost_aware", 512, 256)
     assert (s.balance_abs_threshold, s.balance_rel_threshold, s.cache_threshold) == (131_072, 1.5, 0.3)
     for path in ROUTERS.glob("*.yaml"):
         data = OmegaConf.to_container(OmegaConf.load(path))
@@ -128,7 +128,7 @@ def test_replica_cost_by_hand():
     assert c.prefill_s(0, 27_000) == pytest.approx(1.15e-5 * 40_500)
     assert c.prefill_s(27_000, 27_000) == 0.0 and c.prefill_s(500, 100) == 0.0
     assert c.step_s(100_000, 10) == pytest.approx(8e-3 + 10 * 1e-5 + 100_000 * 1.1e-8)
-    assert c.kv_capacity_tokens == 1_600_000 and RouterSettings().cache_capacity_tokens == 1_200_000
+    assert c.kv_capacity_tokens == 1_600_000 and RouterSettings().cache_capacity_tokens == 1_600_000
 
 
 def cost_router(**settings) -> TurnRouter:
@@ -213,8 +213,8 @@ def test_clear_forgets_placements_and_prefixes():
     assert s.clear() == 1 and not s.sticky
 
 
-def test_the_neos_recipe_routes_turns_cache_aware_through_verls_router_hook():
-    """``+recipe=neos`` sets verl's ``rollout.router_config_path`` to the shipped cache_aware file; what verl's
+def test_the_neos_recipe_routes_turns_cost_aware_through_verls_router_hook():
+    """``+recipe=neos`` sets verl's ``rollout.router_config_path`` to the shipped cost_aware file; what verl's
     ``get_router_handle`` would load from it builds our balancer with the default settings."""
     from hydra import compose, initialize_config_module
     from verl.workers.rollout.router import _load_router_yaml, _resolve_router_class
@@ -225,7 +225,7 @@ def test_the_neos_recipe_routes_turns_cache_aware_through_verls_router_hook():
     with initialize_config_module(config_module="verl.trainer.config", version_base=None):
         job = compose(config_name="ppo_trainer", overrides=["+recipe=neos"])
     path = job.actor_rollout_ref.rollout.router_config_path
-    assert Path(path).name == "cache_aware.yaml" and Path(path).is_file()
+    assert Path(path).name == "cost_aware.yaml" and Path(path).is_file()
     loaded = _load_router_yaml(path)
     assert _resolve_router_class(loaded["router_class"]) is TurnLoadBalancer
     assert TurnLoadBalancer({}, loaded).settings == RouterSettings()
