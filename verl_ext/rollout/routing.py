@@ -81,8 +81,9 @@ class ReplicaCost(BaseModel):
         time: the wait for KV room (the outstanding ``load_tokens`` beyond the pool drain at pool / (generation x
         step) tokens a second: a full pool turns over once per turn), the prefill of its ``prompt_tokens`` less the
         ``cached_tokens``, and ``generation`` decode steps at the replica's step time with it running. Plus what it
-        adds to each of the ``in_flight`` requests already there: its prefill stalls their steps (chunked prefill
-        shares the step) and its context is read in every step it shares with them. Without the second part a turn
+        adds to each of the ``in_flight`` requests already there that run beside it (those the pool holds): its
+        prefill stalls their steps (chunked prefill shares the step) and its context is read in every step it
+        shares with them. Without the second part a turn
         would leave its prefix for a step a few milliseconds shorter and make forty others wait through its
         recompute."""
         need = prompt_tokens + generation
@@ -93,7 +94,8 @@ class ReplicaCost(BaseModel):
         prefill = self.prefill_s(cached_tokens, prompt_tokens)
         own = wait + prefill + generation * self.step_s(running, in_flight + 1)
         added = prefill + generation * (self.decode_s_per_sequence + self.decode_s_per_context_token * need)
-        return own + in_flight * added
+        sharing = in_flight * min(1.0, self.kv_capacity_tokens / (load_tokens + need))  # the queued ones do not run
+        return own + sharing * added
 
 
 class RouterSettings(BaseModel):

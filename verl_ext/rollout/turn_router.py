@@ -85,7 +85,8 @@ class TurnLoadBalancer:
     ) -> tuple[str, Any]:
         self._ensure_probing()
         ids = list(prompt_ids or [])
-        keys = prefix_keys(ids, self.settings.block_tokens) if self.settings.policy == "cache_aware" else []
+        cached = self.settings.policy in ("cache_aware", "cost_aware")  # the policies that read the prefix mirrors
+        keys = prefix_keys(ids, self.settings.block_tokens) if cached else []
         decision = self.router.route(request_id, keys, len(ids), _max_tokens(sampling_params))
         return decision.replica, self._handles[decision.replica]
 
