@@ -173,6 +173,17 @@ def test_cost_aware_moves_a_turn_only_when_the_queue_it_avoids_outweighs_the_rec
     assert r.status()["replicas"]["a"]["routed"] == 3 and r.status()["replicas"]["b"]["routed"] == 1
 
 
+def test_cost_aware_prefers_the_episodes_last_replica_among_equal_prefixes():
+    r = cost_router()
+    shared = prefix_keys(list(range(100)), 10)  # the group's question: the same prompt for its G trajectories
+    assert r.route("sibling 1", shared, 100).replica == "a"
+    r.release("a", "sibling 1")
+    r.replicas["b"].mirror.insert(shared)  # b holds the same prompt (another sibling ran there)
+    r.replicas["b"].assigned_tokens = 0  # and was given less work so far: without a last replica, b would win
+    d = r.route("sibling 1", prefix_keys(list(range(120)), 10), 120)  # its next turn: equal matches, equal costs
+    assert (d.replica, d.reason) == ("a", "cache_hit")
+
+
 @pytest.mark.parametrize("policy", ["sticky", "least_loaded", "cache_aware", "cost_aware"])
 def test_a_down_or_removed_replica_is_never_chosen(policy):
     r = router(policy, block_tokens=4)
@@ -181,7 +192,7 @@ def test_a_down_or_removed_replica_is_never_chosen(policy):
     r.release(home, "ep")
     assert r.set_down(home, True)
     for i in range(6):
-        chosen = r.route("ep" if i % 2 else f"new{i}", keys, 16).replica
+        chosen = r.route("ep" if i % 2 == 0 else f"new{i}", keys, 16).replica
         assert chosen != home
     gone = next(rid for rid in r.replicas if rid != home)
     r.remove([gone])  # verl removes a replica from its balancer while it sleeps for a weight update
