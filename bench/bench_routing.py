@@ -15,21 +15,24 @@ What it assumes (every number is a flag or a field of ``ReplicaCost``; docs/rout
   questions, at most 1,024 trajectories in flight (a finished one's slot starts the next one the sampler picks), up
   to 12 samples a group; it ends the moment 64 groups have >= 8 outcomes with both a success and a failure, and every
   trajectory still running is cancelled. A question's pass rate is Beta(0.3, 0.9) (``bench_sampler``'s default); a
-  trajectory's outcome is drawn when it ends. ``--in-flight 512 --plain`` instead runs one plain batch of 64 x 8 that
-  waits for its slowest trajectory.
+  trajectory's outcome is drawn when it ends. ``--plain`` instead runs one plain batch of 64 x 8 that waits for its
+  slowest trajectory.
 - Trajectory shapes (``uniform``, from our data generation's expert episodes: 8 turns median, observations median 323
   tokens, log-sd 0.95; system prompt with tool schemas 1,310 tokens + a 400-token question image shared by the
   group; ``skewed``: a wider spread of turns and a per-trajectory observation scale, so a few contexts reach ~100k
-  tokens): see ``WORKLOADS``. Generation per turn lognormal (median ``gen_median``). Contexts end at 131,072 tokens
+  tokens; ``long``: the paper's regime, 16 turns median, 1,000 tokens written and 1,000 observed a turn, 8 s tools):
+  see ``WORKLOADS``. Generation per turn lognormal (median ``gen_median``). Contexts end at 131,072 tokens
   (Neos Table 12) and episodes at 50 turns. Tool latency lognormal (median ``--tool-median`` s, sigma 1).
 - Replicas batch continuously (fluid model, exact at every arrival and completion): each step decodes one token for
   every running request and prefills up to 8,192 prompt tokens, FCFS (chunked prefill); step time from
   ``ReplicaCost`` (a fixed part, a part per sequence, a part per context token read; prefill per token, growing with
   the position for attention). A request is admitted FCFS when its prompt + generation fit in the KV pool beside the
-  running ones (otherwise it queues); the rest of the pool is that replica's prefix cache (LRU of 256-token blocks,
-  shrinking as running requests need room). A turn's prefill is its prompt minus the longest cached prefix there.
+  running ones (otherwise it queues); the pool not reserved for running generations is that replica's prefix cache
+  (LRU of 256-token blocks plus each trajectory's last partial block). A turn's prefill is its prompt minus the
+  longest cached prefix there.
 - Routing decisions take no time; the router's prefix mirror sees the same block keys as the engine but keeps its own
-  LRU bound (``--mirror-tokens``), and it knows a turn's generation only as its expected length.
+  LRU bound (``--mirror-tokens``, default the pool), and it knows a turn's generation only as its expected length
+  (the workload's mean).
 """
 
 from __future__ import annotations
@@ -184,12 +187,13 @@ class Round:
     def __init__(self, policy: str, args: argparse.Namespace, seed: int, shape: Shape) -> None:
         self.args, self.cost = args, replica_cost(args.tp, args.kv_tokens)
         n = args.gpus // args.tp
-        self.replicas = {f"r{i}": Replica(f"r{i}", PrefixMirror(self.cost.kv_capacity_tokens // BLOCK)) for i in range(n)}
+        blocks = self.cost.kv_capacity_tokens // BLOCK
+        self.replicas = {f"r{i}": Replica(f"r{i}", PrefixMirror(blocks)) for i in range(n)}
         settings = RouterSettings(
             policy=policy,
             block_tokens=BLOCK,
             expected_generation_tokens=int(shape.gen_median * math.exp(shape.gen_sigma**2 / 2)),  # the mean
-            cache_capacity_tokens=args.mirror_tokens or self.cost.kv_capacity_tokens * 3 // 4,
+            cache_capacity_tokens=args.mirror_tokens or self.cost.kv_capacity_tokens,
             cost=self.cost,
             seed=seed,
         )
@@ -411,11 +415,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tool-median", type=positive_float, default=None, metavar="SECONDS",
                    help="median tool latency, s (default: the workload's)")
     p.add_argument("--gen-median", type=positive_float, default=None, metavar="N",
-                   help="median tokens generated a turn (default: the workload's)")
+                   help="tokens a turn writes, median (default: the workload's)")
     p.add_argument("--kv-tokens", type=positive_int, default=None, metavar="N",
                    help="KV pool a replica, tokens (default: 400,000 a GPU)")
     p.add_argument("--mirror-tokens", type=positive_int, default=None, metavar="N",
-                   help="the router's prefix mirror, tokens (default: 3/4 of the pool)")
+                   help="the router's prefix mirror, tokens (default: the pool)")
     return p
 
 
@@ -452,7 +456,8 @@ def main(argv: list[str] | None = None) -> int:
             ratio = f"{base / med['makespan_s']:.2f}x" if base else "-"
             print(
                 f"| {kind} | {policy} | {med['makespan_s']:.0f} | {ratio} | {med['idle']:.1%} | "
-                f"{med['kv_share']:.0%} / {med['prefill_share']:.0%} / {med['recompute_share']:.0%} | {med['wait_s']:.2f} | "
+                f"{med['kv_share']:.0%} / {med['prefill_share']:.0%} / {med['recompute_share']:.0%} | "
+                f"{med['wait_s']:.2f} | "
                 f"{med['prefill_tokens'] / 1e6:.1f} | {med['recomputed_share']:.1%} | {med['moved']:.0f} | "
                 f"({time.perf_counter() - t0:.0f} s wall)",
                 flush=True,

@@ -23,7 +23,7 @@ def router(policy: str, replicas=("a", "b", "c"), **settings) -> TurnRouter:
 
 def test_shipped_defaults_and_router_files():
     s = RouterSettings()
-    assert (s.policy, s.expected_generation_tokens, s.block_tokens) == ("cache_aware", 512, 256)
+    assert (s.policy, s.expected_generation_tokens, s.block_tokens) == ("cost_aware", 512, 256)
     assert (s.balance_abs_threshold, s.balance_rel_threshold, s.cache_threshold) == (131_072, 1.5, 0.3)
     for path in ROUTERS.glob("*.yaml"):
         data = OmegaConf.to_container(OmegaConf.load(path))
@@ -128,7 +128,7 @@ def test_replica_cost_by_hand():
     assert c.prefill_s(0, 27_000) == pytest.approx(1.15e-5 * 40_500)
     assert c.prefill_s(27_000, 27_000) == 0.0 and c.prefill_s(500, 100) == 0.0
     assert c.step_s(100_000, 10) == pytest.approx(8e-3 + 10 * 1e-5 + 100_000 * 1.1e-8)
-    assert c.kv_capacity_tokens == 1_600_000 and RouterSettings().cache_capacity_tokens == 1_200_000
+    assert c.kv_capacity_tokens == 1_600_000 and RouterSettings().cache_capacity_tokens == 1_600_000
 
 
 def cost_router(**settings) -> TurnRouter:
@@ -173,6 +173,17 @@ def test_cost_aware_moves_a_turn_only_when_the_queue_it_avoids_outweighs_the_rec
     assert r.status()["replicas"]["a"]["routed"] == 3 and r.status()["replicas"]["b"]["routed"] == 1
 
 
+def test_cost_aware_prefers_the_episodes_last_replica_among_equal_prefixes():
+    r = cost_router()
+    shared = prefix_keys(list(range(100)), 10)  # the group's question: the same prompt for its G trajectories
+    assert r.route("sibling 1", shared, 100).replica == "a"
+    r.release("a", "sibling 1")
+    r.replicas["b"].mirror.insert(shared)  # b holds the same prompt (another sibling ran there)
+    r.replicas["b"].assigned_tokens = 0  # and was given less work so far: without a last replica, b would win
+    d = r.route("sibling 1", prefix_keys(list(range(120)), 10), 120)  # its next turn: equal matches, equal costs
+    assert (d.replica, d.reason) == ("a", "cache_hit")
+
+
 @pytest.mark.parametrize("policy", ["sticky", "least_loaded", "cache_aware", "cost_aware"])
 def test_a_down_or_removed_replica_is_never_chosen(policy):
     r = router(policy, block_tokens=4)
@@ -181,7 +192,7 @@ def test_a_down_or_removed_replica_is_never_chosen(policy):
     r.release(home, "ep")
     assert r.set_down(home, True)
     for i in range(6):
-        chosen = r.route("ep" if i % 2 else f"new{i}", keys, 16).replica
+        chosen = r.route("ep" if i % 2 == 0 else f"new{i}", keys, 16).replica
         assert chosen != home
     gone = next(rid for rid in r.replicas if rid != home)
     r.remove([gone])  # verl removes a replica from its balancer while it sleeps for a weight update
@@ -213,8 +224,8 @@ def test_clear_forgets_placements_and_prefixes():
     assert s.clear() == 1 and not s.sticky
 
 
-def test_the_neos_recipe_routes_turns_cache_aware_through_verls_router_hook():
-    """``+recipe=neos`` sets verl's ``rollout.router_config_path`` to the shipped cache_aware file; what verl's
+def test_the_neos_recipe_routes_turns_cost_aware_through_verls_router_hook():
+    """``+recipe=neos`` sets verl's ``rollout.router_config_path`` to the shipped cost_aware file; what verl's
     ``get_router_handle`` would load from it builds our balancer with the default settings."""
     from hydra import compose, initialize_config_module
     from verl.workers.rollout.router import _load_router_yaml, _resolve_router_class
@@ -225,7 +236,7 @@ def test_the_neos_recipe_routes_turns_cache_aware_through_verls_router_hook():
     with initialize_config_module(config_module="verl.trainer.config", version_base=None):
         job = compose(config_name="ppo_trainer", overrides=["+recipe=neos"])
     path = job.actor_rollout_ref.rollout.router_config_path
-    assert Path(path).name == "cache_aware.yaml" and Path(path).is_file()
+    assert Path(path).name == "cost_aware.yaml" and Path(path).is_file()
     loaded = _load_router_yaml(path)
     assert _resolve_router_class(loaded["router_class"]) is TurnLoadBalancer
     assert TurnLoadBalancer({}, loaded).settings == RouterSettings()

@@ -5,35 +5,45 @@ cannot share a device), so this test builds the pool as verl's elastic trainers 
 (the balancer from each shipped ``recipes/routers/*.yaml``) and ``add_servers`` with two ``HFRolloutServer`` actors
 of half a GPU each. Under each policy our ``modalsearch_react_agent`` runs four concurrent episodes (one of 8 turns,
 three of 2) through verl's ``LLMServerClient``; the random model writes neither a call nor an answer, so each turn's
-format error is the next observation (the 3-error rule off) and every episode runs all its turns. It prints, per policy, the turns each replica
-served and each episode's replica sequence.
+format error is the next observation (the 3-error rule off) and every episode runs all its turns. It prints, per
+policy, the turns each replica served and each episode's replica sequence.
 
 A plain sync test (``asyncio.run`` inside): it needs pytest but not pytest-asyncio. On a machine without CUDA the
-servers run on CPU (the same test, slower). On the GPU machine, with verl and Ray importable (the wheel set of
-``shared/gpu/verl_wheels.sh`` in ``/tmp/site``) and the tiny model built by
-``python -m verl_ext.models build --out .gpu/tiny-vl --hidden-size 128 --layers 4 --dtype bfloat16``::
+servers run on CPU (the same test, slower). On the H200 (2026-12-03): passed in 122 s (145 s with start-up), at most
+1.6 GiB of GPU memory. With verl and Ray in ``/tmp/site`` (``shared/gpu/verl_wheels.sh``), carrying ``.gpu/smoke-vl``
+(``python -m verl_ext.models build --out .gpu/smoke-vl --hidden-size 128 --layers 4 --dtype bfloat16``) and
+``.gpu/extra`` (json_repair and bm25s, which ``tests/rollout/conftest.py`` imports; not in the image)::
 
-    PYTHONPATH=/tmp/site:$PWD VERL_USE_EXTERNAL_MODULES=verl_ext.plugin NEOS_TINY_VL_DIR=.gpu/tiny-vl \\
-      python -m pytest -p no:asyncio -s -o python_files='test_*_on_gpu.py' -m gpu tests/rollout/test_turn_router_on_gpu.py
+    JAX_PLATFORMS=cpu XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH=/tmp/site:$PWD:$PWD/.gpu/extra \
+      VERL_USE_EXTERNAL_MODULES=verl_ext.plugin NEOS_TINY_VL_DIR=$PWD/.gpu/smoke-vl \
+      python -m pytest -s -o python_files='test_*_on_gpu.py' -m gpu tests/rollout/test_turn_router_on_gpu.py
 """
 
 from __future__ import annotations
 
-import asyncio
-import sys
-from collections import Counter
+import os
 
-import pytest
-import ray
-import torch
-from verl.utils.config import omega_conf_to_dataclass
-from verl.workers.config import RolloutConfig
-from verl.workers.rollout.llm_server import LLMServerManager
-from verl.workers.rollout.replica import RolloutMode, TokenOutput
+# The GPU image's JAX takes ~75% of the GPU if anything initialises it (seen here: the driver held 105 GiB and the
+# servers ran out of memory); keep it off the GPU before verl, Ray and the servers start (Ray workers inherit this).
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from verl_ext.rollout.hf_replica import HFRolloutServer
+import asyncio  # noqa: E402
+import sys  # noqa: E402
+from collections import Counter  # noqa: E402
 
-from .test_turn_router_on_cpu import ROUTERS, Pool, tools  # noqa: F401  (tools: the module's FunctionTool fixture)
+import pytest  # noqa: E402
+import ray  # noqa: E402
+import torch  # noqa: E402
+from verl.utils.config import omega_conf_to_dataclass  # noqa: E402
+from verl.workers.config import RolloutConfig  # noqa: E402
+from verl.workers.rollout.llm_server import LLMServerManager  # noqa: E402
+from verl.workers.rollout.replica import RolloutMode, TokenOutput  # noqa: E402
+
+from verl_ext.rollout.hf_replica import HFRolloutServer  # noqa: E402
+
+# tools: the CPU module's FunctionTool fixture
+from .test_turn_router_on_cpu import ROUTERS, Pool, tools  # noqa: E402, F401
 
 pytestmark = pytest.mark.gpu
 TURNS = (8, 2, 2, 2)  # one long episode beside three short ones, all started together

@@ -66,11 +66,13 @@ class ReplicaCost(BaseModel):
         """Prefilling prompt positions ``start..end`` (the cached ``start`` tokens are not recomputed)."""
         if end <= start:
             return 0.0
-        return self.prefill_s_per_token * ((end - start) + (end * end - start * start) / (2 * self.prefill_attention_tokens))
+        attention = (end * end - start * start) / (2 * self.prefill_attention_tokens)
+        return self.prefill_s_per_token * ((end - start) + attention)
 
     def step_s(self, context_tokens: float, sequences: int) -> float:
         """One decode step of ``sequences`` requests holding ``context_tokens`` of KV together."""
-        return self.decode_step_s + self.decode_s_per_sequence * sequences + self.decode_s_per_context_token * context_tokens
+        per_sequence = self.decode_s_per_sequence * sequences
+        return self.decode_step_s + per_sequence + self.decode_s_per_context_token * context_tokens
 
     def placement_s(
         self, load_tokens: int, in_flight: int, prompt_tokens: int, cached_tokens: int, generation: int
@@ -79,8 +81,9 @@ class ReplicaCost(BaseModel):
         time: the wait for KV room (the outstanding ``load_tokens`` beyond the pool drain at pool / (generation x
         step) tokens a second: a full pool turns over once per turn), the prefill of its ``prompt_tokens`` less the
         ``cached_tokens``, and ``generation`` decode steps at the replica's step time with it running. Plus what it
-        adds to each of the ``in_flight`` requests already there: its prefill stalls their steps (chunked prefill
-        shares the step) and its context is read in every step it shares with them. Without the second part a turn
+        adds to each of the ``in_flight`` requests already there that run beside it (those the pool holds): its
+        prefill stalls their steps (chunked prefill shares the step) and its context is read in every step it
+        shares with them. Without the second part a turn
         would leave its prefix for a step a few milliseconds shorter and make forty others wait through its
         recompute."""
         need = prompt_tokens + generation
@@ -91,7 +94,8 @@ class ReplicaCost(BaseModel):
         prefill = self.prefill_s(cached_tokens, prompt_tokens)
         own = wait + prefill + generation * self.step_s(running, in_flight + 1)
         added = prefill + generation * (self.decode_s_per_sequence + self.decode_s_per_context_token * need)
-        return own + in_flight * added
+        sharing = in_flight * min(1.0, self.kv_capacity_tokens / (load_tokens + need))  # the queued ones do not run
+        return own + sharing * added
 
 
 class RouterSettings(BaseModel):
@@ -99,12 +103,13 @@ class RouterSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    policy: Policy = "cache_aware"
+    policy: Policy = "cost_aware"  # +recipe=neos's (docs/routing.md says why)
     # Per-turn generation estimate for the load (a turn is a reasoning step and one call; max_tokens caps it).
     expected_generation_tokens: int = Field(512, ge=1)
     block_tokens: int = Field(256, ge=1)  # prefix-cache block: only whole blocks match
-    # per replica: tokens of prefix the mirror keeps, 3/4 of ReplicaCost's pool (the rest holds running generations)
-    cache_capacity_tokens: int = Field(1_200_000, ge=1)
+    # per replica: tokens of prefix the mirror keeps, ReplicaCost's pool (the engine caches in all of its free pool; a
+    # smaller mirror forgets prefixes the engine still holds, and cost_aware would move turns away from them)
+    cache_capacity_tokens: int = Field(1_600_000, ge=1)
     # cache_aware leaves the prefix holder only when it is busier than the least-loaded replica by both thresholds
     # (SGLang router's abs/rel pair); abs = one full context: moving recomputes up to a whole context's prefill.
     balance_abs_threshold: int = Field(131_072, ge=0)  # tokens
@@ -241,7 +246,7 @@ class TurnRouter:
         elif policy == "cache_aware":
             decision = self._cache_aware(keys, up, prompt_tokens)
         else:
-            decision = self._cost_aware(keys, up, prompt_tokens, self.expected_generation(max_tokens))
+            decision = self._cost_aware(request_id, keys, up, prompt_tokens, self.expected_generation(max_tokens))
         state = self.replicas[decision.replica]
         cached = min(prompt_tokens, state.mirror.match(keys) * self.settings.block_tokens)
         work = prompt_tokens + self.expected_generation(max_tokens)
@@ -275,11 +280,15 @@ class TurnRouter:
             self.counters["sticky_replica_unavailable"] += 1
         fewest = min(self.replicas[rid].in_flight for rid in up)
         chosen = self._rng.choice([rid for rid in up if self.replicas[rid].in_flight == fewest])
-        self.sticky[request_id] = chosen
+        self._remember(request_id, chosen)
+        return Decision(chosen, 0, "first_turn")
+
+    def _remember(self, request_id: str, replica: str) -> None:
+        """The replica a request id last went to (an LRU of ``max_tracked_requests``, as verl's sticky map)."""
+        self.sticky[request_id] = replica
         self.sticky.move_to_end(request_id)
         while len(self.sticky) > self.settings.max_tracked_requests:
             self.sticky.popitem(last=False)
-        return Decision(chosen, 0, "first_turn")
 
     def _least_loaded(self, up: list[str]) -> str:
         """Least outstanding tokens; equal loads go to the replica that was given the least work so far."""
@@ -305,8 +314,11 @@ class TurnRouter:
             return Decision(least, 0, "rebalanced")
         return Decision(holder, 0, "cache_hit")
 
-    def _cost_aware(self, keys: Sequence[Hashable], up: list[str], prompt_tokens: int, generation: int) -> Decision:
+    def _cost_aware(
+        self, request_id: str, keys: Sequence[Hashable], up: list[str], prompt_tokens: int, generation: int
+    ) -> Decision:
         matches = self._matches(keys, up)
+        last = self.sticky.get(request_id)
         block, cost = self.settings.block_tokens, self.settings.cost
 
         def finish_s(rid: str) -> float:
@@ -314,9 +326,12 @@ class TurnRouter:
             cached = min(prompt_tokens, matches[rid] * block)
             return cost.placement_s(s.load_tokens, s.in_flight, prompt_tokens, cached, generation)
 
-        # the prefix holder first, so an equal estimate keeps the turn where its context is
-        order = sorted(up, key=lambda rid: (-matches[rid], self.replicas[rid].assigned_tokens))
+        # The prefix holder first, so an equal estimate keeps the turn where its context is; among equal mirror
+        # matches (say only the group's shared prompt) the episode's last replica, whose engine may still hold more
+        # of its context than the bounded mirror remembers.
+        order = sorted(up, key=lambda rid: (-matches[rid], rid != last, self.replicas[rid].assigned_tokens))
         best = min(order, key=finish_s)
+        self._remember(request_id, best)
         if matches[order[0]] == 0:
             return Decision(best, 0, "no_cache_match")
         return Decision(best, 0, "cache_hit" if best == order[0] else "moved")

@@ -1,8 +1,9 @@
 """verl's rollout load balancer with turn-level routing: :class:`TurnLoadBalancer`, loaded through verl 0.9.1's own
 router plugin hook ``actor_rollout_ref.rollout.router_config_path`` (a YAML with ``router_class`` and the
 :class:`~verl_ext.rollout.routing.RouterSettings`; ``recipes/routers/*.yaml`` ship one per policy:
-``${neos_path:routers/cache_aware.yaml}``). verl builds it as a Ray actor shared by every agent-loop worker's
-``LLMServerClient``, which calls ``acquire_server`` before and ``release_server`` after each generate request.
+``${neos_path:routers/cost_aware.yaml}``, +recipe=neos's). verl builds it as a Ray actor shared by every agent-loop
+worker's ``LLMServerClient``, which calls ``acquire_server`` before and ``release_server`` after each generate
+request.
 
 It implements verl's ``RequestLoadBalancer`` protocol (``verl/workers/rollout/router.py``), so verl's trainers drive it
 as they drive their own: ``remove_servers`` / ``add_servers`` while replicas sleep for a weight update (the removed
@@ -85,7 +86,8 @@ class TurnLoadBalancer:
     ) -> tuple[str, Any]:
         self._ensure_probing()
         ids = list(prompt_ids or [])
-        keys = prefix_keys(ids, self.settings.block_tokens) if self.settings.policy == "cache_aware" else []
+        cached = self.settings.policy in ("cache_aware", "cost_aware")  # the policies that read the prefix mirrors
+        keys = prefix_keys(ids, self.settings.block_tokens) if cached else []
         decision = self.router.route(request_id, keys, len(ids), _max_tokens(sampling_params))
         return decision.replica, self._handles[decision.replica]
 
