@@ -72,5 +72,6 @@ def test_resuming_neos_into_an_out_with_a_cut_line_exits_2_with_one_line(small_w
     before = _log_with_a_cut_line(tmp_path / "results.jsonl")
     assert main(["neos", "--world", str(small_world), "--out", str(tmp_path), "--limit", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith(f"error: --out: {tmp_path / 'results.jsonl'}:2: not a valid result record")
+    assert err[-1].startswith(f"python -m data_gen neos: error: --out: {tmp_path / 'results.jsonl'}:2: not a valid "
+                              "result record")
     assert (tmp_path / "results.jsonl").read_bytes() == before

@@ -11,7 +11,11 @@ import pytest
 
 from verl_ext.registrations import REGISTRATIONS, Registration, is_registered
 
-CHECK = "import json\nfrom verl_ext.registrations import missing\nprint(json.dumps([r.name for r in missing()]))\n"
+# ``import verl`` after the first module: verl loads our plugin then, whatever that module already imported.
+CHECK = (
+    "import verl\nimport json\nfrom verl_ext.registrations import missing\n"
+    "print(json.dumps([r.name for r in missing()]))\n"
+)
 
 
 # Modules a process may import before verl: ``python -m verl_ext.mei.server``, and Ray workers that unpickle their

@@ -157,9 +157,9 @@ async def test_redis_down_computes_without_coalescing_counted():
 
 
 def test_shipped_lease_settings():
-    from tool_server.__main__ import _parser
+    from tool_server.__main__ import parser
 
-    args = _parser().parse_args(["--world", "w"])
+    args = parser().parse_args(["--world", "w"])
     assert (args.redis_lease_s, args.redis_lease_wait_s) == (10.0, 30.0)
     cache = TieredCache.from_config(redis_url="redis://127.0.0.1:1/0")  # no connection until used
     assert (cache._leases.lease_s, cache._leases.max_wait_s) == (10.0, 30.0)
