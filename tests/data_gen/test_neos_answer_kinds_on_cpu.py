@@ -1,7 +1,7 @@
 """Why no country ended a Neos task: a subdivision (P131) or a capital (P1376) singles its country out in one fact,
 so greedy selection took it first in every relation variant, and neither leads anywhere (a subdivision has no other
 fact, a city no image). On a hand-made world where the country is also reachable through an image-bearing
-neighbour, some variant must build a structure ending at the country."""
+neighbour, some variant must build a structure ending at the country, and one ending at its capital."""
 
 from pathlib import Path
 
@@ -42,6 +42,16 @@ def test_a_country_with_a_subdivision_and_a_capital_still_gets_a_structure(tmp_p
     assert answers == {"country:X"}, result.counts
     paths = {tuple(e.relation for e in c.structure.edges) for c in result.candidates}
     assert ("P361", "P361", "P47") in paths
+
+
+def test_a_capital_is_reached_through_its_country_without_the_subdivision(tmp_path, striped_png):
+    # K is identified by its country X (P1376); X by S gives only the one-hop anchor S, so some variant must
+    # identify X through B.
+    synth = Synthesizer(_world(tmp_path, striped_png), seed=0)
+    result = synth.synthesize("city:K")
+    assert {c.structure.answer for c in result.candidates} == {"city:K"}, result.counts
+    through_b = [c for c in result.candidates if "country:B" in c.structure.nodes]
+    assert through_b, [[e.relation for e in c.structure.edges] for c in result.candidates]
 
 
 def test_regions_and_continents_are_seeds():
