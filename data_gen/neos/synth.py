@@ -28,15 +28,21 @@ from data_gen.neos.verbalize import Rewriter, TemplateVerbalizer, Verbalizer, ch
 from data_gen.world.model import page_url
 from data_gen.world.store import World
 
-SEED_KINDS = frozenset({"country", "city", "subdivision", "us_state", "currency", "language", "continent", "synset"})
+SEED_KINDS = frozenset({"country", "city", "subdivision", "us_state", "currency", "language", "region", "continent",
+                        "synset"})
 
 
 # Relation families withheld from distinguishing sets, one DAG per entry: greedy selection always takes the same
-# most selective fact (a capital, a border), so each variant forces the seed's DAG through other relations. The
-# second keeps capitals out entirely (a city's P17 singles its country out as well as P1376 does, and a city has
-# no image to anchor or check), so a country is identified through image-bearing neighbours: borders, regions.
+# most selective fact, so each variant forces the seed's DAG through other relations. A subdivision (P131) or a
+# capital (P36, P1376, P17) singles its country out in one fact, but a subdivision has no other fact and a city no
+# image, so either ends the DAG one hop from the country, too short for an anchor and a checkpoint. Every variant
+# but the first withholds subdivisions; the borders and language/currency variants come twice, once keeping
+# capitals (a city seed is identified through its country) and once without them (a country seed through its
+# image-bearing neighbours).
+_DEAD_ENDS = frozenset({"P36", "P1376", "P17", "P131"})
 RELATION_VARIANTS: tuple[frozenset[str], ...] = (
-    frozenset(), frozenset({"P36", "P1376", "P17"}), frozenset({"P47"}), frozenset({"P37", "P38"}),
+    frozenset(), _DEAD_ENDS, frozenset({"P131", "P47"}), frozenset({"P131", "P37", "P38"}),
+    _DEAD_ENDS | {"P47"}, _DEAD_ENDS | {"P37", "P38"},
 )
 
 # A loaded Wikidata KG holds more single-valued facts that lead to no image (a head of state, a citizenship):
