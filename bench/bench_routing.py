@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from data_gen.common.usage import OneLineParser, positive_float, positive_int
+from data_gen.common.usage import OneLineParser, positive_float, positive_int, subset
 from verl_ext.rollout.routing import PrefixMirror, ReplicaCost, RouterSettings, TurnRouter
 from verl_ext.trainer.sampler import MixedGroupSampler, SamplerConfig
 
@@ -378,18 +378,6 @@ class Round:
         }
 
 
-def _subset(allowed: tuple[str, ...]):
-    """argparse ``type`` for a comma-separated subset of ``allowed``, in the order given."""
-
-    def parse(text: str) -> list[str]:
-        items = [t.strip() for t in text.split(",") if t.strip()]
-        if not items or set(items) - set(allowed):
-            raise argparse.ArgumentTypeError(f"expected a comma-separated subset of {','.join(allowed)}, got {text!r}")
-        return items
-
-    return parse
-
-
 def parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="python bench/bench_routing.py", description="Turn-level routing at the paper's scale: a "
                       "discrete-event simulation of one rollout round per routing policy, with the production router's "
@@ -405,9 +393,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--in-flight", type=positive_int, default=1024, metavar="N",
                    help="the sampler's admission limit (default: 1024, Neos Table 12)")
     p.add_argument("--plain", action="store_true", help="one plain batch of groups x group-size, waited for in full")
-    p.add_argument("--workloads", type=_subset(tuple(WORKLOADS)), default=list(WORKLOADS), metavar="W,W",
+    p.add_argument("--workloads", type=subset(tuple(WORKLOADS)), default=list(WORKLOADS), metavar="W,W",
                    help=f"comma-separated subset of {','.join(WORKLOADS)} (default: all)")
-    p.add_argument("--policies", type=_subset(POLICIES), default=list(POLICIES), metavar="P,P",
+    p.add_argument("--policies", type=subset(POLICIES), default=list(POLICIES), metavar="P,P",
                    help=f"comma-separated subset of {','.join(POLICIES)}; sticky is the ratios' baseline "
                    "(default: all)")
     p.add_argument("--seeds", type=positive_int, default=3, metavar="N",

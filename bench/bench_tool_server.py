@@ -31,7 +31,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
-from data_gen.common.usage import OneLineParser, int_list, positive_int  # noqa: E402  (PYTHONPATH=. as above)
+from data_gen.common.usage import OneLineParser, int_list, positive_int, subset  # noqa: E402  (PYTHONPATH=. as above)
 from tool_server.loop import run, uvloop_available  # noqa: E402  (PYTHONPATH=. as in the command above)
 
 LOOP = "asyncio"  # set by main(): the event loop of every server and of the load generator
@@ -949,18 +949,6 @@ async def _hol_round(args, wl: Workload, extra: tuple[str, ...]) -> dict:
     return {"alone": alone, "loaded": loaded, "heavy": heavy_result, "ratio": ratio}
 
 
-def _names(allowed: list[str]):
-    """argparse ``type`` for a comma-separated subset of ``allowed``."""
-
-    def parse(text: str) -> list[str]:
-        items = [t.strip() for t in text.split(",") if t.strip()]
-        if not items or set(items) - set(allowed):
-            raise argparse.ArgumentTypeError(f"expected a comma-separated subset of {','.join(allowed)}, got {text!r}")
-        return items
-
-    return parse
-
-
 def parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="python bench/bench_tool_server.py", description="Tool-server benchmark: throughput and "
                       "latency per tool, a FastAPI baseline, asyncio against uvloop, memory, cache hit rates of a "
@@ -971,7 +959,7 @@ def parser() -> argparse.ArgumentParser:
                    help="--part scale: server worker processes to compare (default: 1,2,4)")
     p.add_argument("--sessions", type=int_list, default=[64, 256, 1024], metavar="N,N",
                    help="--part scale: concurrent sessions (default: 64,256,1024)")
-    p.add_argument("--hol-servers", type=_names([name for name, _ in HOL_SERVERS]),
+    p.add_argument("--hol-servers", type=subset([name for name, _ in HOL_SERVERS]),
                    default=[name for name, _ in HOL_SERVERS], metavar="NAME,NAME",
                    help="--part hol: the server configurations to measure (threads: --search-processes 0; processes: "
                    "the default; workers: --workers 2) (default: all three)")

@@ -86,6 +86,18 @@ def int_list(text: str) -> list[int]:
     return [positive_int(t) for t in items]
 
 
+def subset(allowed):
+    """argparse ``type`` for a comma-separated subset of ``allowed``, in the order given, e.g. ``sticky,cost_aware``."""
+
+    def parse(text: str) -> list[str]:
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        if not items or set(items) - set(allowed):
+            raise argparse.ArgumentTypeError(f"expected a comma-separated subset of {','.join(allowed)}, got {text!r}")
+        return items
+
+    return parse
+
+
 def json_object(text: str) -> dict:
     """argparse ``type`` for a JSON object given inline."""
     try:
