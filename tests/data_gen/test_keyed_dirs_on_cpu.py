@@ -12,6 +12,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from data_gen.common.keyed_dirs import prune_keyed_dirs, use_keyed_dir
 
 
@@ -131,10 +133,8 @@ def test_a_failed_build_releases_its_lock(tmp_path):
     def broken(path: Path) -> None:
         raise RuntimeError("source archive missing")
 
-    try:
+    with pytest.raises(RuntimeError, match="source archive missing"):
         use_world(tmp_path, "bad", broken)
-    except RuntimeError:
-        pass
     path, lock = use_world(tmp_path, "bad", _make)  # would wait forever if the lock were still held
     lock.close()
     assert (path / "manifest.json").is_file()
