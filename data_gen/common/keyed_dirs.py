@@ -2,9 +2,11 @@
 sessions' small worlds (``<source cache>/worlds/small-<key>``) and the tiny model (``models/tiny-qwen-vl-<key>``),
 each keyed by what it was built from.
 
-Every entry has a lock file beside it (``<family><key>.lock``): a process holds it shared for as long as it uses the
-entry and exclusive while it builds it, so a second process with the same key waits for the build instead of starting
-another. Entries of other keys (older code or sources, or another checkout's) are deleted only when nobody holds their
+Every entry has a lock file beside it (``<family><key>.lock``) that a process holds shared for as long as it uses the
+entry (builders included), and a build lock (``<family><key>.build.lock``) that a process holds exclusive while it
+checks for and makes the entry, so a second process with the same key waits for that build instead of starting another.
+Two locks, because one cannot do both: a waiter asking to upgrade the use lock to exclusive would wait for every user
+to finish (a whole test session), not for the build. Entries of other keys (older code or sources, or another checkout's) are deleted only when nobody holds their
 lock (an exclusive lock taken without waiting) and nobody has used them for ``keep_unused_s`` (the lock file's mtime,
 touched at each use; an entry built before these locks: its build time), so a checkout whose tests are between runs
 keeps its entry. A build's temporary directory (``<family><key>.tmp-<pid>``) goes with its key. Pruning runs only
@@ -44,15 +46,13 @@ def use_keyed_dir(root: Path, family: str, key: str, build: Callable[[Path], Non
     lock = _open_lock(root, name)
     try:
         os.utime(_lock_path(root, name))  # last use: other processes' pruning leaves it for keep_unused_s
-        fcntl.flock(lock, fcntl.LOCK_SH)
+        fcntl.flock(lock, fcntl.LOCK_SH)  # held from here on: nobody prunes it, built or half-built
         if not (path / ready).is_file():
-            # one builder per key: the others wait here, then find it built (a conversion releases the shared lock
-            # first, so two processes converting at once do not deadlock)
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not (path / ready).is_file():
-                prune_keyed_dirs(root, family, keep=key, keep_unused_s=keep_unused_s)
-                build(path)
-            fcntl.flock(lock, fcntl.LOCK_SH)
+            with _open_lock(root, f"{name}.build") as building:  # one builder per key; the others wait, then find it
+                fcntl.flock(building, fcntl.LOCK_EX)
+                if not (path / ready).is_file():
+                    prune_keyed_dirs(root, family, keep=key, keep_unused_s=keep_unused_s)
+                    build(path)
     except BaseException:
         lock.close()
         raise

@@ -129,6 +129,26 @@ def test_sessions_asking_at_once_build_a_key_once(tmp_path):
     assert builds == [tmp_path / "small-same"] and results == [True, True, True]
 
 
+def test_a_build_does_not_wait_for_the_sessions_holding_the_entry(tmp_path):
+    """Another session holds the entry's use lock while it is not built yet (it is about to wait for the build, or it
+    will use the entry for a whole test run): the build must go ahead, not wait for that session to end."""
+    other = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path / "small-same.lock")], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout.readline().strip() == "held"
+        done = []
+        session = threading.Thread(target=lambda: done.append(use_world(tmp_path, "same", _make)), daemon=True)
+        session.start()
+        session.join(timeout=30)
+        assert done, "the build waited for a session that only holds the entry"
+        path, lock = done[0]
+        lock.close()
+        assert (path / "manifest.json").is_file()
+    finally:
+        other.stdin.close()
+        other.wait(timeout=30)
+
+
 def test_a_failed_build_releases_its_lock(tmp_path):
     def broken(path: Path) -> None:
         raise RuntimeError("source archive missing")
