@@ -26,7 +26,7 @@ from data_gen.common.cli import counts_work, progress, report_output, world_or_e
 from data_gen.common.episode import Expert
 from data_gen.common.llm import SyncChat
 from data_gen.common.report import bar_charts
-from data_gen.common.stats import answer_cap, diversity, filter_rates, stage_rates
+from data_gen.common.stats import answer_cap, answer_type_cap, diversity, filter_rates, stage_rates
 from data_gen.common.teacher import TeacherExpert, TeacherSettings
 from data_gen.kg.commons import COMMONS_FILE_PATH, download
 from data_gen.kg.wikidata import WikidataFormatError
@@ -52,7 +52,7 @@ from verl_ext.tools.client import ToolServerClient, ToolServerUnavailable
 
 # The filters in pipeline order; a candidate reaching one has passed all before it.
 FILTERS = ("grounding", "source_colours", "entry_image_ablation", "checkpoint_ablation", "coverage", "answer_share",
-           "text_only_answer", "text_only_search", "entry_image_vqa", "short_multimodal_search", "expert")
+           "answer_type_share", "text_only_answer", "text_only_search", "entry_image_vqa", "short_multimodal_search", "expert")
 OUTPUT_FILES = ["train.parquet", "rl.parquet", "benchmark.parquet", "sft.parquet", "sft.jsonl",
                 "references.jsonl", "mei_sft.jsonl", "stats.json", "plots/", "results.jsonl"]
 STAGES = ("synthesis", "text_only_search", "short_multimodal_search", "expert")
@@ -137,7 +137,8 @@ async def _pipeline(world: World, synth: Synthesizer, observer: PaletteObserver,
     done = log.outcomes()
     verified = sum(1 for o in done if o.status == "verified")
     per_answer = Counter(o.task.answer_entity for o in done if o.status == "verified" and o.task)
-    cap = answer_cap(limit)
+    per_type = Counter(answer_type(o.task) for o in done if o.status == "verified" and o.task)
+    cap, type_cap = answer_cap(limit), answer_type_cap(limit)
     seeds = synth.seeds()
     configs = (llm, vlm, teacher.chat if teacher else None)
     timeout = aiohttp.ClientTimeout(total=max((c.timeout_s for c in configs if c), default=None))
@@ -170,6 +171,11 @@ async def _pipeline(world: World, synth: Synthesizer, observer: PaletteObserver,
                     log.append(Outcome(key=cand.key, status="rejected", filter="answer_share", seconds=seconds,
                                        detail=f"{cap} verified tasks already answer {cand.task.answer}"))
                     continue
+                kind = answer_type(cand.task)
+                if type_cap is not None and per_type[kind] >= type_cap:
+                    log.append(Outcome(key=cand.key, status="rejected", filter="answer_type_share", seconds=seconds,
+                                       detail=f"{type_cap} verified tasks already answer a {kind}"))
+                    continue
                 texts = [t for e in cand.task.entry_images for t in _image_texts(world, e.image_id, observer)]
                 try:
                     outcome = await _judge(client, expert, cand, texts, seconds, llm_probe, vqa_probe)
@@ -180,6 +186,7 @@ async def _pipeline(world: World, synth: Synthesizer, observer: PaletteObserver,
                 if outcome.status == "verified":
                     verified += 1
                     per_answer[cand.task.answer_entity] += 1
+                    per_type[kind] += 1
                     bar.update(0 if counts_work(limit) else 1)
                 if limit is not None and verified >= limit:
                     break
@@ -222,13 +229,14 @@ def statistics(outcomes: Sequence[Outcome]) -> dict:
             "hops": dict(sorted(Counter(len(t.steps) for t in tasks).items())),
             "modality_path_types": dict(Counter(_path_type(t) for t in tasks).most_common()),
             "labels": dict(Counter(_label(t) for t in tasks).most_common()),
-            "answer_types": dict(Counter(_answer_type(t) for t in tasks).most_common()),
-            "diversity": diversity([t.answer_entity for t in tasks], [_answer_type(t) for t in tasks],
+            "answer_types": dict(Counter(answer_type(t) for t in tasks).most_common()),
+            "diversity": diversity([t.answer_entity for t in tasks], [answer_type(t) for t in tasks],
                                    [s.relation_label for t in tasks for s in t.steps], [skeleton(t) for t in tasks])}
 
 
-def _answer_type(task: Task) -> str:
-    return task.answer_entity.split(":", 1)[0]
+def answer_type(task: Task) -> str:
+    """The answer entity's kind in the world; a log written before tasks recorded it: its id's namespace."""
+    return task.answer_type or task.answer_entity.split(":", 1)[0]
 
 
 def skeleton(task: Task) -> str:
