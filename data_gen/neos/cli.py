@@ -18,6 +18,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from contextlib import ExitStack
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
@@ -136,9 +137,10 @@ async def _pipeline(world: World, synth: Synthesizer, observer: PaletteObserver,
     log = ResultLog(out / "results.jsonl")
     done = log.outcomes()
     verified = sum(1 for o in done if o.status == "verified")
-    per_answer = Counter(o.task.answer_entity for o in done if o.status == "verified" and o.task)
-    per_type = Counter(answer_type(o.task) for o in done if o.status == "verified" and o.task)
-    cap, type_cap = answer_cap(limit), answer_type_cap(limit)
+    shares = Shares(answer_cap(limit), answer_type_cap(limit))
+    for o in done:
+        if o.status == "verified" and o.task:
+            shares.count(o.task)
     seeds = synth.seeds()
     configs = (llm, vlm, teacher.chat if teacher else None)
     timeout = aiohttp.ClientTimeout(total=max((c.timeout_s for c in configs if c), default=None))
@@ -167,14 +169,10 @@ async def _pipeline(world: World, synth: Synthesizer, observer: PaletteObserver,
                     log.append(Outcome(key=cand.key, status="rejected", filter=cand.filter, detail=cand.detail,
                                        seconds=seconds))
                     continue
-                if per_answer[cand.task.answer_entity] >= cap:
-                    log.append(Outcome(key=cand.key, status="rejected", filter="answer_share", seconds=seconds,
-                                       detail=f"{cap} verified tasks already answer {cand.task.answer}"))
-                    continue
-                kind = answer_type(cand.task)
-                if type_cap is not None and per_type[kind] >= type_cap:
-                    log.append(Outcome(key=cand.key, status="rejected", filter="answer_type_share", seconds=seconds,
-                                       detail=f"{type_cap} verified tasks already answer a {kind}"))
+                over = share_rule(cand.task, shares)
+                if over is not None:
+                    log.append(Outcome(key=cand.key, status="rejected", filter=over[0], detail=over[1],
+                                       seconds=seconds))
                     continue
                 texts = [t for e in cand.task.entry_images for t in _image_texts(world, e.image_id, observer)]
                 try:
@@ -185,8 +183,7 @@ async def _pipeline(world: World, synth: Synthesizer, observer: PaletteObserver,
                 log.append(outcome)
                 if outcome.status == "verified":
                     verified += 1
-                    per_answer[cand.task.answer_entity] += 1
-                    per_type[kind] += 1
+                    shares.count(cand.task)
                     bar.update(0 if counts_work(limit) else 1)
                 if limit is not None and verified >= limit:
                     break
@@ -199,6 +196,31 @@ async def _pipeline(world: World, synth: Synthesizer, observer: PaletteObserver,
         bar.close()
     log.close()
     return expert.report() if isinstance(expert, TeacherExpert) else None
+
+
+@dataclass
+class Shares:
+    """Verified tasks per answer and per answer type, against their caps (``type_cap`` None: no cap)."""
+
+    cap: int
+    type_cap: int | None
+    per_answer: Counter[str] = field(default_factory=Counter)
+    per_type: Counter[str] = field(default_factory=Counter)
+
+    def count(self, task: Task) -> None:
+        self.per_answer[task.answer_entity] += 1
+        self.per_type[answer_type(task)] += 1
+
+
+def share_rule(task: Task, shares: Shares) -> tuple[str, str] | None:
+    """``(filter, detail)`` when verifying ``task`` would put its answer or its answer type over its share of the
+    run, else None. Checked before the probes: a task over its share is not worth a tool-server episode."""
+    if shares.per_answer[task.answer_entity] >= shares.cap:
+        return "answer_share", f"{shares.cap} verified tasks already answer {task.answer}"
+    kind = answer_type(task)
+    if shares.type_cap is not None and shares.per_type[kind] >= shares.type_cap:
+        return "answer_type_share", f"{shares.type_cap} verified tasks already answer a {kind}"
+    return None
 
 
 def _image_texts(world: World, image_id: str, observer: PaletteObserver) -> list[str]:
