@@ -49,9 +49,10 @@ RELATION_VARIANTS: tuple[frozenset[str], ...] = (
 )
 
 # A natural feature or a nationality (P1549) is known by its country alone, so as a seed it needs a dead-end
-# relation for its own first fact, and its country must then be identified without one: these variants withhold
-# their relations from every node but the seed.
-SEED_FREE_VARIANTS: tuple[frozenset[str], ...] = (_DEAD_ENDS, _DEAD_ENDS | {"P47"})
+# relation for its own first fact, and its country must then be identified without one: the variants above that
+# withhold the dead ends, again, withholding them from every node but the seed. (A country with a currency or a
+# language of its own is singled out by it, another dead end: hence the variant without P37 and P38.)
+SEED_FREE_VARIANTS: tuple[frozenset[str], ...] = (_DEAD_ENDS, _DEAD_ENDS | {"P47"}, _DEAD_ENDS | {"P37", "P38"})
 
 # A loaded Wikidata KG holds more single-valued facts that lead to no image (a head of state, a citizenship):
 # greedy selection takes them as it takes capitals, so three more variants keep them out too (data_gen.neos.kg_world).

@@ -49,6 +49,7 @@ def test_a_river_known_only_by_its_country_is_reached_through_a_seed_free_varian
     assert {c.structure.answer for c in result.candidates} == {"river:W"}, result.counts
     paths = {tuple(e.relation for e in c.structure.edges) for c in result.candidates}
     assert ("P361", "P361", "P47", "x:river_in") in paths
+    assert result.counts["not_distinguishable"] == 3  # the variants withholding x:river_in at the seed too
     # the other variants either withhold x:river_in from the seed too (the river has no other fact) or let the
     # capital identify X (a dead end)
     alone = Synthesizer(world, seed=0, config=SynthConfig(seed_free_variants=())).synthesize("river:W")
