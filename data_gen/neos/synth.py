@@ -69,7 +69,9 @@ class SynthConfig:
     structures: StructureConfig = field(default_factory=lambda: StructureConfig(max_hops=5, visual_answer=False,
                                                                                max_candidates=1000))
     variants: tuple[frozenset[str], ...] = RELATION_VARIANTS
-    seed_free_variants: tuple[frozenset[str], ...] = SEED_FREE_VARIANTS  # withheld from all nodes but the seed
+    # withheld from all nodes but the seed; the offline world's run (data_gen.neos.cli) takes SEED_FREE_VARIANTS,
+    # a loaded KG its own KG_RELATION_VARIANTS
+    seed_free_variants: tuple[frozenset[str], ...] = ()
     max_structures_per_seed: int = 40  # accepted structures taken on to grounding, per seed
     seed_kinds: frozenset[str] | None = SEED_KINDS  # None: every page-bearing entity (a loaded KG's own kinds)
 
