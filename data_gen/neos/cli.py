@@ -53,7 +53,8 @@ from verl_ext.tools.client import ToolServerClient, ToolServerUnavailable
 
 # The filters in pipeline order; a candidate reaching one has passed all before it.
 FILTERS = ("grounding", "source_colours", "entry_image_ablation", "checkpoint_ablation", "coverage", "answer_share",
-           "answer_type_share", "text_only_answer", "text_only_search", "entry_image_vqa", "short_multimodal_search", "expert")
+           "answer_type_share", "text_only_answer", "text_only_search", "entry_image_vqa", "short_multimodal_search",
+           "expert")
 OUTPUT_FILES = ["train.parquet", "rl.parquet", "benchmark.parquet", "sft.parquet", "sft.jsonl",
                 "references.jsonl", "mei_sft.jsonl", "stats.json", "plots/", "results.jsonl"]
 STAGES = ("synthesis", "text_only_search", "short_multimodal_search", "expert")

@@ -30,8 +30,7 @@ from data_gen.world.properties import FEATURE_RELATIONS
 from data_gen.world.store import World
 
 SEED_KINDS = frozenset({"country", "city", "subdivision", "us_state", "currency", "language", "region", "continent",
-                        "synset", "organization", "nationality", "river", "mountain", "volcano", "lake", "island",
-                        "desert", "waterfall", "mountain range"})
+                        "synset", "organization", "nationality", *FEATURE_RELATIONS})
 
 
 # Relation families withheld from distinguishing sets, one DAG per entry: greedy selection always takes the same
@@ -230,7 +229,8 @@ class Synthesizer:
             id=key, world_hash=self.world_hash, seed=self.seed,
             structure_type=structure.kind, structure=structure.to_dict(), question=verbal.question,
             entry_images=[self._entry(a) for a in structure.anchors], answer=answer.label,
-            answer_entity=answer.id, answer_type=answer.kind, aliases=sorted({a for a in answer.aliases if a.lower() != answer.label.lower()}),
+            answer_entity=answer.id, answer_type=answer.kind,
+            aliases=sorted({a for a in answer.aliases if a.lower() != answer.label.lower()}),
             steps=steps,
         )
         return Candidate(key, structure, task, None)

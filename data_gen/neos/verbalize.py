@@ -46,9 +46,7 @@ KIND_NOUNS: dict[str, str] = {
     "federal_district": "federal district", "currency": "currency", "language": "language",
     "continent": "continent", "synset": "kind of thing", "brand": "brand", "article": "topic", "class": "class",
     "region": "region", "person": "person", "company": "company", "organization": "organization",
-    "taxon": "species", "nationality": "nationality", "river": "river", "mountain": "mountain",
-    "volcano": "volcano", "lake": "lake", "island": "island", "desert": "desert", "waterfall": "waterfall",
-    "mountain range": "mountain range",
+    "taxon": "species", "nationality": "nationality", **{kind: kind for kind in FEATURE_RELATIONS},
 }
 
 
