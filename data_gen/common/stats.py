@@ -11,6 +11,9 @@ from typing import Any
 # structures are variations of each other, and a run that repeats its answers teaches a policy its answer prior.
 MAX_ANSWER_SHARE = 0.03
 MAX_TASKS_PER_ANSWER = 3
+# No answer type (city, river, ...) above about a third of a run: the world holds far more of some kinds than of
+# others, and a run of capitals teaches one question form, however many distinct capitals it names.
+MAX_ANSWER_TYPE_SHARE = 0.35
 
 
 def answer_cap(limit: int | None) -> int:
@@ -18,6 +21,12 @@ def answer_cap(limit: int | None) -> int:
     if limit is None:
         return MAX_TASKS_PER_ANSWER
     return max(1, min(MAX_TASKS_PER_ANSWER, int(MAX_ANSWER_SHARE * limit)))
+
+
+def answer_type_cap(limit: int | None) -> int | None:
+    """Verified tasks allowed per answer type: 35% of ``--limit`` (at least one); None (no cap) without a limit,
+    where no share of the run is known."""
+    return None if limit is None else max(1, int(MAX_ANSWER_TYPE_SHARE * limit))
 
 
 def filter_rates(judged: Sequence[Any], filters: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -47,16 +56,20 @@ def stage_rates(timed: Sequence[Any], counted: Sequence[Any], stages: Sequence[s
 def diversity(answers: Sequence[str], answer_types: Sequence[str], relations: Sequence[str],
               skeletons: Sequence[str]) -> dict[str, Any]:
     """What a researcher checks before training on a run: how many distinct answers and how concentrated (the
-    largest share of one answer), answer types, relation types and question skeletons (counts, most common first;
-    ``skeletons`` capped at 20, their distinct count given in full)."""
+    largest share of one answer), the same for answer types, relation types and question skeletons (counts, most
+    common first; ``skeletons`` capped at 20, their distinct count given in full)."""
     counts = Counter(answers)
+    types = Counter(answer_types)
     n = len(answers)
     return {
         "tasks": n,
         "distinct_answers": len(counts),
         "max_answer_share": round(max(counts.values()) / n, 4) if n else 0.0,
         "top_answers": dict(counts.most_common(5)),
-        "answer_types": dict(Counter(answer_types).most_common()),
+        "distinct_answer_types": len(types),
+        "max_answer_type_share": round(max(types.values()) / n, 4) if n else 0.0,
+        "answer_types": dict(types.most_common()),
+        "distinct_relations": len(set(relations)),
         "relations": dict(Counter(relations).most_common()),
         "distinct_skeletons": len(set(skeletons)),
         "skeletons": dict(Counter(skeletons).most_common(20)),

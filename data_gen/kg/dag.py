@@ -53,12 +53,14 @@ class Edge:
 class ExpansionConfig:
     """``max_branching`` caps prerequisites per node (the distinguishing-set size); ``max_depth`` is the shortest
     distance to the seed beyond which nodes are not expanded; ``max_nodes`` caps the DAG. ``max_branching``
-    replaces ``distinguishing.max_size``: one limit, not two that could disagree."""
+    replaces ``distinguishing.max_size``: one limit, not two that could disagree. ``seed_distinguishing``, when set,
+    is the seed's own (a relation withheld from every other node may still single the seed out)."""
 
     max_depth: int = 3
     max_branching: int = 3
     max_nodes: int = 40
     distinguishing: DistinguishingConfig = field(default_factory=DistinguishingConfig)
+    seed_distinguishing: DistinguishingConfig | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_depth", "max_branching", "max_nodes"):
@@ -90,6 +92,7 @@ def expand(kg: KG, seed: str, config: ExpansionConfig = ExpansionConfig()) -> Da
     if kg.is_literal(seed):
         raise ValueError(f"seed {seed!r} is a literal; seeds must be entities")
     ds_config = replace(config.distinguishing, max_size=config.max_branching)
+    seed_config = replace(config.seed_distinguishing or config.distinguishing, max_size=config.max_branching)
     nodes = [seed]
     depth = {seed: 0}
     edges: list[Edge] = []
@@ -104,7 +107,8 @@ def expand(kg: KG, seed: str, config: ExpansionConfig = ExpansionConfig()) -> Da
             leaves[node] = "max_depth"
             continue
         try:
-            facts = distinguishing_set(kg, node, ds_config, exclude=_downstream(edges, node))
+            facts = distinguishing_set(kg, node, seed_config if node == seed else ds_config,
+                                       exclude=_downstream(edges, node))
         except NotDistinguishable:
             if node == seed:
                 raise

@@ -65,10 +65,11 @@ OUTPUT_FILES = ["train.parquet", "rl.parquet", "benchmark.parquet", "sft.parquet
 
 
 def seed_pages(world: World, seed: int) -> tuple[list[str], list[str]]:
-    """(benchmark seeds, training seeds): disjoint by a hash of the page id, each in a seeded random order."""
-    pages = sorted(p.id for p in world.pages.values()
-                   if p.entity_id in world.entities and world.entities[p.entity_id].kind in SEED_KINDS)
-    random.Random(seed).shuffle(pages)
+    """(benchmark seeds, training seeds): disjoint by a hash of the page id, each in a seeded random order where a
+    page's place depends on its id alone (a world that gains or loses other pages keeps the order of the rest)."""
+    pages = sorted((p.id for p in world.pages.values()
+                    if p.entity_id in world.entities and world.entities[p.entity_id].kind in SEED_KINDS),
+                   key=lambda p: hash_unit(f"order:{seed}:{p}"))
     bench = [p for p in pages if hash_unit(f"seed:{p}") < BENCHMARK_SEED_SHARE]
     return bench, [p for p in pages if hash_unit(f"seed:{p}") >= BENCHMARK_SEED_SHARE]
 

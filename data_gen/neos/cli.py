@@ -18,6 +18,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from contextlib import ExitStack
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
@@ -26,7 +27,7 @@ from data_gen.common.cli import counts_work, progress, report_output, world_or_e
 from data_gen.common.episode import Expert
 from data_gen.common.llm import SyncChat
 from data_gen.common.report import bar_charts
-from data_gen.common.stats import answer_cap, diversity, filter_rates, stage_rates
+from data_gen.common.stats import answer_cap, answer_type_cap, diversity, filter_rates, stage_rates
 from data_gen.common.teacher import TeacherExpert, TeacherSettings
 from data_gen.kg.commons import COMMONS_FILE_PATH, download
 from data_gen.kg.wikidata import WikidataFormatError
@@ -44,7 +45,7 @@ from data_gen.neos.llm import LLMRewriter, LLMTextOnlyProbe, ProbeUnavailable, V
 from data_gen.neos.observer import PaletteObserver, rapid_ocr
 from data_gen.neos.schema import Outcome, Task
 from data_gen.neos.store import ResultLog
-from data_gen.neos.synth import KG_RELATION_VARIANTS, Candidate, SynthConfig, Synthesizer
+from data_gen.neos.synth import KG_RELATION_VARIANTS, SEED_FREE_VARIANTS, Candidate, SynthConfig, Synthesizer
 from data_gen.world.store import World
 from tool_server.launch import served
 from verl_ext.reward.judge import JudgeConfig
@@ -52,7 +53,8 @@ from verl_ext.tools.client import ToolServerClient, ToolServerUnavailable
 
 # The filters in pipeline order; a candidate reaching one has passed all before it.
 FILTERS = ("grounding", "source_colours", "entry_image_ablation", "checkpoint_ablation", "coverage", "answer_share",
-           "text_only_answer", "text_only_search", "entry_image_vqa", "short_multimodal_search", "expert")
+           "answer_type_share", "text_only_answer", "text_only_search", "entry_image_vqa", "short_multimodal_search",
+           "expert")
 OUTPUT_FILES = ["train.parquet", "rl.parquet", "benchmark.parquet", "sft.parquet", "sft.jsonl",
                 "references.jsonl", "mei_sft.jsonl", "stats.json", "plots/", "results.jsonl"]
 STAGES = ("synthesis", "text_only_search", "short_multimodal_search", "expert")
@@ -136,8 +138,10 @@ async def _pipeline(world: World, synth: Synthesizer, observer: PaletteObserver,
     log = ResultLog(out / "results.jsonl")
     done = log.outcomes()
     verified = sum(1 for o in done if o.status == "verified")
-    per_answer = Counter(o.task.answer_entity for o in done if o.status == "verified" and o.task)
-    cap = answer_cap(limit)
+    shares = Shares(answer_cap(limit), answer_type_cap(limit))
+    for o in done:
+        if o.status == "verified" and o.task:
+            shares.count(o.task)
     seeds = synth.seeds()
     configs = (llm, vlm, teacher.chat if teacher else None)
     timeout = aiohttp.ClientTimeout(total=max((c.timeout_s for c in configs if c), default=None))
@@ -166,9 +170,10 @@ async def _pipeline(world: World, synth: Synthesizer, observer: PaletteObserver,
                     log.append(Outcome(key=cand.key, status="rejected", filter=cand.filter, detail=cand.detail,
                                        seconds=seconds))
                     continue
-                if per_answer[cand.task.answer_entity] >= cap:
-                    log.append(Outcome(key=cand.key, status="rejected", filter="answer_share", seconds=seconds,
-                                       detail=f"{cap} verified tasks already answer {cand.task.answer}"))
+                over = share_rule(cand.task, shares)
+                if over is not None:
+                    log.append(Outcome(key=cand.key, status="rejected", filter=over[0], detail=over[1],
+                                       seconds=seconds))
                     continue
                 texts = [t for e in cand.task.entry_images for t in _image_texts(world, e.image_id, observer)]
                 try:
@@ -179,7 +184,7 @@ async def _pipeline(world: World, synth: Synthesizer, observer: PaletteObserver,
                 log.append(outcome)
                 if outcome.status == "verified":
                     verified += 1
-                    per_answer[cand.task.answer_entity] += 1
+                    shares.count(cand.task)
                     bar.update(0 if counts_work(limit) else 1)
                 if limit is not None and verified >= limit:
                     break
@@ -192,6 +197,31 @@ async def _pipeline(world: World, synth: Synthesizer, observer: PaletteObserver,
         bar.close()
     log.close()
     return expert.report() if isinstance(expert, TeacherExpert) else None
+
+
+@dataclass
+class Shares:
+    """Verified tasks per answer and per answer type, against their caps (``type_cap`` None: no cap)."""
+
+    cap: int
+    type_cap: int | None
+    per_answer: Counter[str] = field(default_factory=Counter)
+    per_type: Counter[str] = field(default_factory=Counter)
+
+    def count(self, task: Task) -> None:
+        self.per_answer[task.answer_entity] += 1
+        self.per_type[answer_type(task)] += 1
+
+
+def share_rule(task: Task, shares: Shares) -> tuple[str, str] | None:
+    """``(filter, detail)`` when verifying ``task`` would put its answer or its answer type over its share of the
+    run, else None. Checked before the probes: a task over its share is not worth a tool-server episode."""
+    if shares.per_answer[task.answer_entity] >= shares.cap:
+        return "answer_share", f"{shares.cap} verified tasks already answer {task.answer}"
+    kind = answer_type(task)
+    if shares.type_cap is not None and shares.per_type[kind] >= shares.type_cap:
+        return "answer_type_share", f"{shares.type_cap} verified tasks already answer a {kind}"
+    return None
 
 
 def _image_texts(world: World, image_id: str, observer: PaletteObserver) -> list[str]:
@@ -222,13 +252,14 @@ def statistics(outcomes: Sequence[Outcome]) -> dict:
             "hops": dict(sorted(Counter(len(t.steps) for t in tasks).items())),
             "modality_path_types": dict(Counter(_path_type(t) for t in tasks).most_common()),
             "labels": dict(Counter(_label(t) for t in tasks).most_common()),
-            "answer_types": dict(Counter(_answer_type(t) for t in tasks).most_common()),
-            "diversity": diversity([t.answer_entity for t in tasks], [_answer_type(t) for t in tasks],
+            "answer_types": dict(Counter(answer_type(t) for t in tasks).most_common()),
+            "diversity": diversity([t.answer_entity for t in tasks], [answer_type(t) for t in tasks],
                                    [s.relation_label for t in tasks for s in t.steps], [skeleton(t) for t in tasks])}
 
 
-def _answer_type(task: Task) -> str:
-    return task.answer_entity.split(":", 1)[0]
+def answer_type(task: Task) -> str:
+    """The answer entity's kind in the world; a log written before tasks recorded it: its id's namespace."""
+    return task.answer_type or task.answer_entity.split(":", 1)[0]
 
 
 def skeleton(task: Task) -> str:
@@ -316,7 +347,8 @@ def main(args: argparse.Namespace) -> int:
     world = world_or_exit(args.world)  # before the output directory or a tool server exists
     if world is None:
         return 2
-    config = SynthConfig(seed_kinds=None, variants=KG_RELATION_VARIANTS) if kg_report else SynthConfig()
+    config = SynthConfig(seed_kinds=None, variants=KG_RELATION_VARIANTS) if kg_report else \
+        SynthConfig(seed_free_variants=SEED_FREE_VARIANTS)
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     llm, vlm = model_configs(args)

@@ -70,6 +70,7 @@ class Task(_Model):
     entry_images: list[EntryImage] = Field(min_length=1)
     answer: str
     answer_entity: str  # the seed entity of step 1: structures end at their seed
+    answer_type: str = ""  # the answer entity's kind in the world ("city", "river", ...); "" in older logs
     aliases: list[str]
     steps: list[Step] = Field(min_length=2)
 

@@ -26,10 +26,11 @@ from data_gen.neos.observer import IMAGE_KINDS, Description, Observer, PaletteOb
 from data_gen.neos.schema import Alternative, EntryImage, Step, Task
 from data_gen.neos.verbalize import Rewriter, TemplateVerbalizer, Verbalizer, check_coverage
 from data_gen.world.model import page_url
+from data_gen.world.properties import FEATURE_RELATIONS
 from data_gen.world.store import World
 
 SEED_KINDS = frozenset({"country", "city", "subdivision", "us_state", "currency", "language", "region", "continent",
-                        "synset"})
+                        "synset", "organization", "nationality", *FEATURE_RELATIONS})
 
 
 # Relation families withheld from distinguishing sets, one DAG per entry: greedy selection always takes the same
@@ -38,12 +39,19 @@ SEED_KINDS = frozenset({"country", "city", "subdivision", "us_state", "currency"
 # image, so either ends the DAG one hop from the country, too short for an anchor and a checkpoint. Every variant
 # but the first withholds subdivisions; the borders and language/currency variants come twice, once keeping
 # capitals (a city seed is identified through its country) and once without them (a country seed through its
-# image-bearing neighbours).
-_DEAD_ENDS = frozenset({"P36", "P1376", "P17", "P131"})
+# image-bearing neighbours). A natural feature lying in one country and a nationality (P1549) are dead ends of the
+# same sort.
+_DEAD_ENDS = frozenset({"P36", "P1376", "P17", "P131", "P1549", *FEATURE_RELATIONS.values()})
 RELATION_VARIANTS: tuple[frozenset[str], ...] = (
     frozenset(), _DEAD_ENDS, frozenset({"P131", "P47"}), frozenset({"P131", "P37", "P38"}),
     _DEAD_ENDS | {"P47"}, _DEAD_ENDS | {"P37", "P38"},
 )
+
+# A natural feature or a nationality (P1549) is known by its country alone, so as a seed it needs a dead-end
+# relation for its own first fact, and its country must then be identified without one: the variants above that
+# withhold the dead ends, again, withholding them from every node but the seed. (A country with a currency or a
+# language of its own is singled out by it, another dead end: hence the variant without P37 and P38.)
+SEED_FREE_VARIANTS: tuple[frozenset[str], ...] = (_DEAD_ENDS, _DEAD_ENDS | {"P47"}, _DEAD_ENDS | {"P37", "P38"})
 
 # A loaded Wikidata KG holds more single-valued facts that lead to no image (a head of state, a citizenship):
 # greedy selection takes them as it takes capitals, so three more variants keep them out too (data_gen.neos.kg_world).
@@ -60,6 +68,9 @@ class SynthConfig:
     structures: StructureConfig = field(default_factory=lambda: StructureConfig(max_hops=5, visual_answer=False,
                                                                                max_candidates=1000))
     variants: tuple[frozenset[str], ...] = RELATION_VARIANTS
+    # withheld from all nodes but the seed; the offline world's run (data_gen.neos.cli) takes SEED_FREE_VARIANTS,
+    # a loaded KG its own KG_RELATION_VARIANTS
+    seed_free_variants: tuple[frozenset[str], ...] = ()
     max_structures_per_seed: int = 40  # accepted structures taken on to grounding, per seed
     seed_kinds: frozenset[str] | None = SEED_KINDS  # None: every page-bearing entity (a loaded KG's own kinds)
 
@@ -114,9 +125,11 @@ class Synthesizer:
 
     def seeds(self) -> list[str]:
         """Page-bearing entities in a weighted random order (Efraimidis-Spirakis keys): more distinct concrete
-        relations and image-bearing neighbours weigh more, hubs (high degree) less; taxonomic links do not count."""
+        relations and image-bearing neighbours weigh more, hubs (high degree) less; taxonomic links do not count.
+        Kinds take turns (each kind's first seed, then each one's second, ...): the world holds 250 countries and 9
+        organisations, and a run limited to 60 tasks should still reach the rare kinds."""
         rng = random.Random(self.seed)
-        keyed = []
+        keyed: dict[str, list[tuple[float, str]]] = {}
         for eid in sorted(self.world.entities):
             entity = self.world.entities[eid]
             kinds = self.config.seed_kinds
@@ -127,8 +140,10 @@ class Synthesizer:
             neighbours |= {n for subs in self.kg.incoming(eid).values() for n in subs}
             visual = sum(1 for n in neighbours if n in self._images)
             weight = (1 + len(rels) + min(visual, 5)) / math.log2(2 + self.kg.degree(eid))
-            keyed.append((rng.random() ** (1 / weight), eid))
-        return [eid for _, eid in sorted(keyed, reverse=True)]
+            keyed.setdefault(entity.kind, []).append((rng.random() ** (1 / weight), eid))
+        turns = [(rank, -key, eid) for seeds in keyed.values()
+                 for rank, (key, eid) in enumerate(sorted(seeds, reverse=True))]
+        return [eid for *_, eid in sorted(turns)]
 
     # -- steps 2-6 ----------------------------------------------------------------------------------------------
 
@@ -137,10 +152,14 @@ class Synthesizer:
         then grounding, verbalization and coverage for each."""
         counts: Counter[str] = Counter()
         accepted: dict[str, Structure] = {}
-        for excluded in self.config.variants:
-            base = self.config.expansion.distinguishing
+        variants = [(excluded, excluded) for excluded in self.config.variants]
+        variants += [(frozenset(), excluded) for excluded in self.config.seed_free_variants]
+        base = self.config.expansion.distinguishing
+        for at_seed, excluded in variants:
             expansion = replace(self.config.expansion,
-                                distinguishing=replace(base, excluded_relations=base.excluded_relations | excluded))
+                                distinguishing=replace(base, excluded_relations=base.excluded_relations | excluded),
+                                seed_distinguishing=replace(base,
+                                                            excluded_relations=base.excluded_relations | at_seed))
             try:
                 dag = expand(self.kg, seed_entity, expansion)
             except NotDistinguishable:
@@ -210,7 +229,8 @@ class Synthesizer:
             id=key, world_hash=self.world_hash, seed=self.seed,
             structure_type=structure.kind, structure=structure.to_dict(), question=verbal.question,
             entry_images=[self._entry(a) for a in structure.anchors], answer=answer.label,
-            answer_entity=answer.id, aliases=sorted({a for a in answer.aliases if a.lower() != answer.label.lower()}),
+            answer_entity=answer.id, answer_type=answer.kind,
+            aliases=sorted({a for a in answer.aliases if a.lower() != answer.label.lower()}),
             steps=steps,
         )
         return Candidate(key, structure, task, None)

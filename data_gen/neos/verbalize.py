@@ -17,6 +17,7 @@ from typing import Protocol
 
 from data_gen.kg import Edge, Structure
 from data_gen.neos.observer import Description
+from data_gen.world.properties import FEATURE_RELATIONS
 
 # relation -> (the subject described from the object {x}, the object described from the subject {x})
 RELATION_PHRASES: dict[str, tuple[str, str]] = {
@@ -35,13 +36,17 @@ RELATION_PHRASES: dict[str, tuple[str, str]] = {
     "P27": ("is a citizen of {x}", "is the country of citizenship of {x}"),
     "P159": ("has its headquarters in {x}", "is where {x} has its headquarters"),
     "P112": ("was founded by {x}", "founded {x}"),
+    "P463": ("is a member of {x}", "has {x} as a member"),
+    "P1549": ("is the homeland of {x}", "names the natives of {x}"),
+    **{rel: ("lies in {x}", "contains {x}") for rel in FEATURE_RELATIONS.values()},
+    FEATURE_RELATIONS["river"]: ("flows through {x}", "{x} flows through"),
 }
 KIND_NOUNS: dict[str, str] = {
     "country": "country", "city": "city", "subdivision": "region", "us_state": "U.S. state",
     "federal_district": "federal district", "currency": "currency", "language": "language",
     "continent": "continent", "synset": "kind of thing", "brand": "brand", "article": "topic", "class": "class",
     "region": "region", "person": "person", "company": "company", "organization": "organization",
-    "taxon": "species",
+    "taxon": "species", "nationality": "nationality", **{kind: kind for kind in FEATURE_RELATIONS},
 }
 
 

@@ -25,6 +25,7 @@ _LABELS: dict[str, str] = {
     "P300": "ISO 3166-2 code",
     "P361": "part of",
     "P421": "located in time zone",
+    "P463": "member of",
     "P465": "sRGB color hex triplet",
     "P474": "country calling code",
     "P498": "ISO 4217 code",
@@ -37,9 +38,24 @@ _LABELS: dict[str, str] = {
     "P1549": "demonym",
     "P2046": "area",
     "P5061": "unit symbol",
+    "x:desert_in": "desert in",
+    "x:island_in": "island in",
+    "x:lake_in": "lake in",
     "x:landlocked": "landlocked",
+    "x:mountain_in": "mountain in",
+    "x:mountain_range_in": "mountain range in",
+    "x:river_in": "river in",
+    "x:volcano_in": "volcano in",
+    "x:waterfall_in": "waterfall in",
     "x:vital_topic": "Wikipedia vital article topic",
 }
+
+
+# The country a natural feature lies in, one relation per kind of feature (data_gen.world.adapters.country_facts):
+# a question says "the river that flows through B", and a river shares no fact with the mountains and the capital
+# city that also lie in B, so "the river" is one answer where B has one river. (Wikidata's P17 would match them all.)
+FEATURE_RELATIONS: dict[str, str] = {kind: f"x:{kind.replace(' ', '_')}_in" for kind in (
+    "river", "mountain", "volcano", "lake", "island", "desert", "waterfall", "mountain range")}
 
 
 def relation(pid: str) -> Relation:

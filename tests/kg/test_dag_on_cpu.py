@@ -5,6 +5,7 @@ import random
 import pytest
 
 from data_gen.kg import KG, Edge, ExpansionConfig, NotDistinguishable, expand
+from data_gen.kg.distinguish import DistinguishingConfig
 
 # Figure 22's shape: a person pinned down by birthplace and club, each identified through a further neighbour.
 TRIPLES = [
@@ -55,6 +56,19 @@ def test_seed_without_distinguishing_set_raises() -> None:
     kg = KG.from_triples([("a", "P1082", "7")], literals=["7"])
     with pytest.raises(ValueError, match="literal"):
         expand(kg, "7")
+
+
+def test_a_relation_withheld_from_every_node_but_the_seed() -> None:
+    # The tower's only fact is P131 (in Kita): withheld everywhere, the tower has no distinguishing set; freed at the
+    # seed, the tower is known by Kita, and Kita, with P131 still withheld, by Ana's birthplace (0 bits; Ana before
+    # Ben on the tie) rather than by the tower that names it.
+    withheld = DistinguishingConfig(excluded_relations=frozenset({"P131"}))
+    with pytest.raises(NotDistinguishable):
+        expand(KG_JP, "landmark:tower", ExpansionConfig(max_depth=2, distinguishing=withheld))
+    dag = expand(KG_JP, "landmark:tower", ExpansionConfig(max_depth=2, distinguishing=withheld,
+                                                           seed_distinguishing=DistinguishingConfig()))
+    assert dag.edges == (Edge("city:kita", "landmark:tower", "P131", forward=False),
+                         Edge("person:ana", "city:kita", "P19", forward=True))
 
 
 def test_literal_prerequisites_are_leaves() -> None:

@@ -19,6 +19,7 @@ ADAPTERS: tuple[str, ...] = (
     "logos",
     "wordnet",
     "stamps",
+    "country_facts",
 )
 
 

@@ -1,0 +1,118 @@
+"""Answer diversity of Neos task synthesis (issue 19): a river known only by its country becomes an answer through
+the seed-free variants, kinds take turns in the seed order, no answer type takes more than its share of a run,
+the new relations read as English, and stats.json reports type and relation diversity."""
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from data_gen.common.stats import answer_type_cap, diversity
+from data_gen.kg import Edge
+from data_gen.neos.cli import Shares, answer_type, share_rule
+from data_gen.neos.schema import Step, Task
+from data_gen.neos.synth import SEED_FREE_VARIANTS, SynthConfig, Synthesizer
+from data_gen.neos.verbalize import relation_phrase
+from data_gen.world.model import Entity
+from data_gen.world.model import Image as ImageRecord
+from data_gen.world.model import Triple
+from data_gen.world.store import World
+
+RED, BLUE, GREEN = (210, 20, 40), (0, 60, 170), (0, 140, 70)
+
+
+def _world(root: Path, striped_png) -> World:
+    """River W flows through X alone; X is the only country bordering B, and B the only island state of region R,
+    whose other part A has a flag: the path A -part of-> R -part of^-1-> B* -borders-> X -river in^-1-> W. X's
+    capital K singles it out in one fact, as a real country's does, and leads to no image."""
+    flagged = {"country:A": RED, "country:B": BLUE, "country:X": GREEN}
+    entities = {eid: Entity(eid, f"Place {eid[-1]}", "country", page_id=eid[-1]) for eid in flagged}
+    entities |= {"region:R": Entity("region:R", "Zone R", "region", page_id="R"),
+                 "river:W": Entity("river:W", "Stream W", "river", page_id="W"),
+                 "city:K": Entity("city:K", "Town K", "city", page_id="K"),
+                 "x:island": Entity("x:island", "island state", "class")}
+    images = {}
+    for eid, colour in flagged.items():
+        name = eid.replace(":", "_")
+        striped_png(root / f"{name}.png", [(colour, 8)])
+        images[name] = ImageRecord(name, f"https://w.invalid/{name}.png", f"{name}.png", "", "", "flag-icons", 10,
+                                   8, entity_id=eid)
+    facts = [("river:W", "x:river_in", "country:X"), ("country:B", "P47", "country:X"),
+             ("country:X", "P47", "country:B"), ("country:A", "P361", "region:R"), ("country:B", "P361", "region:R"),
+             ("country:B", "P31", "x:island"), ("city:K", "P1376", "country:X"), ("country:X", "P36", "city:K")]
+    return World(root, {}, entities, {}, images, [Triple(*t) for t in facts], {}, {}, {})
+
+
+def test_a_river_known_only_by_its_country_is_reached_through_a_seed_free_variant(tmp_path, striped_png):
+    world = _world(tmp_path, striped_png)
+    config = SynthConfig(seed_free_variants=SEED_FREE_VARIANTS)  # what the CLI runs on a world
+    result = Synthesizer(world, seed=0, config=config).synthesize("river:W")
+    assert {c.structure.answer for c in result.candidates} == {"river:W"}, result.counts
+    paths = {tuple(e.relation for e in c.structure.edges) for c in result.candidates}
+    assert ("P361", "P361", "P47", "x:river_in") in paths
+    assert result.counts["not_distinguishable"] == 3  # the variants withholding x:river_in at the seed too
+    # the other variants either withhold x:river_in from the seed too (the river has no other fact) or let the
+    # capital identify X (a dead end)
+    alone = Synthesizer(world, seed=0).synthesize("river:W")  # the default: no seed-free variants
+    assert not alone.candidates and alone.counts == {"not_distinguishable": 3, "no_structure": 3}
+
+
+def test_kinds_take_turns_in_the_seed_order(tmp_path, striped_png):
+    seeds = Synthesizer(_world(tmp_path, striped_png), seed=0).seeds()
+    kinds = [s.split(":")[0] for s in seeds]
+    assert sorted(seeds) == ["city:K", "country:A", "country:B", "country:X", "region:R", "river:W"]
+    assert set(kinds[:4]) == {"city", "country", "region", "river"} and kinds[4:] == ["country", "country"]
+
+
+@pytest.mark.parametrize("edge, expected", [
+    (Edge("country:B", "org:O", "P463", True), "has B as a member"),
+    (Edge("org:O", "country:B", "P463", False), "is a member of B"),
+    (Edge("country:B", "nationality:N", "P1549", True), "names the natives of B"),
+    (Edge("nationality:N", "country:B", "P1549", False), "is the homeland of B"),
+    (Edge("country:B", "river:W", "x:river_in", False), "flows through B"),
+    (Edge("river:W", "country:B", "x:river_in", True), "B flows through"),
+    (Edge("country:B", "lake:L", "x:lake_in", False), "lies in B"),
+    (Edge("mountain:M", "country:B", "x:mountain_in", True), "contains B"),
+])
+def test_the_new_relations_read_as_english(edge, expected):
+    assert relation_phrase(edge, "unused label", "B") == expected
+
+
+@pytest.mark.parametrize("limit, cap", [(None, None), (1, 1), (2, 1), (10, 3), (60, 21), (100, 35)])
+def test_no_answer_type_above_35_percent_of_a_limited_run(limit, cap):
+    assert answer_type_cap(limit) == cap
+
+
+def _task(answer_entity: str, kind: str) -> Task:
+    step = Step(index=0, source="country:A", target=answer_entity, relation="P47", relation_label="border",
+                forward=True, fact=("country:A", "P47", answer_entity), source_name="A", target_name="T",
+                source_page_url=None, target_page_url=None, checkpoint=False, span="s")
+    return Task(id=answer_entity, world_hash="h", seed=0, structure_type="path", structure={}, question="q",
+                entry_images=[{"image_id": "i", "url": "u", "entity_id": "country:A"}], answer=answer_entity,
+                answer_entity=answer_entity, answer_type=kind, aliases=[], steps=[step, step])
+
+
+def test_the_type_cap_rejects_the_task_after_the_cap_and_the_answer_cap_comes_first():
+    shares = Shares(cap=1, type_cap=2)
+    for task in (_task("river:1", "river"), _task("river:2", "river")):
+        assert share_rule(task, shares) is None
+        shares.count(task)
+    third = share_rule(_task("river:3", "river"), shares)
+    assert third == ("answer_type_share", "2 verified tasks already answer a river")
+    assert share_rule(_task("lake:1", "lake"), shares) is None
+    assert share_rule(_task("river:1", "river"), shares)[0] == "answer_share"
+    assert share_rule(_task("river:3", "river"), Shares(cap=1, type_cap=None)) is None  # no --limit: no type cap
+
+
+def test_an_older_log_without_answer_types_falls_back_to_the_id_namespace():
+    assert answer_type(_task("lang:fra", "")) == "lang" and answer_type(_task("lang:fra", "language")) == "language"
+
+
+def test_stats_report_answer_type_and_relation_diversity():
+    d = diversity(["x", "x", "y", "z"], ["city", "city", "river", "nationality"],
+                  ["capital", "border", "capital", "member of"], ["p: a", "p: a", "p: b", "c: a"])
+    assert d["distinct_answer_types"] == 3 and d["max_answer_type_share"] == 0.5
+    assert d["answer_types"] == {"city": 2, "river": 1, "nationality": 1}
+    assert d["distinct_relations"] == 3 and d["relations"] == Counter(capital=2, border=1, **{"member of": 1})
+    empty = diversity([], [], [], [])
+    assert empty["max_answer_type_share"] == 0.0 and empty["distinct_answer_types"] == 0
