@@ -30,10 +30,11 @@ RELATION_PHRASES: dict[str, tuple[str, str]] = {
     "P17": ("lies in {x}", "contains {x}"),
     "P131": ("is located in {x}", "contains {x}"),
     "P361": ("is part of {x}", "has {x} as one of its parts"),
-    "P31": ("is an instance of {x}", "is the class of which {x} is an instance"),
-    "P279": ("is a subclass of {x}", "is a broader class of {x}"),
+    "P31": ("is an instance of {x}", "{x} is an instance of"),
+    "P279": ("is a subclass of {x}", "{x} is a subclass of"),
     "P35": ("has {x} as its head of state", "is the head of state of {x}"),
-    "P27": ("is a citizen of {x}", "is the country of citizenship of {x}"),
+    "P27": ("is a citizen of {x}", "{x} is a citizen of"),
+    "P106": ("has {x} as an occupation", "is the occupation of {x}"),
     "P159": ("has its headquarters in {x}", "is where {x} has its headquarters"),
     "P112": ("was founded by {x}", "founded {x}"),
     "P463": ("is a member of {x}", "has {x} as a member"),
@@ -46,7 +47,7 @@ KIND_NOUNS: dict[str, str] = {
     "federal_district": "federal district", "currency": "currency", "language": "language",
     "continent": "continent", "synset": "kind of thing", "brand": "brand", "article": "topic", "class": "class",
     "region": "region", "person": "person", "company": "company", "organization": "organization",
-    "taxon": "species", "nationality": "nationality", **{kind: kind for kind in FEATURE_RELATIONS},
+    "taxon": "species", "nationality": "nationality", "occupation": "occupation", **{kind: kind for kind in FEATURE_RELATIONS},
 }
 
 
@@ -102,9 +103,16 @@ class TemplateVerbalizer:
             incoming = [e for e in structure.edges if e.target == node]
             if not incoming:
                 continue
-            det = "a" if node in ambiguous else "the"
-            clause = " and ".join(spans[e] for e in incoming)
-            sentence = f"Let {letters[node]} be {det} {_noun(kinds, node)} that {clause}"
+            noun = _noun(kinds, node)
+            det = _article(noun) if node in ambiguous else "the"
+            own = f"is the {noun} of "
+            if len(incoming) == 1 and spans[incoming[0]].startswith(own):
+                # "the occupation of C", not "the occupation that is the occupation of C"
+                spans[incoming[0]] = spans[incoming[0]].removeprefix("is the ")
+                sentence = f"Let {letters[node]} be {det} {spans[incoming[0]]}"
+            else:
+                clause = " and ".join(spans[e] for e in incoming)
+                sentence = f"Let {letters[node]} be {det} {noun} {_pronoun(kinds, node)} {clause}"
             if node in checkpoints:
                 sentence += f"; {checkpoints[node].render()}"
             sentences.append(sentence + ".")
@@ -114,6 +122,14 @@ class TemplateVerbalizer:
 
 def _noun(kinds: Mapping[str, str], node: str) -> str:
     return KIND_NOUNS.get(kinds.get(node, ""), "entity")
+
+
+def _pronoun(kinds: Mapping[str, str], node: str) -> str:
+    return "who" if kinds.get(node) == "person" else "that"
+
+
+def _article(noun: str) -> str:
+    return "an" if noun[:1] in "aeiou" else "a"
 
 
 def check_coverage(question: str, structure: Structure, verbalization: Verbalization,

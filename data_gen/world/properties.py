@@ -8,6 +8,7 @@ from data_gen.world.model import Relation
 
 _LABELS: dict[str, str] = {
     "P17": "country",
+    "P27": "country of citizenship",
     "P30": "continent",
     "P31": "instance of",
     "P36": "capital",
@@ -15,6 +16,7 @@ _LABELS: dict[str, str] = {
     "P38": "currency",
     "P47": "shares border with",
     "P78": "top-level Internet domain",
+    "P106": "occupation",
     "P131": "located in the administrative territorial entity",
     "P154": "logo image",
     "P220": "ISO 639-3 code",

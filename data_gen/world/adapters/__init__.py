@@ -20,6 +20,7 @@ ADAPTERS: tuple[str, ...] = (
     "wordnet",
     "stamps",
     "country_facts",
+    "people",
 )
 
 

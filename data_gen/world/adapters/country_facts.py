@@ -61,14 +61,14 @@ def contribute(sources: Mapping[str, Path], size: str) -> Contribution:
     labels = {cid: name for cid, (name, _) in countries.items()}
     out = Contribution(relations=relations({"P463", "P1549", *FEATURE_RELATIONS.values()}))
     for org, members in sorted(organisations(wn, of_synset).items()):
-        _add(out, wn, wn.synsets[org], "organization", [(c, "P463", None) for c in members],
+        add_entity(out, wn, wn.synsets[org], "organization", [(c, "P463", None) for c in members],
              f"Its member countries are {join_list(sorted(labels[c] for c in members))}.")
     for feature, (kind, located) in sorted(features(wn, of_synset, countries).items()):
-        _add(out, wn, wn.synsets[feature], kind, [(None, FEATURE_RELATIONS[kind], c) for c in located],
+        add_entity(out, wn, wn.synsets[feature], kind, [(None, FEATURE_RELATIONS[kind], c) for c in located],
              f"It is a {kind} in {join_list(sorted(labels[c] for c in located))}.")
     for people, country in sorted(nationalities(wn, of_synset).items()):
         synset = wn.synsets[people]
-        _add(out, wn, synset, "nationality", [(country, "P1549", None)],
+        add_entity(out, wn, synset, "nationality", [(country, "P1549", None)],
              f"{synset.label} is what a native of {labels[country]} is called.")
     return out
 
@@ -146,18 +146,19 @@ def entity_id(kind: str, synset: Synset) -> str:
     return f"{kind.replace(' ', '_')}:{synset.offset}"
 
 
-def _add(out: Contribution, wn: WordNet, synset: Synset, kind: str,
-         facts: list[tuple[str | None, str, str | None]], sentence: str) -> None:
+def add_entity(out: Contribution, wn: WordNet, synset: Synset, kind: str,
+               facts: list[tuple[str | None, str, str | None]], sentence: str, label: str | None = None) -> None:
     """The entity, its page (gloss, then ``sentence`` with its facts) and its facts; ``None`` in a fact is the
-    entity itself."""
+    entity itself. ``label``: one of the synset's lemmas, its first by default."""
     eid = entity_id(kind, synset)
     title = page_title(synset, wn)
+    name = label or synset.label
     # a lemma that also names another WordNet noun is no alias: "Europe" (the continent) and "EU" (europium)
     # are lemmas of the European Union's synset
-    aliases = [a for a in synset.lemmas[1:] if not set(wn.lookup(a)) - {synset.offset}]
+    aliases = [a for a in synset.lemmas if a != name and not set(wn.lookup(a)) - {synset.offset}]
     also = f" (also {join_list(aliases)})" if aliases else ""
-    text = f"{synset.label}{also} is defined in WordNet as: {synset.definition}. {sentence}"
+    text = f"{name}{also} is defined in WordNet as: {synset.definition}. {sentence}"
     page_id = slugify(title)
     out.pages.append(Page(page_id, page_url(page_id), title, text, "wordnet-base", entity_id=eid))
-    out.entities.append(Entity(eid, synset.label, kind, synset.definition, aliases, page_id))
+    out.entities.append(Entity(eid, name, kind, synset.definition, aliases, page_id))
     out.triples += [Triple(s or eid, p, o or eid) for s, p, o in facts]
