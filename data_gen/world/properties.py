@@ -40,7 +40,9 @@ _LABELS: dict[str, str] = {
     "P1549": "demonym",
     "P2046": "area",
     "P5061": "unit symbol",
+    "x:artifact_associated_with": "artifact associated with",
     "x:desert_in": "desert in",
+    "x:food_associated_with": "food associated with",
     "x:island_in": "island in",
     "x:lake_in": "lake in",
     "x:landlocked": "landlocked",
@@ -58,6 +60,11 @@ _LABELS: dict[str, str] = {
 # city that also lie in B, so "the river" is one answer where B has one river. (Wikidata's P17 would match them all.)
 FEATURE_RELATIONS: dict[str, str] = {kind: f"x:{kind.replace(' ', '_')}_in" for kind in (
     "river", "mountain", "volcano", "lake", "island", "desert", "waterfall", "mountain range")}
+
+
+# The country a food or an artifact is associated with (WordNet's region domain; data_gen.world.adapters.country_facts),
+# one relation per kind for the reason above: "the food associated with B" is one answer where B has one food.
+CULTURE_RELATIONS: dict[str, str] = {kind: f"x:{kind}_associated_with" for kind in ("food", "artifact")}
 
 
 def relation(pid: str) -> Relation:
