@@ -26,12 +26,12 @@ from data_gen.neos.observer import IMAGE_KINDS, Description, Observer, PaletteOb
 from data_gen.neos.schema import Alternative, EntryImage, Step, Task
 from data_gen.neos.verbalize import Rewriter, TemplateVerbalizer, Verbalizer, check_coverage
 from data_gen.world.model import page_url
-from data_gen.world.properties import CULTURE_RELATIONS, FEATURE_RELATIONS
+from data_gen.world.properties import CULTURE_RELATIONS, FEATURE_RELATIONS, LANDMARK_RELATION, WILDLIFE_RELATIONS
 from data_gen.world.store import World
 
 SEED_KINDS = frozenset({"country", "city", "subdivision", "us_state", "currency", "language", "region", "continent",
                         "synset", "organization", "nationality", "person", "occupation", *FEATURE_RELATIONS,
-                        *CULTURE_RELATIONS})
+                        *CULTURE_RELATIONS, *WILDLIFE_RELATIONS, "landmark"})
 
 
 # Relation families withheld from distinguishing sets, one DAG per entry: greedy selection always takes the same
@@ -41,10 +41,10 @@ SEED_KINDS = frozenset({"country", "city", "subdivision", "us_state", "currency"
 # but the first withholds subdivisions; the borders and language/currency variants come twice, once keeping
 # capitals (a city seed is identified through its country) and once without them (a country seed through its
 # image-bearing neighbours). A natural feature lying in one country and a nationality (P1549) are dead ends of the
-# same sort, and so are a food or an artifact associated with one country and a country's only citizen (P27) the
-# world knows.
+# same sort, and so are a food, an artifact, an animal, a plant or a landmark of one country and a country's only
+# citizen (P27) the world knows.
 _DEAD_ENDS = frozenset({"P36", "P1376", "P17", "P131", "P1549", "P27", *FEATURE_RELATIONS.values(),
-                        *CULTURE_RELATIONS.values()})
+                        *CULTURE_RELATIONS.values(), *WILDLIFE_RELATIONS.values(), LANDMARK_RELATION})
 
 # A person's occupation (P106) is shared with few others, so it often singles the person out as well as the
 # country does, and greedy selection would take it on a tie (its id sorts first); but an occupation has no image

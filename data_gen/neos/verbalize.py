@@ -17,7 +17,7 @@ from typing import Protocol
 
 from data_gen.kg import Edge, Structure
 from data_gen.neos.observer import Description
-from data_gen.world.properties import CULTURE_RELATIONS, FEATURE_RELATIONS
+from data_gen.world.properties import CULTURE_RELATIONS, FEATURE_RELATIONS, LANDMARK_RELATION, WILDLIFE_RELATIONS
 
 # relation -> (the subject described from the object {x}, the object described from the subject {x})
 RELATION_PHRASES: dict[str, tuple[str, str]] = {
@@ -42,13 +42,16 @@ RELATION_PHRASES: dict[str, tuple[str, str]] = {
     **{rel: ("lies in {x}", "contains {x}") for rel in FEATURE_RELATIONS.values()},
     FEATURE_RELATIONS["river"]: ("flows through {x}", "{x} flows through"),
     **{rel: ("is associated with {x}", "{x} is associated with") for rel in CULTURE_RELATIONS.values()},
+    **{rel: ("is found in {x}", "{x} is found in") for rel in WILDLIFE_RELATIONS.values()},
+    LANDMARK_RELATION: ("lies in {x}", "contains {x}"),
 }
 KIND_NOUNS: dict[str, str] = {
     "country": "country", "city": "city", "subdivision": "region", "us_state": "U.S. state",
     "federal_district": "federal district", "currency": "currency", "language": "language",
     "continent": "continent", "synset": "kind of thing", "brand": "brand", "article": "topic", "class": "class",
     "region": "region", "person": "person", "company": "company", "organization": "organization",
-    "taxon": "species", "nationality": "nationality", "occupation": "occupation", "food": "food", "artifact": "artifact", **{kind: kind for kind in FEATURE_RELATIONS},
+    "taxon": "species", "nationality": "nationality", "occupation": "occupation", "food": "food", "artifact": "artifact",
+    "animal": "animal", "plant": "plant", "landmark": "landmark", **{kind: kind for kind in FEATURE_RELATIONS},
 }
 
 

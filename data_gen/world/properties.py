@@ -41,13 +41,16 @@ _LABELS: dict[str, str] = {
     "P2046": "area",
     "P5061": "unit symbol",
     "x:artifact_associated_with": "artifact associated with",
+    "x:animal_found_in": "animal found in",
     "x:desert_in": "desert in",
     "x:food_associated_with": "food associated with",
     "x:island_in": "island in",
     "x:lake_in": "lake in",
+    "x:landmark_in": "landmark in",
     "x:landlocked": "landlocked",
     "x:mountain_in": "mountain in",
     "x:mountain_range_in": "mountain range in",
+    "x:plant_found_in": "plant found in",
     "x:river_in": "river in",
     "x:volcano_in": "volcano in",
     "x:waterfall_in": "waterfall in",
@@ -65,6 +68,13 @@ FEATURE_RELATIONS: dict[str, str] = {kind: f"x:{kind.replace(' ', '_')}_in" for 
 # The country a food or an artifact is associated with (WordNet's region domain; data_gen.world.adapters.country_facts),
 # one relation per kind for the reason above: "the food associated with B" is one answer where B has one food.
 CULTURE_RELATIONS: dict[str, str] = {kind: f"x:{kind}_associated_with" for kind in ("food", "artifact")}
+
+# The country an animal or a plant is found in (its WordNet gloss; data_gen.world.adapters.wildlife), likewise.
+WILDLIFE_RELATIONS: dict[str, str] = {kind: f"x:{kind}_found_in" for kind in ("animal", "plant")}
+
+
+# The country or capital city a landmark is part of (data_gen.world.adapters.landmarks).
+LANDMARK_RELATION = "x:landmark_in"
 
 
 def relation(pid: str) -> Relation:

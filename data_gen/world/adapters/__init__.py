@@ -21,6 +21,8 @@ ADAPTERS: tuple[str, ...] = (
     "stamps",
     "country_facts",
     "people",
+    "wildlife",
+    "landmarks",
 )
 
 

@@ -65,17 +65,17 @@ def contribute(sources: Mapping[str, Path], size: str) -> Contribution:
     if size not in ("small", "full"):
         raise ValueError(f"size must be 'small' or 'full', not {size!r}")
     wn = load_wordnet(sources["wordnet-base"])
-    countries = _load_countries(sources["world-countries"])
+    countries = load_countries(sources["world-countries"])
     of_synset = country_synsets(wn, countries)
     labels = {cid: name for cid, (name, _) in countries.items()}
     out = Contribution(relations=relations({"P463", "P1549", *FEATURE_RELATIONS.values(),
                                             *CULTURE_RELATIONS.values()}))
     for org, members in sorted(organisations(wn, of_synset).items()):
         add_entity(out, wn, wn.synsets[org], "organization", [(c, "P463", None) for c in members],
-             f"Its member countries are {join_list(sorted(labels[c] for c in members))}.")
+                   f"Its member countries are {join_list(sorted(labels[c] for c in members))}.")
     for feature, (kind, located) in sorted(features(wn, of_synset, countries).items()):
         add_entity(out, wn, wn.synsets[feature], kind, [(None, FEATURE_RELATIONS[kind], c) for c in located],
-             f"It is a {kind} in {join_list(sorted(labels[c] for c in located))}.")
+                   f"It is a {kind} in {join_list(sorted(labels[c] for c in located))}.")
     for people, country in sorted(nationalities(wn, of_synset).items()):
         synset = wn.synsets[people]
         add_entity(out, wn, synset, "nationality", [(country, "P1549", None)],
@@ -86,7 +86,7 @@ def contribute(sources: Mapping[str, Path], size: str) -> Contribution:
     return out
 
 
-def _load_countries(root: Path) -> dict[str, tuple[str, list[str]]]:
+def load_countries(root: Path) -> dict[str, tuple[str, list[str]]]:
     """country id -> (common name, every name world-countries gives it)."""
     records = json.loads((root / WORLD_COUNTRIES).read_text(encoding="utf-8"))
     return {f"country:{c['cca3']}": (c["name"]["common"],
