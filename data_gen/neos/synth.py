@@ -46,10 +46,6 @@ SEED_KINDS = frozenset({"country", "city", "subdivision", "us_state", "currency"
 _DEAD_ENDS = frozenset({"P36", "P1376", "P17", "P131", "P1549", "P27", *FEATURE_RELATIONS.values(),
                         *CULTURE_RELATIONS.values(), *WILDLIFE_RELATIONS.values(), LANDMARK_RELATION})
 
-# A person's occupation (P106) is shared with few others, so it often singles the person out as well as the
-# country does, and greedy selection would take it on a tie (its id sorts first); but an occupation has no image
-# and no other fact, a dead end. Two bits of penalty (a citizenship costs the default one) let the country win.
-DISTINGUISHING = DistinguishingConfig(relation_penalty={**DistinguishingConfig().relation_penalty, "P106": 2.0})
 RELATION_VARIANTS: tuple[frozenset[str], ...] = (
     frozenset(), _DEAD_ENDS, frozenset({"P131", "P47"}), frozenset({"P131", "P37", "P38"}),
     _DEAD_ENDS | {"P47"}, _DEAD_ENDS | {"P37", "P38"},
@@ -67,6 +63,11 @@ KG_RELATION_VARIANTS: tuple[frozenset[str], ...] = RELATION_VARIANTS + (
     frozenset({"P35", "P27"}), frozenset({"P35", "P27", "P37", "P38"}),
     frozenset({"P35", "P27", "P37", "P38", "P36", "P1376", "P17"}),
 )
+
+# A person's occupation (P106) is shared with few others, so it often singles the person out as well as the
+# country does, and greedy selection would take it on a tie (its id sorts first); but an occupation has no image
+# and no other fact, a dead end. Two bits of penalty (a citizenship costs the default one) let the country win.
+DISTINGUISHING = DistinguishingConfig(relation_penalty={**DistinguishingConfig().relation_penalty, "P106": 2.0})
 
 
 @dataclass(frozen=True)

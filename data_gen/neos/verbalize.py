@@ -50,8 +50,9 @@ KIND_NOUNS: dict[str, str] = {
     "federal_district": "federal district", "currency": "currency", "language": "language",
     "continent": "continent", "synset": "kind of thing", "brand": "brand", "article": "topic", "class": "class",
     "region": "region", "person": "person", "company": "company", "organization": "organization",
-    "taxon": "species", "nationality": "nationality", "occupation": "occupation", "food": "food", "artifact": "artifact",
-    "animal": "animal", "plant": "plant", "landmark": "landmark", **{kind: kind for kind in FEATURE_RELATIONS},
+    "taxon": "species", "nationality": "nationality", "occupation": "occupation", "food": "food",
+    "artifact": "artifact", "animal": "animal", "plant": "plant", "landmark": "landmark",
+    **{kind: kind for kind in FEATURE_RELATIONS},
 }
 
 

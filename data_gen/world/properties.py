@@ -40,8 +40,8 @@ _LABELS: dict[str, str] = {
     "P1549": "demonym",
     "P2046": "area",
     "P5061": "unit symbol",
-    "x:artifact_associated_with": "artifact associated with",
     "x:animal_found_in": "animal found in",
+    "x:artifact_associated_with": "artifact associated with",
     "x:desert_in": "desert in",
     "x:food_associated_with": "food associated with",
     "x:island_in": "island in",
@@ -65,8 +65,8 @@ FEATURE_RELATIONS: dict[str, str] = {kind: f"x:{kind.replace(' ', '_')}_in" for 
     "river", "mountain", "volcano", "lake", "island", "desert", "waterfall", "mountain range")}
 
 
-# The country a food or an artifact is associated with (WordNet's region domain; data_gen.world.adapters.country_facts),
-# one relation per kind for the reason above: "the food associated with B" is one answer where B has one food.
+# The country a food or an artifact is associated with (WordNet's region domain, data_gen.world.adapters.country_facts):
+# one relation per kind for the reason above; "the food associated with B" is one answer where B has one food.
 CULTURE_RELATIONS: dict[str, str] = {kind: f"x:{kind}_associated_with" for kind in ("food", "artifact")}
 
 # The country an animal or a plant is found in (its WordNet gloss; data_gen.world.adapters.wildlife), likewise.
