@@ -1,8 +1,7 @@
 """Answer diversity of Neos task synthesis (issue 19): a river known only by its country becomes an answer through
 the seed-free variants, and so does a country's only citizen (not through the occupation), kinds take turns in the
 seed order and within a kind the seeds one pictured fact singles out come first, no answer type takes more than its
-share of a run,
-the new relations read as English, and stats.json reports type and relation diversity."""
+share of a run, the new relations read as English, and stats.json reports type and relation diversity."""
 
 from collections import Counter
 from dataclasses import replace
