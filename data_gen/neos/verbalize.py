@@ -109,13 +109,15 @@ class TemplateVerbalizer:
             if not incoming:
                 continue
             noun = _noun(kinds, node)
-            det = _article(noun) if node in ambiguous else "the"
-            own = f"is the {noun} of "
-            if len(incoming) == 1 and spans[incoming[0]].startswith(own):
-                # "the occupation of C", not "the occupation that is the occupation of C"
-                spans[incoming[0]] = spans[incoming[0]].removeprefix("is the ")
-                sentence = f"Let {letters[node]} be {det} {spans[incoming[0]]}"
+            own = re.fullmatch(rf"is (?:the|an?) ((?:\w+ )*{re.escape(noun)} of .+)", spans[incoming[0]])
+            if len(incoming) == 1 and own:
+                # "the occupation of C", "the official language of B": the kind said once, not "the language that
+                # is an official language of B"
+                spans[incoming[0]] = own.group(1)
+                det = _article(own.group(1)) if node in ambiguous else "the"
+                sentence = f"Let {letters[node]} be {det} {own.group(1)}"
             else:
+                det = _article(noun) if node in ambiguous else "the"
                 clause = " and ".join(spans[e] for e in incoming)
                 sentence = f"Let {letters[node]} be {det} {noun} {_pronoun(kinds, node)} {clause}"
             if node in checkpoints:

@@ -1,6 +1,6 @@
 """How Neos questions read (issue 19): no "the class that is the class of which A is an instance", no "the
-occupation that is the occupation of C", "who" for a person, "an" before a vowel; and on the small world, no
-sentence of a question says the same three words twice."""
+occupation that is the occupation of C" or "the language that is an official language of B", "who" for a person,
+"an" before a vowel; and on the small world, no sentence of a question says the same three words twice."""
 
 import re
 
@@ -42,6 +42,17 @@ def test_instance_and_subclass_read_as_relative_clauses_and_an_goes_before_a_vow
         "Let A be the kind of thing whose picture is shown in the image. Let B be the class that A is an instance "
         "of. Let C be an organization that is a member of B. Let D be the class that C is a subclass of. Which "
         "class is D?")
+
+
+@pytest.mark.parametrize("ambiguous, sentence", [
+    ((), "Let C be the official language of B."), (("lang:c",), "Let C be an official language of B.")])
+def test_a_relation_that_names_the_kind_says_it_once(ambiguous, sentence):
+    structure = Structure(branches=((Edge("country:a", "country:b", "P47", True),
+                                     Edge("country:b", "lang:c", "P37", True)),), tail=(), checkpoints=("country:b",))
+    kinds = {"country:a": "country", "country:b": "country", "lang:c": "language"}
+    v = TemplateVerbalizer().verbalize(structure, kinds, {"P47": "", "P37": ""}, ["national flag"],
+                                       {"country:b": FLAG}, ambiguous=set(ambiguous))
+    assert sentence in v.question and v.spans[1] == "official language of B"
 
 
 @pytest.mark.parametrize("edge, expected", [
