@@ -64,6 +64,9 @@ class _Ballot:
         asked = re.search(r"Which ([\w. ]+?) is\b", question)
         self.kind = asked.group(1).split()[-1] if asked else ""
         self.asked_words = {w.lower() for w in re.findall(r"\w+", question)}
+        # names the question states ("the capital of Kyrgyzstan"): a synthesized question states none, its entities
+        # are letters; a hit whose snippet names one is the link a searcher reads first
+        self.names = {w for w in re.findall(r"(?<![.?] )(?<!^)\b[A-Z][\w'-]{2,}", question)}
         self.exclude = set(exclude)
         self.votes: dict[str, float] = {}
         self.first_seen: dict[str, tuple[int, int]] = {}
@@ -76,9 +79,10 @@ class _Ballot:
         votes as its own answer."""
         for i, record in enumerate(result.records if result else []):
             subject, weight = subjects[i] if i < len(subjects) and subjects[i] else (None, 1.0)
+            voted: set[str] = set()  # two pages of one name in one list are one candidate, at its best rank
             for rank, hit in enumerate(record["results"]):
                 title = hit["title"]
-                if title in self.exclude or _says_nothing_new(title, self.asked_words):
+                if title in self.exclude or title in voted or _says_nothing_new(title, self.asked_words):
                     continue
                 if title not in self.leads:
                     self.leads.append(title)
@@ -86,7 +90,9 @@ class _Ballot:
                     continue
                 if subject is not None and (title == subject or not _found(subject, hit["snippet"])):
                     continue
-                self.votes[title] = self.votes.get(title, 0.0) + weight / (1 + rank)
+                voted.add(title)
+                named = 2.0 if any(_found(name, hit["snippet"]) for name in self.names) else 1.0
+                self.votes[title] = self.votes.get(title, 0.0) + named * weight / (1 + rank)
                 self.first_seen.setdefault(title, (turn, rank))
                 self.urls.setdefault(title, hit["url"])
 

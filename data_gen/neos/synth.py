@@ -21,16 +21,17 @@ from data_gen.kg import (
     enumerate_structures,
     expand,
 )
-from data_gen.kg.distinguish import TAXONOMIC_RELATIONS
+from data_gen.kg.distinguish import TAXONOMIC_RELATIONS, DistinguishingConfig
 from data_gen.neos.observer import IMAGE_KINDS, Description, Observer, PaletteObserver, ground
 from data_gen.neos.schema import Alternative, EntryImage, Step, Task
 from data_gen.neos.verbalize import Rewriter, TemplateVerbalizer, Verbalizer, check_coverage
 from data_gen.world.model import page_url
-from data_gen.world.properties import FEATURE_RELATIONS
+from data_gen.world.properties import CULTURE_RELATIONS, FEATURE_RELATIONS, LANDMARK_RELATION, WILDLIFE_RELATIONS
 from data_gen.world.store import World
 
 SEED_KINDS = frozenset({"country", "city", "subdivision", "us_state", "currency", "language", "region", "continent",
-                        "synset", "organization", "nationality", *FEATURE_RELATIONS})
+                        "synset", "organization", "nationality", "person", "occupation", *FEATURE_RELATIONS,
+                        *CULTURE_RELATIONS, *WILDLIFE_RELATIONS, "landmark"})
 
 
 # Relation families withheld from distinguishing sets, one DAG per entry: greedy selection always takes the same
@@ -40,8 +41,11 @@ SEED_KINDS = frozenset({"country", "city", "subdivision", "us_state", "currency"
 # but the first withholds subdivisions; the borders and language/currency variants come twice, once keeping
 # capitals (a city seed is identified through its country) and once without them (a country seed through its
 # image-bearing neighbours). A natural feature lying in one country and a nationality (P1549) are dead ends of the
-# same sort.
-_DEAD_ENDS = frozenset({"P36", "P1376", "P17", "P131", "P1549", *FEATURE_RELATIONS.values()})
+# same sort, and so are a food, an artifact, an animal, a plant or a landmark of one country and a country's only
+# citizen (P27) the world knows.
+_DEAD_ENDS = frozenset({"P36", "P1376", "P17", "P131", "P1549", "P27", *FEATURE_RELATIONS.values(),
+                        *CULTURE_RELATIONS.values(), *WILDLIFE_RELATIONS.values(), LANDMARK_RELATION})
+
 RELATION_VARIANTS: tuple[frozenset[str], ...] = (
     frozenset(), _DEAD_ENDS, frozenset({"P131", "P47"}), frozenset({"P131", "P37", "P38"}),
     _DEAD_ENDS | {"P47"}, _DEAD_ENDS | {"P37", "P38"},
@@ -60,11 +64,17 @@ KG_RELATION_VARIANTS: tuple[frozenset[str], ...] = RELATION_VARIANTS + (
     frozenset({"P35", "P27", "P37", "P38", "P36", "P1376", "P17"}),
 )
 
+# A person's occupation (P106) is shared with few others, so it often singles the person out as well as the
+# country does, and greedy selection would take it on a tie (its id sorts first); but an occupation has no image
+# and no other fact, a dead end. Two bits of penalty (a citizenship costs the default one) let the country win.
+DISTINGUISHING = DistinguishingConfig(relation_penalty={**DistinguishingConfig().relation_penalty, "P106": 2.0})
+
 
 @dataclass(frozen=True)
 class SynthConfig:
     expansion: ExpansionConfig = field(default_factory=lambda: ExpansionConfig(max_depth=4, max_branching=3,
-                                                                              max_nodes=60))
+                                                                              max_nodes=60,
+                                                                              distinguishing=DISTINGUISHING))
     structures: StructureConfig = field(default_factory=lambda: StructureConfig(max_hops=5, visual_answer=False,
                                                                                max_candidates=1000))
     variants: tuple[frozenset[str], ...] = RELATION_VARIANTS
@@ -127,7 +137,9 @@ class Synthesizer:
         """Page-bearing entities in a weighted random order (Efraimidis-Spirakis keys): more distinct concrete
         relations and image-bearing neighbours weigh more, hubs (high degree) less; taxonomic links do not count.
         Kinds take turns (each kind's first seed, then each one's second, ...): the world holds 250 countries and 9
-        organisations, and a run limited to 60 tasks should still reach the rare kinds."""
+        organisations, and a run limited to 60 tasks should still reach the rare kinds. Within a kind, seeds that
+        one fact with a pictured neighbour singles out come first (:meth:`_pinned`): of 374 people, the 11 who are
+        the only citizens of their country are the ones a question can end at."""
         rng = random.Random(self.seed)
         keyed: dict[str, list[tuple[float, str]]] = {}
         for eid in sorted(self.world.entities):
@@ -142,8 +154,19 @@ class Synthesizer:
             weight = (1 + len(rels) + min(visual, 5)) / math.log2(2 + self.kg.degree(eid))
             keyed.setdefault(entity.kind, []).append((rng.random() ** (1 / weight), eid))
         turns = [(rank, -key, eid) for seeds in keyed.values()
-                 for rank, (key, eid) in enumerate(sorted(seeds, reverse=True))]
+                 for rank, (key, eid) in enumerate(sorted(seeds, key=lambda s: (not self._pinned(s[1]), -s[0])))]
         return [eid for *_, eid in sorted(turns)]
+
+    def _pinned(self, eid: str) -> bool:
+        """Some non-taxonomic fact with a pictured neighbour holds for ``eid`` alone: a chain through that neighbour
+        can end at it in one hop ("the person who is a citizen of B", B a flag)."""
+        for relation, objects in self.kg.outgoing(eid).items():
+            if relation not in TAXONOMIC_RELATIONS and any(
+                    o in self._images and self.kg.subjects(relation, o) == {eid} for o in objects):
+                return True
+        return any(relation not in TAXONOMIC_RELATIONS and any(
+            s in self._images and self.kg.objects(s, relation) == {eid} for s in subjects)
+            for relation, subjects in self.kg.incoming(eid).items())
 
     # -- steps 2-6 ----------------------------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from typing import Protocol
 
 from data_gen.kg import Edge, Structure
 from data_gen.neos.observer import Description
-from data_gen.world.properties import FEATURE_RELATIONS
+from data_gen.world.properties import CULTURE_RELATIONS, FEATURE_RELATIONS, LANDMARK_RELATION, WILDLIFE_RELATIONS
 
 # relation -> (the subject described from the object {x}, the object described from the subject {x})
 RELATION_PHRASES: dict[str, tuple[str, str]] = {
@@ -30,23 +30,29 @@ RELATION_PHRASES: dict[str, tuple[str, str]] = {
     "P17": ("lies in {x}", "contains {x}"),
     "P131": ("is located in {x}", "contains {x}"),
     "P361": ("is part of {x}", "has {x} as one of its parts"),
-    "P31": ("is an instance of {x}", "is the class of which {x} is an instance"),
-    "P279": ("is a subclass of {x}", "is a broader class of {x}"),
+    "P31": ("is an instance of {x}", "{x} is an instance of"),
+    "P279": ("is a subclass of {x}", "{x} is a subclass of"),
     "P35": ("has {x} as its head of state", "is the head of state of {x}"),
-    "P27": ("is a citizen of {x}", "is the country of citizenship of {x}"),
+    "P27": ("is a citizen of {x}", "{x} is a citizen of"),
+    "P106": ("has {x} as an occupation", "is the occupation of {x}"),
     "P159": ("has its headquarters in {x}", "is where {x} has its headquarters"),
     "P112": ("was founded by {x}", "founded {x}"),
     "P463": ("is a member of {x}", "has {x} as a member"),
     "P1549": ("is the homeland of {x}", "names the natives of {x}"),
     **{rel: ("lies in {x}", "contains {x}") for rel in FEATURE_RELATIONS.values()},
     FEATURE_RELATIONS["river"]: ("flows through {x}", "{x} flows through"),
+    **{rel: ("is associated with {x}", "{x} is associated with") for rel in CULTURE_RELATIONS.values()},
+    **{rel: ("is found in {x}", "{x} is found in") for rel in WILDLIFE_RELATIONS.values()},
+    LANDMARK_RELATION: ("lies in {x}", "contains {x}"),
 }
 KIND_NOUNS: dict[str, str] = {
     "country": "country", "city": "city", "subdivision": "region", "us_state": "U.S. state",
     "federal_district": "federal district", "currency": "currency", "language": "language",
     "continent": "continent", "synset": "kind of thing", "brand": "brand", "article": "topic", "class": "class",
     "region": "region", "person": "person", "company": "company", "organization": "organization",
-    "taxon": "species", "nationality": "nationality", **{kind: kind for kind in FEATURE_RELATIONS},
+    "taxon": "species", "nationality": "nationality", "occupation": "occupation", "food": "food",
+    "artifact": "artifact", "animal": "animal", "plant": "plant", "landmark": "landmark",
+    **{kind: kind for kind in FEATURE_RELATIONS},
 }
 
 
@@ -102,9 +108,18 @@ class TemplateVerbalizer:
             incoming = [e for e in structure.edges if e.target == node]
             if not incoming:
                 continue
-            det = "a" if node in ambiguous else "the"
-            clause = " and ".join(spans[e] for e in incoming)
-            sentence = f"Let {letters[node]} be {det} {_noun(kinds, node)} that {clause}"
+            noun = _noun(kinds, node)
+            own = re.fullmatch(rf"is (?:the|an?) ((?:\w+ )*{re.escape(noun)} of .+)", spans[incoming[0]])
+            if len(incoming) == 1 and own:
+                # "the occupation of C", "the official language of B": the kind said once, not "the language that
+                # is an official language of B"
+                spans[incoming[0]] = own.group(1)
+                det = _article(own.group(1)) if node in ambiguous else "the"
+                sentence = f"Let {letters[node]} be {det} {own.group(1)}"
+            else:
+                det = _article(noun) if node in ambiguous else "the"
+                clause = " and ".join(spans[e] for e in incoming)
+                sentence = f"Let {letters[node]} be {det} {noun} {_pronoun(kinds, node)} {clause}"
             if node in checkpoints:
                 sentence += f"; {checkpoints[node].render()}"
             sentences.append(sentence + ".")
@@ -114,6 +129,14 @@ class TemplateVerbalizer:
 
 def _noun(kinds: Mapping[str, str], node: str) -> str:
     return KIND_NOUNS.get(kinds.get(node, ""), "entity")
+
+
+def _pronoun(kinds: Mapping[str, str], node: str) -> str:
+    return "who" if kinds.get(node) == "person" else "that"
+
+
+def _article(noun: str) -> str:
+    return "an" if noun[:1] in "aeiou" else "a"
 
 
 def check_coverage(question: str, structure: Structure, verbalization: Verbalization,

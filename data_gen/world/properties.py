@@ -8,6 +8,7 @@ from data_gen.world.model import Relation
 
 _LABELS: dict[str, str] = {
     "P17": "country",
+    "P27": "country of citizenship",
     "P30": "continent",
     "P31": "instance of",
     "P36": "capital",
@@ -15,6 +16,7 @@ _LABELS: dict[str, str] = {
     "P38": "currency",
     "P47": "shares border with",
     "P78": "top-level Internet domain",
+    "P106": "occupation",
     "P131": "located in the administrative territorial entity",
     "P154": "logo image",
     "P220": "ISO 639-3 code",
@@ -38,12 +40,17 @@ _LABELS: dict[str, str] = {
     "P1549": "demonym",
     "P2046": "area",
     "P5061": "unit symbol",
+    "x:animal_found_in": "animal found in",
+    "x:artifact_associated_with": "artifact associated with",
     "x:desert_in": "desert in",
+    "x:food_associated_with": "food associated with",
     "x:island_in": "island in",
     "x:lake_in": "lake in",
+    "x:landmark_in": "landmark in",
     "x:landlocked": "landlocked",
     "x:mountain_in": "mountain in",
     "x:mountain_range_in": "mountain range in",
+    "x:plant_found_in": "plant found in",
     "x:river_in": "river in",
     "x:volcano_in": "volcano in",
     "x:waterfall_in": "waterfall in",
@@ -56,6 +63,18 @@ _LABELS: dict[str, str] = {
 # city that also lie in B, so "the river" is one answer where B has one river. (Wikidata's P17 would match them all.)
 FEATURE_RELATIONS: dict[str, str] = {kind: f"x:{kind.replace(' ', '_')}_in" for kind in (
     "river", "mountain", "volcano", "lake", "island", "desert", "waterfall", "mountain range")}
+
+
+# The country a food or an artifact is associated with (WordNet's region domain, data_gen.world.adapters.country_facts):
+# one relation per kind for the reason above; "the food associated with B" is one answer where B has one food.
+CULTURE_RELATIONS: dict[str, str] = {kind: f"x:{kind}_associated_with" for kind in ("food", "artifact")}
+
+# The country an animal or a plant is found in (its WordNet gloss; data_gen.world.adapters.wildlife), likewise.
+WILDLIFE_RELATIONS: dict[str, str] = {kind: f"x:{kind}_found_in" for kind in ("animal", "plant")}
+
+
+# The country or capital city a landmark is part of (data_gen.world.adapters.landmarks).
+LANDMARK_RELATION = "x:landmark_in"
 
 
 def relation(pid: str) -> Relation:

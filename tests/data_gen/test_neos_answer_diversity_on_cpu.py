@@ -1,14 +1,17 @@
 """Answer diversity of Neos task synthesis (issue 19): a river known only by its country becomes an answer through
-the seed-free variants, kinds take turns in the seed order, no answer type takes more than its share of a run,
-the new relations read as English, and stats.json reports type and relation diversity."""
+the seed-free variants, and so does a country's only citizen (not through the occupation), kinds take turns in the
+seed order and within a kind the seeds one pictured fact singles out come first, no answer type takes more than its
+share of a run, the new relations read as English, and stats.json reports type and relation diversity."""
 
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from data_gen.common.stats import answer_type_cap, diversity
 from data_gen.kg import Edge
+from data_gen.kg.distinguish import DistinguishingConfig
 from data_gen.neos.cli import Shares, answer_type, share_rule
 from data_gen.neos.schema import Step, Task
 from data_gen.neos.synth import SEED_FREE_VARIANTS, SynthConfig, Synthesizer
@@ -21,10 +24,11 @@ from data_gen.world.store import World
 RED, BLUE, GREEN = (210, 20, 40), (0, 60, 170), (0, 140, 70)
 
 
-def _world(root: Path, striped_png) -> World:
+def _world(root: Path, striped_png, more: tuple[tuple[str, str, str], ...] = ()) -> World:
     """River W flows through X alone; X is the only country bordering B, and B the only island state of region R,
     whose other part A has a flag: the path A -part of-> R -part of^-1-> B* -borders-> X -river in^-1-> W. X's
-    capital K singles it out in one fact, as a real country's does, and leads to no image."""
+    capital K singles it out in one fact, as a real country's does, and leads to no image. ``more``: further
+    facts, their new entities of the kind their id's namespace names."""
     flagged = {"country:A": RED, "country:B": BLUE, "country:X": GREEN}
     entities = {eid: Entity(eid, f"Place {eid[-1]}", "country", page_id=eid[-1]) for eid in flagged}
     entities |= {"region:R": Entity("region:R", "Zone R", "region", page_id="R"),
@@ -39,7 +43,10 @@ def _world(root: Path, striped_png) -> World:
                                    8, entity_id=eid)
     facts = [("river:W", "x:river_in", "country:X"), ("country:B", "P47", "country:X"),
              ("country:X", "P47", "country:B"), ("country:A", "P361", "region:R"), ("country:B", "P361", "region:R"),
-             ("country:B", "P31", "x:island"), ("city:K", "P1376", "country:X"), ("country:X", "P36", "city:K")]
+             ("country:B", "P31", "x:island"), ("city:K", "P1376", "country:X"), ("country:X", "P36", "city:K"),
+             *more]
+    for eid in {e for s, _, o in more for e in (s, o)} - set(entities):
+        entities[eid] = Entity(eid, f"Name {eid.split(':')[1]}", eid.split(":")[0], page_id=eid.split(":")[1])
     return World(root, {}, entities, {}, images, [Triple(*t) for t in facts], {}, {}, {})
 
 
@@ -81,6 +88,32 @@ def test_the_new_relations_read_as_english(edge, expected):
 @pytest.mark.parametrize("limit, cap", [(None, None), (1, 1), (2, 1), (10, 3), (60, 21), (100, 35)])
 def test_no_answer_type_above_35_percent_of_a_limited_run(limit, cap):
     assert answer_type_cap(limit) == cap
+
+
+# Person P is X's only citizen and the only one of occupation O; Q and S are both B's citizens and of occupation T,
+# so no one fact singles either out.
+PEOPLE = (("person:P", "P27", "country:X"), ("person:P", "P106", "occupation:O"), ("person:Q", "P27", "country:B"),
+          ("person:Q", "P106", "occupation:T"), ("person:S", "P27", "country:B"), ("person:S", "P106", "occupation:T"))
+
+
+def test_a_countrys_only_citizen_is_reached_through_the_country_not_through_the_occupation(tmp_path, striped_png):
+    config = SynthConfig(seed_free_variants=SEED_FREE_VARIANTS)
+    result = Synthesizer(_world(tmp_path, striped_png, PEOPLE), seed=0, config=config).synthesize("person:P")
+    assert {c.structure.answer for c in result.candidates} == {"person:P"}, result.counts
+    paths = {tuple(e.relation for e in c.structure.edges) for c in result.candidates}
+    assert ("P361", "P361", "P47", "P27") in paths and not any("P106" in p for p in paths)
+    # without the occupation's two bits of penalty, P106 (sorting first) wins the seed's set on the tie: a dead end
+    flat = replace(config, expansion=replace(config.expansion, distinguishing=DistinguishingConfig()))
+    alone = Synthesizer(_world(tmp_path, striped_png, PEOPLE), seed=0, config=flat).synthesize("person:P")
+    assert not alone.candidates
+
+
+def test_within_a_kind_the_seeds_one_pictured_fact_singles_out_come_first(tmp_path, striped_png):
+    synth = Synthesizer(_world(tmp_path, striped_png, PEOPLE), seed=0)
+    people = [s for s in synth.seeds() if s.startswith("person:")]
+    assert people[0] == "person:P" and sorted(people[1:]) == ["person:Q", "person:S"]
+    assert synth._pinned("person:P") and not synth._pinned("person:Q") and not synth._pinned("person:S")
+    assert synth._pinned("river:W") and not synth._pinned("occupation:O")  # P, O's only holder, has no image
 
 
 def _task(answer_entity: str, kind: str) -> Task:

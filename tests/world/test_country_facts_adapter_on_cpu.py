@@ -29,7 +29,7 @@ def facts(contribution):
 
 def test_a_country_is_its_wordnet_country_not_the_island_or_the_capital_of_its_name(sources):
     wn = load_wordnet(sources["wordnet-base"])
-    chosen = country_facts.country_synsets(wn, country_facts._load_countries(sources["world-countries"]))
+    chosen = country_facts.country_synsets(wn, country_facts.load_countries(sources["world-countries"]))
     assert chosen["08766988"] == "country:DEU"
     assert chosen["08888676"] == "country:IRL" and "08859173" not in chosen  # Ireland the island
     assert chosen["08929243"] == "country:KWT" and "08929555" not in chosen  # Kuwait the capital

@@ -20,6 +20,9 @@ ADAPTERS: tuple[str, ...] = (
     "wordnet",
     "stamps",
     "country_facts",
+    "people",
+    "wildlife",
+    "landmarks",
 )
 
 

@@ -1,5 +1,6 @@
 """What WordNet knows about the world's countries: the international organisations they belong to, the natural
-features that lie in them and the names of their natives. Each is a new kind of entity a Neos question can end at.
+features that lie in them, the names of their natives and the foods and artifacts it associates with them. Each is
+a new kind of entity a Neos question can end at.
 
 * organisations (kind ``organization``): WordNet's member meronyms of a group (NATO's members are Belgium, Canada,
   ...) and, the other way, a country's member holonyms; fact ``(country, P463 member of, organisation)``;
@@ -8,7 +9,12 @@ features that lie in them and the names of their natives. Each is a new kind of 
   fact ``(feature, x:<kind>_in, country)`` (:data:`data_gen.world.properties.FEATURE_RELATIONS`); the feature's
   kind is its instance hypernym;
 * nationalities (kind ``nationality``): people synsets that are members of a country ("Albanian, a native or
-  inhabitant of Albania"); fact ``(country, P1549 demonym, nationality)``.
+  inhabitant of Albania"); fact ``(country, P1549 demonym, nationality)``;
+* foods and artifacts (kinds ``food``, ``artifact``): synsets whose WordNet region domain (pointer ``;r``) is one
+  country (paella: Spain; the khukuri: Nepal); fact ``(thing, x:<kind>_associated_with, country)``
+  (:data:`data_gen.world.properties.CULTURE_RELATIONS`). The United Kingdom and the United States are left out:
+  WordNet files British and American English usage there ("boot: British term for the luggage compartment"),
+  not things of those countries.
 
 WordNet names a country by its own lemmas; a country of the world is the one whose world-countries name (common,
 official or an alternative spelling) is such a lemma. A name can be several WordNet places (Ireland the island and
@@ -36,13 +42,16 @@ from data_gen.world.adapters._wordnet_data import (
     page_title,
 )
 from data_gen.world.model import Contribution, Entity, Page, Triple, page_url, slugify
-from data_gen.world.properties import FEATURE_RELATIONS, relations
+from data_gen.world.properties import CULTURE_RELATIONS, FEATURE_RELATIONS, relations
 
 SOURCES = ("wordnet-base", "world-countries")
 
 LEXFILE_GROUP = 14  # noun.group: organisations
 LEXFILE_OBJECT = 17  # noun.object: rivers, mountains, lakes
 LEXFILE_PERSON = 18  # noun.person: nationalities
+CULTURE_KINDS = {6: "artifact", 13: "food"}  # noun.artifact, noun.food
+REGION_DOMAIN = ";r"
+USAGE_REGIONS = ("country:GBR", "country:USA")
 # a natural feature's instance hypernym (its first lemma) -> the entity kind
 FEATURE_KINDS: dict[str, str] = {  # the kinds of FEATURE_RELATIONS
     "river": "river", "mountain peak": "mountain", "mountain": "mountain", "volcano": "volcano", "lake": "lake",
@@ -56,24 +65,28 @@ def contribute(sources: Mapping[str, Path], size: str) -> Contribution:
     if size not in ("small", "full"):
         raise ValueError(f"size must be 'small' or 'full', not {size!r}")
     wn = load_wordnet(sources["wordnet-base"])
-    countries = _load_countries(sources["world-countries"])
+    countries = load_countries(sources["world-countries"])
     of_synset = country_synsets(wn, countries)
     labels = {cid: name for cid, (name, _) in countries.items()}
-    out = Contribution(relations=relations({"P463", "P1549", *FEATURE_RELATIONS.values()}))
+    out = Contribution(relations=relations({"P463", "P1549", *FEATURE_RELATIONS.values(),
+                                            *CULTURE_RELATIONS.values()}))
     for org, members in sorted(organisations(wn, of_synset).items()):
-        _add(out, wn, wn.synsets[org], "organization", [(c, "P463", None) for c in members],
-             f"Its member countries are {join_list(sorted(labels[c] for c in members))}.")
+        add_entity(out, wn, wn.synsets[org], "organization", [(c, "P463", None) for c in members],
+                   f"Its member countries are {join_list(sorted(labels[c] for c in members))}.")
     for feature, (kind, located) in sorted(features(wn, of_synset, countries).items()):
-        _add(out, wn, wn.synsets[feature], kind, [(None, FEATURE_RELATIONS[kind], c) for c in located],
-             f"It is a {kind} in {join_list(sorted(labels[c] for c in located))}.")
+        add_entity(out, wn, wn.synsets[feature], kind, [(None, FEATURE_RELATIONS[kind], c) for c in located],
+                   f"It is a {kind} in {join_list(sorted(labels[c] for c in located))}.")
     for people, country in sorted(nationalities(wn, of_synset).items()):
         synset = wn.synsets[people]
-        _add(out, wn, synset, "nationality", [(country, "P1549", None)],
+        add_entity(out, wn, synset, "nationality", [(country, "P1549", None)],
              f"{synset.label} is what a native of {labels[country]} is called.")
+    for thing, (kind, country) in sorted(cultural_things(wn, of_synset).items()):
+        add_entity(out, wn, wn.synsets[thing], kind, [(None, CULTURE_RELATIONS[kind], country)],
+                   f"WordNet associates it with {labels[country]}.")
     return out
 
 
-def _load_countries(root: Path) -> dict[str, tuple[str, list[str]]]:
+def load_countries(root: Path) -> dict[str, tuple[str, list[str]]]:
     """country id -> (common name, every name world-countries gives it)."""
     records = json.loads((root / WORLD_COUNTRIES).read_text(encoding="utf-8"))
     return {f"country:{c['cca3']}": (c["name"]["common"],
@@ -142,22 +155,33 @@ def nationalities(wn: WordNet, of_synset: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+def cultural_things(wn: WordNet, of_synset: Mapping[str, str]) -> dict[str, tuple[str, str]]:
+    """Food or artifact offset -> (its kind, the one country of its region domain), usage regions left out."""
+    out = {}
+    for offset, synset in wn.synsets.items():
+        regions = {of_synset[t] for t in synset.targets(REGION_DOMAIN) if t in of_synset}
+        if synset.lexfile in CULTURE_KINDS and len(regions) == 1 and not regions & set(USAGE_REGIONS):
+            out[offset] = (CULTURE_KINDS[synset.lexfile], regions.pop())
+    return out
+
+
 def entity_id(kind: str, synset: Synset) -> str:
     return f"{kind.replace(' ', '_')}:{synset.offset}"
 
 
-def _add(out: Contribution, wn: WordNet, synset: Synset, kind: str,
-         facts: list[tuple[str | None, str, str | None]], sentence: str) -> None:
+def add_entity(out: Contribution, wn: WordNet, synset: Synset, kind: str,
+               facts: list[tuple[str | None, str, str | None]], sentence: str, label: str | None = None) -> None:
     """The entity, its page (gloss, then ``sentence`` with its facts) and its facts; ``None`` in a fact is the
-    entity itself."""
+    entity itself. ``label``: one of the synset's lemmas, its first by default."""
     eid = entity_id(kind, synset)
     title = page_title(synset, wn)
+    name = label or synset.label
     # a lemma that also names another WordNet noun is no alias: "Europe" (the continent) and "EU" (europium)
     # are lemmas of the European Union's synset
-    aliases = [a for a in synset.lemmas[1:] if not set(wn.lookup(a)) - {synset.offset}]
+    aliases = [a for a in synset.lemmas if a != name and not set(wn.lookup(a)) - {synset.offset}]
     also = f" (also {join_list(aliases)})" if aliases else ""
-    text = f"{synset.label}{also} is defined in WordNet as: {synset.definition}. {sentence}"
+    text = f"{name}{also} is defined in WordNet as: {synset.definition}. {sentence}"
     page_id = slugify(title)
     out.pages.append(Page(page_id, page_url(page_id), title, text, "wordnet-base", entity_id=eid))
-    out.entities.append(Entity(eid, synset.label, kind, synset.definition, aliases, page_id))
+    out.entities.append(Entity(eid, name, kind, synset.definition, aliases, page_id))
     out.triples += [Triple(s or eid, p, o or eid) for s, p, o in facts]
