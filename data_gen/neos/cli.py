@@ -52,7 +52,7 @@ from verl_ext.reward.judge import JudgeConfig
 from verl_ext.tools.client import ToolServerClient, ToolServerUnavailable
 
 # The filters in pipeline order; a candidate reaching one has passed all before it.
-FILTERS = ("grounding", "source_colours", "entry_image_ablation", "checkpoint_ablation", "coverage", "answer_share",
+FILTERS = ("open_world", "grounding", "source_colours", "entry_image_ablation", "checkpoint_ablation", "coverage", "answer_share",
            "answer_type_share", "text_only_answer", "text_only_search", "entry_image_vqa", "short_multimodal_search",
            "expert")
 OUTPUT_FILES = ["train.parquet", "rl.parquet", "benchmark.parquet", "sft.parquet", "sft.jsonl",

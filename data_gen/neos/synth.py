@@ -23,6 +23,7 @@ from data_gen.kg import (
 )
 from data_gen.kg.distinguish import TAXONOMIC_RELATIONS, DistinguishingConfig
 from data_gen.neos.observer import IMAGE_KINDS, Description, Observer, PaletteObserver, ground
+from data_gen.neos.open_world import pinning
 from data_gen.neos.schema import Alternative, EntryImage, Step, Task
 from data_gen.neos.verbalize import Rewriter, TemplateVerbalizer, Verbalizer, check_coverage
 from data_gen.world.model import page_url
@@ -204,6 +205,10 @@ class Synthesizer:
     def candidate(self, structure: Structure) -> Candidate:
         """Steps 5-6 and the evidence rules for one identifiable structure."""
         key = self.structure_key(structure)
+        kinds = {n: self.world.entities[n].kind for n in structure.nodes if n in self.world.entities}
+        nouns = pinning(structure, kinds, self.kg, self.world)
+        if isinstance(nouns, str):
+            return Candidate(key, structure, None, "open_world", nouns)
         names = self._withheld(structure)
         ambiguous: set[str] = set()
         bound: dict[str, Description] = {}
@@ -233,10 +238,9 @@ class Synthesizer:
         rule = self._evidence_rule(structure, bound, names)
         if rule is not None:
             return Candidate(key, structure, None, *rule)
-        kinds = {n: self.world.entities[n].kind for n in structure.nodes if n in self.world.entities}
         labels = {e.relation: self._relation_label(e.relation) for e in structure.edges}
         anchor_images = [IMAGE_KINDS[self._images[a][0][2]] for a in structure.anchors]
-        verbal = self.verbalizer.verbalize(structure, kinds, labels, anchor_images, bound, ambiguous)
+        verbal = self.verbalizer.verbalize(structure, kinds, labels, anchor_images, bound, ambiguous, nouns)
         reason = check_coverage(verbal.question, structure, verbal, names)
         if reason is not None:
             return Candidate(key, structure, None, "coverage", reason)

@@ -79,8 +79,10 @@ class Verbalizer(Protocol):
         anchor_images: Sequence[str],
         checkpoints: Mapping[str, Description],
         ambiguous: Collection[str],
+        nouns: Mapping[str, str] = {},
     ) -> Verbalization:
-        """``anchor_images``: each anchor's image kind; ``ambiguous``: entities the text alone leaves open."""
+        """``anchor_images``: each anchor's image kind; ``ambiguous``: entities the text alone leaves open;
+        ``nouns``: a node's noun phrase in place of its kind's, the facts that pin it (data_gen.neos.open_world)."""
         ...
 
 
@@ -95,7 +97,8 @@ class Rewriter(Protocol):
 class TemplateVerbalizer:
     """Offline verbalizer, no model: fixed templates, letters for entities (see the module docstring)."""
 
-    def verbalize(self, structure, kinds, relation_labels, anchor_images, checkpoints, ambiguous) -> Verbalization:
+    def verbalize(self, structure, kinds, relation_labels, anchor_images, checkpoints, ambiguous,
+                  nouns: Mapping[str, str] = {}) -> Verbalization:
         letters = {node: string.ascii_uppercase[i] for i, node in enumerate(structure.nodes)}
         spans = {e: relation_phrase(e, relation_labels[e.relation], letters[e.source]) for e in structure.edges}
         sentences = []
@@ -108,7 +111,7 @@ class TemplateVerbalizer:
             incoming = [e for e in structure.edges if e.target == node]
             if not incoming:
                 continue
-            noun = _noun(kinds, node)
+            noun = nouns.get(node) or _noun(kinds, node)
             own = re.fullmatch(rf"is (?:the|an?) ((?:\w+ )*{re.escape(noun)} of .+)", spans[incoming[0]])
             if len(incoming) == 1 and own:
                 # "the occupation of C", "the official language of B": the kind said once, not "the language that

@@ -1,0 +1,83 @@
+"""Open-world relations: facts whose object set a reader knows to be open, so that "the person who is a citizen of
+C" has one answer only because the KG holds one Spanish person, not under a person's reading of the question.
+
+A node reached only through such relations must be pinned by more that a reader can check (:func:`pinning`): a
+person by the occupation and the dates the sources state ("the film maker, born in 1900, died in 1983, who is a
+citizen of C"); anything else is rejected (``open_world``). An organisation reached through its members stays
+unpinned: two member countries would pin it, but a convergent structure constrains its merge node through two
+distinct relations (Neos, App. A) and an organisation has no relation besides membership. Relations the world holds completely (every country's borders, languages, currencies, region and
+continent from world-countries) or whose object a reader expects to be one (a capital, a demonym) are closed: one
+answer in the KG is one answer in reality.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from data_gen.kg import KG, Structure
+from data_gen.world.properties import CULTURE_RELATIONS, FEATURE_RELATIONS, LANDMARK_RELATION, WILDLIFE_RELATIONS
+from data_gen.world.store import World
+
+# (relation, forward) -> why its object set is open; ``forward``: the edge reaches the fact's object (Edge.forward).
+OPEN_WORLD: dict[tuple[str, bool], str] = {
+    ("P27", False): "a country has millions of citizens; the world holds WordNet's few",
+    ("P106", False): "many people share an occupation",
+    ("P106", True): "a person may have several occupations; WordNet lists its instance hypernyms only",
+    ("P17", False): "a country holds many cities; the world holds few per country",
+    ("P131", False): "a country has many subdivisions; the world's list may be partial",
+    ("P463", True): "a country is a member of many organisations; the world holds WordNet's nine",
+    ("P463", False): "an organisation has many members",
+    ("P31", False): "a class has many instances",
+    ("P279", False): "a class has many subclasses",
+    ("P112", True): "a company may have several founders",
+    ("P112", False): "a person may found several companies",
+    ("P159", False): "a city hosts many headquarters",
+    **{(rel, False): f"a country has many {kind}s; the world holds WordNet's few"
+       for kind, rel in FEATURE_RELATIONS.items()},
+    **{(FEATURE_RELATIONS[kind], True): f"a {kind} may cross borders"
+       for kind in ("river", "lake", "desert", "mountain range")},
+    **{(rel, False): f"a country has many {kind}s; the world holds those WordNet's glosses place there"
+       for kind, rel in WILDLIFE_RELATIONS.items()},
+    **{(rel, True): "a species may range over several countries" for rel in WILDLIFE_RELATIONS.values()},
+    (LANDMARK_RELATION, False): "a country or a city has many landmarks",
+    **{(rel, False): f"a country has many {kind}s of its own" for kind, rel in CULTURE_RELATIONS.items()},
+}
+# Closed, one line each: P36/P1376 a capital (two where the world lists two: "a capital"); P47 every country's land
+# borders (world-countries); P37/P38 each country's official languages and currencies, both ways (world-countries);
+# P30/P361 each country's continent and UN region, both ways (world-countries); P1549 the natives of one country;
+# P27 forward, one citizenship; P35 one head of state; P159 forward one headquarters; a feature, landmark, food or
+# artifact reached from itself lies in or belongs to the place its source names.
+
+# "(1900-1983)", "(born 1930)" closing a WordNet gloss (data_gen.world.adapters.people)
+_DATES = re.compile(r"\((?:born )?(\d{4})(?:-(\d{4}))?\)$")
+
+
+def pinning(structure: Structure, kinds: Mapping[str, str], kg: KG, world: World) -> dict[str, str] | str:
+    """Node -> the noun phrase that pins it ("film maker, born in 1900,"), for every node whose incoming edges are
+    all open-world; a str (the reason) when one cannot be pinned. A node with a closed incoming edge is pinned by
+    it: the reader can list that edge's objects."""
+    nouns: dict[str, str] = {}
+    for node in structure.nodes:
+        incoming = [e for e in structure.edges if e.target == node]
+        reasons = [OPEN_WORLD.get((e.relation, e.forward)) for e in incoming]
+        if not incoming or not all(reasons):
+            continue
+        kind = kinds.get(node, "")
+        noun = person_noun(node, kg, world) if kind == "person" else None
+        if noun is None:
+            return f"{node} ({kind or 'entity'}): {reasons[0]}, and nothing stated pins it"
+        nouns[node] = noun
+    return nouns
+
+
+def person_noun(person: str, kg: KG, world: World) -> str | None:
+    """"film maker, born in 1900, died in 1983,": the person's occupations (P106) and the dates its gloss states;
+    None without both an occupation and a birth year."""
+    jobs = sorted(world.entities[j].label for j in kg.objects(person, "P106") if j in world.entities)
+    entity = world.entities.get(person)
+    dates = _DATES.search(entity.description) if entity else None
+    if not jobs or dates is None:
+        return None
+    died = f" died in {dates.group(2)}," if dates.group(2) else ""
+    return f"{' and '.join(jobs)}, born in {dates.group(1)},{died}"
