@@ -247,7 +247,8 @@ class Synthesizer:
         if self.rewriter is not None:
             images = ["the image"] if len(structure.anchors) == 1 else [
                 f"image {i}" for i in range(1, len(structure.anchors) + 1)]
-            keep = [*images, *(d.render() for d in bound.values())]
+            # the checkpoints' descriptions and the facts that pin an open-world node ("film director, born in 1900")
+            keep = [*images, *(d.render() for d in bound.values()), *(n.rstrip(",") for n in nouns.values())]
             verbal = self.rewriter.rewrite(verbal, keep, lambda q: check_coverage(q, structure, verbal, names))
         steps = [self._step(i, e, verbal.spans[i], grounded, bound, alternatives.get(e.target, []))
                  for i, e in enumerate(structure.edges)]
