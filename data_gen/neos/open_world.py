@@ -12,10 +12,10 @@ answer in the KG is one answer in reality.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 
 from data_gen.kg import KG, Structure
+from data_gen.world.adapters.people import DATES
 from data_gen.world.properties import CULTURE_RELATIONS, FEATURE_RELATIONS, LANDMARK_RELATION, WILDLIFE_RELATIONS
 from data_gen.world.store import World
 
@@ -27,36 +27,57 @@ OPEN_WORLD: dict[tuple[str, bool], str] = {
     ("P17", False): "a country holds many cities; the world holds few per country",
     ("P131", False): "a country has many subdivisions; the world's list may be partial",
     ("P463", True): "a country is a member of many organisations; the world holds WordNet's nine",
-    ("P463", False): "an organisation has many members",
+    ("P463", False): "an organisation has many members; WordNet (2006) lists some",
+    ("P31", True): "an entity is an instance of many classes",
     ("P31", False): "a class has many instances",
+    ("P279", True): "a class has many superclasses",
     ("P279", False): "a class has many subclasses",
+    ("P35", False): "one monarch may head several states (the Commonwealth realms)",
     ("P112", True): "a company may have several founders",
     ("P112", False): "a person may found several companies",
     ("P159", False): "a city hosts many headquarters",
     **{(rel, False): f"a country has many {kind}s; the world holds WordNet's few"
        for kind, rel in FEATURE_RELATIONS.items()},
-    **{(FEATURE_RELATIONS[kind], True): f"a {kind} may cross borders"
-       for kind in ("river", "lake", "desert", "mountain range")},
+    **{(rel, True): f"a {kind} may lie on a border or cross it" for kind, rel in FEATURE_RELATIONS.items()},
     **{(rel, False): f"a country has many {kind}s; the world holds those WordNet's glosses place there"
        for kind, rel in WILDLIFE_RELATIONS.items()},
     **{(rel, True): "a species may range over several countries" for rel in WILDLIFE_RELATIONS.values()},
     (LANDMARK_RELATION, False): "a country or a city has many landmarks",
     **{(rel, False): f"a country has many {kind}s of its own" for kind, rel in CULTURE_RELATIONS.items()},
+    **{(rel, True): f"a {kind} may belong to several countries' ways" for kind, rel in CULTURE_RELATIONS.items()},
 }
-# Closed, one line each: P36/P1376 a capital (two where the world lists two: "a capital"); P47 every country's land
-# borders (world-countries); P37/P38 each country's official languages and currencies, both ways (world-countries);
-# P30/P361 each country's continent and UN region, both ways (world-countries); P1549 the natives of one country;
-# P27 forward, one citizenship; P35 one head of state; P159 forward one headquarters; a feature, landmark, food or
-# artifact reached from itself lies in or belongs to the place its source names.
 
-# "(1900-1983)", "(born 1930)" closing a WordNet gloss (data_gen.world.adapters.people)
-_DATES = re.compile(r"\((?:born )?(\d{4})(?:-(\d{4}))?\)$")
+# (relation, forward) -> why one object in the KG is one in reality: a reader expects one, or the world holds them all.
+CLOSED_WORLD: dict[tuple[str, bool], str] = {
+    ("P36", True): "a country has one capital (two where the world lists two: 'a capital')",
+    ("P36", False): "a city is the capital of one country",
+    ("P1376", True): "a city is the capital of one country",
+    ("P1376", False): "a country has one capital (two where the world lists two)",
+    ("P47", True): "the world holds every country's land borders (world-countries)",
+    ("P47", False): "the world holds every country's land borders (world-countries)",
+    ("P37", True): "the world holds each country's official languages (world-countries)",
+    ("P37", False): "the world holds the countries of each official language (world-countries)",
+    ("P38", True): "the world holds each country's currencies (world-countries)",
+    ("P38", False): "the world holds the countries using each currency (world-countries)",
+    ("P30", True): "the world holds each country's continent (world-countries)",
+    ("P30", False): "the world holds the countries of each continent (world-countries)",
+    ("P361", True): "a country lies in one UN region, a region in one continent",
+    ("P361", False): "the world holds the countries of each UN region (world-countries)",
+    ("P17", True): "a city lies in one country",
+    ("P131", True): "a subdivision lies in one country",
+    ("P27", True): "a person is read as a citizen of one country (the gloss's)",
+    ("P1549", True): "one nationality names a country's natives",
+    ("P1549", False): "a nationality names the natives of one country",
+    ("P35", True): "a state has one head of state",
+    ("P159", True): "a company has one headquarters",
+    (LANDMARK_RELATION, True): "a building stands in one place",
+}
 
 
 def pinning(structure: Structure, kinds: Mapping[str, str], kg: KG, world: World) -> dict[str, str] | str:
     """Node -> the noun phrase that pins it ("film maker, born in 1900,"), for every node whose incoming edges are
     all open-world; a str (the reason) when one cannot be pinned. A node with a closed incoming edge is pinned by
-    it: the reader can list that edge's objects."""
+    it: the reader can list that edge's objects. A relation in neither table (a loaded KG's own) counts as closed."""
     nouns: dict[str, str] = {}
     for node in structure.nodes:
         incoming = [e for e in structure.edges if e.target == node]
@@ -76,7 +97,7 @@ def person_noun(person: str, kg: KG, world: World) -> str | None:
     None without both an occupation and a birth year."""
     jobs = sorted(world.entities[j].label for j in kg.objects(person, "P106") if j in world.entities)
     entity = world.entities.get(person)
-    dates = _DATES.search(entity.description) if entity else None
+    dates = DATES.search(entity.description) if entity else None
     if not jobs or dates is None:
         return None
     died = f" died in {dates.group(2)}," if dates.group(2) else ""

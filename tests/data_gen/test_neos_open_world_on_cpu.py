@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from data_gen.kg import KG, Edge, Structure
-from data_gen.neos.open_world import OPEN_WORLD, pinning
+from data_gen.neos.open_world import CLOSED_WORLD, OPEN_WORLD, person_noun, pinning
 from data_gen.neos.synth import Synthesizer
-from data_gen.neos.verbalize import TemplateVerbalizer
+from data_gen.neos.verbalize import RELATION_PHRASES, TemplateVerbalizer
 from data_gen.world.model import Entity, Triple
 from data_gen.world.store import World
 
@@ -64,6 +64,20 @@ def test_a_citizen_with_occupation_and_dates_is_named_by_them(tmp_path):
         v.question
 
 
+@pytest.mark.parametrize("gloss, noun", [
+    ("Spanish film maker (1900-1983)", "film maker, born in 1900, died in 1983,"),
+    ("Spanish filmmaker (1900\u20131983)", "film maker, born in 1900, died in 1983,"),
+    ("Spanish film maker (born 1930)", "film maker, born in 1930,"),
+    ("Spanish film maker", None),
+])
+def test_a_persons_noun_needs_an_occupation_and_a_birth_year(tmp_path, gloss, noun):
+    world = _world(tmp_path)
+    world.entities["person:bunuel"].description = gloss
+    kg = KG.from_triples((t.s, t.p, t.o) for t in world.triples)
+    assert person_noun("person:bunuel", kg, world) == noun
+    assert person_noun("person:nojob", kg, world) is None  # dates, but no occupation
+
+
 def test_an_animal_found_in_a_country_is_open_world(tmp_path):
     # the world states no class beyond the gloss ("wild goat of Spain"), so nothing pins it
     assert _pin(_world(tmp_path), _path(Edge("country:ESP", "animal:ibex", "x:animal_found_in", False))) == \
@@ -95,3 +109,9 @@ def test_reader_unique_relations_are_closed():
                    ("P27", True), ("P47", True), ("P47", False)]:
         assert closed not in OPEN_WORLD
     assert {("P27", False), ("P463", True), ("P106", True), ("x:landmark_in", False)} <= OPEN_WORLD.keys()
+
+
+def test_every_relation_a_question_states_is_decided_in_both_directions():
+    decided = [key for key in (*OPEN_WORLD, *CLOSED_WORLD)]
+    assert len(decided) == len(set(decided))  # none both open and closed
+    assert {(rel, forward) for rel in RELATION_PHRASES for forward in (True, False)} == set(decided)

@@ -32,8 +32,9 @@ from data_gen.world.properties import relations
 SOURCES = ("wordnet-base", "world-countries")
 LEXFILE_PERSON = 18  # noun.person
 BORN_SINCE = 1900
-# "(1945-1981)", "(born 1930)" closing the gloss: the birth year
-_DATES = re.compile(r"\((?:born )?(\d{4})(?:-\d{4})?\)$")
+# "(1945-1981)", "(born 1930)" closing the gloss: the birth year and the death year (a Wikidata description writes
+# an en dash, "(1900\u20131983)"; data_gen.neos.open_world reads both)
+DATES = re.compile(r"\((?:born )?(\d{4})(?:[-\u2013](\d{4}))?\)$")
 _LEAD_WORDS = 3  # the longest country name a gloss opens with that matters here ("United States", "South Korean")
 
 
@@ -82,7 +83,7 @@ def people(wn: WordNet, leads: Mapping[str, str]) -> dict[str, tuple[str, int]]:
     for offset, synset in wn.synsets.items():
         if synset.lexfile != LEXFILE_PERSON or not synset.is_instance:
             continue
-        dates = _DATES.search(synset.definition)
+        dates = DATES.search(synset.definition)
         words = synset.definition.split()
         country = next((leads[" ".join(words[:n])] for n in range(_LEAD_WORDS, 0, -1)
                         if " ".join(words[:n]) in leads), None)
