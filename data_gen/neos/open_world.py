@@ -5,9 +5,9 @@ A node reached only through such relations must be pinned by more that a reader 
 person by the occupation and the dates the sources state ("the film maker, born in 1900, died in 1983, who is a
 citizen of C"); anything else is rejected (``open_world``). An organisation reached through its members stays
 unpinned: two member countries would pin it, but a convergent structure constrains its merge node through two
-distinct relations (Neos, App. A) and an organisation has no relation besides membership. Relations the world holds completely (every country's borders, languages, currencies, region and
-continent from world-countries) or whose object a reader expects to be one (a capital, a demonym) are closed: one
-answer in the KG is one answer in reality.
+distinct relations (Neos, App. A) and an organisation has no relation besides membership. Relations the world holds
+completely (every country's borders, languages, currencies, region and continent from world-countries) or whose
+object a reader expects to be one (a capital, a demonym) are closed: one answer in the KG is one in reality.
 """
 
 from __future__ import annotations

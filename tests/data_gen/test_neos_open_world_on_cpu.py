@@ -112,6 +112,6 @@ def test_reader_unique_relations_are_closed():
 
 
 def test_every_relation_a_question_states_is_decided_in_both_directions():
-    decided = [key for key in (*OPEN_WORLD, *CLOSED_WORLD)]
+    decided = [*OPEN_WORLD, *CLOSED_WORLD]
     assert len(decided) == len(set(decided))  # none both open and closed
     assert {(rel, forward) for rel in RELATION_PHRASES for forward in (True, False)} == set(decided)
