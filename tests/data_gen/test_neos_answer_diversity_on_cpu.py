@@ -10,12 +10,10 @@ from pathlib import Path
 import pytest
 
 from data_gen.common.stats import answer_type_cap, diversity
-from data_gen.kg import Edge
 from data_gen.kg.distinguish import DistinguishingConfig
 from data_gen.neos.cli import Shares, answer_type, share_rule
 from data_gen.neos.schema import Step, Task
 from data_gen.neos.synth import SEED_FREE_VARIANTS, SynthConfig, Synthesizer
-from data_gen.neos.verbalize import relation_phrase
 from data_gen.world.model import Entity
 from data_gen.world.model import Image as ImageRecord
 from data_gen.world.model import Triple
@@ -70,19 +68,6 @@ def test_kinds_take_turns_in_the_seed_order(tmp_path, striped_png):
     assert sorted(seeds) == ["city:K", "country:A", "country:B", "country:X", "region:R", "river:W"]
     assert set(kinds[:4]) == {"city", "country", "region", "river"} and kinds[4:] == ["country", "country"]
 
-
-@pytest.mark.parametrize("edge, expected", [
-    (Edge("country:B", "org:O", "P463", True), "has B as a member"),
-    (Edge("org:O", "country:B", "P463", False), "is a member of B"),
-    (Edge("country:B", "nationality:N", "P1549", True), "names the natives of B"),
-    (Edge("nationality:N", "country:B", "P1549", False), "is the homeland of B"),
-    (Edge("country:B", "river:W", "x:river_in", False), "flows through B"),
-    (Edge("river:W", "country:B", "x:river_in", True), "B flows through"),
-    (Edge("country:B", "lake:L", "x:lake_in", False), "lies in B"),
-    (Edge("mountain:M", "country:B", "x:mountain_in", True), "contains B"),
-])
-def test_the_new_relations_read_as_english(edge, expected):
-    assert relation_phrase(edge, "unused label", "B") == expected
 
 
 @pytest.mark.parametrize("limit, cap", [(None, None), (1, 1), (2, 1), (10, 3), (60, 21), (100, 35)])

@@ -56,6 +56,14 @@ def test_a_relation_that_names_the_kind_says_it_once(ambiguous, sentence):
 
 
 @pytest.mark.parametrize("edge, expected", [
+    (Edge("country:B", "org:O", "P463", True), "has B as a member"),
+    (Edge("org:O", "country:B", "P463", False), "is a member of B"),
+    (Edge("country:B", "nationality:N", "P1549", True), "names the natives of B"),
+    (Edge("nationality:N", "country:B", "P1549", False), "is the homeland of B"),
+    (Edge("country:B", "river:W", "x:river_in", False), "flows through B"),
+    (Edge("river:W", "country:B", "x:river_in", True), "B flows through"),
+    (Edge("country:B", "lake:L", "x:lake_in", False), "lies in B"),
+    (Edge("mountain:M", "country:B", "x:mountain_in", True), "contains B"),
     (Edge("country:B", "person:P", "P27", False), "is a citizen of B"),
     (Edge("person:P", "country:B", "P27", True), "B is a citizen of"),
     (Edge("occupation:O", "person:P", "P106", False), "has B as an occupation"),

