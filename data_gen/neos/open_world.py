@@ -12,7 +12,7 @@ object a reader expects to be one (a capital, a demonym) are closed: one answer 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from data_gen.kg import KG, Structure
 from data_gen.world.adapters.people import DATES
@@ -77,7 +77,8 @@ CLOSED_WORLD: dict[tuple[str, bool], str] = {
 def pinning(structure: Structure, kinds: Mapping[str, str], kg: KG, world: World) -> dict[str, str] | str:
     """Node -> the noun phrase that pins it ("film maker, born in 1900,"), for every node whose incoming edges are
     all open-world; a str (the reason) when one cannot be pinned. A node with a closed incoming edge is pinned by
-    it: the reader can list that edge's objects. A relation in neither table (a loaded KG's own) counts as closed."""
+    it: the reader can list that edge's objects. A relation in neither table (a loaded KG's own) counts as closed:
+    :func:`undecided` names them, and the CLI counts and warns about the tasks that use one."""
     nouns: dict[str, str] = {}
     for node in structure.nodes:
         incoming = [e for e in structure.edges if e.target == node]
@@ -102,3 +103,9 @@ def person_noun(person: str, kg: KG, world: World) -> str | None:
         return None
     died = f" died in {dates.group(2)}," if dates.group(2) else ""
     return f"{' and '.join(jobs)}, born in {dates.group(1)},{died}"
+
+
+def undecided(steps: Iterable[tuple[str, bool]]) -> set[str]:
+    """The relations of ``(relation, forward)`` steps that neither table decides: :func:`pinning` takes them as
+    closed, so a task through one is unique in the KG but perhaps not to a reader."""
+    return {rel for rel, forward in steps if (rel, forward) not in OPEN_WORLD and (rel, forward) not in CLOSED_WORLD}

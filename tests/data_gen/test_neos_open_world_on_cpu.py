@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from data_gen.kg import KG, Edge, Structure
-from data_gen.neos.open_world import CLOSED_WORLD, OPEN_WORLD, person_noun, pinning
+from data_gen.neos.open_world import CLOSED_WORLD, OPEN_WORLD, person_noun, pinning, undecided
 from data_gen.neos.synth import Synthesizer
 from data_gen.neos.verbalize import RELATION_PHRASES, TemplateVerbalizer
 from data_gen.world.model import Entity, Triple
@@ -115,3 +115,9 @@ def test_every_relation_a_question_states_is_decided_in_both_directions():
     decided = [*OPEN_WORLD, *CLOSED_WORLD]
     assert len(decided) == len(set(decided))  # none both open and closed
     assert {(rel, forward) for rel in RELATION_PHRASES for forward in (True, False)} == set(decided)
+
+
+def test_undecided_names_the_relations_neither_table_decides():
+    steps = [("P36", True), ("P27", False), ("P9999", True), ("P27", True), ("P35", False), ("P8888", False)]
+    assert undecided(steps) == {"P9999", "P8888"}  # open (P27 from the country) and closed ones are decided
+    assert undecided([("P36", True)]) == set()
