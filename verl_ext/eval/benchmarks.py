@@ -10,23 +10,31 @@ Layouts (``FORMATS``; ``--bench NAME=FORMAT:PATH`` picks one per benchmark):
   ``data_source``.
 - ``vqa_jsonl``: one JSON object per line as SimpleVQA, LiveVQA, MMSearch and BrowseComp-VL style sets ship them:
   the question under ``question`` (or ``query``/``prompt``), images under ``images``/``image``/``image_path``/
-  ``image_url``/``image_urls`` (paths relative to the file, or http(s) URLs), the answer under ``answer``/
-  ``gold_answer``/``ground_truth`` and aliases under ``aliases``/``answer_aliases``/``candidate_answers``/``answers``.
+  ``image_url``/``image_urls`` (paths relative to the file, ``data:`` URLs, or http(s) URLs), the answer under
+  ``answer``/``gold_answer``/``ground_truth`` and aliases under ``aliases``/``answer_aliases``/``candidate_answers``/
+  ``answers``.
 - ``generic``: the documented minimal layout, JSONL or parquet, exactly these fields: ``id`` (optional),
   ``question``, ``images`` (list of paths or URLs, optional), ``answer``, ``aliases`` (optional), ``protocol``
   (optional: ``neos`` or ``modalsearch``).
 
 A row that cannot be read is a :class:`BenchmarkError` naming the file, the line (1-based; the row for parquet) and
-the field, before anything runs.
+the field, before anything runs; images given as bytes, files or ``data:`` URLs must decode (http(s) URLs are
+fetched by the episode).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import io
 import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote_to_bytes
+
+from PIL import Image, UnidentifiedImageError
 
 from verl_ext.reward.answers import reference_answers
 from verl_ext.rollout.protocols import Protocol
@@ -128,19 +136,45 @@ def _ground_truth(value: Any, aliases: Any, where: tuple[Path, int, str]) -> dic
 
 
 def _image_ref(value: Any, base: Path, where: tuple[Path, int, str]) -> ImageRef:
+    """A row's image as bytes, a local file or a URL; bytes, files and ``data:`` URLs are checked to decode here, so
+    that a broken picture is this row's error and not, later, an episode's (URLs are fetched when an episode runs)."""
     if isinstance(value, Mapping):
         data = value.get("bytes")
         if data:
-            return ImageRef(data=bytes(data), path=value.get("path") or None)
+            return ImageRef(data=_checked(bytes(data), where), path=value.get("path") or None)
         value = value.get("path") or value.get("url")
     if not isinstance(value, str) or not value.strip():
         raise BenchmarkError(where[0], where[1], where[2], f"an image must be bytes, a path or a URL, got {value!r}")
-    if value.startswith(("http://", "https://", "data:")):
+    if value.startswith("data:"):
+        header, _, payload = value.partition(",")
+        try:
+            data = base64.b64decode(payload, validate=True) if header.endswith(";base64") \
+                else unquote_to_bytes(payload)
+        except binascii.Error:
+            raise BenchmarkError(where[0], where[1], where[2], "a data: URL whose base64 does not decode") from None
+        return ImageRef(data=_checked(data, where))
+    if value.startswith(("http://", "https://")):
         return ImageRef(path=value)
     file = (base / value) if not Path(value).is_absolute() else Path(value)
     if not file.is_file():
         raise BenchmarkError(where[0], where[1], where[2], f"image file {value} does not exist (looked in {base})")
+    _check_image(file, where, f"image file {value}")
     return ImageRef(path=str(file))
+
+
+def _checked(data: bytes, where: tuple[Path, int, str]) -> bytes:
+    _check_image(io.BytesIO(data), where, "image bytes")
+    return data
+
+
+def _check_image(source: Path | io.BytesIO, where: tuple[Path, int, str], what: str) -> None:
+    """Raises unless PIL recognises ``source`` as an image (from its header only: cheap for a whole benchmark)."""
+    try:
+        with Image.open(source):
+            pass
+    except (UnidentifiedImageError, OSError) as exc:
+        raise BenchmarkError(where[0], where[1], where[2],
+                             f"{what}: not a readable image ({type(exc).__name__})") from None
 
 
 def _image_refs(value: Any, base: Path, where: tuple[Path, int, str]) -> tuple[ImageRef, ...]:
