@@ -8,12 +8,19 @@ the training steps:
 - ``tool_use.png``: tool calls per trajectory by tool, ``neos_tools/calls_per_trajectory/*`` (Neos Fig. 6);
 - ``credit_composition.png``: turn shares of the judged failures by credit type, ``neos_credit/turn_share/*``
   (Neos Fig. 9), stacked;
-- ``sampler.png``: ``neos_sampler/*`` (the mixed-group sampler); ``mei.png``: ``mei/*`` (MEI co-evolution);
+- ``sampler.png``: ``neos_sampler/*`` (the mixed-group sampler); ``mei.png``: ``mei/*`` (MEI co-evolution); one
+  panel per metric, since these families mix counts, shares, losses, tokens and seconds;
 - ``reward.png``: ``critic/score/mean`` and every ``val-core/*`` accuracy.
+
+A run directory also holds other JSONL (verl's validation and rollout dumps, ``{step}.jsonl``): in a directory only
+files whose first line is a file-logger line are read; a bad line further down such a file is an error.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import math
 from collections import defaultdict
 from pathlib import Path
 
@@ -21,23 +28,45 @@ from verl_ext.credit.labels import CREDIT_TYPES
 from verl_ext.eval.benchmarks import json_lines
 from verl_ext.walkthrough.plots import COLOURS, _save, plt
 
+logger = logging.getLogger(__name__)
 FAMILIES = {
     "tool_use.png": ("neos_tools/calls_per_trajectory/", "tool calls per trajectory (Neos Fig. 6)"),
     "credit_composition.png": ("neos_credit/turn_share/", "credit-type share of judged failures' turns (Neos Fig. 9)"),
     "sampler.png": ("neos_sampler/", "mixed-group sampler"),
     "mei.png": ("mei/", "MEI co-evolution"),
 }
+PANELLED = frozenset({"sampler.png", "mei.png"})  # metrics of unlike units: a panel each
+PANEL_COLUMNS = 3
+
+
+def _is_metric_file(path: Path) -> bool:
+    """Whether the first non-blank line is ``{"step": N, "data": {...}}`` (verl's file logger), not a dump line."""
+    with path.open(encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    return False
+                return isinstance(row, dict) and "step" in row and isinstance(row.get("data"), dict)
+    return False
 
 
 def read_metrics(path: Path) -> dict[str, list[tuple[int, float]]]:
     """metric -> [(step, value)] from verl's file logger JSONL (a file, or every ``*.jsonl`` under a directory) or,
     where a directory holds no JSONL, from its TensorBoard event files (verl's ``tensorboard`` logger)."""
-    files = sorted(path.rglob("*.jsonl")) if path.is_dir() else [path]
+    files = [path]
+    if path.is_dir():
+        found = sorted(path.rglob("*.jsonl"))
+        files = [f for f in found if _is_metric_file(f)]
+        if len(files) < len(found):
+            logger.info("%s: %d JSONL files that are not file-logger output (e.g. validation dumps) skipped", path,
+                        len(found) - len(files))
     if not files and path.is_dir() and any(path.rglob("events.out.tfevents.*")):
         return _tensorboard_scalars(path)
     if not files:
-        raise ValueError(f"{path}: no *.jsonl metric files (verl's file logger writes <experiment>.jsonl) and no "
-                         "TensorBoard event files")
+        raise ValueError(f"{path}: no metric JSONL (verl's file logger writes <experiment>.jsonl, lines "
+                         '{"step", "data"}) and no TensorBoard event files')
     series: dict[str, list[tuple[int, float]]] = defaultdict(list)
     for file in files:
         for number, row in json_lines(file):
@@ -72,6 +101,9 @@ def training_plots(path: Path, out: Path) -> list[Path]:
         keys = sorted(k for k in series if k.startswith(prefix))
         if not keys:
             continue
+        if name in PANELLED:
+            written.append(_panels(series, keys, prefix, title, out / name))
+            continue
         fig, ax = plt.subplots(figsize=(9, 4))
         if name == "credit_composition.png":
             kinds = [k for k in CREDIT_TYPES if prefix + k in series]
@@ -99,3 +131,19 @@ def training_plots(path: Path, out: Path) -> list[Path]:
         raise ValueError(f"{path}: none of the plotted metric families is logged "
                          f"({', '.join(p for p, _ in FAMILIES.values())}, critic/score/mean, val-core/*)")
     return written
+
+
+def _panels(series: dict[str, list[tuple[int, float]]], keys: list[str], prefix: str, title: str, path: Path) -> Path:
+    """One small panel per metric, ``PANEL_COLUMNS`` to a row, sharing the step axis."""
+    columns = min(PANEL_COLUMNS, len(keys))
+    rows = math.ceil(len(keys) / columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(3.6 * columns, 2.2 * rows + 0.6), sharex=True, squeeze=False)
+    for ax, key in zip(axes.flat, keys):
+        ax.plot(*zip(*series[key]), marker=".")
+        ax.set_title(key.removeprefix(prefix), fontsize=8)
+        ax.tick_params(labelsize=7, labelbottom=True)  # also above a hidden panel
+    for ax in axes.flat[len(keys):]:
+        ax.set_visible(False)
+    fig.suptitle(title)
+    fig.supxlabel("training step", fontsize=8)
+    return _save(fig, path)
