@@ -164,6 +164,34 @@ def test_restart_with_another_judge_is_refused(tmp_path, capsys, threaded_chat, 
     assert exit_.value.code == 2 and "was run with other settings (judge)" in capsys.readouterr().err
 
 
+def test_protocol_per_benchmark(tmp_path, capsys, threaded_chat, tool_server, benchmark_files) -> None:
+    """Rows that name no protocol (a SimpleVQA-style file) take their benchmark's ``--protocol NAME=P``, else the
+    default ``--protocol P``; a row's own agent (our split: neos_search_agent) wins over both."""
+    threaded_chat.reply = scripted_policy(ANSWERS)
+    row = json.loads(benchmark_files["ms"].read_text())
+    del row["protocol"]
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text(json.dumps(row) + "\n")
+    (tmp_path / "flag.png").write_bytes((benchmark_files["ms"].parent / "flag.png").read_bytes())
+    out = tmp_path / "run"
+    argv = ["run", "--bench", f"a=generic:{plain}", "--bench", f"b=generic:{plain}", "--bench",
+            f"neos=verl:{benchmark_files['neos']}", "--out", str(out), "--policy-url", threaded_chat.url,
+            "--tool-server", tool_server, "--max-turns", "4", "--no-progress", "--no-embeddings", "--runs", "1",
+            "--limit", "1"]
+    assert main([*argv, "--protocol", "modalsearch", "--protocol", "b=neos", "--protocol", "neos=modalsearch"]) == 0
+    protocols = {x["benchmark"]: x["protocol"] for x in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
+    assert protocols == {"a": "modalsearch", "b": "neos", "neos": "neos"}
+    pin = json.loads((out / "run.json").read_text())["protocols"]
+    assert pin == {"default": "modalsearch", "by_benchmark": {"b": "neos", "neos": "modalsearch"}}
+    for flag, message in (("c=neos", "no --bench is named 'c'"), ("react", "expected [NAME=]PROTOCOL")):
+        with pytest.raises(SystemExit) as exit_:
+            main([*argv, "--protocol", flag])
+        assert exit_.value.code == 2 and message in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:  # a restart with other protocols would mix them in one results file
+        main([*argv, "--protocol", "b=modalsearch"])
+    assert exit_.value.code == 2 and "other settings (protocols)" in capsys.readouterr().err
+
+
 def test_malformed_native_call_is_an_observation_and_a_refused_context_ends_the_episode(
         tmp_path, threaded_chat, tool_server) -> None:
     """Turn 1: a native call whose arguments are not JSON (the policy is told and goes on); turn 2: an unknown tool

@@ -36,6 +36,8 @@ from data_gen.common.usage import (
 )
 from verl_ext.eval.benchmarks import FORMATS, KNOWN_BENCHMARKS, BenchmarkError, BenchmarkSpec
 from verl_ext.reward.judge import JudgeConfig
+from verl_ext.rollout.protocols import Protocol
+from verl_ext.rollout.settings import PROTOCOL_DEFAULTS
 
 MAX_JUDGE_FALLBACK_SHARE = JudgeConfig().max_fallback_share  # the answer judge's, as training uses it
 _HYDRA_OVERRIDE = re.compile(r"^(\+{0,2}[\w.\-/@\[\]]+=.*|~[\w.\-/@]+(=.*)?)$")  # key=value, +key=value, ~key
@@ -46,6 +48,30 @@ def _bench(text: str) -> BenchmarkSpec:
         return BenchmarkSpec.parse(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc).removeprefix(f"--bench {text!r}: ")) from None
+
+
+def _protocol(text: str) -> tuple[str | None, Protocol]:
+    """``PROTOCOL`` or ``NAME=PROTOCOL``: (benchmark name or None for all, protocol)."""
+    name, sep, protocol = text.rpartition("=")
+    if protocol not in PROTOCOL_DEFAULTS or (sep and not name):
+        raise argparse.ArgumentTypeError(f"expected [NAME=]PROTOCOL with PROTOCOL one of "
+                                         f"{', '.join(PROTOCOL_DEFAULTS)}, got {text!r}")
+    return (name or None), protocol  # type: ignore[return-value]
+
+
+def _protocols(args: argparse.Namespace, p: argparse.ArgumentParser) -> tuple[Protocol, dict[str, Protocol]]:
+    """The default protocol and the per-benchmark ones of the ``--protocol`` flags (the last of each wins)."""
+    default: Protocol = "neos"
+    by_bench: dict[str, Protocol] = {}
+    names = {spec.name for spec in args.bench}
+    for name, protocol in args.protocol:
+        if name is None:
+            default = protocol
+        elif name not in names:
+            p.error(f"argument --protocol: no --bench is named {name!r} ({', '.join(sorted(names))})")
+        else:
+            by_bench[name] = protocol
+    return default, by_bench
 
 
 def _fallback_flag(p: argparse.ArgumentParser) -> None:
@@ -97,8 +123,10 @@ def parser() -> argparse.ArgumentParser:
                    "http://127.0.0.1:8000/v1")
     r.add_argument("--policy-model", default="policy", metavar="NAME",
                    help="model name sent to --policy-url (default: policy)")
-    r.add_argument("--protocol", choices=("neos", "modalsearch"), default="neos",
-                   help="protocol of items whose row names no agent (default: neos)")
+    r.add_argument("--protocol", type=_protocol, action="append", default=[], metavar="[NAME=]PROTOCOL",
+                   help="neos or modalsearch: the protocol of items whose row names none (no agent_name or "
+                   "protocol field), for every benchmark, or NAME=PROTOCOL for benchmark NAME; repeatable "
+                   "(default: neos)")
     r.add_argument("--concurrency", type=positive_int, default=8, metavar="N", help="episodes in flight (default: 8)")
     r.add_argument("--max-turns", type=positive_int, default=None, metavar="N",
                    help="assistant turns (default: the protocol's, Neos 50, ModalSearcher 46)")
@@ -194,11 +222,13 @@ def _run(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
 
     chat = JudgeConfig(url=args.policy_url, model=args.policy_model, max_tokens=args.max_tokens,
                        timeout_s=args.policy_timeout)
+    default_protocol, bench_protocols = _protocols(args, p)
     with _usage_errors(p):
         with _tool_server(args) as url:
             config = RunConfig(out=args.out, benches=args.bench, policy=PolicySettings(chat, max_turns=args.max_turns),
                                tool_url=url, runs=args.runs, concurrency=args.concurrency,
-                               default_protocol=args.protocol, judge=_judge(args), judge_passes=args.judge_passes,
+                               default_protocol=default_protocol, bench_protocols=bench_protocols,
+                               judge=_judge(args), judge_passes=args.judge_passes,
                                limit=args.limit, sampling_override=_sampling_flags(args),
                                sampling_replace=args.sampling, progress=not args.no_progress)
             counts = asyncio.run(evaluate(config))
