@@ -126,7 +126,8 @@ def check_pin(out: Path, pin: dict[str, Any]) -> None:
     pin = json.loads(json.dumps(pin))
     if path.exists():
         recorded = json.loads(path.read_text())
-        changed = [k for k in PINNED if recorded.get(k) != pin.get(k)]
+        # a key the recorded pin lacks was added to PINNED after that run: not a change of settings
+        changed = [k for k in PINNED if k in recorded and recorded[k] != pin.get(k)]
         if changed:
             raise ValueError(f"{path}: this output directory was run with other settings ({', '.join(changed)}); "
                              "use a new --out or the recorded settings")
