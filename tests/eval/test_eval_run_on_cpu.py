@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import socket
 from pathlib import Path
 
@@ -130,6 +131,28 @@ def test_dead_policy_is_counted_and_redone(tmp_path, threaded_chat, tool_server,
     assert main(_args(out, benchmark_files, threaded_chat.url, tool_server, "--runs", "1")) == 0
     latest = {x["key"]: x["status"] for x in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
     assert len(latest) == 3 and set(latest.values()) == {"ok"}
+
+
+def test_concurrency_limit_and_progress_bar(tmp_path, threaded_chat, tool_server, benchmark_files, capsys) -> None:
+    """``--concurrency 2``: 6 episodes whose policy takes 0.3 s a reply never have more than 2 requests at the
+    policy at once, and do have 2 (one answering turn each: the reply has no call, so it is the answer). The
+    progress bar (stderr) counts episodes and errors."""
+    in_flight, peak = [0], [0]
+
+    async def reply(body: dict) -> str:
+        in_flight[0] += 1
+        peak[0] = max(peak[0], in_flight[0])
+        await asyncio.sleep(0.3)
+        in_flight[0] -= 1
+        return "Aruba"
+
+    threaded_chat.reply = reply
+    out = tmp_path / "run"
+    assert main(["run", "--bench", f"neos=verl:{benchmark_files['neos']}", "--out", str(out), "--policy-url",
+                 threaded_chat.url, "--tool-server", tool_server, "--runs", "3", "--concurrency", "2",
+                 "--no-embeddings"]) == 0
+    assert len(threaded_chat.seen) == 6 and peak[0] == 2
+    assert re.search(r"episodes: 100%\S* 6/6 .*errors=0", capsys.readouterr().err)
 
 
 def test_bad_flags_are_one_line_errors(tmp_path, capsys, benchmark_files) -> None:
