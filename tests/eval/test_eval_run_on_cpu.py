@@ -87,6 +87,11 @@ def test_run_report_and_judge(tmp_path, threaded_chat, tool_server, benchmark_fi
     assert all((out / "images" / f).is_file() for f in record["image_files"].values())
     report = (out / "report" / "report.md").read_text()
     assert "| neos | 2 | 2 | 50.0 ± 0.0 | 50.0 | 50.0 |" in report and "100.0% agreement" in report
+    assert "- Tool calls: 14 (2.33 per trajectory): TextSearch 8, FetchImage 4, t2t_search 2" in report
+    # the viewer lists trajectories by benchmark, item and run, not in the order they finished
+    titles = re.findall(r'<a href="#ep\d+">([^<]+)</a>', (out / "report" / "viewer.html").read_text())
+    assert titles == [f"{b} / {i} / run {r}" for b, i in (("ms", "m0"), ("neos", "t0"), ("neos", "t1"))
+                      for r in (0, 1)]
 
 
 def test_restart_redoes_only_what_is_missing(tmp_path, threaded_chat, tool_server, benchmark_files, caplog,
@@ -103,6 +108,7 @@ def test_restart_redoes_only_what_is_missing(tmp_path, threaded_chat, tool_serve
     with caplog.at_level(logging.WARNING):
         assert main(_args(out, benchmark_files, threaded_chat.url, tool_server, "--runs", "1")) == 0
     assert f"{path}:2: a line cut mid-write" in caplog.text
+    assert "No LLM judge asked: no fallbacks." in (out / "report" / "report.md").read_text()  # the rule judged
     assert {json.loads(x)["key"] for x in path.read_text().splitlines()} == {json.loads(x)["key"] for x in lines}
     assert len({b["messages"][1]["content"][-1]["text"] for b in threaded_chat.seen}) == 2  # two episodes asked
 
@@ -202,7 +208,8 @@ def test_protocol_per_benchmark(tmp_path, capsys, threaded_chat, tool_server, be
             "--tool-server", tool_server, "--max-turns", "4", "--no-progress", "--no-embeddings", "--runs", "1",
             "--limit", "1"]
     assert main([*argv, "--protocol", "modalsearch", "--protocol", "b=neos", "--protocol", "neos=modalsearch"]) == 0
-    protocols = {x["benchmark"]: x["protocol"] for x in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
+    records = map(json.loads, (out / "results.jsonl").read_text().splitlines())
+    protocols = {x["benchmark"]: x["protocol"] for x in records}
     assert protocols == {"a": "modalsearch", "b": "neos", "neos": "neos"}
     pin = json.loads((out / "run.json").read_text())["protocols"]
     assert pin == {"default": "modalsearch", "by_benchmark": {"b": "neos", "neos": "modalsearch"}}
