@@ -39,6 +39,16 @@ def test_mmsearch_r1_parquet_layout_with_candidate_answers(tmp_path: Path) -> No
     assert (item.benchmark, item.item_id, item.question) == ("fvqa", "7", "Which tower is this?")
     assert item.ground_truth == {"target": "Eiffel Tower", "aliases": ["La tour Eiffel"]}
     assert item.images[0].data == _png() and item.protocol is None
+    # candidate answers beside the ground truth, as JSON text, or in extra_info
+    pd.DataFrame([{"prompt": [{"role": "user", "content": "<image>\nWhich tower is this?"}], "images": [],
+                   "reward_model": {"ground_truth": "Eiffel Tower", "candidate_answers": '["La tour Eiffel"]'},
+                   "extra_info": {"index": 1}},
+                  {"prompt": [{"role": "user", "content": "Which bridge?"}], "images": [],
+                   "reward_model": {"ground_truth": '["Tower Bridge"]'},
+                   "extra_info": {"index": 2, "candidate_answers": ["London's Tower Bridge"]}}]).to_parquet(path)
+    beside, extra = BenchmarkSpec.parse(f"fvqa={path}").load()
+    assert beside.ground_truth == {"target": "Eiffel Tower", "aliases": ["La tour Eiffel"]}
+    assert extra.ground_truth == {"target": "Tower Bridge", "aliases": ["London's Tower Bridge"]}
 
 
 def test_our_split_layout_names_its_protocol(tmp_path: Path) -> None:

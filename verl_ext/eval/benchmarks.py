@@ -6,8 +6,9 @@ Layouts (``FORMATS``; ``--bench NAME=FORMAT:PATH`` picks one per benchmark):
   FVQA and InfoSeek are distributed: ``prompt`` (chat messages; ``<image>`` placeholders are dropped, the question
   is the last user turn's text), ``images`` (``{"bytes", "path"}`` cells, a path or a URL),
   ``reward_model.ground_truth`` (a string, a list of candidate answers, ``{"target", "aliases"}`` or that as JSON),
-  optional ``agent_name`` (picks the protocol), ``extra_info`` (``task_id``/``index`` name the item) and
-  ``data_source``.
+  candidate answers under ``reward_model.candidate_answers`` or ``extra_info.candidate_answers`` (a list, or one
+  as JSON text), optional ``agent_name`` (picks the protocol), ``extra_info`` (``task_id``/``index`` name the item)
+  and ``data_source``.
 - ``vqa_jsonl``: one JSON object per line as SimpleVQA, LiveVQA, MMSearch and BrowseComp-VL style sets ship them:
   the question under ``question`` (or ``query``/``prompt``), images under ``images``/``image``/``image_path``/
   ``image_url``/``image_urls`` (paths relative to the file, ``data:`` URLs, or http(s) URLs), the answer under
@@ -129,10 +130,21 @@ class BenchmarkSpec:
 def _ground_truth(value: Any, aliases: Any, where: tuple[Path, int, str]) -> dict[str, Any]:
     """``{"target", "aliases"}`` from any answer form ``reference_answers`` reads (a string, candidate answers,
     ``{"target", "aliases"}`` or that as JSON), plus extra aliases; the first form is the target."""
-    forms = list(dict.fromkeys([*reference_answers(value), *reference_answers(aliases)]))
+    forms = list(dict.fromkeys([*reference_answers(_json_list(value)), *reference_answers(_json_list(aliases))]))
     if not forms:
         raise BenchmarkError(where[0], where[1], where[2], "no answer (empty or missing)")
     return {"target": forms[0], "aliases": forms[1:]}
+
+
+def _json_list(value: Any) -> Any:
+    """A list of answers stored as JSON text, decoded; anything else as it is (an answer may start with "[")."""
+    if isinstance(value, str) and value.lstrip().startswith("["):
+        try:
+            decoded = json.loads(value)
+        except json.JSONDecodeError:
+            return value
+        return decoded if isinstance(decoded, list) else value
+    return value
 
 
 def _image_ref(value: Any, base: Path, where: tuple[Path, int, str]) -> ImageRef:
@@ -235,7 +247,9 @@ def load_verl(name: str, path: Path) -> Iterator[EvalItem]:
         if not isinstance(reward, Mapping) or "ground_truth" not in reward:
             raise BenchmarkError(path, number, "reward_model.ground_truth", "missing")
         extra = row.get("extra_info") or {}
-        candidates = extra.get("candidate_answers") if isinstance(extra, Mapping) else None
+        candidates = reward.get("candidate_answers")  # where a release keeps them: beside the ground truth ...
+        if candidates is None and isinstance(extra, Mapping):
+            candidates = extra.get("candidate_answers")  # ... or in extra_info
         agent = row.get("agent_name")
         if agent is not None and agent not in AGENT_PROTOCOLS:
             raise BenchmarkError(path, number, "agent_name", f"{agent!r} is none of {sorted(AGENT_PROTOCOLS)}")
