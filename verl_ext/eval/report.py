@@ -165,8 +165,13 @@ def markdown(summary: dict[str, Any], figures: dict[str, Path]) -> str:
             lines.append(f"**Warning:** more than {_pct(j['max_fallback_share'])}% of verdicts fell back to the "
                          "rule matcher (the judge's max_fallback_share): check the judge endpoint.")
         rep = j["repeatability"]
-        lines += [f"Repeatability: {_pct(rep['agreement'])}% agreement of two judge passes over {rep['pairs']} "
-                  "responses." if rep else "Repeatability: not measured (run with --judge-passes 2).", ""]
+        if rep:
+            repeat = f"{_pct(rep['agreement'])}% agreement of two judge passes over {rep['pairs']} responses."
+        elif not asked:
+            repeat = "not applicable (the rule matcher is deterministic; pass --judge-url for an LLM judge)."
+        else:
+            repeat = "not measured (run with --judge-passes 2)."
+        lines += [f"Repeatability: {repeat}", ""]
     lines += ["## Behaviour", "", f"{b['trajectories']} trajectories.", "",
               f"- Tool calls: {b['tool_calls']['total']} ({b['tool_calls']['per_trajectory']:.2f} per trajectory)"
               + "".join(f"{', ' if i else ': '}{k} {v}" for i, (k, v) in enumerate(b["tool_calls"]["by_tool"].items())),
