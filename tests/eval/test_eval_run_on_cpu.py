@@ -8,7 +8,11 @@ import asyncio
 import json
 import logging
 import re
+import os
+import signal
 import socket
+import threading
+import time
 from pathlib import Path
 
 import aiohttp
@@ -121,6 +125,38 @@ def test_restart_redoes_only_what_is_missing(tmp_path, threaded_chat, tool_serve
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"{path}:2: not a valid result record" in err
+
+
+def test_ctrl_c_is_one_line_and_the_rerun_goes_on(tmp_path, capsys, threaded_chat, tool_server,
+                                                  benchmark_files) -> None:
+    """SIGINT (a Ctrl-C, sent to this process once an episode is recorded) while ``run`` runs: exit 130 with one
+    line, no traceback, the recorded episodes intact; the same command again runs only the rest."""
+    async def reply(body: dict) -> str:
+        await asyncio.sleep(0.5)  # 6 one-turn episodes one at a time: the run is still going when the signal comes
+        return "Aruba"
+
+    threaded_chat.reply = reply
+    out = tmp_path / "run"
+    results = out / "results.jsonl"
+    argv = _args(out, benchmark_files, threaded_chat.url, tool_server, "--runs", "3", "--limit", "1",
+                 "--concurrency", "1", "--no-embeddings")
+
+    def interrupt() -> None:
+        while not (results.exists() and results.read_text().count("\n") >= 1):
+            time.sleep(0.02)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 130 and "Traceback" not in err
+    assert err.strip().splitlines()[-1].endswith(f"interrupted; finished episodes are kept in {results}: rerun the "
+                                                 "same command to go on")
+    assert 1 <= len(results.read_text().splitlines()) < 6
+    threaded_chat.reply = scripted_policy(ANSWERS)
+    assert main(argv) == 0
+    assert len(results.read_text().splitlines()) == 6  # 2 items (one per benchmark) x 3 runs, none twice
 
 
 def test_dead_policy_is_counted_and_redone(tmp_path, threaded_chat, tool_server, benchmark_files) -> None:

@@ -192,6 +192,17 @@ def _usage_errors(p: argparse.ArgumentParser) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _resumable(p: argparse.ArgumentParser, out: Path) -> Iterator[None]:
+    """Ctrl-C is one line saying what is kept and how to go on, exit code 130 (a shell's code for SIGINT), not a
+    traceback: every finished episode is already on disk."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        p.exit(130, f"{p.prog}: interrupted; finished episodes are kept in {out / 'results.jsonl'}: rerun the same "
+               "command to go on\n")
+
+
+@contextlib.contextmanager
 def _tool_server(args: argparse.Namespace) -> Iterator[str]:
     """``--tool-server URL``, or our tool server started on ``--world`` for the command's duration."""
     if args.tool_server:
@@ -223,7 +234,7 @@ def _run(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
     chat = JudgeConfig(url=args.policy_url, model=args.policy_model, max_tokens=args.max_tokens,
                        timeout_s=args.policy_timeout)
     default_protocol, bench_protocols = _protocols(args, p)
-    with _usage_errors(p):
+    with _resumable(p, args.out), _usage_errors(p):
         with _tool_server(args) as url:
             config = RunConfig(out=args.out, benches=args.bench, policy=PolicySettings(chat, max_turns=args.max_turns),
                                tool_url=url, runs=args.runs, concurrency=args.concurrency,
@@ -245,7 +256,7 @@ def _verl(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
     from verl_ext.eval.report import write_report
     from verl_ext.eval.verl_val import LaunchFailed, VerlValConfig, evaluate_verl
 
-    with _usage_errors(p):
+    with _resumable(p, args.out), _usage_errors(p):
         with _tool_server(args) as url:
             config = VerlValConfig(out=args.out, benches=args.bench, recipe=args.recipe, checkpoint=args.checkpoint,
                                    tool_url=url, base_model=args.base_model, runs=args.runs, limit=args.limit,
