@@ -75,6 +75,7 @@ def test_rates_mix_and_errors() -> None:
     assert (out["truncation_rate"], out["t2i_rate"]) == (0.5, 0.5)
     assert out["turns_by_correctness"] == {"correct": [1], "incorrect": [4]}
     assert out["errors_by_class"] == {"agent/bad_format": 1, "tool/timeout": 1}  # the policy's and the tools'
-    assert (out["per_turn"]["tool_latency_s"]["n"], out["per_turn"]["tool_latency_s"]["mean"]) == (4, 7.5)  # 0, 0, 0, 30 s
+    tool_latency = out["per_turn"]["tool_latency_s"]
+    assert (tool_latency["n"], tool_latency["mean"]) == (4, 7.5)  # 0, 0, 0 and 30 s
     assert out["per_turn"]["completion_tokens"]["mean"] == 6 and out["per_turn"]["policy_latency_s"]["median"] == 2
     assert "skipped" in out["repeated_searches"]
