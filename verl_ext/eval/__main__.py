@@ -8,7 +8,7 @@
   validation dump becomes the same results, judged and reported as an endpoint's.
 - ``report``: ``report.md``, plots, ``summary.json`` and the trajectory viewer from a run directory (or from
   trajectories exported during training, ``--trajectories FILE``).
-- ``training``: plots of a run's logged metrics (verl's file logger JSONL).
+- ``training``: plots of a run's logged metrics (verl's file logger JSONL, TensorBoard events or console output).
 
 Usage errors are one line on stderr and exit code 2.
 """
@@ -175,9 +175,12 @@ def parser() -> argparse.ArgumentParser:
     _fallback_flag(rep)
     rep.add_argument("--no-embeddings", action="store_true", help="skip the repeated-search analysis")
 
-    tr = sub.add_parser("training", help="plots of a training run's logged metrics (verl's file logger)",
-                        description="Plot a training run's logged metrics from verl's file logger JSONL.")
-    tr.add_argument("metrics", type=Path, help="the file logger's JSONL, or a directory holding such files")
+    tr = sub.add_parser("training", help="plots of a training run's logged metrics (verl's file, tensorboard or "
+                        "console logger)",
+                        description="Plot a training run's logged metrics: verl's file logger JSONL, else its "
+                        "TensorBoard event files, else its console logger's captured output.")
+    tr.add_argument("metrics", type=Path, help="the file logger's JSONL or a captured console log, or a run "
+                    "directory holding either or TensorBoard event files")
     tr.add_argument("--out", type=Path, required=True, metavar="DIR", help="directory for the plots (created)")
     return p
 
