@@ -127,10 +127,12 @@ def test_restart_redoes_only_what_is_missing(tmp_path, threaded_chat, tool_serve
     assert len(err.splitlines()) == 1 and f"{path}:2: not a valid result record" in err
 
 
-def test_ctrl_c_is_one_line_and_the_rerun_goes_on(tmp_path, capsys, threaded_chat, tool_server,
-                                                  benchmark_files) -> None:
-    """SIGINT (a Ctrl-C, sent to this process once an episode is recorded) while ``run`` runs: exit 130 with one
-    line, no traceback, the recorded episodes intact; the same command again runs only the rest."""
+@pytest.mark.parametrize(("signum", "code", "what"), [(signal.SIGINT, 130, "interrupted"),
+                                                     (signal.SIGTERM, 143, "terminated")])
+def test_ctrl_c_is_one_line_and_the_rerun_goes_on(tmp_path, capsys, threaded_chat, tool_server, benchmark_files,
+                                                  signum, code, what) -> None:
+    """SIGINT (a Ctrl-C) or SIGTERM, sent to this process once an episode is recorded while ``run`` runs: one line,
+    no traceback, the recorded episodes intact; the same command again runs only the rest."""
     async def reply(body: dict) -> str:
         await asyncio.sleep(0.5)  # 6 one-turn episodes one at a time: the run is still going when the signal comes
         return "Aruba"
@@ -144,15 +146,16 @@ def test_ctrl_c_is_one_line_and_the_rerun_goes_on(tmp_path, capsys, threaded_cha
     def interrupt() -> None:
         while not (results.exists() and results.read_text().count("\n") >= 1):
             time.sleep(0.02)
-        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signum)
 
     threading.Thread(target=interrupt, daemon=True).start()
     with pytest.raises(SystemExit) as exit_:
         main(argv)
     err = capsys.readouterr().err
-    assert exit_.value.code == 130 and "Traceback" not in err
-    assert err.strip().splitlines()[-1].endswith(f"interrupted; finished episodes are kept in {results}: rerun the "
+    assert exit_.value.code == code and "Traceback" not in err
+    assert err.strip().splitlines()[-1].endswith(f"{what}; finished episodes are kept in {results}: rerun the "
                                                  "same command to go on")
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler is this command's only
     assert 1 <= len(results.read_text().splitlines()) < 6
     threaded_chat.reply = scripted_policy(ANSWERS)
     assert main(argv) == 0

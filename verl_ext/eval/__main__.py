@@ -20,7 +20,9 @@ import asyncio
 import contextlib
 import json
 import re
+import signal
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -194,15 +196,30 @@ def _usage_errors(p: argparse.ArgumentParser) -> Iterator[None]:
         p.exit(2, f"{p.prog}: error: {exc}\n")
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler's or ``timeout``'s stop), raised where Ctrl-C is so that the same cleanup runs: the tool
+    server we started and ``main_ppo`` with its Ray processes are stopped, not orphaned."""
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise _Terminated
+
+
 @contextlib.contextmanager
 def _resumable(p: argparse.ArgumentParser, out: Path) -> Iterator[None]:
-    """Ctrl-C is one line saying what is kept and how to go on, exit code 130 (a shell's code for SIGINT), not a
-    traceback: every finished episode is already on disk."""
+    """Ctrl-C (exit code 130) or SIGTERM (143) is one line saying what is kept and how to go on, not a traceback:
+    every finished episode is already on disk."""
+    main_thread = threading.current_thread() is threading.main_thread()  # signal handlers live there only
+    previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
     try:
         yield
-    except KeyboardInterrupt:
-        p.exit(130, f"{p.prog}: interrupted; finished episodes are kept in {out / 'results.jsonl'}: rerun the same "
+    except KeyboardInterrupt as exc:
+        code, what = (143, "terminated") if isinstance(exc, _Terminated) else (130, "interrupted")
+        p.exit(code, f"{p.prog}: {what}; finished episodes are kept in {out / 'results.jsonl'}: rerun the same "
                "command to go on\n")
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
 
 
 @contextlib.contextmanager
