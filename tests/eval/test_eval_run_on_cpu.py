@@ -202,7 +202,11 @@ def test_concurrency_limit_and_progress_bar(tmp_path, threaded_chat, tool_server
 
 
 def test_bad_flags_are_one_line_errors(tmp_path, capsys, benchmark_files) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "question": "q", "answer": "x"}\n{"id": "b", "question": "q"}\n')
     cases = [
+        (["run", "--bench", f"b=generic:{bad}", "--out", str(tmp_path / "o"), "--policy-url", "u", "--tool-server",
+          "http://127.0.0.1:9"], f"{bad}:2: field 'answer': no answer"),  # a malformed row: file, line and field
         (["run"], "the following arguments are required"),
         (["run", "--bench", f"x=csv:{benchmark_files['ms']}", "--out", "o", "--policy-url", "u", "--world", "w"],
          "unknown format 'csv'"),
@@ -219,6 +223,7 @@ def test_bad_flags_are_one_line_errors(tmp_path, capsys, benchmark_files) -> Non
             main(argv)
         err = capsys.readouterr().err.strip()
         assert exit_.value.code == 2 and len(err.splitlines()) == 1 and message in err, (argv, err)
+    assert not (tmp_path / "o").exists()  # nothing written before the rows were read
 
 
 def test_restart_with_another_judge_is_refused(tmp_path, capsys, threaded_chat, tool_server, benchmark_files):

@@ -138,10 +138,10 @@ def check_pin(out: Path, pin: dict[str, Any]) -> None:
 
 async def evaluate(config: RunConfig) -> dict[str, Any]:
     """Runs what ``results.jsonl`` is missing; returns counts of this invocation."""
+    items = load_items(config.benches, config.limit)  # a malformed row stops the run before anything is written
     config.out.mkdir(parents=True, exist_ok=True)
     images_dir = config.out / "images"
     images_dir.mkdir(exist_ok=True)
-    items = load_items(config.benches, config.limit)
     check_pin(config.out, config.pin())
     log = ResultLog(config.out / "results.jsonl", EvalRecord)
     judge = CachedJudge(config.judge, config.out / "judge_cache.jsonl")
