@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import inspect
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -202,8 +203,8 @@ class ChatServer:
     """A real chat-completions server (aiohttp) on loopback, on its own thread: callers that block (the
     data-generation model steps) or run their own event loop (``python -m verl_ext.eval``) cannot share the test's
     loop. ``reply(body) -> str`` answers each request (an ``int`` is sent as that HTTP status, a ``dict`` as the whole
-    assistant message, e.g. with native ``tool_calls``, and its ``usage`` key as the body's token counts); ``seen``
-    logs bodies."""
+    assistant message, e.g. with native ``tool_calls``, and its ``usage`` key as the body's token counts; an ``async``
+    reply is awaited on the server's loop); ``seen`` logs bodies."""
 
     url: str = ""
     reply: Callable[[dict], str | int | dict] = lambda body: "{}"
@@ -221,6 +222,8 @@ def threaded_chat():
         body = await request.json()
         server.seen.append(body)
         content = server.reply(body)
+        if inspect.isawaitable(content):  # an async reply may wait without holding up other requests
+            content = await content
         if isinstance(content, int):
             return web.Response(status=content, text="unavailable")
         message = dict(content) if isinstance(content, dict) else {"role": "assistant", "content": content}

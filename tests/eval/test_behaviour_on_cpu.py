@@ -65,11 +65,17 @@ def test_rates_mix_and_errors() -> None:
         TrajectorySample(_record([_search("t2t_search", "b", "p1")] * 2, "max_turns", errors=1), False,
                          [{"prompt_tokens": 20, "completion_tokens": 8, "latency_s": 3.0}]),
     ]
+    timeout = CallRecord(tool_name="web_visit", arguments={"url": "https://w/p1"}, ok=False, error_class="tool",
+                         error_type="timeout", observation="Error (timeout)", latency_s=30.0)
+    samples[1].record.turns.append(TurnRecord(index=3, span=(0, 0), text="", outcome="call_error", calls=[timeout],
+                                              error_class="tool", error_type="timeout"))
     out = analyse(samples, None)
-    assert out["tool_calls"]["by_tool"] == {"t2t_search": 2, "t2i_search": 1}
-    assert out["tool_calls"]["share"]["t2t_search"] == pytest.approx(2 / 3)
+    assert out["tool_calls"]["by_tool"] == {"t2t_search": 2, "t2i_search": 1, "web_visit": 1}
+    assert out["tool_calls"]["share"]["t2t_search"] == pytest.approx(2 / 4)
     assert (out["truncation_rate"], out["t2i_rate"]) == (0.5, 0.5)
-    assert out["turns_by_correctness"] == {"correct": [1], "incorrect": [3]}
-    assert out["errors_by_class"] == {"agent/bad_format": 1}
+    assert out["turns_by_correctness"] == {"correct": [1], "incorrect": [4]}
+    assert out["errors_by_class"] == {"agent/bad_format": 1, "tool/timeout": 1}  # the policy's and the tools'
+    tool_latency = out["per_turn"]["tool_latency_s"]
+    assert (tool_latency["n"], tool_latency["mean"]) == (4, 7.5)  # 0, 0, 0 and 30 s
     assert out["per_turn"]["completion_tokens"]["mean"] == 6 and out["per_turn"]["policy_latency_s"]["median"] == 2
     assert "skipped" in out["repeated_searches"]

@@ -3,6 +3,7 @@ downloaded), and malformed rows: each error names the file, the line and the fie
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 from pathlib import Path
@@ -38,6 +39,16 @@ def test_mmsearch_r1_parquet_layout_with_candidate_answers(tmp_path: Path) -> No
     assert (item.benchmark, item.item_id, item.question) == ("fvqa", "7", "Which tower is this?")
     assert item.ground_truth == {"target": "Eiffel Tower", "aliases": ["La tour Eiffel"]}
     assert item.images[0].data == _png() and item.protocol is None
+    # candidate answers beside the ground truth, as JSON text, or in extra_info
+    pd.DataFrame([{"prompt": [{"role": "user", "content": "<image>\nWhich tower is this?"}], "images": [],
+                   "reward_model": {"ground_truth": "Eiffel Tower", "candidate_answers": '["La tour Eiffel"]'},
+                   "extra_info": {"index": 1}},
+                  {"prompt": [{"role": "user", "content": "Which bridge?"}], "images": [],
+                   "reward_model": {"ground_truth": '["Tower Bridge"]'},
+                   "extra_info": {"index": 2, "candidate_answers": ["London's Tower Bridge"]}}]).to_parquet(path)
+    beside, extra = BenchmarkSpec.parse(f"fvqa={path}").load()
+    assert beside.ground_truth == {"target": "Eiffel Tower", "aliases": ["La tour Eiffel"]}
+    assert extra.ground_truth == {"target": "Tower Bridge", "aliases": ["London's Tower Bridge"]}
 
 
 def test_our_split_layout_names_its_protocol(tmp_path: Path) -> None:
@@ -61,12 +72,15 @@ def test_vqa_jsonl_layouts(tmp_path: Path) -> None:
     path = _jsonl(tmp_path / "simplevqa.jsonl", [
         {"id": "s1", "question": "What bird?", "image": "imgs/a.png", "answer": "robin", "answer_aliases": ["Robin"]},
         {"qid": 9, "query": "Who painted it?", "image_urls": ["https://example.org/x.jpg"], "gold_answer": "Monet"},
+        {"id": "d", "question": "Which colour?", "image": f"data:image/png;base64,{base64.b64encode(_png()).decode()}",
+         "answer": "red"},
     ])
-    first, second = BenchmarkSpec.parse(f"simplevqa={path}").load()
+    first, second, inline = BenchmarkSpec.parse(f"simplevqa={path}").load()
     assert first.images[0].path == str(tmp_path / "imgs" / "a.png")
     assert first.ground_truth == {"target": "robin", "aliases": ["Robin"]}
     assert (second.item_id, second.question, second.images[0].path) == ("9", "Who painted it?",
                                                                         "https://example.org/x.jpg")
+    assert inline.images[0].data == _png()  # a data: URL is decoded when the file is read
 
 
 def test_generic_jsonl_and_parquet_read_the_same(tmp_path: Path) -> None:
@@ -84,8 +98,15 @@ def test_generic_jsonl_and_parquet_read_the_same(tmp_path: Path) -> None:
     ([{"question": "", "answer": "a"}], ":1: field 'question': missing"),
     ([{"question": "q", "answer": "a", "images": ["missing.png"]}], ":1: field 'images/0': image file missing.png"),
     ([{"question": "q", "answer": "a", "protocol": "react"}], ":1: field 'protocol'"),
+    ([{"question": "q", "answer": "a"}, {"question": "q", "answer": "a", "images": ["junk.png"]}],
+     ":2: field 'images/0': image file junk.png: not a readable image"),  # a broken file is the row's error
+    ([{"question": "q", "answer": "a", "images": ["data:image/png;base64,bm90IGEgcGljdHVyZQ=="]}],
+     ":1: field 'images/0': image bytes: not a readable image"),
+    ([{"question": "q", "answer": "a", "images": ["data:image/png;base64,%%%"]}],
+     ":1: field 'images/0': a data: URL whose base64 does not decode"),
 ])
 def test_malformed_rows_name_file_line_and_field(tmp_path: Path, rows: list, where: str) -> None:
+    (tmp_path / "junk.png").write_bytes(b"not a picture")
     path = _jsonl(tmp_path / "bad.jsonl", rows)
     with pytest.raises(BenchmarkError) as err:
         BenchmarkSpec.parse(f"b=generic:{path}").load()
@@ -96,6 +117,10 @@ def test_malformed_parquet_row_and_duplicate_ids(tmp_path: Path) -> None:
     path = tmp_path / "bad.parquet"
     pd.DataFrame([{"prompt": [{"role": "user", "content": "q"}], "reward_model": {"style": "rule"}}]).to_parquet(path)
     with pytest.raises(BenchmarkError, match=rf"^{path}:1: field 'reward_model.ground_truth': missing"):
+        BenchmarkSpec.parse(f"b=verl:{path}").load()
+    row = {"prompt": [{"role": "user", "content": "<image>\nq"}], "reward_model": {"ground_truth": "a"}}
+    pd.DataFrame([row, {**row, "images": [{"bytes": b"truncated", "path": None}]}]).to_parquet(path)
+    with pytest.raises(BenchmarkError, match=rf"^{path}:2: field 'images/0': image bytes: not a readable image"):
         BenchmarkSpec.parse(f"b=verl:{path}").load()
     dup = _jsonl(tmp_path / "dup.jsonl", [{"id": 1, "question": "q", "answer": "a"}] * 2)
     with pytest.raises(BenchmarkError, match="item id '1' occurs twice"):

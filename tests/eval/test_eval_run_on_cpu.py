@@ -7,7 +7,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
+import os
+import signal
 import socket
+import threading
+import time
 from pathlib import Path
 
 import aiohttp
@@ -86,6 +91,11 @@ def test_run_report_and_judge(tmp_path, threaded_chat, tool_server, benchmark_fi
     assert all((out / "images" / f).is_file() for f in record["image_files"].values())
     report = (out / "report" / "report.md").read_text()
     assert "| neos | 2 | 2 | 50.0 ± 0.0 | 50.0 | 50.0 |" in report and "100.0% agreement" in report
+    assert "- Tool calls: 14 (2.33 per trajectory): TextSearch 8, FetchImage 4, t2t_search 2" in report
+    # the viewer lists trajectories by benchmark, item and run, not in the order they finished
+    titles = re.findall(r'<a href="#ep\d+">([^<]+)</a>', (out / "report" / "viewer.html").read_text())
+    assert titles == [f"{b} / {i} / run {r}" for b, i in (("ms", "m0"), ("neos", "t0"), ("neos", "t1"))
+                      for r in (0, 1)]
 
 
 def test_restart_redoes_only_what_is_missing(tmp_path, threaded_chat, tool_server, benchmark_files, caplog,
@@ -102,6 +112,8 @@ def test_restart_redoes_only_what_is_missing(tmp_path, threaded_chat, tool_serve
     with caplog.at_level(logging.WARNING):
         assert main(_args(out, benchmark_files, threaded_chat.url, tool_server, "--runs", "1")) == 0
     assert f"{path}:2: a line cut mid-write" in caplog.text
+    report = (out / "report" / "report.md").read_text()  # the rule matcher judged
+    assert "No LLM judge asked: no fallbacks." in report and "Repeatability: not applicable" in report
     assert {json.loads(x)["key"] for x in path.read_text().splitlines()} == {json.loads(x)["key"] for x in lines}
     assert len({b["messages"][1]["content"][-1]["text"] for b in threaded_chat.seen}) == 2  # two episodes asked
 
@@ -113,6 +125,41 @@ def test_restart_redoes_only_what_is_missing(tmp_path, threaded_chat, tool_serve
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"{path}:2: not a valid result record" in err
+
+
+@pytest.mark.parametrize(("signum", "code", "what"), [(signal.SIGINT, 130, "interrupted"),
+                                                     (signal.SIGTERM, 143, "terminated")])
+def test_ctrl_c_is_one_line_and_the_rerun_goes_on(tmp_path, capsys, threaded_chat, tool_server, benchmark_files,
+                                                  signum, code, what) -> None:
+    """SIGINT (a Ctrl-C) or SIGTERM, sent to this process once an episode is recorded while ``run`` runs: one line,
+    no traceback, the recorded episodes intact; the same command again runs only the rest."""
+    async def reply(body: dict) -> str:
+        await asyncio.sleep(0.5)  # 6 one-turn episodes one at a time: the run is still going when the signal comes
+        return "Aruba"
+
+    threaded_chat.reply = reply
+    out = tmp_path / "run"
+    results = out / "results.jsonl"
+    argv = _args(out, benchmark_files, threaded_chat.url, tool_server, "--runs", "3", "--limit", "1",
+                 "--concurrency", "1", "--no-embeddings")
+
+    def interrupt() -> None:
+        while not (results.exists() and results.read_text().count("\n") >= 1):
+            time.sleep(0.02)
+        os.kill(os.getpid(), signum)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == code and "Traceback" not in err
+    assert err.strip().splitlines()[-1].endswith(f"{what}; finished episodes are kept in {results}: rerun the "
+                                                 "same command to go on")
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler is this command's only
+    assert 1 <= len(results.read_text().splitlines()) < 6
+    threaded_chat.reply = scripted_policy(ANSWERS)
+    assert main(argv) == 0
+    assert len(results.read_text().splitlines()) == 6  # 2 items (one per benchmark) x 3 runs, none twice
 
 
 def test_dead_policy_is_counted_and_redone(tmp_path, threaded_chat, tool_server, benchmark_files) -> None:
@@ -132,8 +179,34 @@ def test_dead_policy_is_counted_and_redone(tmp_path, threaded_chat, tool_server,
     assert len(latest) == 3 and set(latest.values()) == {"ok"}
 
 
+def test_concurrency_limit_and_progress_bar(tmp_path, threaded_chat, tool_server, benchmark_files, capsys) -> None:
+    """``--concurrency 2``: 6 episodes whose policy takes 0.3 s a reply never have more than 2 requests at the
+    policy at once, and do have 2 (one answering turn each: the reply has no call, so it is the answer). The
+    progress bar (stderr) counts episodes and errors."""
+    in_flight, peak = [0], [0]
+
+    async def reply(body: dict) -> str:
+        in_flight[0] += 1
+        peak[0] = max(peak[0], in_flight[0])
+        await asyncio.sleep(0.3)
+        in_flight[0] -= 1
+        return "Aruba"
+
+    threaded_chat.reply = reply
+    out = tmp_path / "run"
+    assert main(["run", "--bench", f"neos=verl:{benchmark_files['neos']}", "--out", str(out), "--policy-url",
+                 threaded_chat.url, "--tool-server", tool_server, "--runs", "3", "--concurrency", "2",
+                 "--no-embeddings"]) == 0
+    assert len(threaded_chat.seen) == 6 and peak[0] == 2
+    assert re.search(r"episodes: 100%\S* 6/6 .*errors=0", capsys.readouterr().err)
+
+
 def test_bad_flags_are_one_line_errors(tmp_path, capsys, benchmark_files) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "question": "q", "answer": "x"}\n{"id": "b", "question": "q"}\n')
     cases = [
+        (["run", "--bench", f"b=generic:{bad}", "--out", str(tmp_path / "o"), "--policy-url", "u", "--tool-server",
+          "http://127.0.0.1:9"], f"{bad}:2: field 'answer': no answer"),  # a malformed row: file, line and field
         (["run"], "the following arguments are required"),
         (["run", "--bench", f"x=csv:{benchmark_files['ms']}", "--out", "o", "--policy-url", "u", "--world", "w"],
          "unknown format 'csv'"),
@@ -150,6 +223,7 @@ def test_bad_flags_are_one_line_errors(tmp_path, capsys, benchmark_files) -> Non
             main(argv)
         err = capsys.readouterr().err.strip()
         assert exit_.value.code == 2 and len(err.splitlines()) == 1 and message in err, (argv, err)
+    assert not (tmp_path / "o").exists()  # nothing written before the rows were read
 
 
 def test_restart_with_another_judge_is_refused(tmp_path, capsys, threaded_chat, tool_server, benchmark_files):
@@ -162,6 +236,35 @@ def test_restart_with_another_judge_is_refused(tmp_path, capsys, threaded_chat, 
         main(_args(out, benchmark_files, threaded_chat.url, tool_server, "--runs", "1", "--limit", "1",
                    "--sampling", '{"temperature": 0.5}', "--judge-url", threaded_chat.url))
     assert exit_.value.code == 2 and "was run with other settings (judge)" in capsys.readouterr().err
+
+
+def test_protocol_per_benchmark(tmp_path, capsys, threaded_chat, tool_server, benchmark_files) -> None:
+    """Rows that name no protocol (a SimpleVQA-style file) take their benchmark's ``--protocol NAME=P``, else the
+    default ``--protocol P``; a row's own agent (our split: neos_search_agent) wins over both."""
+    threaded_chat.reply = scripted_policy(ANSWERS)
+    row = json.loads(benchmark_files["ms"].read_text())
+    del row["protocol"]
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text(json.dumps(row) + "\n")
+    (tmp_path / "flag.png").write_bytes((benchmark_files["ms"].parent / "flag.png").read_bytes())
+    out = tmp_path / "run"
+    argv = ["run", "--bench", f"a=generic:{plain}", "--bench", f"b=generic:{plain}", "--bench",
+            f"neos=verl:{benchmark_files['neos']}", "--out", str(out), "--policy-url", threaded_chat.url,
+            "--tool-server", tool_server, "--max-turns", "4", "--no-progress", "--no-embeddings", "--runs", "1",
+            "--limit", "1"]
+    assert main([*argv, "--protocol", "modalsearch", "--protocol", "b=neos", "--protocol", "neos=modalsearch"]) == 0
+    records = map(json.loads, (out / "results.jsonl").read_text().splitlines())
+    protocols = {x["benchmark"]: x["protocol"] for x in records}
+    assert protocols == {"a": "modalsearch", "b": "neos", "neos": "neos"}
+    pin = json.loads((out / "run.json").read_text())["protocols"]
+    assert pin == {"default": "modalsearch", "by_benchmark": {"b": "neos", "neos": "modalsearch"}}
+    for flag, message in (("c=neos", "no --bench is named 'c'"), ("react", "expected [NAME=]PROTOCOL")):
+        with pytest.raises(SystemExit) as exit_:
+            main([*argv, "--protocol", flag])
+        assert exit_.value.code == 2 and message in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:  # a restart with other protocols would mix them in one results file
+        main([*argv, "--protocol", "b=modalsearch"])
+    assert exit_.value.code == 2 and "other settings (protocols)" in capsys.readouterr().err
 
 
 def test_malformed_native_call_is_an_observation_and_a_refused_context_ends_the_episode(

@@ -28,6 +28,10 @@ def test_one_command_makes_the_plots(tmp_path, capsys) -> None:
     run = tmp_path / "logs" / "neos"
     run.mkdir(parents=True)
     _log(run / "exp1.jsonl", 4)
+    # the run directory also holds verl's validation dump (trainer.validation_data_dir): lines of another shape
+    (run / "val").mkdir()
+    (run / "val" / "4.jsonl").write_text(json.dumps({"input": "q", "output": "a", "gts": "a", "score": 1.0,
+                                                     "step": 4}) + "\n")
     assert main(["training", str(tmp_path / "logs"), "--out", str(tmp_path / "plots")]) == 0
     names = {p.split("/")[-1] for p in capsys.readouterr().out.split()}
     assert names == {"tool_use.png", "credit_composition.png", "sampler.png", "reward.png"}  # no mei/* logged
@@ -36,6 +40,55 @@ def test_one_command_makes_the_plots(tmp_path, capsys) -> None:
     series = read_metrics(run / "exp1.jsonl")
     assert series["neos_tools/calls_per_trajectory/FetchImage"] == [(1, 0.5), (2, 1.0), (3, 1.5), (4, 2.0)]
     assert "note" not in series
+
+
+def test_mei_and_sampler_metrics_get_a_panel_each(tmp_path, monkeypatch) -> None:
+    """MEI's loss (about 1) and its tokens (thousands) on one axis would show the loss as a flat line at 0."""
+    from verl_ext.eval import training
+
+    panels = {}
+
+    def save(fig, path):
+        panels[path.name] = sorted(ax.get_title() for ax in fig.axes if ax.get_visible())
+        return original(fig, path)
+
+    original = training._save
+    monkeypatch.setattr(training, "_save", save)
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(json.dumps({"step": s, "data": {"mei/loss": 1.0 / s, "mei/tokens": 4000.0 * s,
+                                                             "mei/seconds": 30.0, "mei/update/version": float(s),
+                                                             "neos_sampler/carried": 2.0,
+                                                             "neos_sampler/selected_success_share": 0.5}}) + "\n"
+                            for s in (1, 2, 3)))
+    training_plots(path, tmp_path / "plots")
+    assert panels["mei.png"] == ["loss", "seconds", "tokens", "update/version"]
+    assert panels["sampler.png"] == ["carried", "selected_success_share"]
+
+
+def test_console_logger_output_reads_the_same(tmp_path) -> None:
+    """A run with only verl's console logger: its captured stdout, lines written by verl's own ``concat_dict_to_str``
+    behind Ray's actor prefix, numpy scalars among the values, other output around them."""
+    import numpy as np
+    from verl.utils.logger.aggregate_logger import concat_dict_to_str
+
+    lines = ["Creating file logger at nowhere", "(TaskRunner pid=4242) Training Progress: 50%"]
+    for step in (1, 2):
+        data = {"neos_tools/calls_per_trajectory/FetchImage": np.float64(0.5 * step), "mei/steps": step,
+                "neos_credit/turn_share/productive": 0.25, "val-core/neos/acc/mean@5": -0.0, "flag": True}
+        lines.append(f"(TaskRunner pid=4242) {concat_dict_to_str(data, step=step)}")
+    assert "np.float64(0.5)" in lines[2]  # numpy 2 writes its scalars so
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "main_ppo.log").write_text("\n".join(lines) + "\n")
+    series = read_metrics(tmp_path / "run")
+    assert series["neos_tools/calls_per_trajectory/FetchImage"] == [(1, 0.5), (2, 1.0)]
+    assert series["mei/steps"] == [(1, 1.0), (2, 2.0)] and series["val-core/neos/acc/mean@5"] == [(1, 0.0), (2, 0.0)]
+    assert "flag" not in series and read_metrics(tmp_path / "run" / "main_ppo.log") == series
+    written = training_plots(tmp_path / "run", tmp_path / "plots")
+    assert sorted(p.name for p in written) == ["credit_composition.png", "mei.png", "reward.png", "tool_use.png"]
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "x.log").write_text("no metrics here\n")
+    with pytest.raises(ValueError, match="no console-logger lines"):
+        read_metrics(tmp_path / "empty")
 
 
 def test_bad_metric_lines_name_file_and_line(tmp_path) -> None:

@@ -8,7 +8,7 @@
   validation dump becomes the same results, judged and reported as an endpoint's.
 - ``report``: ``report.md``, plots, ``summary.json`` and the trajectory viewer from a run directory (or from
   trajectories exported during training, ``--trajectories FILE``).
-- ``training``: plots of a run's logged metrics (verl's file logger JSONL).
+- ``training``: plots of a run's logged metrics (verl's file logger JSONL, TensorBoard events or console output).
 
 Usage errors are one line on stderr and exit code 2.
 """
@@ -20,7 +20,9 @@ import asyncio
 import contextlib
 import json
 import re
+import signal
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,6 +38,8 @@ from data_gen.common.usage import (
 )
 from verl_ext.eval.benchmarks import FORMATS, KNOWN_BENCHMARKS, BenchmarkError, BenchmarkSpec
 from verl_ext.reward.judge import JudgeConfig
+from verl_ext.rollout.protocols import Protocol
+from verl_ext.rollout.settings import PROTOCOL_DEFAULTS
 
 MAX_JUDGE_FALLBACK_SHARE = JudgeConfig().max_fallback_share  # the answer judge's, as training uses it
 _HYDRA_OVERRIDE = re.compile(r"^(\+{0,2}[\w.\-/@\[\]]+=.*|~[\w.\-/@]+(=.*)?)$")  # key=value, +key=value, ~key
@@ -46,6 +50,30 @@ def _bench(text: str) -> BenchmarkSpec:
         return BenchmarkSpec.parse(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc).removeprefix(f"--bench {text!r}: ")) from None
+
+
+def _protocol(text: str) -> tuple[str | None, Protocol]:
+    """``PROTOCOL`` or ``NAME=PROTOCOL``: (benchmark name or None for all, protocol)."""
+    name, sep, protocol = text.rpartition("=")
+    if protocol not in PROTOCOL_DEFAULTS or (sep and not name):
+        raise argparse.ArgumentTypeError(f"expected [NAME=]PROTOCOL with PROTOCOL one of "
+                                         f"{', '.join(PROTOCOL_DEFAULTS)}, got {text!r}")
+    return (name or None), protocol  # type: ignore[return-value]
+
+
+def _protocols(args: argparse.Namespace, p: argparse.ArgumentParser) -> tuple[Protocol, dict[str, Protocol]]:
+    """The default protocol and the per-benchmark ones of the ``--protocol`` flags (the last of each wins)."""
+    default: Protocol = "neos"
+    by_bench: dict[str, Protocol] = {}
+    names = {spec.name for spec in args.bench}
+    for name, protocol in args.protocol:
+        if name is None:
+            default = protocol
+        elif name not in names:
+            p.error(f"argument --protocol: no --bench is named {name!r} ({', '.join(sorted(names))})")
+        else:
+            by_bench[name] = protocol
+    return default, by_bench
 
 
 def _fallback_flag(p: argparse.ArgumentParser) -> None:
@@ -97,8 +125,10 @@ def parser() -> argparse.ArgumentParser:
                    "http://127.0.0.1:8000/v1")
     r.add_argument("--policy-model", default="policy", metavar="NAME",
                    help="model name sent to --policy-url (default: policy)")
-    r.add_argument("--protocol", choices=("neos", "modalsearch"), default="neos",
-                   help="protocol of items whose row names no agent (default: neos)")
+    r.add_argument("--protocol", type=_protocol, action="append", default=[], metavar="[NAME=]PROTOCOL",
+                   help="neos or modalsearch: the protocol of items whose row names none (no agent_name or "
+                   "protocol field), for every benchmark, or NAME=PROTOCOL for benchmark NAME; repeatable "
+                   "(default: neos)")
     r.add_argument("--concurrency", type=positive_int, default=8, metavar="N", help="episodes in flight (default: 8)")
     r.add_argument("--max-turns", type=positive_int, default=None, metavar="N",
                    help="assistant turns (default: the protocol's, Neos 50, ModalSearcher 46)")
@@ -147,9 +177,12 @@ def parser() -> argparse.ArgumentParser:
     _fallback_flag(rep)
     rep.add_argument("--no-embeddings", action="store_true", help="skip the repeated-search analysis")
 
-    tr = sub.add_parser("training", help="plots of a training run's logged metrics (verl's file logger)",
-                        description="Plot a training run's logged metrics from verl's file logger JSONL.")
-    tr.add_argument("metrics", type=Path, help="the file logger's JSONL, or a directory holding such files")
+    tr = sub.add_parser("training", help="plots of a training run's logged metrics (verl's file, tensorboard or "
+                        "console logger)",
+                        description="Plot a training run's logged metrics: verl's file logger JSONL, else its "
+                        "TensorBoard event files, else its console logger's captured output.")
+    tr.add_argument("metrics", type=Path, help="the file logger's JSONL or a captured console log, or a run "
+                    "directory holding either or TensorBoard event files")
     tr.add_argument("--out", type=Path, required=True, metavar="DIR", help="directory for the plots (created)")
     return p
 
@@ -161,6 +194,32 @@ def _usage_errors(p: argparse.ArgumentParser) -> Iterator[None]:
         yield
     except (BenchmarkError, ValueError, FileNotFoundError) as exc:
         p.exit(2, f"{p.prog}: error: {exc}\n")
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler's or ``timeout``'s stop), raised where Ctrl-C is so that the same cleanup runs: the tool
+    server we started and ``main_ppo`` with its Ray processes are stopped, not orphaned."""
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise _Terminated
+
+
+@contextlib.contextmanager
+def _resumable(p: argparse.ArgumentParser, out: Path) -> Iterator[None]:
+    """Ctrl-C (exit code 130) or SIGTERM (143) is one line saying what is kept and how to go on, not a traceback:
+    every finished episode is already on disk."""
+    main_thread = threading.current_thread() is threading.main_thread()  # signal handlers live there only
+    previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        code, what = (143, "terminated") if isinstance(exc, _Terminated) else (130, "interrupted")
+        p.exit(code, f"{p.prog}: {what}; finished episodes are kept in {out / 'results.jsonl'}: rerun the same "
+               "command to go on\n")
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
 
 
 @contextlib.contextmanager
@@ -194,11 +253,13 @@ def _run(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
 
     chat = JudgeConfig(url=args.policy_url, model=args.policy_model, max_tokens=args.max_tokens,
                        timeout_s=args.policy_timeout)
-    with _usage_errors(p):
+    default_protocol, bench_protocols = _protocols(args, p)
+    with _resumable(p, args.out), _usage_errors(p):
         with _tool_server(args) as url:
             config = RunConfig(out=args.out, benches=args.bench, policy=PolicySettings(chat, max_turns=args.max_turns),
                                tool_url=url, runs=args.runs, concurrency=args.concurrency,
-                               default_protocol=args.protocol, judge=_judge(args), judge_passes=args.judge_passes,
+                               default_protocol=default_protocol, bench_protocols=bench_protocols,
+                               judge=_judge(args), judge_passes=args.judge_passes,
                                limit=args.limit, sampling_override=_sampling_flags(args),
                                sampling_replace=args.sampling, progress=not args.no_progress)
             counts = asyncio.run(evaluate(config))
@@ -215,7 +276,7 @@ def _verl(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
     from verl_ext.eval.report import write_report
     from verl_ext.eval.verl_val import LaunchFailed, VerlValConfig, evaluate_verl
 
-    with _usage_errors(p):
+    with _resumable(p, args.out), _usage_errors(p):
         with _tool_server(args) as url:
             config = VerlValConfig(out=args.out, benches=args.bench, recipe=args.recipe, checkpoint=args.checkpoint,
                                    tool_url=url, base_model=args.base_model, runs=args.runs, limit=args.limit,

@@ -6,27 +6,36 @@ Layouts (``FORMATS``; ``--bench NAME=FORMAT:PATH`` picks one per benchmark):
   FVQA and InfoSeek are distributed: ``prompt`` (chat messages; ``<image>`` placeholders are dropped, the question
   is the last user turn's text), ``images`` (``{"bytes", "path"}`` cells, a path or a URL),
   ``reward_model.ground_truth`` (a string, a list of candidate answers, ``{"target", "aliases"}`` or that as JSON),
-  optional ``agent_name`` (picks the protocol), ``extra_info`` (``task_id``/``index`` name the item) and
-  ``data_source``.
+  candidate answers under ``reward_model.candidate_answers`` or ``extra_info.candidate_answers`` (a list, or one
+  as JSON text), optional ``agent_name`` (picks the protocol), ``extra_info`` (``task_id``/``index`` name the item)
+  and ``data_source``.
 - ``vqa_jsonl``: one JSON object per line as SimpleVQA, LiveVQA, MMSearch and BrowseComp-VL style sets ship them:
   the question under ``question`` (or ``query``/``prompt``), images under ``images``/``image``/``image_path``/
-  ``image_url``/``image_urls`` (paths relative to the file, or http(s) URLs), the answer under ``answer``/
-  ``gold_answer``/``ground_truth`` and aliases under ``aliases``/``answer_aliases``/``candidate_answers``/``answers``.
+  ``image_url``/``image_urls`` (paths relative to the file, ``data:`` URLs, or http(s) URLs), the answer under
+  ``answer``/``gold_answer``/``ground_truth`` and aliases under ``aliases``/``answer_aliases``/``candidate_answers``/
+  ``answers``.
 - ``generic``: the documented minimal layout, JSONL or parquet, exactly these fields: ``id`` (optional),
   ``question``, ``images`` (list of paths or URLs, optional), ``answer``, ``aliases`` (optional), ``protocol``
   (optional: ``neos`` or ``modalsearch``).
 
 A row that cannot be read is a :class:`BenchmarkError` naming the file, the line (1-based; the row for parquet) and
-the field, before anything runs.
+the field, before anything runs; images given as bytes, files or ``data:`` URLs must decode (http(s) URLs are
+fetched by the episode).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import io
 import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote_to_bytes
+
+from PIL import Image, UnidentifiedImageError
 
 from verl_ext.reward.answers import reference_answers
 from verl_ext.rollout.protocols import Protocol
@@ -121,26 +130,63 @@ class BenchmarkSpec:
 def _ground_truth(value: Any, aliases: Any, where: tuple[Path, int, str]) -> dict[str, Any]:
     """``{"target", "aliases"}`` from any answer form ``reference_answers`` reads (a string, candidate answers,
     ``{"target", "aliases"}`` or that as JSON), plus extra aliases; the first form is the target."""
-    forms = list(dict.fromkeys([*reference_answers(value), *reference_answers(aliases)]))
+    forms = list(dict.fromkeys([*reference_answers(_json_list(value)), *reference_answers(_json_list(aliases))]))
     if not forms:
         raise BenchmarkError(where[0], where[1], where[2], "no answer (empty or missing)")
     return {"target": forms[0], "aliases": forms[1:]}
 
 
+def _json_list(value: Any) -> Any:
+    """A list of answers stored as JSON text, decoded; anything else as it is (an answer may start with "[")."""
+    if isinstance(value, str) and value.lstrip().startswith("["):
+        try:
+            decoded = json.loads(value)
+        except json.JSONDecodeError:
+            return value
+        return decoded if isinstance(decoded, list) else value
+    return value
+
+
 def _image_ref(value: Any, base: Path, where: tuple[Path, int, str]) -> ImageRef:
+    """A row's image as bytes, a local file or a URL; bytes, files and ``data:`` URLs are checked to decode here, so
+    that a broken picture is this row's error and not, later, an episode's (URLs are fetched when an episode runs)."""
     if isinstance(value, Mapping):
         data = value.get("bytes")
         if data:
-            return ImageRef(data=bytes(data), path=value.get("path") or None)
+            return ImageRef(data=_checked(bytes(data), where), path=value.get("path") or None)
         value = value.get("path") or value.get("url")
     if not isinstance(value, str) or not value.strip():
         raise BenchmarkError(where[0], where[1], where[2], f"an image must be bytes, a path or a URL, got {value!r}")
-    if value.startswith(("http://", "https://", "data:")):
+    if value.startswith("data:"):
+        header, _, payload = value.partition(",")
+        try:
+            data = base64.b64decode(payload, validate=True) if header.endswith(";base64") \
+                else unquote_to_bytes(payload)
+        except binascii.Error:
+            raise BenchmarkError(where[0], where[1], where[2], "a data: URL whose base64 does not decode") from None
+        return ImageRef(data=_checked(data, where))
+    if value.startswith(("http://", "https://")):
         return ImageRef(path=value)
     file = (base / value) if not Path(value).is_absolute() else Path(value)
     if not file.is_file():
         raise BenchmarkError(where[0], where[1], where[2], f"image file {value} does not exist (looked in {base})")
+    _check_image(file, where, f"image file {value}")
     return ImageRef(path=str(file))
+
+
+def _checked(data: bytes, where: tuple[Path, int, str]) -> bytes:
+    _check_image(io.BytesIO(data), where, "image bytes")
+    return data
+
+
+def _check_image(source: Path | io.BytesIO, where: tuple[Path, int, str], what: str) -> None:
+    """Raises unless PIL recognises ``source`` as an image (from its header only: cheap for a whole benchmark)."""
+    try:
+        with Image.open(source):
+            pass
+    except (UnidentifiedImageError, OSError) as exc:
+        raise BenchmarkError(where[0], where[1], where[2],
+                             f"{what}: not a readable image ({type(exc).__name__})") from None
 
 
 def _image_refs(value: Any, base: Path, where: tuple[Path, int, str]) -> tuple[ImageRef, ...]:
@@ -201,7 +247,9 @@ def load_verl(name: str, path: Path) -> Iterator[EvalItem]:
         if not isinstance(reward, Mapping) or "ground_truth" not in reward:
             raise BenchmarkError(path, number, "reward_model.ground_truth", "missing")
         extra = row.get("extra_info") or {}
-        candidates = extra.get("candidate_answers") if isinstance(extra, Mapping) else None
+        candidates = reward.get("candidate_answers")  # where a release keeps them: beside the ground truth ...
+        if candidates is None and isinstance(extra, Mapping):
+            candidates = extra.get("candidate_answers")  # ... or in extra_info
         agent = row.get("agent_name")
         if agent is not None and agent not in AGENT_PROTOCOLS:
             raise BenchmarkError(path, number, "agent_name", f"{agent!r} is none of {sorted(AGENT_PROTOCOLS)}")

@@ -157,17 +157,24 @@ def markdown(summary: dict[str, Any], figures: dict[str, Path]) -> str:
                   + (f" {e['errors_by_type']}" if e["errors"] else "") + ".", ""]
     if "judge" in summary:
         j = summary["judge"]
-        lines += ["## Judge", "", f"Verdicts by path: {j['by_source']}. Rule fallbacks: {_pct(j['fallback_rate'])}% "
-                  f"of LLM-judged responses, by reason {j['fallbacks_by_reason'] or '{}'}."]
+        asked = j["by_source"].get("llm", 0) + j["by_source"].get("rule_fallback", 0)
+        fallbacks = (f"Rule fallbacks: {_pct(j['fallback_rate'])}% of LLM-judged responses, by reason "
+                     f"{j['fallbacks_by_reason'] or '{}'}." if asked else "No LLM judge asked: no fallbacks.")
+        lines += ["## Judge", "", f"Verdicts by path: {j['by_source']}. {fallbacks}"]
         if j["fallback_rate"] > j["max_fallback_share"]:
             lines.append(f"**Warning:** more than {_pct(j['max_fallback_share'])}% of verdicts fell back to the "
                          "rule matcher (the judge's max_fallback_share): check the judge endpoint.")
         rep = j["repeatability"]
-        lines += [f"Repeatability: {_pct(rep['agreement'])}% agreement of two judge passes over {rep['pairs']} "
-                  "responses." if rep else "Repeatability: not measured (run with --judge-passes 2).", ""]
+        if rep:
+            repeat = f"{_pct(rep['agreement'])}% agreement of two judge passes over {rep['pairs']} responses."
+        elif not asked:
+            repeat = "not applicable (the rule matcher is deterministic; pass --judge-url for an LLM judge)."
+        else:
+            repeat = "not measured (run with --judge-passes 2)."
+        lines += [f"Repeatability: {repeat}", ""]
     lines += ["## Behaviour", "", f"{b['trajectories']} trajectories.", "",
-              f"- Tool calls: {b['tool_calls']['total']} ({b['tool_calls']['per_trajectory']:.2f} per trajectory): "
-              + ", ".join(f"{k} {v}" for k, v in b["tool_calls"]["by_tool"].items()),
+              f"- Tool calls: {b['tool_calls']['total']} ({b['tool_calls']['per_trajectory']:.2f} per trajectory)"
+              + "".join(f"{', ' if i else ': '}{k} {v}" for i, (k, v) in enumerate(b["tool_calls"]["by_tool"].items())),
               f"- Truncated at the turn limit: {_pct(b['truncation_rate'])}%; endings {b['termination']}",
               f"- t2i invocation rate: {_pct(b['t2i_rate'])}% of trajectories",
               f"- Repeated searches: {_repeated(b['repeated_searches'])}",
@@ -218,8 +225,9 @@ def write_report(run_dir: Path, out: Path, *, embeddings: bool = True,
     records = read_results(run_dir)
     pin = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").exists() else {}
     summary = summarize(records, pin, embeddings, max_fallback_share)
-    episodes = [ViewerEpisode.from_eval(r) for r in records if r.status == "ok" and r.trajectory]
-    return _write(out, summary, episodes, run_dir / "images")
+    done = sorted((r for r in records if r.status == "ok" and r.trajectory),
+                  key=lambda r: (r.benchmark, r.item_id, r.run))  # the log is in finishing order
+    return _write(out, summary, [ViewerEpisode.from_eval(r) for r in done], run_dir / "images")
 
 
 def write_trajectory_report(path: Path, out: Path, *, embeddings: bool = True) -> dict[str, Path]:

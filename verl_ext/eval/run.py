@@ -4,8 +4,9 @@ Resumable: ``results.jsonl`` is the append-only, fsynced log of ``data_gen.commo
 ``benchmark/item/run``; a restart skips what is recorded and redoes the rest, a line cut mid-write is dropped with a
 warning naming file and line, a damaged complete line stops the run naming them. Infrastructure failures (the
 policy endpoint or the tool server unreachable) are recorded as ``error`` lines, counted, and redone on restart;
-they are never scored as wrong answers. ``run.json`` pins the policy, the sampling, the judge and the turn limit; a
-restart with different ones is refused (one results file, one configuration).
+they are never scored as wrong answers. ``run.json`` pins the policy, the sampling, the judge, the turn limit and
+the protocol of rows that name none; a restart with different ones is refused (one results file, one
+configuration).
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ class RunConfig:
     tool_url: str
     runs: int = 5
     concurrency: int = 8
-    default_protocol: Protocol = "neos"
+    default_protocol: Protocol = "neos"  # items whose row names no protocol ...
+    bench_protocols: dict[str, Protocol] = field(default_factory=dict)  # ... unless their benchmark has one here
     judge: JudgeConfig = field(default_factory=JudgeConfig)
     judge_passes: int = 1
     limit: int | None = None  # items per benchmark
@@ -90,9 +92,13 @@ class RunConfig:
             "sampling": {p: self.sampling(p) for p in PAPER_SAMPLING},
             "judge": judge_pin(self.judge),
             "endpoints": {"policy": self.policy.chat.url, "judge": self.judge.url, "tool_server": self.tool_url},
+            "protocols": {"default": self.default_protocol, "by_benchmark": self.bench_protocols},
             "judge_passes": self.judge_passes, "runs": self.runs,
         }
 
+    def protocol(self, item: EvalItem) -> Protocol:
+        """The row's protocol (its agent or protocol field), else its benchmark's, else the default."""
+        return item.protocol or self.bench_protocols.get(item.benchmark) or self.default_protocol
 
     def sampling(self, protocol: str) -> dict[str, Any]:
         return sampling_for(protocol, self.sampling_override, self.sampling_replace)
@@ -103,7 +109,7 @@ def sampling_for(protocol: str, override: dict[str, Any], replace: dict[str, Any
     return {**(PAPER_SAMPLING[protocol] if replace is None else replace), **override}
 
 
-PINNED = ("policy", "sampling", "judge")
+PINNED = ("policy", "sampling", "judge", "protocols")
 
 
 def load_items(benches: list[BenchmarkSpec], limit: int | None) -> list[EvalItem]:
@@ -120,7 +126,8 @@ def check_pin(out: Path, pin: dict[str, Any]) -> None:
     pin = json.loads(json.dumps(pin))
     if path.exists():
         recorded = json.loads(path.read_text())
-        changed = [k for k in PINNED if recorded.get(k) != pin[k]]
+        # a key the recorded pin lacks was added to PINNED after that run: not a change of settings
+        changed = [k for k in PINNED if k in recorded and recorded[k] != pin.get(k)]
         if changed:
             raise ValueError(f"{path}: this output directory was run with other settings ({', '.join(changed)}); "
                              "use a new --out or the recorded settings")
@@ -131,10 +138,10 @@ def check_pin(out: Path, pin: dict[str, Any]) -> None:
 
 async def evaluate(config: RunConfig) -> dict[str, Any]:
     """Runs what ``results.jsonl`` is missing; returns counts of this invocation."""
+    items = load_items(config.benches, config.limit)  # a malformed row stops the run before anything is written
     config.out.mkdir(parents=True, exist_ok=True)
     images_dir = config.out / "images"
     images_dir.mkdir(exist_ok=True)
-    items = load_items(config.benches, config.limit)
     check_pin(config.out, config.pin())
     log = ResultLog(config.out / "results.jsonl", EvalRecord)
     judge = CachedJudge(config.judge, config.out / "judge_cache.jsonl")
@@ -182,7 +189,7 @@ def result_key(item: EvalItem, run: int) -> str:
 
 async def _episode(config: RunConfig, item: EvalItem, run: int, http: aiohttp.ClientSession, judge: CachedJudge,
                    images_dir: Path) -> EvalRecord:
-    protocol = item.protocol or config.default_protocol
+    protocol = config.protocol(item)
     policy = replace(config.policy, sampling=config.sampling(protocol))
     base = {"key": result_key(item, run), "benchmark": item.benchmark, "item_id": item.item_id, "run": run,
             "protocol": protocol, "question": item.question, "ground_truth": item.ground_truth}
