@@ -10,6 +10,7 @@ import argparse
 import importlib
 import importlib.util
 import re
+import socket
 import sys
 from pathlib import Path
 
@@ -158,3 +159,20 @@ def test_a_bad_value_is_one_line_naming_the_flag_and_exit_2(module, argv, flag, 
     err = _usage_error(_main(module), argv, capsys)
     assert flag in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"], "nothing written"
+
+
+@pytest.mark.parametrize("module, argv", [
+    ("tool_server.__main__", ["--world", "{missing}"]),
+    ("verl_ext.mei.server", ["--model", "{model}", "--version", "v0"]),  # config.json unloadable: loading would raise
+])
+def test_a_busy_port_is_one_line_before_anything_loads(module, argv, tmp_path, capsys):
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        address = "127.0.0.1:%d" % busy.getsockname()[1]
+        argv = [a.format(missing=tmp_path / "missing", model=tmp_path / "model") for a in argv]
+        code = _main(module)(argv + ["--port", address.split(":")[1]])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1 and f"cannot listen on {address}" in err, err
