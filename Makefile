@@ -1,6 +1,6 @@
 # One way in, one way to test. Every target sets up its own virtual environment first.
 # The CPU test environment uses torch 2.14.1 + torchvision 0.29.1: PyPI's torchvision for the CPU torch 2.13 wheel
-# fails to import, which breaks the Qwen-VL processors (see README, "Environment").
+# fails to import, which breaks the Qwen-VL processors (docs/install.md, "Environment notes").
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.deps-stamp
