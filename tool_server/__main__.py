@@ -189,7 +189,10 @@ async def _serve(args: argparse.Namespace, sock: socket.socket) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    stderr = logging.StreamHandler()
+    stderr.setLevel(args.log_level)  # for every library too: bm25s sets its own logger to DEBUG
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        handlers=[stderr])
     _check(p, args)
     try:
         sock = listening_socket(args.host, args.port, LISTEN_BACKLOG)  # before the world is looked at
