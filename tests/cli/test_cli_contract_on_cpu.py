@@ -1,8 +1,9 @@
 """Every command line of the project, held to one contract without running any job: each module with a
 ``__main__`` guard (in our packages and in ``bench/``) exposes ``parser()``, a :class:`OneLineParser` named as users
 run it, with a description, help for every option and subcommand, and the default in the help of every option that
-has one. A new option without help fails here. Then a few bad values per command: exit code 2 and one line naming
-the flag, before anything is loaded or written."""
+has one. A new option without help fails here. ``--help`` in a fresh process answers at once: nothing on stderr,
+no torch, transformers or verl loaded. Then a few bad values per command: exit code 2 and one line naming the flag,
+before anything is loaded or written; a busy port is one line before a server loads anything."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import importlib
 import importlib.util
 import re
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -107,6 +109,27 @@ def test_every_command_describes_itself_and_every_option(path):
     assert _problems(p, p.prog) == []
 
 
+HEAVY = ("torch", "transformers", "verl")
+
+
+@pytest.mark.parametrize("path", ENTRY_POINTS, ids=lambda p: p.relative_to(REPO).as_posix())
+def test_help_is_fast_and_clean(path):
+    """``--help`` in a fresh process, as users type it: the help on stdout, nothing on stderr (no warnings of
+    libraries), and none of torch, transformers or verl imported (seconds of loading and their notices)."""
+    rel = path.relative_to(REPO)
+    if rel.parts[0] == "bench":
+        run = f"sys.path.insert(0, {str(path.parent)!r}); runpy.run_path({str(path)!r}, run_name='__main__')"
+    else:
+        run = f"runpy.run_module({_command(path).removeprefix('python -m ')!r}, run_name='__main__', alter_sys=True)"
+    probe = (f"import runpy, sys\nsys.argv = ['{rel.name}', '--help']\ntry:\n    {run}\n"
+             "except SystemExit as e:\n    assert e.code in (0, None), e.code\n"
+             f"print([m for m in {HEAVY!r} if m in sys.modules])")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(f"usage: {_command(path)}") and lines[-1] == "[]", (lines[0], lines[-1])
+
+
 def _usage_error(main, argv: list[str], capsys) -> str:
     try:
         code = main(argv)
@@ -171,7 +194,7 @@ def test_a_busy_port_is_one_line_before_anything_loads(module, argv, tmp_path, c
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
-        address = "127.0.0.1:%d" % busy.getsockname()[1]
+        address = f"127.0.0.1:{busy.getsockname()[1]}"
         argv = [a.format(missing=tmp_path / "missing", model=tmp_path / "model") for a in argv]
         code = _main(module)(argv + ["--port", address.split(":")[1]])
     err = capsys.readouterr().err
