@@ -35,6 +35,7 @@ from data_gen.common.usage import (
     share,
 )
 from verl_ext.eval.benchmarks import FORMATS, KNOWN_BENCHMARKS, BenchmarkError, BenchmarkSpec
+from verl_ext.notices import quiet_verl_import_notices
 from verl_ext.reward.judge import JudgeConfig
 
 MAX_JUDGE_FALLBACK_SHARE = JudgeConfig().max_fallback_share  # the answer judge's, as training uses it
@@ -292,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command in ("run", "verl") and args.top_p is not None and args.top_p > 1:
         p.error(f"argument --top-p: must be <= 1, got {args.top_p}")
+    quiet_verl_import_notices()  # every command imports verl past its own checks
     return {"run": _run, "verl": _verl, "report": _report, "training": _training}[args.command](args, p)
 
 

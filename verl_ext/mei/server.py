@@ -35,6 +35,7 @@ from aiohttp import web
 
 from data_gen.common.usage import OneLineParser, listening_socket, port, positive_int
 from verl_ext.mei.chat import ChatInputError, render
+from verl_ext.notices import quiet_verl_import_notices
 from verl_ext.tools.shards import server_urls
 
 if TYPE_CHECKING:  # torch, transformers and verl load with the first checkpoint, not for --help
@@ -241,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         print(f"{p.prog}: error: {e}", file=sys.stderr)
         return 1
+    quiet_verl_import_notices()
     import torch
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import sys
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from data_gen.common.usage import OneLineParser, nonnegative_int, whole_number
+from verl_ext.notices import quiet_verl_import_notices
 
 if TYPE_CHECKING:
     from verl_ext.walkthrough.pipeline import Walkthrough
@@ -71,15 +70,6 @@ def walkthrough(
     return result, write_report(result, out)
 
 
-def quiet_cpu_notices() -> None:
-    """Silence verl's import-time notices that no accelerator and no optional training engine (Megatron, torchtitan,
-    ...) is installed: the walkthrough runs on CPU by design, and a first-time user reads a dozen such lines as
-    failures. Only those notices: any other warning still shows."""
-    warnings.filterwarnings("ignore", message=r"\w+ engine is not available", category=UserWarning)
-    platform = logging.getLogger("verl.plugin.platform.platform_manager")
-    platform.addFilter(lambda record: record.levelno > logging.WARNING)
-
-
 def _input_error(message: str) -> int:
     """A flag names a file or directory that cannot be used: one line on stderr, exit code 2, nothing written."""
     print(f"python -m verl_ext.walkthrough: error: {message}", file=sys.stderr)
@@ -94,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out.exists() and not args.out.is_dir():
         return _input_error(f"--out: {args.out} is a file, not a directory")
 
-    quiet_cpu_notices()  # before the first import that reaches verl
+    quiet_verl_import_notices()  # before the first import that reaches verl
     from data_gen.common.store import ResultLogError
     from data_gen.world.store import World
     from verl_ext.walkthrough.questions import NoTasksError, load_questions
