@@ -1,6 +1,6 @@
 # One way in, one way to test. Every target sets up its own virtual environment first.
 # The CPU test environment uses torch 2.14.1 + torchvision 0.29.1: PyPI's torchvision for the CPU torch 2.13 wheel
-# fails to import, which breaks the Qwen-VL processors (see README, "Environment").
+# fails to import, which breaks the Qwen-VL processors (docs/install.md, "Environment notes").
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.deps-stamp
@@ -11,7 +11,7 @@ WORLD ?= worlds/small
 
 help:
 	@echo "make demo         the whole Neos loop on CPU: world -> tasks -> rollouts -> judge -> turn credit -> report"
-	@echo "                  in $(DEMO)/report (about 5 min once .venv exists)"
+	@echo "                  in $(DEMO)/report (1-5 min once .venv exists)"
 	@echo "make test         the CPU test suite, then verl's own CPU tests with our plugins (about 14 min); installs"
 	@echo "                  missing Debian packages first, saying so (NEOS_TEST_REDIS_URL: use an existing Redis)"
 	@echo "make venv         only create $(VENV) (first use of demo/test does it: ~7 GB, torch with CUDA libraries)"

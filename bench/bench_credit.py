@@ -16,26 +16,14 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-from omegaconf import OmegaConf
-from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
 from data_gen.common.usage import OneLineParser, positive_int, whole_number
-from verl_ext.advantage.estimator import compute_turn_credit_advantage
-from verl_ext.advantage.inputs import CreditRow, credit_inputs
-from verl_ext.credit import (
-    CreditLabels,
-    CreditParams,
-    JudgeEvent,
-    WeightTable,
-    batch_token_advantages,
-    mask_runs,
-    run_token_advantages,
-    turn_weights,
-)
-from verl_ext.credit.labels import LabelEvent
+
+if TYPE_CHECKING:  # imported where used: --help and a usage error answer without loading torch and verl
+    from verl_ext.credit import JudgeEvent
 
 
 def make_token_turns(rng: np.random.Generator, bs: int, length: int, turns: int) -> np.ndarray:
@@ -52,6 +40,8 @@ def make_token_turns(rng: np.random.Generator, bs: int, length: int, turns: int)
 
 def random_assessment(rng: np.random.Generator, turns: int) -> tuple[list[JudgeEvent], dict[int, float]]:
     """A causal error, a recovery, a re-derailment and a few productive turns, at random positions."""
+    from verl_ext.credit import JudgeEvent
+
     cause, fix, again = sorted(rng.choice(turns, size=3, replace=False).tolist())
     events = [
         JudgeEvent(cause, "causal_error", float(rng.uniform()), float(rng.uniform())),
@@ -103,6 +93,23 @@ def main() -> None:
     args = p.parse_args()
     if args.length < 4 * args.turns:
         p.error(f"argument --length: must be >= 4 x --turns = {4 * args.turns}, got {args.length}")
+    import torch
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+
+    from verl_ext.advantage.estimator import compute_turn_credit_advantage
+    from verl_ext.advantage.inputs import CreditRow, credit_inputs
+    from verl_ext.credit import (
+        CreditLabels,
+        CreditParams,
+        WeightTable,
+        batch_token_advantages,
+        mask_runs,
+        run_token_advantages,
+        turn_weights,
+    )
+    from verl_ext.credit.labels import LabelEvent
+
     torch.set_num_threads(2)
     rng = np.random.default_rng(0)
 

@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -48,10 +49,9 @@ def _scripted_policy():
 
 from data_gen.common.usage import OneLineParser, int_list, nonnegative_float, positive_int  # noqa: E402
 from tool_server.launch import served  # noqa: E402
-from verl_ext.eval.benchmarks import BenchmarkSpec  # noqa: E402
-from verl_ext.eval.episode import PolicySettings  # noqa: E402
-from verl_ext.eval.run import RunConfig, evaluate, read_results  # noqa: E402
-from verl_ext.reward.judge import JudgeConfig  # noqa: E402
+
+if TYPE_CHECKING:  # the harness is imported where used: --help and a usage error answer without loading verl
+    from verl_ext.eval.benchmarks import BenchmarkSpec
 
 WRONG = "Atlantis"
 
@@ -90,6 +90,10 @@ def _wait(port: int, timeout_s: float = 60) -> None:
 
 
 def one_run(bench: BenchmarkSpec, url: str, tool_url: str, runs: int, concurrency: int, llm_judge: bool) -> dict:
+    from verl_ext.eval.episode import PolicySettings
+    from verl_ext.eval.run import RunConfig, evaluate, read_results
+    from verl_ext.reward.judge import JudgeConfig
+
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
         judge = JudgeConfig(url=url, model="judge") if llm_judge else JudgeConfig()
@@ -140,6 +144,8 @@ def main() -> None:
         p.error(f"--bench: {args.bench}: no such file")
     if not (args.world / "manifest.json").is_file():
         p.error(f"--world: {args.world}: not a built world (no manifest.json)")
+    from verl_ext.eval.benchmarks import BenchmarkSpec
+
     bench = BenchmarkSpec("neos", "verl", args.bench)
     items = bench.load()
     answers = {item.question: item.ground_truth["target"] if i % 2 == 0 else WRONG for i, item in enumerate(items)}

@@ -22,7 +22,6 @@ import json
 import random
 
 from data_gen.common.usage import OneLineParser, positive_float, positive_int
-from verl_ext.credit import SCHEMA_VERSION, CreditAssessment
 
 TURN_COUNTS = (20, 30, 40, 50)
 DENSITIES = {"typical": 0.22, "dense": 0.5, "every": 1.0}
@@ -74,6 +73,8 @@ def _rationale(rng: random.Random, kind: str, turn: int, turns: int) -> str:
 def assessment(turns: int, density: float, seed: int = 0) -> dict:
     """A v2 assessment of a ``turns``-turn failure labelling about ``density`` of its turns (at least one causal
     error; recoveries and re-derailments alternate after it; the rest of the labelled turns productive)."""
+    from verl_ext.credit import SCHEMA_VERSION, CreditAssessment  # here: --help answers without loading verl
+
     rng = random.Random(seed * 1000 + turns)
     labelled = sorted(rng.sample(range(turns), max(2, round(density * turns))))
     causal = labelled[min(len(labelled) - 1, max(1, len(labelled) // 5))]
@@ -138,10 +139,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main() -> None:
+    args = parser().parse_args()
     from verl_ext.credit.judge import CREDIT_MAX_TOKENS
     from verl_ext.models.tiny_vl import _load_tokenizer
 
-    args = parser().parse_args()
     tokenizer, source = _load_tokenizer(None)
     sizes = measure(tokenizer, args.seeds)
     print(f"tokenizer: Qwen3 ({source.version}); max over {args.seeds} assessments; compact / indent=2, fenced")

@@ -33,15 +33,17 @@ def main(argv: list[str] | None = None) -> int:
 
         return world_main(argv[1:])
     args = parser().parse_args(argv)
+    from data_gen.common.cli import input_error
     from data_gen.common.store import ResultLogError
     from data_gen.modalsearch import cli as modalsearch_cli
     from data_gen.neos import cli as neos_cli
 
+    if args.out.exists() and not args.out.is_dir():  # before the world is loaded or a tool server started
+        return input_error(args.command, f"--out: {args.out} is a file, not a directory")
     try:
         return {"neos": neos_cli.main, "modalsearch": modalsearch_cli.main}[args.command](args)
     except ResultLogError as err:  # a resumed --out whose results.jsonl has a bad line: nothing was appended
-        print(f"python -m data_gen {args.command}: error: --out: {err}", file=sys.stderr)
-        return 2
+        return input_error(args.command, f"--out: {err}")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,14 @@ from pathlib import Path
 
 from aiohttp import web
 
-from data_gen.common.usage import OneLineParser, nonnegative_int, port, positive_float, positive_int
+from data_gen.common.usage import (
+    OneLineParser,
+    listening_socket,
+    nonnegative_int,
+    port,
+    positive_float,
+    positive_int,
+)
 from data_gen.world.store import WorldError
 from tool_server.app import ServerSettings, create_app
 from tool_server.cache import TieredCache
@@ -119,20 +126,6 @@ def _online(args: argparse.Namespace) -> OnlineBackends | None:
 LISTEN_BACKLOG = 4096
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    """The listening socket, bound before anything is loaded: a busy port fails in a moment, not after the world."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(LISTEN_BACKLOG)
-    except OSError as e:
-        sock.close()
-        raise OSError(e.errno, f"cannot listen on {host}:{port}: {e.strerror}") from None
-    return sock
-
-
 def load_world(args: argparse.Namespace) -> OfflineWorld:
     return OfflineWorld.load(args.world, cache_dir=args.cache_dir, search_processes=args.search_processes)
 
@@ -196,10 +189,13 @@ async def _serve(args: argparse.Namespace, sock: socket.socket) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    stderr = logging.StreamHandler()
+    stderr.setLevel(args.log_level)  # for every library too: bm25s sets its own logger to DEBUG
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        handlers=[stderr])
     _check(p, args)
     try:
-        sock = _bind(args.host, args.port)  # a busy port is reported at once, before the world is looked at
+        sock = listening_socket(args.host, args.port, LISTEN_BACKLOG)  # before the world is looked at
         if not (args.world / "manifest.json").is_file():
             sock.close()
             p.error(f"--world: {args.world} is not a world: manifest.json is missing (build one with "

@@ -54,13 +54,20 @@ def load_world(path: Path) -> World:
     return world
 
 
-def world_or_exit(path: Path) -> World | None:
+def input_error(command: str, message: str) -> int:
+    """A value that passed the parser but cannot be used (a missing world, a dead URL): one line on stderr worded
+    as argparse's own errors (``python -m data_gen COMMAND: error: ...``); returns the exit code, 2."""
+    print(f"python -m data_gen {command}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def world_or_exit(path: Path, command: str) -> World | None:
     """:func:`load_world`, printing its error as one line on stderr (None) so the caller exits 2 before it writes
     anything."""
     try:
         return load_world(path)
     except WorldError as err:
-        print(f"error: --world: {err}", file=sys.stderr)
+        input_error(command, f"--world: {err}")
         return None
 
 

@@ -41,7 +41,10 @@ def read_records(path: Path, record_type: type[R]) -> Iterator[R]:
     :class:`ResultLogError`."""
     with path.open("rb") as fh:
         for number, line in enumerate(fh, start=1):
-            if not line.strip() or not line.endswith(b"\n"):
+            if not line.strip():
+                continue
+            if not line.endswith(b"\n"):
+                logger.warning("%s:%d: a line cut mid-write (a crash while writing) is skipped", path, number)
                 continue
             try:
                 yield record_type.model_validate_json(line)

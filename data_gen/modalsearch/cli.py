@@ -249,7 +249,7 @@ def report(args: argparse.Namespace, run_report: dict) -> dict:
 
 
 def main(args: argparse.Namespace) -> int:
-    world = world_or_exit(args.world)  # before the output directory or a tool server exists
+    world = world_or_exit(args.world, "modalsearch")  # before the output directory or a tool server exists
     if world is None:
         return 2
     args.out.mkdir(parents=True, exist_ok=True)

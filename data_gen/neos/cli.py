@@ -23,7 +23,7 @@ from pathlib import Path
 
 import aiohttp
 
-from data_gen.common.cli import counts_work, progress, report_output, world_or_exit
+from data_gen.common.cli import counts_work, input_error, progress, report_output, world_or_exit
 from data_gen.common.episode import Expert
 from data_gen.common.llm import SyncChat
 from data_gen.common.report import bar_charts
@@ -314,7 +314,7 @@ def kg_world_or_exit(args: argparse.Namespace) -> dict | None:
             print(f"kg images from {base} into {images}: {json.dumps(fetched)}", file=sys.stderr)
         manifest = write_world(graph, images, args.out / "kg_world", args.kg)
     except (OSError, WikidataFormatError, KGWorldError) as err:
-        print(f"error: --kg: {err}", file=sys.stderr)
+        input_error("neos", f"--kg: {err}")
         return None
     if manifest["images_missing"]:
         print(f"warning: {images} lacks {manifest['images_missing']} of the files the dump's image statements "
@@ -340,21 +340,19 @@ def main(args: argparse.Namespace) -> int:
     external = getattr(args, "tool_server", None)
     misplaced = _misplaced_flag(args)
     if misplaced:
-        print(f"error: {misplaced}", file=sys.stderr)
-        return 2
+        return input_error("neos", misplaced)
     if external:  # a dead or wrong URL ends here, before anything is written
         try:
             asyncio.run(_health(external))
         except (ToolServerUnavailable, aiohttp.InvalidURL, ValueError) as err:
-            print(f"error: --tool-server {external}: not a reachable tool server ({err})", file=sys.stderr)
-            return 2
+            return input_error("neos", f"--tool-server {external}: not a reachable tool server ({err})")
     kg_report = None
     if getattr(args, "kg", None) is not None:
         kg_report = kg_world_or_exit(args)
         if kg_report is None:
             return 2
         args.world = args.out / "kg_world"
-    world = world_or_exit(args.world)  # before the output directory or a tool server exists
+    world = world_or_exit(args.world, "neos")  # before the output directory or a tool server exists
     if world is None:
         return 2
     config = SynthConfig(seed_kinds=None, variants=KG_RELATION_VARIANTS) if kg_report else \

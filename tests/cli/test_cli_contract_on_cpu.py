@@ -1,8 +1,9 @@
 """Every command line of the project, held to one contract without running any job: each module with a
 ``__main__`` guard (in our packages and in ``bench/``) exposes ``parser()``, a :class:`OneLineParser` named as users
 run it, with a description, help for every option and subcommand, and the default in the help of every option that
-has one. A new option without help fails here. Then a few bad values per command: exit code 2 and one line naming
-the flag, before anything is loaded or written."""
+has one. A new option without help fails here. ``--help`` in a fresh process answers at once: nothing on stderr,
+no torch, transformers or verl loaded. Then a few bad values per command: exit code 2 and one line naming the flag,
+before anything is loaded or written; a busy port is one line before a server loads anything."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import argparse
 import importlib
 import importlib.util
 import re
+import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -106,6 +109,27 @@ def test_every_command_describes_itself_and_every_option(path):
     assert _problems(p, p.prog) == []
 
 
+HEAVY = ("torch", "transformers", "verl")
+
+
+@pytest.mark.parametrize("path", ENTRY_POINTS, ids=lambda p: p.relative_to(REPO).as_posix())
+def test_help_is_fast_and_clean(path):
+    """``--help`` in a fresh process, as users type it: the help on stdout, nothing on stderr (no warnings of
+    libraries), and none of torch, transformers or verl imported (seconds of loading and their notices)."""
+    rel = path.relative_to(REPO)
+    if rel.parts[0] == "bench":
+        run = f"sys.path.insert(0, {str(path.parent)!r}); runpy.run_path({str(path)!r}, run_name='__main__')"
+    else:
+        run = f"runpy.run_module({_command(path).removeprefix('python -m ')!r}, run_name='__main__', alter_sys=True)"
+    probe = (f"import runpy, sys\nsys.argv = ['{rel.name}', '--help']\ntry:\n    {run}\n"
+             "except SystemExit as e:\n    assert e.code in (0, None), e.code\n"
+             f"print([m for m in {HEAVY!r} if m in sys.modules])")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(f"usage: {_command(path)}") and lines[-1] == "[]", (lines[0], lines[-1])
+
+
 def _usage_error(main, argv: list[str], capsys) -> str:
     try:
         code = main(argv)
@@ -131,6 +155,8 @@ BAD_VALUES = [
     ("data_gen.world.__main__", ["summary", "{missing}"], "WORLD"),
     ("data_gen.world.__main__", ["build", "--size", "small", "--out", "{tmp}/w", "--cache", "{file}"], "--cache"),
     ("data_gen.__main__", ["neos", "--world", "{missing}", "--out", "{tmp}/o", "--limit", "-3"], "--limit"),
+    ("data_gen.__main__", ["neos", "--world", "{missing}", "--out", "{file}"], "--out"),
+    ("data_gen.__main__", ["modalsearch", "--world", "{missing}", "--out", "{file}"], "--out"),
     ("verl_ext.mei.server", ["--model", "{tmp}", "--version", "v0", "--port", "-1"], "--port"),
     ("verl_ext.mei.server", ["--model", "{tmp}", "--version", "v0", "--max-new-tokens", "0"], "--max-new-tokens"),
     ("verl_ext.mei.server", ["--model", "{missing}", "--version", "v0"], "--model"),
@@ -143,6 +169,10 @@ BAD_VALUES = [
                                 "--policy-url", "http://h", "--world", "{tmp}"], "--runs"),
     ("verl_ext.eval.__main__", ["verl", "--runs", "0", "--bench", "x=verl:{missing}", "--out", "{tmp}/e",
                                 "--recipe", "neos", "--checkpoint", "{tmp}", "--world", "{tmp}"], "--runs"),
+    ("verl_ext.eval.__main__", ["run", "--bench", "x=verl:{file}", "--out", "{tmp}/e", "--policy-url", "http://h",
+                                "--world", "{tmp}"], "--bench"),  # not a parquet file: before a server or --out
+    ("verl_ext.eval.__main__", ["run", "--bench", "x=verl:{file}", "--out", "{file}", "--policy-url", "http://h",
+                                "--tool-server", "http://h"], "--out"),
     ("verl_ext.eval.__main__", ["report", "--run", "{missing}"], "--run"),
     ("verl_ext.eval.__main__", ["training", "{missing}", "--out", "{tmp}/p"], "METRICS"),
     ("verl_ext.walkthrough.__main__", ["--world", "{tmp}", "--tasks", "{tmp}", "--out", "{tmp}/r", "--groups", "0"],
@@ -158,3 +188,20 @@ def test_a_bad_value_is_one_line_naming_the_flag_and_exit_2(module, argv, flag, 
     err = _usage_error(_main(module), argv, capsys)
     assert flag in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"], "nothing written"
+
+
+@pytest.mark.parametrize("module, argv", [
+    ("tool_server.__main__", ["--world", "{missing}"]),
+    ("verl_ext.mei.server", ["--model", "{model}", "--version", "v0"]),  # config.json unloadable: loading would raise
+])
+def test_a_busy_port_is_one_line_before_anything_loads(module, argv, tmp_path, capsys):
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        address = f"127.0.0.1:{busy.getsockname()[1]}"
+        argv = [a.format(missing=tmp_path / "missing", model=tmp_path / "model") for a in argv]
+        code = _main(module)(argv + ["--port", address.split(":")[1]])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1 and f"cannot listen on {address}" in err, err

@@ -72,7 +72,8 @@ def test_a_missing_or_empty_world_is_one_line_and_leaves_no_output_dir(command, 
     out = tmp_path / "out"
     assert main([command, "--world", str(root), "--out", str(out), "--limit", "2"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: --world: ") and err.count("\n") == 1 and str(root) in err
+    assert err.startswith(f"python -m data_gen {command}: error: --world: ") and err.count("\n") == 1
+    assert str(root) in err
     assert not out.exists()
 
 

@@ -29,6 +29,7 @@ from tool_server.launch import served
 
 FIXTURES = Path(__file__).parents[1] / "kg" / "fixtures"
 DUMP = FIXTURES / "wikidata_world.nt"
+ERROR = "python -m data_gen neos: error: "  # every usage error of the command, worded as argparse's
 
 
 @pytest.fixture(scope="module")
@@ -133,11 +134,11 @@ def test_a_bad_dump_is_one_line_and_exit_2_with_nothing_written(tmp_path, capsys
     out = tmp_path / "out"
     assert data_gen_main(["neos", "--kg", str(bad), "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["error: --kg: bad.nt:2: not an N-Triples statement"] and not out.exists()
+    assert err == [f"{ERROR}--kg: bad.nt:2: not an N-Triples statement"] and not out.exists()
     empty = tmp_path / "no_images"
     empty.mkdir()
     assert data_gen_main(["neos", "--kg", str(DUMP), "--kg-images", str(empty), "--out", str(out)]) == 2
-    assert capsys.readouterr().err.startswith("error: --kg: none of the 21 image files") and not out.exists()
+    assert capsys.readouterr().err.startswith(f"{ERROR}--kg: none of the 21 image files") and not out.exists()
     assert data_gen_main(["neos", "--kg", str(tmp_path / "dump.csv"), "--out", str(out)]) == 2
     assert "expected a truthy N-Triples (.nt) or JSON dump (.json)" in capsys.readouterr().err
     with pytest.raises(SystemExit) as both:
@@ -194,18 +195,19 @@ def test_a_dead_tool_server_or_a_misplaced_flag_is_one_line_and_exit_2_before_an
     assert data_gen_main(["neos", "--kg", str(DUMP), "--kg-images", str(FIXTURES / "commons"), "--tool-server",
                           "http://127.0.0.1:9", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: --tool-server http://127.0.0.1:9: not a reachable tool server")
+    assert len(err) == 1 and err[0].startswith(f"{ERROR}--tool-server http://127.0.0.1:9: not a reachable tool server")
     assert not out.exists()
     assert data_gen_main(["neos", "--kg", str(DUMP), "--kg-images", str(FIXTURES / "commons"), "--kg-image-base",
                           "http://127.0.0.1:9", "--out", str(out)]) == 2
-    assert capsys.readouterr().err == "error: --kg-image-base only applies with --kg and no --kg-images\n"
+    assert capsys.readouterr().err == f"{ERROR}--kg-image-base only applies with --kg and no --kg-images\n"
     assert data_gen_main(["neos", "--kg", str(DUMP), "--tool-server-cache", str(tmp_path), "--out", str(out)]) == 2
-    assert capsys.readouterr().err == "error: --tool-server-cache only applies with --tool-server\n"
+    assert capsys.readouterr().err == f"{ERROR}--tool-server-cache only applies with --tool-server\n"
     assert not out.exists()
     # no image could be downloaded: the counts, then one error line, and no output directory
     assert data_gen_main(["neos", "--kg", str(DUMP), "--kg-image-base", "http://127.0.0.1:9", "--out", str(out)]) == 2
     err = capsys.readouterr().err.splitlines()
-    assert err[0].endswith('{"failed_connection": 21}') and err[1].startswith("error: --kg: none of the 21 image files")
+    assert err[0].endswith('{"failed_connection": 21}')
+    assert err[1].startswith(f"{ERROR}--kg: none of the 21 image files")
     assert not out.exists()
 
 

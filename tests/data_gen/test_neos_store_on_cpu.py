@@ -58,12 +58,14 @@ def test_a_record_that_breaks_the_schema_names_its_field(tmp_path):
         ResultLog(path)
 
 
-def test_the_reader_skips_a_torn_last_line_and_leaves_the_file_as_it_is(tmp_path):
+def test_the_reader_skips_a_torn_last_line_says_so_and_leaves_the_file_as_it_is(tmp_path, caplog):
     path = tmp_path / "results.jsonl"
     path.write_text(Outcome(key="a", status="seed_done").model_dump_json() + '\n{"key": "b", "sta')
     before = path.read_bytes()
     assert [o.key for o in latest_per_key(read_records(path, Outcome))] == ["a"]
     assert path.read_bytes() == before
+    assert [r.getMessage() for r in caplog.records] == [f"{path}:2: a line cut mid-write (a crash while writing) "
+                                                        "is skipped"]
 
 
 def test_resuming_neos_into_an_out_with_a_cut_line_exits_2_with_one_line(small_world, tmp_path, capsys):

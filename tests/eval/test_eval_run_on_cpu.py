@@ -98,6 +98,18 @@ def test_run_report_and_judge(tmp_path, threaded_chat, tool_server, benchmark_fi
                       for r in (0, 1)]
 
 
+def test_with_world_the_servers_mei_log_goes_to_the_run_directory_not_the_current_one(
+        tmp_path, monkeypatch, threaded_chat, small_world, benchmark_files) -> None:
+    monkeypatch.chdir(tmp_path)
+    threaded_chat.reply = scripted_policy(ANSWERS)
+    out = tmp_path / "run"
+    args = _args(out, benchmark_files, threaded_chat.url, "unused", "--runs", "1", "--limit", "1", "--no-embeddings")
+    at = args.index("--tool-server")
+    args[at: at + 2] = ["--world", str(small_world)]
+    assert main(args) == 0
+    assert (out / "mei.jsonl").is_file() and not (tmp_path / "mei.jsonl").exists()
+
+
 def test_restart_redoes_only_what_is_missing(tmp_path, threaded_chat, tool_server, benchmark_files, caplog,
                                              capsys) -> None:
     threaded_chat.reply = scripted_policy(ANSWERS)

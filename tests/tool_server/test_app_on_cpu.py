@@ -321,6 +321,7 @@ def test_cli_starts_prints_its_address_and_reports_bad_worlds(small_world, tmp_p
     assert bad.returncode == 2 and "error: --world: " in bad.stderr and "not a world" in bad.stderr
     assert bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    stderr = (tmp_path / "stderr").open("w")
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -337,7 +338,7 @@ def test_cli_starts_prints_its_address_and_reports_bad_worlds(small_world, tmp_p
             str(tmp_path / "mei.jsonl"),
         ],
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=stderr,
         text=True,
         env=env,
     )
@@ -350,6 +351,9 @@ def test_cli_starts_prints_its_address_and_reports_bad_worlds(small_world, tmp_p
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+        stderr.close()
+    log = (tmp_path / "stderr").read_text()
+    assert " DEBUG " not in log, log  # the default --log-level INFO holds for libraries that set their own level
 
 
 async def test_mei_backed_results_are_cached_per_mei_version(client):

@@ -283,6 +283,18 @@ def test_the_cli_rejects_bad_arguments_with_exit_2_and_writes_nothing(small_worl
     assert capsys.readouterr().err.endswith(f"error: --out: {tmp_path / 'a_file'} is a file, not a directory\n")
 
 
+def test_fewer_tasks_than_groups_and_a_torn_last_line_are_said_not_silent(run, small_world, tmp_path, caplog):
+    """The task run's log (2 verified tasks) with a torn third line, asked for 4 groups: both are warned about."""
+    log = tmp_path / "results.jsonl"
+    log.write_bytes((run[2].parent / "results.jsonl").read_bytes() + b'{"key": "c", "status": "verif')
+    questions = load_questions(tmp_path, World.load(small_world), 4)
+    assert len(questions) == QUESTIONS
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{log}:3: a line cut mid-write (a crash while writing) is skipped",
+        f"{log} holds 2 verified tasks, fewer than the 4 asked for (--groups); using those 2",
+    ]
+
+
 def test_help_is_clean_and_imports_no_torch_transformers_or_verl():
     """``--help`` answers before the heavy imports: nothing on stderr (no warnings), the description first."""
     probe = ("import runpy, sys\n"

@@ -37,6 +37,7 @@ from data_gen.common.usage import (
     share,
 )
 from verl_ext.eval.benchmarks import FORMATS, KNOWN_BENCHMARKS, BenchmarkError, BenchmarkSpec
+from verl_ext.notices import quiet_verl_import_notices
 from verl_ext.reward.judge import JudgeConfig
 from verl_ext.rollout.protocols import Protocol
 from verl_ext.rollout.settings import PROTOCOL_DEFAULTS
@@ -89,7 +90,8 @@ def _benchmarks_and_judge(r: argparse.ArgumentParser) -> None:
                    help=f"a benchmark file; formats {', '.join(sorted(FORMATS))}; NAME=PATH for a known name "
                    f"({', '.join(sorted(KNOWN_BENCHMARKS))}); repeat for several")
     r.add_argument("--out", type=Path, required=True, metavar="DIR",
-                   help="run directory (results.jsonl, images/, report/); an existing one resumes")
+                   help="run directory (results.jsonl, images/, report/; with --world also the tool server's MEI "
+                   "log, mei.jsonl); an existing one resumes")
     tools = r.add_mutually_exclusive_group(required=True)
     tools.add_argument("--world", type=Path, metavar="DIR", help="offline: start our tool server on this built world")
     tools.add_argument("--tool-server", metavar="URL", help="a running tool server's URL (e.g. one started with "
@@ -222,9 +224,22 @@ def _resumable(p: argparse.ArgumentParser, out: Path) -> Iterator[None]:
             signal.signal(signal.SIGTERM, previous)
 
 
+def _check_inputs(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
+    """``run`` and ``verl``: ``--out`` is a directory (or new) and every ``--bench`` row loads, checked before a tool
+    server starts or ``--out`` is written (a bad row otherwise left an empty run directory behind)."""
+    if args.out.exists() and not args.out.is_dir():
+        p.error(f"--out: {args.out} is a file, not a directory")
+    try:
+        for spec in args.bench:
+            spec.load()
+    except (BenchmarkError, ValueError, OSError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        p.error(f"--bench: {exc}")
+
+
 @contextlib.contextmanager
 def _tool_server(args: argparse.Namespace) -> Iterator[str]:
-    """``--tool-server URL``, or our tool server started on ``--world`` for the command's duration."""
+    """``--tool-server URL``, or our tool server started on ``--world`` for the command's duration, its MEI log in
+    the run directory (not the current one)."""
     if args.tool_server:
         yield args.tool_server
         return
@@ -233,7 +248,7 @@ def _tool_server(args: argparse.Namespace) -> Iterator[str]:
                          "`python -m data_gen.world build --size small --out DIR`")
     from tool_server.launch import served
 
-    with served(args.world) as url:
+    with served(args.world, "--mei-log", str(args.out / "mei.jsonl")) as url:
         yield url
 
 
@@ -247,6 +262,7 @@ def _sampling_flags(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _run(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
+    _check_inputs(args, p)
     from verl_ext.eval.episode import PolicySettings
     from verl_ext.eval.report import write_report
     from verl_ext.eval.run import RunConfig, evaluate
@@ -273,6 +289,7 @@ def _run(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
 def _verl(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
     if args.dry_run and not args.tool_server:
         p.error("--dry-run needs --tool-server (a server that outlives this command)")
+    _check_inputs(args, p)
     from verl_ext.eval.report import write_report
     from verl_ext.eval.verl_val import LaunchFailed, VerlValConfig, evaluate_verl
 
@@ -337,6 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command in ("run", "verl") and args.top_p is not None and args.top_p > 1:
         p.error(f"argument --top-p: must be <= 1, got {args.top_p}")
+    quiet_verl_import_notices()  # every command imports verl past its own checks
     return {"run": _run, "verl": _verl, "report": _report, "training": _training}[args.command](args, p)
 
 

@@ -33,7 +33,7 @@ def _model():
             from sentence_transformers import SentenceTransformer
     except ImportError as exc:
         raise ImportError(f"the repeated-search analysis needs the [eval] extra ({exc.name} is missing): "
-                          "pip install 'neos-verl[eval]', or pass --no-embeddings") from None
+                          "pip install '.[eval]' in a neos-verl clone, or pass --no-embeddings") from None
     with contextlib.redirect_stdout(io.StringIO()):
         path = all_minilm_l6_v2.get_model_path(str(_cache_dir()))
     return SentenceTransformer(str(path), device="cpu")

@@ -39,8 +39,8 @@ def mean_ci95(values: list[float]) -> tuple[float, float | None]:
     try:
         from scipy.stats import t as student_t
     except ImportError:
-        raise ImportError("confidence intervals need scipy, in the [eval] extra: pip install 'neos-verl[eval]'") \
-            from None
+        raise ImportError("confidence intervals need scipy, in the [eval] extra: pip install '.[eval]' in a neos-verl "
+                          "clone") from None
     s = math.sqrt(sum((v - mean) ** 2 for v in values) / (k - 1))
     return mean, float(student_t.ppf(0.975, k - 1)) * s / math.sqrt(k)
 

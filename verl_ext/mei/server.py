@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -32,8 +33,9 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 from aiohttp import web
 
-from data_gen.common.usage import OneLineParser, port, positive_int
+from data_gen.common.usage import OneLineParser, listening_socket, port, positive_int
 from verl_ext.mei.chat import ChatInputError, render
+from verl_ext.notices import quiet_verl_import_notices
 from verl_ext.tools.shards import server_urls
 
 if TYPE_CHECKING:  # torch, transformers and verl load with the first checkpoint, not for --help
@@ -208,6 +210,9 @@ async def announce(tool_server_url: str | Sequence[str], version: str, *, timeou
     return version
 
 
+LISTEN_BACKLOG = 128  # aiohttp's own default: the MEI server answers one tool server per node
+
+
 def parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="python -m verl_ext.mei.server", description="An OpenAI-compatible MEI server on "
                       "transformers that can switch checkpoints between rollout rounds (Neos: Learning to Interleave "
@@ -232,12 +237,18 @@ def main(argv: list[str] | None = None) -> int:
         p.error("argument --version: must not be empty")
     if not (args.model / "config.json").is_file():
         p.error(f"--model: {args.model} is not an HF checkpoint directory (no config.json)")
+    try:
+        sock = listening_socket(args.host, args.port, LISTEN_BACKLOG)  # before the model is loaded
+    except OSError as e:
+        print(f"{p.prog}: error: {e}", file=sys.stderr)
+        return 1
+    quiet_verl_import_notices()
     import torch
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     served = load_checkpoint(args.model, args.version, device=device, max_new_tokens=args.max_new_tokens)
     server = MEIServer(served, device=device, max_new_tokens=args.max_new_tokens)
-    web.run_app(create_app(server), host=args.host, port=args.port)
+    web.run_app(create_app(server), sock=sock, backlog=LISTEN_BACKLOG)
     return 0
 
 

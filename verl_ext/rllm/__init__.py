@@ -13,8 +13,8 @@ from types import ModuleType
 INSTALL_HINT = (
     "rLLM is not installed. It is not on the package index: install it from its repository "
     "(git clone https://github.com/rllm-org/rllm && pip install ./rllm ./rllm/rllm-model-gateway), "
-    "then `pip install neos-verl[rllm]`. Its `verl` extra pins verl 0.8.0, which conflicts with our verl 0.9.1: "
-    "use a separate environment for rLLM (see docs/rllm.md)."
+    "then `pip install './neos-verl[rllm]'` from a clone of ours. Its `verl` extra pins verl 0.8.0, which conflicts "
+    "with our verl 0.9.1: use a separate environment for rLLM (see docs/rllm.md)."
 )
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from data_gen.common.usage import OneLineParser, nonnegative_int, whole_number
+from verl_ext.notices import quiet_verl_import_notices
 
 if TYPE_CHECKING:
     from verl_ext.walkthrough.pipeline import Walkthrough
@@ -83,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out.exists() and not args.out.is_dir():
         return _input_error(f"--out: {args.out} is a file, not a directory")
 
+    quiet_verl_import_notices()  # before the first import that reaches verl
     from data_gen.common.store import ResultLogError
     from data_gen.world.store import World
     from verl_ext.walkthrough.questions import NoTasksError, load_questions

@@ -6,6 +6,7 @@ the world the tasks were synthesised on. No verl import.
 
 from __future__ import annotations
 
+import logging
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,8 @@ from data_gen.neos.schema import Outcome, Task
 from data_gen.world.store import World
 from verl_ext.rollout.record import TrajectoryRecord
 from verl_ext.walkthrough.behaviour import Call, Distractor
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,9 @@ def load_questions(tasks_dir: Path, world: World, limit: int, seed: int = 0) -> 
     verified = dedupe(latest_per_key(read_records(log_path, Outcome)))  # read only: the log is the task run's
     if not verified:
         raise NoTasksError(f"{log_path} holds no verified task")
+    if len(verified) < limit:  # said, not silent: the report would just show fewer groups than asked for
+        logger.warning("%s holds %d verified tasks, fewer than the %d asked for (--groups); using those %d",
+                       log_path, len(verified), limit, len(verified))
     questions = []
     for outcome in verified[:limit]:
         task = outcome.task
