@@ -16,7 +16,6 @@ from tool_server.app import RUNNER, ServerSettings, create_app
 from tool_server.cache import TieredCache
 from tool_server.mei import MEIConfig, build_interface
 from tool_server.offline.reverse import ReverseIndex
-from tool_server.online.web import _Visible
 
 ORIGIN = "https://neos-world.invalid"
 FLAG_FRA, FLAG_MEX = f"{ORIGIN}/media/flag_fra.png", f"{ORIGIN}/media/flag_mex.png"
@@ -167,15 +166,6 @@ async def test_crops_run_on_the_image_pool_not_on_the_event_loop(make_client):
     await asyncio.gather(*blockers)
     status, body = await crop
     assert status == 200 and body["images"][0]["ref"] == "img_2"
-
-
-def test_page_images_are_deduplicated_in_first_seen_order():
-    html = "".join(f'<img src="/i/{i % 15000}.png" alt="a{i}">' for i in range(20_000))
-    parser = _Visible("https://example.com/page")
-    parser.feed(html)
-    parser.close()
-    assert len(parser.images) == 15_000
-    assert parser.images[:2] == [("https://example.com/i/0.png", "a0"), ("https://example.com/i/1.png", "a1")]
 
 
 async def test_session_image_budget_and_client_quota_over_http(make_client):
