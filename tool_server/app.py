@@ -19,7 +19,14 @@ from aiohttp import web
 from tool_server.cache import TieredCache
 from tool_server.calls import CALL_FIELDS, CallMemo, check_keys, json_object, parse_call
 from tool_server.errors import ToolError
-from tool_server.limits import MAX_CALL_BODY_BYTES, MAX_GROUP_ID_CHARS, MAX_URL_CHARS, check_text, quote
+from tool_server.limits import (
+    MAX_CALL_BODY_BYTES,
+    MAX_GROUP_ID_CHARS,
+    MAX_URL_CHARS,
+    MAX_VERSION_CHARS,
+    check_text,
+    quote,
+)
 from tool_server.loop import loop_name
 from tool_server.mei.schema import EvidenceInterface
 from tool_server.metrics import Metrics
@@ -139,8 +146,8 @@ async def create_session(request: web.Request) -> web.Response:
     check_keys(body, {"images", "group_id", "mei_version"})
     images, group_id = body.get("images", []), body.get("group_id")
     mei_version = body.get("mei_version", request.app[RUNNER].ctx.mei.version)
-    if mei_version is not None and (not isinstance(mei_version, str) or not mei_version):
-        raise ToolError("invalid_request", "mei_version must be a non-empty string", "mei_version")
+    if mei_version is not None:
+        _check_version(mei_version, "mei_version")
     settings: ServerSettings = request.app[SETTINGS]
     if not isinstance(images, list) or not all(isinstance(i, str) for i in images):
         raise ToolError("invalid_request", "images must be a list of base64 images or image URLs", "images")
@@ -178,6 +185,13 @@ async def create_session(request: web.Request) -> web.Response:
     return web.json_response({"session_id": session.id, "images": refs, "mei_version": session.mei_version})
 
 
+def _check_version(version: object, field: str) -> None:
+    """An MEI version as a client may give it: a non-empty string of at most :data:`MAX_VERSION_CHARS`."""
+    if not isinstance(version, str) or not version:
+        raise ToolError("invalid_request", f"{field} must be a non-empty string", field)
+    check_text(version, MAX_VERSION_CHARS, field)
+
+
 async def mei_version(request: web.Request) -> web.Response:
     """``GET``: the active MEI version. ``POST {"version": V}``: a checkpoint was activated behind the MEI endpoint;
     sessions created from now on are fixed to V (the trainer calls it right after the MEI server loads V)."""
@@ -187,8 +201,7 @@ async def mei_version(request: web.Request) -> web.Response:
         body = json_object(await request.read(), optional=False)
         check_keys(body, {"version"})
         version = body.get("version")
-        if not isinstance(version, str) or not version:
-            raise ToolError("invalid_request", "version must be a non-empty string", "version")
+        _check_version(version, "version")
         mei.activate(version)
         log.info("MEI version %s activated (was %s)", version, previous)
     return web.json_response({"version": mei.version, "previous": previous})
