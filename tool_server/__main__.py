@@ -27,7 +27,6 @@ from tool_server.online import BackendError, LensClient, ReaderClient
 from tool_server.online.public import PublicImages
 from tool_server.online.web import OnlineBackends
 
-
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
@@ -154,12 +153,15 @@ def build_app(args: argparse.Namespace, world: OfflineWorld, settings: ServerSet
     return create_app(world=world, mei=mei, cache=cache, settings=settings, online=online)
 
 
-def server_settings(args: argparse.Namespace, **extra) -> ServerSettings:
+def server_settings(args: argparse.Namespace, *, share: int = 1, **extra) -> ServerSettings:
+    """The settings of one server process; ``share``: one of that many ``--workers``, which split the server's image
+    budget, session cap and per-client quota between them (each holds its own sessions)."""
     return ServerSettings(
         session_ttl_s=args.session_ttl,
-        max_sessions_per_client=args.max_sessions_per_client,
+        max_sessions=-(-ServerSettings().max_sessions // share),
+        max_sessions_per_client=-(-args.max_sessions_per_client // share),
         max_session_image_bytes=args.session_image_mib * 2**20,
-        max_server_image_bytes=int(args.image_budget_gib * 2**30),
+        max_server_image_bytes=int(args.image_budget_gib * 2**30) // share,
         **extra,
     )
 
