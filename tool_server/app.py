@@ -36,7 +36,7 @@ from tool_server.online.public import PUBLIC_PATH
 from tool_server.online.web import OnlineBackends
 from tool_server.pools import Pools
 from tool_server.protocol import PROTOCOL_OF, tool_schemas
-from tool_server.sessions import SessionStore, VisualRegister, pixel_bytes
+from tool_server.sessions import SessionStore
 from tool_server.tools import ToolContext, ToolRunner
 from tool_server.tools.ops import load_image
 
@@ -162,27 +162,26 @@ async def create_session(request: web.Request) -> web.Response:
             check_text(item, MAX_URL_CHARS, f"images/{i}")
     ctx = request.app[RUNNER].ctx
     store: SessionStore = request.app[SESSIONS]
-    decoded, nbytes = [], 0
-    budget = VisualRegister(settings.max_register_images, settings.max_session_image_bytes)
-    for i, item in enumerate(images):
-        if item.startswith(("http://", "https://")):
-            decoded.append(((await load_image(ctx, item, f"images/{i}"))[1], item))
-        else:
-            pixels = await ctx.pools.run(
-                "image", decode_base64_image, item, max_pixels=settings.max_pixels, field=f"images/{i}"
-            )
-            decoded.append((pixels, "question"))
-        nbytes += pixel_bytes(decoded[-1][0].width, decoded[-1][0].height)
-        budget.check_bytes(i + 1, nbytes)  # decoded memory stays within one session's budget plus one image
     client = request.headers.get(settings.client_header) if settings.client_header else None
     session = store.create(group_id, mei_version, client=client or request.remote)
     try:
-        session.register.reserve(len(decoded), nbytes)
-    except ToolError:
-        store.delete(session.id)
+        for i, item in enumerate(images):
+            if item.startswith(("http://", "https://")):
+                pixels, source = (await load_image(ctx, item, f"images/{i}"))[1], item
+            else:
+                pixels = await ctx.pools.run(
+                    "image", decode_base64_image, item, max_pixels=settings.max_pixels, field=f"images/{i}"
+                )
+                source = "question"
+            # each image is taken from the session's and the server's budgets as it is decoded, so concurrent opens
+            # hold at most one image each beyond what the budgets admitted (store.get: still there, and in use)
+            store.get(session.id).register.append(pixels, source)
+    except BaseException:
+        store.discard(session.id)
         raise
-    refs = [session.register.append_reserved(pixels, source).ref for pixels, source in decoded]
-    return web.json_response({"session_id": session.id, "images": refs, "mei_version": session.mei_version})
+    return web.json_response(
+        {"session_id": session.id, "images": session.register.refs(), "mei_version": session.mei_version}
+    )
 
 
 def _check_version(version: object, field: str) -> None:

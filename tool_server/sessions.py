@@ -216,6 +216,11 @@ class SessionStore:
             raise ToolError("unknown_session", f"no session {quote(session_id)}", "session_id")
         self._drop(session_id, None)
 
+    def discard(self, session_id: str) -> None:
+        """Delete the session if it is still held (a failed open: it may have been evicted meanwhile)."""
+        if session_id in self._sessions:
+            self._drop(session_id, None)
+
     def _drop(self, session_id: str, reason: str | None) -> None:
         session = self._sessions.pop(session_id)
         self.image_bytes -= session.register.bytes
@@ -229,6 +234,12 @@ class SessionStore:
     def _admit(self, session_id: str, nbytes: int) -> None:
         """Take ``nbytes`` of the server's image budget for ``session_id``, evicting least recently used sessions
         idle for ``memory_min_idle_s`` or more to make room; ``server_memory_full`` if that is not enough."""
+        if session_id not in self._sessions:  # evicted while its call ran: its bytes would never be given back
+            raise ToolError(
+                "unknown_session",
+                f"session {quote(session_id)} was evicted or deleted while this call ran; open a new one",
+                "session_id",
+            )
         if self._max_server_bytes is None:
             self.image_bytes += nbytes
             return

@@ -184,6 +184,30 @@ async def test_session_image_budget_and_client_quota_over_http(make_client):
     assert f"session_image_bytes {4 * 300 * 300 * 2}" in text
 
 
+async def test_question_images_are_taken_from_the_server_budget_as_they_are_decoded(make_client, monkeypatch):
+    """Room on the server for two 300x300 images: an open with four is refused after decoding the third, and holds
+    nothing. Only the session's budget was checked while decoding: concurrent opens each decoded up to 512 MiB
+    before the server's budget was asked, so the server budget bounded nothing while they decoded."""
+    from tool_server import app as app_module
+
+    client = await make_client(max_server_image_bytes=4 * 300 * 300 * 2)
+    decoded: list[int] = []
+    decode = app_module.decode_base64_image
+
+    def counted(*args, **kwargs):
+        decoded.append(1)
+        return decode(*args, **kwargs)
+
+    monkeypatch.setattr(app_module, "decode_base64_image", counted)
+    images = [_png_b64((300, 300), (i, 0, 0)) for i in range(4)]
+    status, body = await _json(await client.post("/v1/sessions", json={"images": images}))
+    assert (status, body["error"]["type"], len(decoded)) == (503, "server_memory_full", 3)
+    text = await (await client.get("/metrics")).text()
+    assert "sessions_active 0" in text and "session_image_bytes 0" in text
+    status, body = await _json(await client.post("/v1/sessions", json={"images": images[:2]}))
+    assert status == 200 and body["images"] == ["img_1", "img_2"]
+
+
 async def test_reverse_search_in_spawned_processes_matches_and_survives_a_killed_process(world, monkeypatch):
     """``--search-processes``: spawned (not forked from this process, which runs Ray's and the pools' threads), the
     index memory-mapped; same matches as in threads; a killed process is one counted error, then replaced."""

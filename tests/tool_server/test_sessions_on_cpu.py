@@ -190,3 +190,22 @@ def test_shipped_session_defaults():
     s = ServerSettings()
     assert (s.max_sessions, s.max_sessions_per_client, s.max_register_images) == (100_000, 10_000, 512)
     assert (s.max_session_image_bytes, s.max_server_image_bytes) == (512 * 2**20, 16 * 2**30)
+
+
+def test_a_session_evicted_while_its_call_ran_takes_no_bytes_it_cannot_give_back():
+    """A call that outlives its session's idle time (a slow fetch) can see it evicted for another's images; its images
+    were then added to the server's total and never subtracted (the session was gone): the budget shrank for good."""
+    clock = FakeClock()
+    store = SessionStore(max_server_bytes=4 * 300, memory_min_idle_s=30, clock=clock)
+    slow, other = store.create(), store.create()
+    slow.register.append(_image(10, 10), "q")
+    clock.now += 60  # slow's call started 60 s ago and is still fetching
+    store.get(other.id)
+    for _ in range(3):  # the third finds the server full: slow (idle 60 s) is evicted
+        other.register.append(_image(10, 10), "q")
+    assert store.evictions["memory"] == 1 and store.image_bytes == 1200
+    store.delete(other.id)
+    with pytest.raises(ToolError) as err:
+        slow.register.append(_image(10, 10), "q")  # the slow call's image arrives
+    assert (err.value.type, err.value.status) == ("unknown_session", 404)
+    assert store.image_bytes == 0 and len(store) == 0
