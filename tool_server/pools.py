@@ -14,6 +14,8 @@ TextSearches and session opens waited seconds behind them. Here each class has i
 - ``parse``: HTML pages fetched online turned into text (pure Python, up to the 20 MB page limit);
 - ``search``: batches of BM25 text searches (numpy).
 
+The extractive MEI's OCR has its own one-thread pool (:mod:`tool_server.mei.ocr`), niced like the heavy classes.
+
 A class's calls queue only behind calls of the same class. The heavy classes' threads run at a lower OS priority
 (nice +10, Linux), so on a saturated core the event loop thread and the cheap classes are scheduled first. Executors
 start on first use, so a process forked after the pools object was built (``--workers``) starts its own threads.
@@ -53,7 +55,7 @@ def image_cost(width: int, height: int) -> CostClass:
     return "large_image" if width * height > LARGE_IMAGE_PIXELS else "image"
 
 
-def _lower_priority() -> None:
+def lower_priority() -> None:
     """Thread initializer of the heavy pools: nice this thread (Linux threads have their own nice value)."""
     try:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), HEAVY_NICE)
@@ -71,7 +73,7 @@ class Pools:
     def executor(self, cost: CostClass) -> ThreadPoolExecutor:
         executor = self._executors.get(cost)
         if executor is None:
-            initializer = _lower_priority if cost in HEAVY else None
+            initializer = lower_priority if cost in HEAVY else None
             executor = self._executors[cost] = ThreadPoolExecutor(
                 self.sizes[cost], thread_name_prefix=f"pool-{cost}", initializer=initializer
             )

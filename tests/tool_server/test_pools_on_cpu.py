@@ -149,6 +149,33 @@ async def test_fetch_image_and_session_opens_finish_while_every_png_encoding_slo
     assert all(status == 200 and body["images"][0]["png_base64"] for status, body in done)
 
 
+async def test_calls_waiting_for_ocr_leave_asyncio_s_default_executor_free(monkeypatch):
+    """The extractive MEI's OCR (one inference at a time) once ran in asyncio's default executor: calls waiting for it
+    held every slot, and the disk cache tier's reads and writes (``asyncio.to_thread``) queued behind them."""
+    import os
+
+    from tool_server.mei.ocr import OCR
+
+    ocr, release, entered = OCR(), threading.Event(), []
+
+    def held(png: bytes) -> str:
+        entered.append(png)
+        release.wait(BOUND_S)
+        return ""
+
+    monkeypatch.setattr(ocr, "text_sync", held)
+    default_slots = min(32, (os.cpu_count() or 1) + 4)  # asyncio's default executor on this machine
+    waiting = [asyncio.create_task(ocr.text(b"%d" % i)) for i in range(default_slots + 2)]
+    try:
+        while not entered:
+            await asyncio.sleep(0.01)
+        assert await asyncio.wait_for(asyncio.to_thread(lambda: "disk read"), BOUND_S / 4) == "disk read"
+        assert len(entered) == 1  # one inference at a time, the others queued on OCR's own thread
+    finally:
+        release.set()
+    assert await asyncio.gather(*waiting) == [""] * (default_slots + 2)
+
+
 async def test_crops_run_on_the_image_pool_not_on_the_event_loop(make_client):
     client = await make_client()
     pools = client.app[RUNNER].ctx.pools
