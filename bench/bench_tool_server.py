@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import re
 import statistics
@@ -764,6 +765,17 @@ MIX = (  # a rollout-like mix of one turn's tool: weights out of 20
 )
 
 
+def paper_round(cpu_ms_per_call: list[float], rollouts: int, turns: list[int], within_s: float = 60.0) -> dict:
+    """The tool server's CPU in one paper-scale round (``rollouts`` x each of ``turns`` tool calls) at the median of the
+    measured server CPU per call, and the free cores that keep it within ``within_s`` of wall time."""
+    ms = statistics.median(cpu_ms_per_call)
+    out = {"rollouts": rollouts, "server_cpu_ms_per_call": ms, "range_ms": (min(cpu_ms_per_call), max(cpu_ms_per_call))}
+    for t in turns:
+        cpu = rollouts * t * ms / 1e3
+        out[f"{t}_turns"] = {"calls": rollouts * t, "cpu_s": cpu, f"cores_within_{within_s:g}s": math.ceil(cpu / within_s)}
+    return out
+
+
 async def part_scale(args, wl: Workload) -> dict:
     """The rollout-like mix (``MIX``, uncached arguments) at 64/256/1,024 sessions, one connection and one call in
     flight each, against 1/2/4 workers: p50/p99 per tool, PSS of the server's processes, CPU per call of the server
@@ -835,6 +847,18 @@ async def part_scale(args, wl: Workload) -> dict:
                     )
         finally:
             srv.stop()
+    costs = [row["server_cpu_ms_per_call"] for row in out.values()]
+    out["paper_round"] = r = paper_round(costs, args.round_rollouts, args.round_turns)
+    print(
+        f"paper-scale round at {r['server_cpu_ms_per_call']:.1f} ms of server CPU per call (median; "
+        f"{r['range_ms'][0]:.1f}-{r['range_ms'][1]:.1f} measured): "
+        + "; ".join(
+            f"{r['rollouts']:,} rollouts x {t} tool turns = {r[f'{t}_turns']['calls']:,} calls = "
+            f"{r[f'{t}_turns']['cpu_s']:.0f} CPU-s, {r[f'{t}_turns']['cores_within_60s']} free cores within a minute"
+            for t in args.round_turns
+        ),
+        flush=True,
+    )
     return out
 
 
@@ -959,6 +983,12 @@ def parser() -> argparse.ArgumentParser:
                    help="--part scale: server worker processes to compare (default: 1,2,4)")
     p.add_argument("--sessions", type=int_list, default=[64, 256, 1024], metavar="N,N",
                    help="--part scale: concurrent sessions (default: 64,256,1024)")
+    p.add_argument("--round-rollouts", type=positive_int, default=1024, metavar="N",
+                   help="--part scale: rollouts of the paper-scale round the cores are estimated for (Neos: B*G = 512 "
+                   "selected, up to 1,024 in flight) (default: 1024)")
+    p.add_argument("--round-turns", type=int_list, default=[50, 27], metavar="N,N",
+                   help="--part scale: tool turns per rollout to estimate a round for: the papers' bound and our "
+                   "trajectories' (26-28 tool turns per episode in the neos_smoke run of 2026-12-03) (default: 50,27)")
     p.add_argument("--hol-servers", type=subset([name for name, _ in HOL_SERVERS]),
                    default=[name for name, _ in HOL_SERVERS], metavar="NAME,NAME",
                    help="--part hol: the server configurations to measure (threads: --search-processes 0; processes: "
