@@ -50,10 +50,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--session-image-mib", type=positive_int, default=512, metavar="MIB",
                    help="decoded image memory of one session's visual register, MiB (default: 512)")
     p.add_argument("--image-budget-gib", type=positive_float, default=16.0, metavar="GIB",
-                   help="decoded image memory of every session together, GiB; least recently used idle sessions are "
-                   "evicted first (default: 16)")
+                   help="decoded image memory of every session together, GiB (split evenly between --workers); least "
+                   "recently used idle sessions are evicted first (default: 16)")
     p.add_argument("--max-sessions-per-client", type=positive_int, default=10_000, metavar="N",
-                   help="open sessions of one client address (default: 10000)")
+                   help="open sessions of one client address, over all --workers (default: 10000)")
     p.add_argument("--mei-endpoint", default=None, metavar="URL",
                    help="OpenAI-compatible base URL of the MEI model (default: the extractive MEI, no model)")
     p.add_argument("--mei-model", default="mei", metavar="NAME",
