@@ -211,7 +211,7 @@ async def delete_session(request: web.Request) -> web.Response:
     return web.json_response({"deleted": request.match_info["session_id"]})
 
 
-async def _read_call_body(request: web.Request) -> bytes:
+async def read_call_body(request: web.Request) -> bytes:
     """The body of a tool call, refused past :data:`MAX_CALL_BODY_BYTES` before more than that is read."""
     if request.content_length is not None and request.content_length > MAX_CALL_BODY_BYTES:
         raise ToolError(
@@ -231,7 +231,7 @@ async def call_tool(request: web.Request) -> web.Response:
     start = time.perf_counter()
     app = request.app
     session = app[SESSIONS].get(request.match_info["session_id"])
-    raw = await _read_call_body(request)
+    raw = await read_call_body(request)
     call = app[CALLS].get(raw)
     if call is None:
         body = json_object(raw, optional=False)

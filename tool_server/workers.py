@@ -33,6 +33,8 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
+from tool_server.app import read_call_body
+from tool_server.errors import ToolError
 from tool_server.loop import run, until_terminated
 
 log = logging.getLogger(__name__)
@@ -208,7 +210,16 @@ class Router:
                 return answer
         return answer or _error(503, "worker_unavailable", "no server process is running")
 
-    async def session(self, request: web.Request) -> web.Response:
+    async def call(self, request: web.Request) -> web.Response:
+        """A tool call, its body read here under the call limit: the worker refuses a larger one, but only after the
+        router had read and held all of it (up to the 64 MiB of a session open)."""
+        try:
+            body = await read_call_body(request)
+        except ToolError as e:
+            return _error(e.status, e.type, e.message, e.field)
+        return await self.session(request, body)
+
+    async def session(self, request: web.Request, body: bytes | None = None) -> web.Response:
         sid = request.match_info["session_id"]
         m = _SESSION_WORKER.match(sid)
         if m is None or int(m.group(1)) >= len(self._procs):
@@ -216,7 +227,7 @@ class Router:
         index = int(m.group(1))
         if not self.alive(index):
             return self._lost(index)
-        return await self._forward(request, index)
+        return await self._forward(request, index, body)
 
     async def mei_version(self, request: web.Request) -> web.Response:
         """``POST``: the announcement to every live worker, answered once all have it (the first refusal, e.g. a bad
@@ -288,7 +299,7 @@ class Router:
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 2**20)
-        app.router.add_route("*", "/v1/sessions/{session_id}/call", self.session)
+        app.router.add_route("*", "/v1/sessions/{session_id}/call", self.call)
         app.router.add_post("/v1/sessions", self.create_session)
         app.router.add_route("*", "/v1/sessions/{session_id}", self.session)
         app.router.add_get("/metrics", self.metrics)

@@ -295,3 +295,32 @@ async def test_a_session_open_a_workers_full_share_refuses_goes_to_the_next(worl
             await runner.cleanup()
         for proc in procs:
             proc.kill()
+
+
+async def test_the_router_refuses_an_oversized_call_body_before_holding_it(tmp_path):
+    """A tool call is at most 1 MiB: the router answers 413 from the Content-Length, and reads a body without one no
+    further than the limit, instead of holding up to 64 MiB per call for the worker to refuse."""
+    import multiprocessing
+    import time
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from tool_server.limits import MAX_CALL_BODY_BYTES
+
+    proc = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(120,), daemon=True)
+    proc.start()
+    router = Router([proc], [str(tmp_path / "never.sock")], connect_retry_s=30)  # a forwarded call would wait 30 s
+    try:
+        async with TestClient(TestServer(router.app())) as c:
+            big = b"x" * (MAX_CALL_BODY_BYTES + 1)
+
+            async def chunks():
+                for i in range(0, len(big), 2**16):
+                    yield big[i : i + 2**16]
+
+            for data in (big, chunks()):
+                r = await asyncio.wait_for(c.post("/v1/sessions/s0_abc/call", data=data), 10)
+                assert (r.status, (await r.json())["error"]["type"]) == (413, "body_too_large")
+            assert router.counters["connect_retries"] == 0  # nothing was forwarded
+    finally:
+        proc.kill()
