@@ -49,6 +49,18 @@ def test_terms_and_boilerplate():
     assert not is_boilerplate("Paris | the capital of France, is on the Seine | since 508")
 
 
+def test_boilerplate_check_of_a_long_whitespace_run_is_linear():
+    """A page's text (a reader's Markdown or a text/plain page is not whitespace-collapsed) may hold a line of
+    100,000 spaces: the menu-row check rescanned the run from each of its spaces (20,000 took 1.9 s, on the loop)."""
+    import time
+
+    line = "a" + " " * 100_000 + "b"
+    start = time.process_time()
+    assert not is_boilerplate(line) and passages(f"{line}\n\nsecond") == [line, "second"]
+    assert time.process_time() - start < 5.0  # linear: milliseconds; quadratic: ~45 s
+    assert is_boilerplate("Home  \t|   News |  Sport")  # runs before and after a separator still split
+
+
 def test_passages_drop_boilerplate_and_pack_sentences():
     assert passages(PAGE_TEXT) == [P0, P1, P2]
     long = " ".join(f"Sentence number {i} is here." for i in range(10))  # 10 x 27 chars + spaces
