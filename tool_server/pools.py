@@ -14,7 +14,8 @@ TextSearches and session opens waited seconds behind them. Here each class has i
 - ``parse``: HTML pages fetched online turned into text (pure Python, up to the 20 MB page limit);
 - ``search``: batches of BM25 text searches (numpy).
 
-The extractive MEI's OCR has its own one-thread pool (:mod:`tool_server.mei.ocr`), niced like the heavy classes.
+The extractive MEI, built before the server's pools, has pools of its own from :func:`heavy_pool`: OCR (one inference
+at a time) and the passage ranking of WebVisit (up to 200,000 characters of a page).
 
 A class's calls queue only behind calls of the same class. The heavy classes' threads run at a lower OS priority
 (nice +10, Linux), so on a saturated core the event loop thread and the cheap classes are scheduled first. Executors
@@ -61,6 +62,12 @@ def lower_priority() -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), HEAVY_NICE)
     except (AttributeError, OSError):  # not Linux, or not permitted: the pools still separate the classes
         pass
+
+
+def heavy_pool(name: str, threads: int = 1) -> ThreadPoolExecutor:
+    """A bounded pool of heavy work outside :class:`Pools` (niced like its heavy classes); create it on first use, so
+    that a process forked before (``--workers``) starts its own threads."""
+    return ThreadPoolExecutor(threads, thread_name_prefix=f"pool-{name}", initializer=lower_priority)
 
 
 class Pools:

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from PIL import Image
 
-from tool_server.pools import lower_priority
+from tool_server.pools import heavy_pool
 
 from .log import sha256_hex
 
@@ -72,5 +72,5 @@ class OCR:
 
     async def text(self, png: bytes) -> str:
         if self._executor is None:
-            self._executor = ThreadPoolExecutor(1, thread_name_prefix="pool-ocr", initializer=lower_priority)
+            self._executor = heavy_pool("ocr")
         return await asyncio.get_running_loop().run_in_executor(self._executor, self.text_sync, png)
