@@ -80,10 +80,9 @@ class Pools:
     def executor(self, cost: CostClass) -> ThreadPoolExecutor:
         executor = self._executors.get(cost)
         if executor is None:
-            initializer = lower_priority if cost in HEAVY else None
-            executor = self._executors[cost] = ThreadPoolExecutor(
-                self.sizes[cost], thread_name_prefix=f"pool-{cost}", initializer=initializer
-            )
+            n = self.sizes[cost]
+            executor = heavy_pool(cost, n) if cost in HEAVY else ThreadPoolExecutor(n, thread_name_prefix=f"pool-{cost}")
+            self._executors[cost] = executor
         return executor
 
     async def run(self, cost: CostClass, fn: Callable[..., T], *args, **kwargs) -> T:
