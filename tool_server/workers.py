@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 
 CONNECT_RETRY_S = 10.0
 CLIENT_HEADER = "X-Neos-Client"  # the router names the client's address to the worker (its session quota)
-_SESSION_WORKER = re.compile(r"^s(\d+)_")
+_SESSION_WORKER = re.compile(r"^s([0-9]{1,4})_")  # ASCII and short: "\d+" took "s١_" and 5,000 digits (int() raised)
 _FORWARDED_HEADERS = ("Content-Type",)
 # a worker's share of a server-wide limit is full: another worker may still have room for the session
 _SHARE_FULL = frozenset({"session_quota", "too_many_sessions", "server_memory_full"})

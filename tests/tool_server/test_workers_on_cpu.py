@@ -324,3 +324,27 @@ async def test_the_router_refuses_an_oversized_call_body_before_holding_it(tmp_p
             assert router.counters["connect_retries"] == 0  # nothing was forwarded
     finally:
         proc.kill()
+
+
+async def test_the_router_reads_only_ascii_worker_indexes_of_bounded_length(tmp_path):
+    """Session ids name their worker by an ASCII index: ``s١_`` was worker 1 and an index of 5,000 digits a 500
+    (``int()`` refuses over 4,300 digits): both are unknown sessions now, answered without a worker."""
+    import multiprocessing
+    import time
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    procs = [multiprocessing.get_context("spawn").Process(target=time.sleep, args=(120,), daemon=True) for _ in "ab"]
+    for proc in procs:
+        proc.start()
+    router = Router(procs, [str(tmp_path / f"never{i}.sock") for i in range(2)], connect_retry_s=30)
+    try:
+        async with TestClient(TestServer(router.app())) as c:
+            for sid in ("s١_abc", "s" + "9" * 5000 + "_abc", "s2_abc", "x1_abc"):
+                r = await asyncio.wait_for(c.post(f"/v1/sessions/{sid}/call", json={"name": "TextSearch"}), 10)
+                body = await r.json()
+                assert (r.status, body["error"]["type"]) == (404, "unknown_session") and len(str(body)) < 300
+            assert router.counters["connect_retries"] == 0  # none reached a worker
+    finally:
+        for proc in procs:
+            proc.kill()
