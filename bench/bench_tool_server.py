@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import re
 import statistics
@@ -764,6 +765,17 @@ MIX = (  # a rollout-like mix of one turn's tool: weights out of 20
 )
 
 
+def paper_round(cpu_ms_per_call: list[float], rollouts: int, turns: list[int], within_s: float = 60.0) -> dict:
+    """The tool server's CPU in one paper-scale round (``rollouts`` x each of ``turns`` tool calls) at the median of the
+    measured server CPU per call, and the free cores that keep it within ``within_s`` of wall time."""
+    ms = statistics.median(cpu_ms_per_call)
+    out = {"rollouts": rollouts, "server_cpu_ms_per_call": ms, "range_ms": (min(cpu_ms_per_call), max(cpu_ms_per_call))}
+    for t in turns:
+        cpu = rollouts * t * ms / 1e3
+        out[f"{t}_turns"] = {"calls": rollouts * t, "cpu_s": cpu, f"cores_within_{within_s:g}s": math.ceil(cpu / within_s)}
+    return out
+
+
 async def part_scale(args, wl: Workload) -> dict:
     """The rollout-like mix (``MIX``, uncached arguments) at 64/256/1,024 sessions, one connection and one call in
     flight each, against 1/2/4 workers: p50/p99 per tool, PSS of the server's processes, CPU per call of the server
@@ -835,6 +847,18 @@ async def part_scale(args, wl: Workload) -> dict:
                     )
         finally:
             srv.stop()
+    costs = [row["server_cpu_ms_per_call"] for row in out.values()]
+    out["paper_round"] = r = paper_round(costs, args.round_rollouts, args.round_turns)
+    print(
+        f"paper-scale round at {r['server_cpu_ms_per_call']:.1f} ms of server CPU per call (median; "
+        f"{r['range_ms'][0]:.1f}-{r['range_ms'][1]:.1f} measured): "
+        + "; ".join(
+            f"{r['rollouts']:,} rollouts x {t} tool turns = {r[f'{t}_turns']['calls']:,} calls = "
+            f"{r[f'{t}_turns']['cpu_s']:.0f} CPU-s, {r[f'{t}_turns']['cores_within_60s']} free cores within a minute"
+            for t in args.round_turns
+        ),
+        flush=True,
+    )
     return out
 
 
@@ -949,16 +973,65 @@ async def _hol_round(args, wl: Workload, extra: tuple[str, ...]) -> dict:
     return {"alone": alone, "loaded": loaded, "heavy": heavy_result, "ratio": ratio}
 
 
+async def part_parse(args, wl_unused) -> dict:
+    """Fetched pages read by :mod:`tool_server.online.markup` against the standard library's ``HTMLParser`` (a subclass
+    that does nothing: its own scanning is what is timed) on pages a site may serve: process CPU seconds, best of 3.
+    The stdlib parser only on the small pages (it is quadratic on unterminated constructs)."""
+    from html.parser import HTMLParser
+
+    from tool_server.online.markup import markdown_images, read_html
+
+    def cpu(fn, repeat: int = 3) -> float:
+        best = float("inf")
+        for _ in range(repeat):
+            t0 = time.process_time()
+            fn()
+            best = min(best, time.process_time() - t0)
+        return best
+
+    def stdlib(page: str) -> None:
+        parser = HTMLParser()
+        parser.feed(page)
+        parser.close()
+
+    pages = {
+        "20,000 distinct <img> tags": "".join(f'<img src="/i/{i}.png" alt="a{i}">' for i in range(20_000)),
+        "10,000 unterminated '<a '": "<p>x" + "<a " * 10_000,
+        "50,000 unterminated '<a '": "<p>x" + "<a " * 50_000,
+        "50,000 '<a b=\"c'": "<p>x" + '<a b="c' * 50_000,
+    }
+    out = {}
+    for name, page in pages.items():
+        row = {"kb": len(page) / 1e3, "read_html_ms": cpu(lambda: read_html(page, "https://example.com/")) * 1e3}
+        if len(page) <= 40_000 or "<img" in name:
+            row["html_parser_s"] = cpu(lambda: stdlib(page), repeat=1)
+        out[name] = row
+        stdlib_txt = f", HTMLParser {row['html_parser_s']:.2f} s" if "html_parser_s" in row else ""
+        print(f"{name} ({row['kb']:.0f} kB): read_html {row['read_html_ms']:.1f} ms{stdlib_txt}", flush=True)
+    regex = re.compile(r"!\[([^\]]*)\]\((https?://[^\s)]+)")  # the Markdown image pattern markup.py replaced
+    text = "![" * 20_000
+    out["markdown"] = {"ms": cpu(lambda: markdown_images(text)) * 1e3, "regex_s": cpu(lambda: regex.findall(text), 1)}
+    print(f"Markdown, 20,000 '![' without ']': markdown_images {out['markdown']['ms']:.2f} ms, regex "
+          f"{out['markdown']['regex_s']:.2f} s", flush=True)
+    return out
+
+
 def parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="python bench/bench_tool_server.py", description="Tool-server benchmark: throughput and "
                       "latency per tool, a FastAPI baseline, asyncio against uvloop, memory, cache hit rates of a "
                       "replay, head-of-line blocking and scaling over worker processes; loopback only.")
-    p.add_argument("--part", choices=["throughput", "baseline", "loops", "rss", "replay", "hol", "scale", "all"],
+    p.add_argument("--part", choices=["throughput", "baseline", "loops", "rss", "replay", "hol", "scale", "parse", "all"],
                    default="all", help="which measurement; all = throughput, baseline, rss and replay (default: all)")
     p.add_argument("--workers", type=int_list, default=[1, 2, 4], metavar="N,N",
                    help="--part scale: server worker processes to compare (default: 1,2,4)")
     p.add_argument("--sessions", type=int_list, default=[64, 256, 1024], metavar="N,N",
                    help="--part scale: concurrent sessions (default: 64,256,1024)")
+    p.add_argument("--round-rollouts", type=positive_int, default=1024, metavar="N",
+                   help="--part scale: rollouts of the paper-scale round the cores are estimated for (Neos: B*G = 512 "
+                   "selected, up to 1,024 in flight) (default: 1024)")
+    p.add_argument("--round-turns", type=int_list, default=[50, 27], metavar="N,N",
+                   help="--part scale: tool turns per rollout to estimate a round for: the papers' bound and our "
+                   "trajectories' (26-28 tool turns per episode in the neos_smoke run of 2026-12-03) (default: 50,27)")
     p.add_argument("--hol-servers", type=subset([name for name, _ in HOL_SERVERS]),
                    default=[name for name, _ in HOL_SERVERS], metavar="NAME,NAME",
                    help="--part hol: the server configurations to measure (threads: --search-processes 0; processes: "
@@ -996,7 +1069,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"event loop of servers and load generator: {LOOP}", flush=True)
     if hasattr(os, "sched_setaffinity") and os.cpu_count() and os.cpu_count() >= 2:
         os.sched_setaffinity(0, {1})  # the load generator on CPU 1, servers on CPU 0
-    wl = Workload(args.world)
+    wl = None if args.part == "parse" else Workload(args.world)  # parsing needs no world
     parts = ["throughput", "baseline", "rss", "replay"] if args.part == "all" else [args.part]
     fns = {
         "throughput": part_throughput,
@@ -1005,6 +1078,7 @@ def main(argv: list[str] | None = None) -> int:
         "replay": part_replay,
         "hol": part_hol,
         "scale": part_scale,
+        "parse": part_parse,
     }
     results = {}
     for part in parts:

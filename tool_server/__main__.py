@@ -34,7 +34,6 @@ from tool_server.online import BackendError, LensClient, ReaderClient
 from tool_server.online.public import PublicImages
 from tool_server.online.web import OnlineBackends
 
-
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
@@ -58,10 +57,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--session-image-mib", type=positive_int, default=512, metavar="MIB",
                    help="decoded image memory of one session's visual register, MiB (default: 512)")
     p.add_argument("--image-budget-gib", type=positive_float, default=16.0, metavar="GIB",
-                   help="decoded image memory of every session together, GiB; least recently used idle sessions are "
-                   "evicted first (default: 16)")
+                   help="decoded image memory of every session together, GiB (split evenly between --workers); least "
+                   "recently used idle sessions are evicted first (default: 16)")
     p.add_argument("--max-sessions-per-client", type=positive_int, default=10_000, metavar="N",
-                   help="open sessions of one client address (default: 10000)")
+                   help="open sessions of one client address, over all --workers (default: 10000)")
     p.add_argument("--mei-endpoint", default=None, metavar="URL",
                    help="OpenAI-compatible base URL of the MEI model (default: the extractive MEI, no model)")
     p.add_argument("--mei-model", default="mei", metavar="NAME",
@@ -147,12 +146,15 @@ def build_app(args: argparse.Namespace, world: OfflineWorld, settings: ServerSet
     return create_app(world=world, mei=mei, cache=cache, settings=settings, online=online)
 
 
-def server_settings(args: argparse.Namespace, **extra) -> ServerSettings:
+def server_settings(args: argparse.Namespace, *, share: int = 1, **extra) -> ServerSettings:
+    """The settings of one server process; ``share``: one of that many ``--workers``, which split the server's image
+    budget, session cap and per-client quota between them (each holds its own sessions)."""
     return ServerSettings(
         session_ttl_s=args.session_ttl,
-        max_sessions_per_client=args.max_sessions_per_client,
+        max_sessions=-(-ServerSettings().max_sessions // share),
+        max_sessions_per_client=-(-args.max_sessions_per_client // share),
         max_session_image_bytes=args.session_image_mib * 2**20,
-        max_server_image_bytes=int(args.image_budget_gib * 2**30),
+        max_server_image_bytes=int(args.image_budget_gib * 2**30) // share,
         **extra,
     )
 

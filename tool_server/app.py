@@ -19,7 +19,14 @@ from aiohttp import web
 from tool_server.cache import TieredCache
 from tool_server.calls import CALL_FIELDS, CallMemo, check_keys, json_object, parse_call
 from tool_server.errors import ToolError
-from tool_server.limits import MAX_CALL_BODY_BYTES, MAX_GROUP_ID_CHARS, MAX_URL_CHARS, check_text, quote
+from tool_server.limits import (
+    MAX_CALL_BODY_BYTES,
+    MAX_GROUP_ID_CHARS,
+    MAX_URL_CHARS,
+    MAX_VERSION_CHARS,
+    check_text,
+    quote,
+)
 from tool_server.loop import loop_name
 from tool_server.mei.schema import EvidenceInterface
 from tool_server.metrics import Metrics
@@ -29,7 +36,7 @@ from tool_server.online.public import PUBLIC_PATH
 from tool_server.online.web import OnlineBackends
 from tool_server.pools import Pools
 from tool_server.protocol import PROTOCOL_OF, tool_schemas
-from tool_server.sessions import SessionStore, VisualRegister, pixel_bytes
+from tool_server.sessions import SessionStore
 from tool_server.tools import ToolContext, ToolRunner
 from tool_server.tools.ops import load_image
 
@@ -139,8 +146,8 @@ async def create_session(request: web.Request) -> web.Response:
     check_keys(body, {"images", "group_id", "mei_version"})
     images, group_id = body.get("images", []), body.get("group_id")
     mei_version = body.get("mei_version", request.app[RUNNER].ctx.mei.version)
-    if mei_version is not None and (not isinstance(mei_version, str) or not mei_version):
-        raise ToolError("invalid_request", "mei_version must be a non-empty string", "mei_version")
+    if mei_version is not None:
+        _check_version(mei_version, "mei_version")
     settings: ServerSettings = request.app[SETTINGS]
     if not isinstance(images, list) or not all(isinstance(i, str) for i in images):
         raise ToolError("invalid_request", "images must be a list of base64 images or image URLs", "images")
@@ -155,27 +162,33 @@ async def create_session(request: web.Request) -> web.Response:
             check_text(item, MAX_URL_CHARS, f"images/{i}")
     ctx = request.app[RUNNER].ctx
     store: SessionStore = request.app[SESSIONS]
-    decoded, nbytes = [], 0
-    budget = VisualRegister(settings.max_register_images, settings.max_session_image_bytes)
-    for i, item in enumerate(images):
-        if item.startswith(("http://", "https://")):
-            decoded.append(((await load_image(ctx, item, f"images/{i}"))[1], item))
-        else:
-            pixels = await ctx.pools.run(
-                "image", decode_base64_image, item, max_pixels=settings.max_pixels, field=f"images/{i}"
-            )
-            decoded.append((pixels, "question"))
-        nbytes += pixel_bytes(decoded[-1][0].width, decoded[-1][0].height)
-        budget.check_bytes(i + 1, nbytes)  # decoded memory stays within one session's budget plus one image
     client = request.headers.get(settings.client_header) if settings.client_header else None
     session = store.create(group_id, mei_version, client=client or request.remote)
     try:
-        session.register.reserve(len(decoded), nbytes)
-    except ToolError:
-        store.delete(session.id)
+        for i, item in enumerate(images):
+            if item.startswith(("http://", "https://")):
+                pixels, source = (await load_image(ctx, item, f"images/{i}"))[1], item
+            else:
+                pixels = await ctx.pools.run(
+                    "image", decode_base64_image, item, max_pixels=settings.max_pixels, field=f"images/{i}"
+                )
+                source = "question"
+            # each image is taken from the session's and the server's budgets as it is decoded, so concurrent opens
+            # hold at most one image each beyond what the budgets admitted (store.get: still there, and in use)
+            store.get(session.id).register.append(pixels, source)
+    except BaseException:
+        store.discard(session.id)
         raise
-    refs = [session.register.append_reserved(pixels, source).ref for pixels, source in decoded]
-    return web.json_response({"session_id": session.id, "images": refs, "mei_version": session.mei_version})
+    return web.json_response(
+        {"session_id": session.id, "images": session.register.refs(), "mei_version": session.mei_version}
+    )
+
+
+def _check_version(version: object, field: str) -> None:
+    """An MEI version as a client may give it: a non-empty string of at most :data:`MAX_VERSION_CHARS`."""
+    if not isinstance(version, str) or not version:
+        raise ToolError("invalid_request", f"{field} must be a non-empty string", field)
+    check_text(version, MAX_VERSION_CHARS, field)
 
 
 async def mei_version(request: web.Request) -> web.Response:
@@ -187,8 +200,7 @@ async def mei_version(request: web.Request) -> web.Response:
         body = json_object(await request.read(), optional=False)
         check_keys(body, {"version"})
         version = body.get("version")
-        if not isinstance(version, str) or not version:
-            raise ToolError("invalid_request", "version must be a non-empty string", "version")
+        _check_version(version, "version")
         mei.activate(version)
         log.info("MEI version %s activated (was %s)", version, previous)
     return web.json_response({"version": mei.version, "previous": previous})
@@ -199,7 +211,7 @@ async def delete_session(request: web.Request) -> web.Response:
     return web.json_response({"deleted": request.match_info["session_id"]})
 
 
-async def _read_call_body(request: web.Request) -> bytes:
+async def read_call_body(request: web.Request) -> bytes:
     """The body of a tool call, refused past :data:`MAX_CALL_BODY_BYTES` before more than that is read."""
     if request.content_length is not None and request.content_length > MAX_CALL_BODY_BYTES:
         raise ToolError(
@@ -219,7 +231,7 @@ async def call_tool(request: web.Request) -> web.Response:
     start = time.perf_counter()
     app = request.app
     session = app[SESSIONS].get(request.match_info["session_id"])
-    raw = await _read_call_body(request)
+    raw = await read_call_body(request)
     call = app[CALLS].get(raw)
     if call is None:
         body = json_object(raw, optional=False)

@@ -16,6 +16,7 @@ MAX_LIST_ITEMS = 32  # TextSearch's queries per call (the other tools' lists are
 MAX_TEXT_CHARS = 2_000  # a query or goal
 MAX_URL_CHARS = 4_096  # a URL, resource id or img_N token
 MAX_GROUP_ID_CHARS = 256
+MAX_VERSION_CHARS = 256  # an MEI version: kept on every session and part of its MEI-backed cache keys
 MAX_CROP_IMAGES = 10  # crop_config keys; Neos caps the boxes of a call at ten in total
 MAX_CALL_BODY_BYTES = 1 * 2**20  # a tool call never carries pixels (question images go to POST /v1/sessions)
 QUOTE_CHARS = 64

@@ -14,6 +14,9 @@ TextSearches and session opens waited seconds behind them. Here each class has i
 - ``parse``: HTML pages fetched online turned into text (pure Python, up to the 20 MB page limit);
 - ``search``: batches of BM25 text searches (numpy).
 
+The extractive MEI, built before the server's pools, has pools of its own from :func:`heavy_pool`: OCR (one inference
+at a time) and the passage ranking of WebVisit (up to 200,000 characters of a page).
+
 A class's calls queue only behind calls of the same class. The heavy classes' threads run at a lower OS priority
 (nice +10, Linux), so on a saturated core the event loop thread and the cheap classes are scheduled first. Executors
 start on first use, so a process forked after the pools object was built (``--workers``) starts its own threads.
@@ -53,12 +56,18 @@ def image_cost(width: int, height: int) -> CostClass:
     return "large_image" if width * height > LARGE_IMAGE_PIXELS else "image"
 
 
-def _lower_priority() -> None:
+def lower_priority() -> None:
     """Thread initializer of the heavy pools: nice this thread (Linux threads have their own nice value)."""
     try:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), HEAVY_NICE)
     except (AttributeError, OSError):  # not Linux, or not permitted: the pools still separate the classes
         pass
+
+
+def heavy_pool(name: str, threads: int = 1) -> ThreadPoolExecutor:
+    """A bounded pool of heavy work outside :class:`Pools` (niced like its heavy classes); create it on first use, so
+    that a process forked before (``--workers``) starts its own threads."""
+    return ThreadPoolExecutor(threads, thread_name_prefix=f"pool-{name}", initializer=lower_priority)
 
 
 class Pools:
@@ -71,10 +80,9 @@ class Pools:
     def executor(self, cost: CostClass) -> ThreadPoolExecutor:
         executor = self._executors.get(cost)
         if executor is None:
-            initializer = _lower_priority if cost in HEAVY else None
-            executor = self._executors[cost] = ThreadPoolExecutor(
-                self.sizes[cost], thread_name_prefix=f"pool-{cost}", initializer=initializer
-            )
+            n = self.sizes[cost]
+            executor = heavy_pool(cost, n) if cost in HEAVY else ThreadPoolExecutor(n, thread_name_prefix=f"pool-{cost}")
+            self._executors[cost] = executor
         return executor
 
     async def run(self, cost: CostClass, fn: Callable[..., T], *args, **kwargs) -> T:

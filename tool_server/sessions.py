@@ -66,13 +66,19 @@ def _mib(n: int) -> str:
 
 class VisualRegister:
     def __init__(
-        self, max_images: int, max_bytes: int | None = None, admit: Callable[[int], None] | None = None
+        self,
+        max_images: int,
+        max_bytes: int | None = None,
+        admit: Callable[[int], None] | None = None,
+        release: Callable[[int], None] | None = None,
     ) -> None:
-        """``admit(n)`` takes ``n`` more bytes from the server's budget or raises (None: no server budget)."""
+        """``admit(n)`` takes ``n`` more bytes from the server's budget or raises (None: no server budget);
+        ``release(n)`` gives them back."""
         self._images: list[RegisteredImage] = []
         self._max = max_images
         self._max_bytes = max_bytes
         self._admit = admit
+        self._release = release
         self.bytes = 0
 
     def __len__(self) -> int:
@@ -101,6 +107,12 @@ class VisualRegister:
         if self._admit is not None:
             self._admit(nbytes)
         self.bytes += nbytes
+
+    def release(self, nbytes: int) -> None:
+        """Give back bytes a :meth:`reserve` took for images that were not appended after all."""
+        self.bytes -= nbytes
+        if self._release is not None:
+            self._release(nbytes)
 
     def append(self, image: Image.Image, source: str) -> RegisteredImage:
         self.reserve(1, pixel_bytes(image.width, image.height))
@@ -191,6 +203,7 @@ class SessionStore:
             self._max_images,
             self._max_session_bytes,
             lambda n: self._admit(sid, n),
+            lambda n: self._give_back(sid, n),
         )
         session = Session(sid, group_id, register, self._clock(), client, mei_version=mei_version)
         self._sessions[sid] = session
@@ -216,6 +229,11 @@ class SessionStore:
             raise ToolError("unknown_session", f"no session {quote(session_id)}", "session_id")
         self._drop(session_id, None)
 
+    def discard(self, session_id: str) -> None:
+        """Delete the session if it is still held (a failed open: it may have been evicted meanwhile)."""
+        if session_id in self._sessions:
+            self._drop(session_id, None)
+
     def _drop(self, session_id: str, reason: str | None) -> None:
         session = self._sessions.pop(session_id)
         self.image_bytes -= session.register.bytes
@@ -229,6 +247,12 @@ class SessionStore:
     def _admit(self, session_id: str, nbytes: int) -> None:
         """Take ``nbytes`` of the server's image budget for ``session_id``, evicting least recently used sessions
         idle for ``memory_min_idle_s`` or more to make room; ``server_memory_full`` if that is not enough."""
+        if session_id not in self._sessions:  # evicted while its call ran: its bytes would never be given back
+            raise ToolError(
+                "unknown_session",
+                f"session {quote(session_id)} was evicted or deleted while this call ran; open a new one",
+                "session_id",
+            )
         if self._max_server_bytes is None:
             self.image_bytes += nbytes
             return
@@ -245,6 +269,11 @@ class SessionStore:
                 f"{self._min_idle_s:g} s; retry later",
             )
         self.image_bytes += nbytes
+
+    def _give_back(self, session_id: str, nbytes: int) -> None:
+        """Bytes ``session_id`` reserved and did not use; a session dropped since gave back all it held already."""
+        if session_id in self._sessions:
+            self.image_bytes -= nbytes
 
     def evict_idle(self) -> int:
         """Expire sessions idle longer than the TTL: the oldest first, stopping at the first fresh one."""

@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import gc
 import itertools
+import json
 import logging
 import multiprocessing
 import os
@@ -32,18 +33,32 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
+from tool_server.app import read_call_body
+from tool_server.errors import ToolError
 from tool_server.loop import run, until_terminated
 
 log = logging.getLogger(__name__)
 
 CONNECT_RETRY_S = 10.0
 CLIENT_HEADER = "X-Neos-Client"  # the router names the client's address to the worker (its session quota)
-_SESSION_WORKER = re.compile(r"^s(\d+)_")
+_SESSION_WORKER = re.compile(r"^s([0-9]{1,4})_")  # ASCII and short: "\d+" took "s١_" and 5,000 digits (int() raised)
 _FORWARDED_HEADERS = ("Content-Type",)
+# a worker's share of a server-wide limit is full: another worker may still have room for the session
+_SHARE_FULL = frozenset({"session_quota", "too_many_sessions", "server_memory_full"})
 
 
 def _error(status: int, type_: str, message: str, field: str | None = None) -> web.Response:
     return web.json_response({"error": {"type": type_, "message": message, "field": field}}, status=status)
+
+
+def _error_type(answer: web.Response) -> str | None:
+    """The ``error.type`` of an error answer (None for a success or a body that is not an error)."""
+    if answer.status < 400 or not isinstance(answer.body, bytes):
+        return None
+    try:
+        return json.loads(answer.body)["error"]["type"]
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _worker_main(index: int, args: argparse.Namespace, world, path: str, ready, router_pid: int) -> None:
@@ -51,7 +66,7 @@ def _worker_main(index: int, args: argparse.Namespace, world, path: str, ready, 
     from tool_server.__main__ import LISTEN_BACKLOG, build_app, server_settings
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the router stops the workers
-    settings = server_settings(args, session_id_prefix=f"s{index}_", client_header=CLIENT_HEADER)
+    settings = server_settings(args, share=args.workers, session_id_prefix=f"s{index}_", client_header=CLIENT_HEADER)
 
     async def serve() -> None:
         app = build_app(args, world, settings)
@@ -106,7 +121,8 @@ class Router:
         self._procs = procs
         self._connect_retry_s = connect_retry_s
         # connect_retries: connections a live worker did not accept at once; busy: calls refused after retrying for
-        # connect_retry_s; broken_connections: calls whose connection broke while the worker lived on
+        # connect_retry_s; broken_connections: calls whose connection broke while the worker lived on;
+        # create_passed_on: session opens a worker refused for its share of a limit, asked of the next
         self.counters: Counter[str] = Counter()
         self._clients = [
             aiohttp.ClientSession(
@@ -178,14 +194,32 @@ class Router:
         )
 
     async def create_session(self, request: web.Request) -> web.Response:
+        """The next live worker in turn opens it; one that refuses it for its share of a limit being full (the
+        client's quota, the session cap, the image budget) passes it to the next, so the limits hold for the whole
+        server, not per worker. The last refusal is the answer when every worker refuses."""
         body = await request.read()
+        answer: web.Response | None = None
         for _ in range(len(self._procs)):
             index = next(self._turn)
-            if self.alive(index):
-                return await self._forward(request, index, body)
-        return _error(503, "worker_unavailable", "no server process is running")
+            if not self.alive(index):
+                continue
+            if answer is not None:  # the previous worker's share was full
+                self.counters["create_passed_on"] += 1
+            answer = await self._forward(request, index, body)
+            if _error_type(answer) not in _SHARE_FULL:
+                return answer
+        return answer or _error(503, "worker_unavailable", "no server process is running")
 
-    async def session(self, request: web.Request) -> web.Response:
+    async def call(self, request: web.Request) -> web.Response:
+        """A tool call, its body read here under the call limit: the worker refuses a larger one, but only after the
+        router had read and held all of it (up to the 64 MiB of a session open)."""
+        try:
+            body = await read_call_body(request)
+        except ToolError as e:
+            return _error(e.status, e.type, e.message, e.field)
+        return await self.session(request, body)
+
+    async def session(self, request: web.Request, body: bytes | None = None) -> web.Response:
         sid = request.match_info["session_id"]
         m = _SESSION_WORKER.match(sid)
         if m is None or int(m.group(1)) >= len(self._procs):
@@ -193,7 +227,7 @@ class Router:
         index = int(m.group(1))
         if not self.alive(index):
             return self._lost(index)
-        return await self._forward(request, index)
+        return await self._forward(request, index, body)
 
     async def mei_version(self, request: web.Request) -> web.Response:
         """``POST``: the announcement to every live worker, answered once all have it (the first refusal, e.g. a bad
@@ -227,17 +261,16 @@ class Router:
             f'tool_server_workers{{state="alive"}} {alive}\ntool_server_workers{{state="dead"}} '
             f"{len(self._procs) - alive}\n"
             "# HELP tool_server_router_events_total Connections to live workers retried, calls refused busy, "
-            "connections broken mid-call.\n# TYPE tool_server_router_events_total counter\n"
+            "connections broken mid-call, session opens passed on by a worker whose share of a limit was full.\n"
+            "# TYPE tool_server_router_events_total counter\n"
             + "".join(
                 f'tool_server_router_events_total{{event="{k}"}} {self.counters[k]}\n'
-                for k in ("connect_retries", "busy", "broken_connections")
+                for k in ("connect_retries", "busy", "broken_connections", "create_passed_on")
             )
         )
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
     async def healthz(self, request: web.Request) -> web.Response:
-        import json
-
         health = [json.loads(t) for t in await self._gather("/healthz")]
         alive = [self.alive(i) for i in range(len(self._procs))]
         if not health:
@@ -266,7 +299,7 @@ class Router:
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 2**20)
-        app.router.add_route("*", "/v1/sessions/{session_id}/call", self.session)
+        app.router.add_route("*", "/v1/sessions/{session_id}/call", self.call)
         app.router.add_post("/v1/sessions", self.create_session)
         app.router.add_route("*", "/v1/sessions/{session_id}", self.session)
         app.router.add_get("/metrics", self.metrics)

@@ -14,6 +14,7 @@ from tool_server.limits import (
     MAX_LIST_ITEMS,
     MAX_TEXT_CHARS,
     MAX_URL_CHARS,
+    MAX_VERSION_CHARS,
     QUOTE_CHARS,
     quote,
 )
@@ -105,3 +106,15 @@ async def test_http_limits_answer_4xx_naming_the_field(client):
     search = {"name": "TextSearch", "arguments": {"query": ["a"]}}
     r = await client.post(f"/v1/sessions/s_{'z' * 4000}/call", json=search)
     assert r.status == 404 and len(await r.read()) < 400
+
+
+async def test_an_mei_version_is_bounded_where_a_client_gives_it(client):
+    """A session's MEI version is kept on the session and hashed into each MEI-backed cache key: a 60 MB version in a
+    session body (within its 64 MiB limit) was taken as is."""
+    for path, field in (("/v1/sessions", "mei_version"), ("/admin/mei_version", "version")):
+        status, body = await _post(client, path, {field: "v" * (60 * 2**20)})
+        assert (status, body["error"]["type"], body["error"]["field"]) == (400, "input_too_long", field)
+        assert len(json.dumps(body)) < 400
+        assert (await _post(client, path, {field: "v" * MAX_VERSION_CHARS}))[0] == 200
+    status, body = await _post(client, "/v1/sessions", {})
+    assert body["mei_version"] == "v" * MAX_VERSION_CHARS  # the announced version, fixed on the next session

@@ -49,6 +49,38 @@ def test_terms_and_boilerplate():
     assert not is_boilerplate("Paris | the capital of France, is on the Seine | since 508")
 
 
+def test_boilerplate_check_of_a_long_whitespace_run_is_linear():
+    """A page's text (a reader's Markdown or a text/plain page is not whitespace-collapsed) may hold a line of
+    100,000 spaces: the menu-row check rescanned the run from each of its spaces (20,000 took 1.9 s, on the loop)."""
+    import time
+
+    line = "a" + " " * 100_000 + "b"
+    start = time.process_time()
+    assert not is_boilerplate(line) and passages(f"{line}\n\nsecond") == [line, "second"]
+    assert time.process_time() - start < 5.0  # linear: milliseconds; quadratic: ~45 s
+    assert is_boilerplate("Home  \t|   News |  Sport")  # runs before and after a separator still split
+
+
+async def test_web_visit_ranks_passages_on_its_pool_not_on_the_event_loop(monkeypatch):
+    """Passages and BM25 of a page (~35 ms for 200,000 characters) ran on the event loop, stalling every session."""
+    import threading
+
+    from tool_server.mei import extractive
+
+    threads: list[str] = []
+    split = extractive.passages
+
+    def recorded(text: str, **kwargs) -> list[str]:
+        threads.append(threading.current_thread().name)
+        return split(text, **kwargs)
+
+    monkeypatch.setattr(extractive, "passages", recorded)
+    page = PageView(url="https://x/", title="t", text="Paris is the capital of France.\n\nLyon is a city.")
+    ev = await ExtractiveMEI().web_visit(goal="capital of France", page=page)
+    assert ev.evidence == "Paris is the capital of France."
+    assert len(threads) == 1 and threads[0].startswith("pool-extractive")
+
+
 def test_passages_drop_boilerplate_and_pack_sentences():
     assert passages(PAGE_TEXT) == [P0, P1, P2]
     long = " ".join(f"Sentence number {i} is here." for i in range(10))  # 10 x 27 chars + spaces

@@ -16,7 +16,6 @@ from tool_server.app import RUNNER, ServerSettings, create_app
 from tool_server.cache import TieredCache
 from tool_server.mei import MEIConfig, build_interface
 from tool_server.offline.reverse import ReverseIndex
-from tool_server.online.web import _Visible
 
 ORIGIN = "https://neos-world.invalid"
 FLAG_FRA, FLAG_MEX = f"{ORIGIN}/media/flag_fra.png", f"{ORIGIN}/media/flag_mex.png"
@@ -150,6 +149,33 @@ async def test_fetch_image_and_session_opens_finish_while_every_png_encoding_slo
     assert all(status == 200 and body["images"][0]["png_base64"] for status, body in done)
 
 
+async def test_calls_waiting_for_ocr_leave_asyncio_s_default_executor_free(monkeypatch):
+    """The extractive MEI's OCR (one inference at a time) once ran in asyncio's default executor: calls waiting for it
+    held every slot, and the disk cache tier's reads and writes (``asyncio.to_thread``) queued behind them."""
+    import os
+
+    from tool_server.mei.ocr import OCR
+
+    ocr, release, entered = OCR(), threading.Event(), []
+
+    def held(png: bytes) -> str:
+        entered.append(png)
+        release.wait(BOUND_S)
+        return ""
+
+    monkeypatch.setattr(ocr, "text_sync", held)
+    default_slots = min(32, (os.cpu_count() or 1) + 4)  # asyncio's default executor on this machine
+    waiting = [asyncio.create_task(ocr.text(b"%d" % i)) for i in range(default_slots + 2)]
+    try:
+        while not entered:
+            await asyncio.sleep(0.01)
+        assert await asyncio.wait_for(asyncio.to_thread(lambda: "disk read"), BOUND_S / 4) == "disk read"
+        assert len(entered) == 1  # one inference at a time, the others queued on OCR's own thread
+    finally:
+        release.set()
+    assert await asyncio.gather(*waiting) == [""] * (default_slots + 2)
+
+
 async def test_crops_run_on_the_image_pool_not_on_the_event_loop(make_client):
     client = await make_client()
     pools = client.app[RUNNER].ctx.pools
@@ -169,15 +195,6 @@ async def test_crops_run_on_the_image_pool_not_on_the_event_loop(make_client):
     assert status == 200 and body["images"][0]["ref"] == "img_2"
 
 
-def test_page_images_are_deduplicated_in_first_seen_order():
-    html = "".join(f'<img src="/i/{i % 15000}.png" alt="a{i}">' for i in range(20_000))
-    parser = _Visible("https://example.com/page")
-    parser.feed(html)
-    parser.close()
-    assert len(parser.images) == 15_000
-    assert parser.images[:2] == [("https://example.com/i/0.png", "a0"), ("https://example.com/i/1.png", "a1")]
-
-
 async def test_session_image_budget_and_client_quota_over_http(make_client):
     client = await make_client(max_session_image_bytes=4 * 300 * 300 * 2, max_sessions_per_client=2)
     images = [_png_b64((300, 300), (i, 0, 0)) for i in range(3)]  # three 360 kB images: one over the budget
@@ -192,6 +209,30 @@ async def test_session_image_budget_and_client_quota_over_http(make_client):
     assert (status, body["error"]["type"]) == (429, "session_quota")
     text = await (await client.get("/metrics")).text()
     assert f"session_image_bytes {4 * 300 * 300 * 2}" in text
+
+
+async def test_question_images_are_taken_from_the_server_budget_as_they_are_decoded(make_client, monkeypatch):
+    """Room on the server for two 300x300 images: an open with four is refused after decoding the third, and holds
+    nothing. Only the session's budget was checked while decoding: concurrent opens each decoded up to 512 MiB
+    before the server's budget was asked, so the server budget bounded nothing while they decoded."""
+    from tool_server import app as app_module
+
+    client = await make_client(max_server_image_bytes=4 * 300 * 300 * 2)
+    decoded: list[int] = []
+    decode = app_module.decode_base64_image
+
+    def counted(*args, **kwargs):
+        decoded.append(1)
+        return decode(*args, **kwargs)
+
+    monkeypatch.setattr(app_module, "decode_base64_image", counted)
+    images = [_png_b64((300, 300), (i, 0, 0)) for i in range(4)]
+    status, body = await _json(await client.post("/v1/sessions", json={"images": images}))
+    assert (status, body["error"]["type"], len(decoded)) == (503, "server_memory_full", 3)
+    text = await (await client.get("/metrics")).text()
+    assert "sessions_active 0" in text and "session_image_bytes 0" in text
+    status, body = await _json(await client.post("/v1/sessions", json={"images": images[:2]}))
+    assert status == 200 and body["images"] == ["img_1", "img_2"]
 
 
 async def test_reverse_search_in_spawned_processes_matches_and_survives_a_killed_process(world, monkeypatch):

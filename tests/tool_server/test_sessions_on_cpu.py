@@ -190,3 +190,60 @@ def test_shipped_session_defaults():
     s = ServerSettings()
     assert (s.max_sessions, s.max_sessions_per_client, s.max_register_images) == (100_000, 10_000, 512)
     assert (s.max_session_image_bytes, s.max_server_image_bytes) == (512 * 2**20, 16 * 2**30)
+
+
+def test_a_session_evicted_while_its_call_ran_takes_no_bytes_it_cannot_give_back():
+    """A call that outlives its session's idle time (a slow fetch) can see it evicted for another's images; its images
+    were then added to the server's total and never subtracted (the session was gone): the budget shrank for good."""
+    clock = FakeClock()
+    store = SessionStore(max_server_bytes=4 * 300, memory_min_idle_s=30, clock=clock)
+    slow, other = store.create(), store.create()
+    slow.register.append(_image(10, 10), "q")
+    clock.now += 60  # slow's call started 60 s ago and is still fetching
+    store.get(other.id)
+    for _ in range(3):  # the third finds the server full: slow (idle 60 s) is evicted
+        other.register.append(_image(10, 10), "q")
+    assert store.evictions["memory"] == 1 and store.image_bytes == 1200
+    store.delete(other.id)
+    with pytest.raises(ToolError) as err:
+        slow.register.append(_image(10, 10), "q")  # the slow call's image arrives
+    assert (err.value.type, err.value.status) == ("unknown_session", 404)
+    assert store.image_bytes == 0 and len(store) == 0
+
+
+async def test_fetch_image_charges_each_image_as_it_is_decoded_and_gives_back_what_it_did_not_register(
+    monkeypatch,
+):
+    """FetchImage decoded all of a call's images (five of up to 25 Mpx) before the budgets were asked, so concurrent
+    calls held them outside the budgets; now each decoded image is charged at once, and a call cancelled (or finding
+    the register full) gives back the bytes of the images it did not register."""
+    import asyncio
+
+    from tool_server.tools import neos
+    from tool_server.tools.base import Call
+
+    store = SessionStore(max_images=2, max_server_bytes=4 * 10_000)
+    session = store.create()
+    gate = asyncio.Event()
+
+    async def load_image(ctx, url: str, field: str):
+        if url.endswith("slow"):
+            await gate.wait()
+        return None, _image(20, 20)  # 1,600 bytes each
+
+    monkeypatch.setattr(neos, "load_image", load_image)
+    call = asyncio.create_task(neos.fetch_image(None, Call(session, {"urls": ["a", "slow"]}, 0)))
+    for _ in range(1000):  # the first image loads at once; the second waits for the gate
+        if store.image_bytes or call.done():
+            break
+        await asyncio.sleep(0)
+    assert store.image_bytes == 1600 and not call.done()  # the first image charged while the second loads
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert store.image_bytes == session.register.bytes == 0 and len(session.register) == 0
+    gate.set()
+    observation = await neos.fetch_image(None, Call(session, {"urls": ["a", "b", "c"]}, 0))
+    assert [r.get("output_ref") for r in observation.records] == ["img_1", "img_2", None]
+    assert observation.records[2]["error"]["type"] == "register_full"
+    assert store.image_bytes == session.register.bytes == 3200

@@ -239,3 +239,112 @@ def test_workers_flag_is_checked(bad, small_world):
         check=False,
     )
     assert r.returncode == 2 and f"argument --workers: must be >= 1, got {bad}" in r.stderr
+
+
+def test_workers_split_the_servers_image_budget_session_cap_and_client_quota():
+    """Each worker holds its own sessions: with the whole budget each, --workers 4 held 4 x 16 GiB of images."""
+    from tool_server.__main__ import parser, server_settings
+
+    args = parser().parse_args(["--world", "w", "--workers", "4", "--image-budget-gib", "16",
+                                "--max-sessions-per-client", "10"])
+    one, each = server_settings(args), server_settings(args, share=4)
+    assert (one.max_server_image_bytes, one.max_sessions, one.max_sessions_per_client) == (16 * 2**30, 100_000, 10)
+    assert (each.max_server_image_bytes, each.max_sessions, each.max_sessions_per_client) == (4 * 2**30, 25_000, 3)
+    assert each.max_session_image_bytes == one.max_session_image_bytes == 512 * 2**20  # a session is on one worker
+
+
+async def test_a_session_open_a_workers_full_share_refuses_goes_to_the_next(world, tmp_path):
+    """Worker 0's share of the client's quota is 1 session, worker 1's 2: the router opens 3 (the third passed on
+    from worker 0 to worker 1, counted), then answers the fourth with the last 429. Workers: our app on Unix sockets
+    in this process; their processes: live stand-ins."""
+    import multiprocessing
+    import time
+
+    from aiohttp import web
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from tool_server.app import ServerSettings, create_app
+    from tool_server.mei import MEIConfig, build_interface
+    from tool_server.workers import CLIENT_HEADER
+
+    procs = [multiprocessing.get_context("spawn").Process(target=time.sleep, args=(120,), daemon=True) for _ in "ab"]
+    for proc in procs:
+        proc.start()
+    paths, runners = [str(tmp_path / f"w{i}.sock") for i in range(2)], []
+    try:
+        for i, quota in enumerate((1, 2)):
+            settings = ServerSettings(session_id_prefix=f"s{i}_", max_sessions_per_client=quota,
+                                      client_header=CLIENT_HEADER)
+            app = create_app(world=world, mei=build_interface(MEIConfig(log_path=tmp_path / f"m{i}.jsonl", ocr=False)),
+                             settings=settings)
+            runners.append(web.AppRunner(app))
+            await runners[-1].setup()
+            await web.UnixSite(runners[-1], paths[i]).start()
+        router = Router(procs, paths)
+        async with TestClient(TestServer(router.app())) as c:
+            opened = [await c.post("/v1/sessions", json={}) for _ in range(4)]
+            bodies = [await r.json() for r in opened]
+            assert [r.status for r in opened] == [200, 200, 200, 429]
+            assert [b["session_id"][:3] for b in bodies[:3]] == ["s0_", "s1_", "s1_"]
+            assert bodies[3]["error"]["type"] == "session_quota"
+            assert router.counters["create_passed_on"] == 2  # the third from worker 0; the fourth from worker 1
+            text = await (await c.get("/metrics")).text()
+            assert 'tool_server_router_events_total{event="create_passed_on"} 2' in text
+    finally:
+        for runner in runners:
+            await runner.cleanup()
+        for proc in procs:
+            proc.kill()
+
+
+async def test_the_router_refuses_an_oversized_call_body_before_holding_it(tmp_path):
+    """A tool call is at most 1 MiB: the router answers 413 from the Content-Length, and reads a body without one no
+    further than the limit, instead of holding up to 64 MiB per call for the worker to refuse."""
+    import multiprocessing
+    import time
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from tool_server.limits import MAX_CALL_BODY_BYTES
+
+    proc = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(120,), daemon=True)
+    proc.start()
+    router = Router([proc], [str(tmp_path / "never.sock")], connect_retry_s=30)  # a forwarded call would wait 30 s
+    try:
+        async with TestClient(TestServer(router.app())) as c:
+            big = b"x" * (MAX_CALL_BODY_BYTES + 1)
+
+            async def chunks():
+                for i in range(0, len(big), 2**16):
+                    yield big[i : i + 2**16]
+
+            for data in (big, chunks()):
+                r = await asyncio.wait_for(c.post("/v1/sessions/s0_abc/call", data=data), 10)
+                assert (r.status, (await r.json())["error"]["type"]) == (413, "body_too_large")
+            assert router.counters["connect_retries"] == 0  # nothing was forwarded
+    finally:
+        proc.kill()
+
+
+async def test_the_router_reads_only_ascii_worker_indexes_of_bounded_length(tmp_path):
+    """Session ids name their worker by an ASCII index: ``s١_`` was worker 1 and an index of 5,000 digits a 500
+    (``int()`` refuses over 4,300 digits): both are unknown sessions now, answered without a worker."""
+    import multiprocessing
+    import time
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    procs = [multiprocessing.get_context("spawn").Process(target=time.sleep, args=(120,), daemon=True) for _ in "ab"]
+    for proc in procs:
+        proc.start()
+    router = Router(procs, [str(tmp_path / f"never{i}.sock") for i in range(2)], connect_retry_s=30)
+    try:
+        async with TestClient(TestServer(router.app())) as c:
+            for sid in ("s١_abc", "s" + "9" * 5000 + "_abc", "s2_abc", "x1_abc"):
+                r = await asyncio.wait_for(c.post(f"/v1/sessions/{sid}/call", json={"name": "TextSearch"}), 10)
+                body = await r.json()
+                assert (r.status, body["error"]["type"]) == (404, "unknown_session") and len(str(body)) < 300
+            assert router.counters["connect_retries"] == 0  # none reached a worker
+    finally:
+        for proc in procs:
+            proc.kill()

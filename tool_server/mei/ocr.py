@@ -4,6 +4,10 @@ The models are loaded once, on first use, so a server that never OCRs pays nothi
 SHA-256 of the PNG bytes: the same image is met again and again across sessions (page images, search candidates).
 Detection runs at the image's own resolution (``limit_type=max``); the library default upscales every image to a
 736-pixel short side, which costs seconds per image on CPU for no gain on the small images tools see.
+
+Inference runs one at a time on this object's own thread (niced like the server's heavy pools), never in asyncio's
+default executor: there, calls waiting for the one inference held every slot, and the disk cache tier's reads and
+writes, which run in that executor, queued behind them.
 """
 
 from __future__ import annotations
@@ -12,9 +16,12 @@ import asyncio
 import io
 import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from PIL import Image
+
+from tool_server.pools import heavy_pool
 
 from .log import sha256_hex
 
@@ -27,6 +34,7 @@ class OCR:
         self._cache_items = cache_items
         self._engine = None
         self._lock = threading.Lock()  # one inference at a time: onnxruntime sessions are shared, CPU is scarce
+        self._executor: ThreadPoolExecutor | None = None  # started on first use (after a --workers fork)
         self.calls = 0  # engine invocations (cache misses)
 
     def _load(self):
@@ -63,4 +71,6 @@ class OCR:
             return text
 
     async def text(self, png: bytes) -> str:
-        return await asyncio.to_thread(self.text_sync, png)
+        if self._executor is None:
+            self._executor = heavy_pool("ocr")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self.text_sync, png)

@@ -19,12 +19,10 @@ target is a 403, never a 5xx).
 from __future__ import annotations
 
 import logging
-import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from html.parser import HTMLParser
 from typing import Any
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urlsplit
 
 from PIL import Image as PILImage
 
@@ -34,6 +32,7 @@ from tool_server.net import BlockedURL, FetchError, FetchResult, ImageDecodeErro
 from tool_server.offline.world import resource_id
 from tool_server.online.clients import ImageResult, LensClient, PageResult, ReaderClient, SerpClient
 from tool_server.online.http import BackendError
+from tool_server.online.markup import markdown_images, read_html
 from tool_server.online.public import PublicImages
 from tool_server.pools import Pools
 
@@ -41,52 +40,8 @@ log = logging.getLogger(__name__)
 
 PAGE_TYPES = ("text/html", "application/xhtml+xml", "text/plain", "text/markdown")
 PAGE_TEXT_CHARS = 200_000  # of a page's visible text handed to MEI
-_SKIPPED = frozenset({"script", "style", "noscript", "template", "svg", "head"})
-_MD_IMAGE = re.compile(r"!\[([^\]]*)\]\((https?://[^\s)]+)")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp")
 MAX_RESOURCE_IDS = 100_000
-_BLOCKS = frozenset({"p", "div", "br", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "section", "article", "table"})
-
-
-class _Visible(HTMLParser):
-    """Title, visible text (paragraph breaks kept) and ``<img>`` references of an HTML document."""
-
-    def __init__(self, base_url: str) -> None:
-        super().__init__(convert_charrefs=True)
-        self._base = base_url
-        self._skip = 0
-        self._in_title = False
-        self.title = ""
-        self.parts: list[str] = []
-        self.images: list[tuple[str, str]] = []  # (absolute URL, alt)
-        self._seen: set[str] = set()  # URLs in images: a page's n tags are checked in O(n), not O(n^2)
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag in _SKIPPED:
-            self._skip += 1
-        if tag == "title":
-            self._in_title = True
-        if tag in _BLOCKS:
-            self.parts.append("\n")
-        if tag == "img":
-            a = dict(attrs)
-            src = (a.get("src") or "").strip()
-            url = urljoin(self._base, src) if src else ""
-            if url.startswith(("http://", "https://")) and url not in self._seen:
-                self._seen.add(url)
-                self.images.append((url, (a.get("alt") or "").strip()))
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in _SKIPPED and self._skip:
-            self._skip -= 1
-        if tag == "title":
-            self._in_title = False
-
-    def handle_data(self, data: str) -> None:
-        if self._in_title:
-            self.title += data
-        elif not self._skip:
-            self.parts.append(data)
 
 
 def page_view(result: FetchResult) -> PageView:
@@ -94,24 +49,18 @@ def page_view(result: FetchResult) -> PageView:
     text = result.body.decode("utf-8", errors="replace")
     if result.content_type not in ("text/html", "application/xhtml+xml"):
         return PageView(url=result.final_url, title=result.final_url, text=text[:PAGE_TEXT_CHARS])
-    parser = _Visible(result.final_url)
-    parser.feed(text)
-    parser.close()
-    lines = (" ".join(line.split()) for line in "".join(parser.parts).split("\n"))
-    body = "\n".join(line for line in lines if line)
+    page = read_html(text, result.final_url)
     return PageView(
         url=result.final_url,
-        title=" ".join(parser.title.split()) or result.final_url,
-        text=body[:PAGE_TEXT_CHARS],
-        images=[ImageView(url=u, alt=alt, source_page_url=result.final_url) for u, alt in parser.images],
+        title=page.title or result.final_url,
+        text=page.text[:PAGE_TEXT_CHARS],
+        images=[ImageView(url=u, alt=alt, source_page_url=result.final_url) for u, alt in page.images],
     )
 
 
 def markdown_view(page: PageResult) -> PageView:
     """A reader's Markdown page as MEI sees it; its images are the ``![alt](url)`` references, in order."""
-    images: dict[str, str] = {}
-    for alt, url in _MD_IMAGE.findall(page.text):
-        images.setdefault(url, alt.strip())
+    images = markdown_images(page.text)
     return PageView(
         url=page.url,
         title=" ".join(page.title.split()) or page.url,
@@ -193,10 +142,12 @@ class OnlineBackends:
             except FetchError as e:
                 raise _tool_error(e, field) from None
             try:
-                return markdown_view(await self.reader.read(url))
+                page = await self.reader.read(url)
             except BackendError as e:
                 self.reader_fallbacks += 1
                 log.warning("page reader failed for %s (%s); fetching it directly", url, e)
+            else:
+                return await self.pools.run("parse", markdown_view, page)  # its text is the web's, up to 20 MB
         result = await self._fetch(url, field)
         if result.content_type not in PAGE_TYPES:
             raise ToolError("unsupported_content", f"{url} is {result.content_type}, not a readable page", field)

@@ -134,29 +134,39 @@ async def reverse_image_search(ctx: ToolContext, call: Call) -> Observation:
 
 async def fetch_image(ctx: ToolContext, call: Call) -> Observation:
     urls = call.arguments["urls"]
+    register = call.session.register
+    held: dict[int, int] = {}  # bytes of decoded images taken from the budgets and not yet in the register
 
     async def load(i: int, url: str):
         try:
-            return (await load_image(ctx, url, f"arguments/urls/{i}"))[1]
+            pixels = (await load_image(ctx, url, f"arguments/urls/{i}"))[1]
+            # charged to the session's and the server's budgets as soon as decoded, not once every item is: a call
+            # holds at most its decoding images outside them (the session's or server's image memory, else an error)
+            register.reserve(0, nbytes := pixel_bytes(pixels.width, pixels.height))
+            held[i] = nbytes
+            return pixels
         except ToolError as e:
             return e
 
-    loaded = await asyncio.gather(*(load(i, u) for i, u in enumerate(urls)))
     records, images, lines = [], [], []
-    async with call.session.lock:
-        for url, result in zip(urls, loaded):
-            if not isinstance(result, ToolError):
-                try:  # register_full, or the session's or server's image memory
-                    entry = call.session.register.append(result, url)
-                except ToolError as e:
-                    result = e
-            if isinstance(result, ToolError):
-                records.append({"url": url, "error": item_error(result.type, result.message)})
-                lines.append(f"{url}: {_err_line(records[-1]['error'])}")
-                continue
-            images.append(entry)
-            records.append({"url": url, "output_ref": entry.ref, "width": entry.width, "height": entry.height})
-            lines.append(f"{url}: loaded as {entry.ref} ({entry.width}x{entry.height})")
+    try:
+        loaded = await asyncio.gather(*(load(i, u) for i, u in enumerate(urls)))
+        async with call.session.lock:
+            for i, (url, result) in enumerate(zip(urls, loaded)):
+                if not isinstance(result, ToolError) and register.room() < 1:
+                    result = ToolError("register_full", "1 image to add but the visual register has room for 0")
+                if isinstance(result, ToolError):
+                    records.append({"url": url, "error": item_error(result.type, result.message)})
+                    lines.append(f"{url}: {_err_line(records[-1]['error'])}")
+                    continue
+                entry = register.append_reserved(result, url)
+                del held[i]
+                images.append(entry)
+                records.append({"url": url, "output_ref": entry.ref, "width": entry.width, "height": entry.height})
+                lines.append(f"{url}: loaded as {entry.ref} ({entry.width}x{entry.height})")
+    finally:  # a full register, or the call cancelled: the bytes of images not appended go back
+        if held:
+            register.release(sum(held.values()))
     return Observation("\n".join(lines), records, images=images)
 
 
