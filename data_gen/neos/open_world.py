@@ -7,7 +7,9 @@ citizen of C"); anything else is rejected (``open_world``). An organisation reac
 unpinned: two member countries would pin it, but a convergent structure constrains its merge node through two
 distinct relations (Neos, App. A) and an organisation has no relation besides membership. Relations the world holds
 completely (every country's borders, languages, currencies, region and continent from world-countries) or whose
-object a reader expects to be one (a capital, a demonym) are closed: one answer in the KG is one in reality.
+object a reader expects to be one (a capital, a demonym) are closed: one answer in the KG is one in reality. So are
+the chemical elements' facts (mendeleev): the world holds all 118, so "the chemical element that was discovered in
+Finland" has the answers a reader finds, and the discoverers of an element are all listed or none is.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ OPEN_WORLD: dict[tuple[str, bool], str] = {
     ("P112", True): "a company may have several founders",
     ("P112", False): "a person may found several companies",
     ("P159", False): "a city hosts many headquarters",
+    ("P61", False): "a person may discover several elements, and mendeleev leaves out those found by a team or a pair",
     **{(rel, False): f"a country has many {kind}s; the world holds WordNet's few"
        for kind, rel in FEATURE_RELATIONS.items()},
     **{(rel, True): f"a {kind} may lie on a border or cross it" for kind, rel in FEATURE_RELATIONS.items()},
@@ -71,6 +74,11 @@ CLOSED_WORLD: dict[tuple[str, bool], str] = {
     ("P35", True): "a state has one head of state",
     ("P159", True): "a company has one headquarters",
     (LANDMARK_RELATION, True): "a building stands in one place",
+    ("P189", True): "the world holds every element's places of discovery (mendeleev; all or none)",
+    ("P189", False): "the world holds all 118 chemical elements and where each was discovered (mendeleev)",
+    ("P138", True): "an element is named after one thing",
+    ("P138", False): "the world holds all 118 chemical elements; six are named after a country",
+    ("P61", True): "the world holds all of an element's discoverers where it holds any (mendeleev)",
 }
 
 

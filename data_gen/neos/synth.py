@@ -33,9 +33,10 @@ from data_gen.world.store import World
 # The offline world's kinds a question can end at. Not seeded: kinds every structure reaches only through open-world
 # relations that nothing stated pins (data_gen.neos.open_world): WordNet classes (P31/P279), organisations (P463),
 # occupations (P106), natural features, foods and artifacts, animals and plants, landmarks; each of their seeds would
-# be expanded, grounded and then rejected as ``open_world``. A person is pinned by its occupation and dates.
+# be expanded, grounded and then rejected as ``open_world``. A person is pinned by its occupation and dates, or as
+# the one discoverer of a chemical element; an element by where it was discovered or the country it is named after.
 SEED_KINDS = frozenset({"country", "city", "subdivision", "us_state", "currency", "language", "region", "continent",
-                        "nationality", "person"})
+                        "nationality", "person", "element"})
 
 
 # Relation families withheld from distinguishing sets, one DAG per entry: greedy selection always takes the same
@@ -46,8 +47,9 @@ SEED_KINDS = frozenset({"country", "city", "subdivision", "us_state", "currency"
 # capitals (a city seed is identified through its country) and once without them (a country seed through its
 # image-bearing neighbours). A natural feature lying in one country and a nationality (P1549) are dead ends of the
 # same sort, and so are a food, an artifact, an animal, a plant or a landmark of one country and a country's only
-# citizen (P27) the world knows.
-_DEAD_ENDS = frozenset({"P36", "P1376", "P17", "P131", "P1549", "P27", *FEATURE_RELATIONS.values(),
+# citizen (P27) the world knows, and so is the one chemical element discovered in (P189) or named after (P138) one
+# country.
+_DEAD_ENDS = frozenset({"P36", "P1376", "P17", "P131", "P1549", "P27", "P189", "P138", *FEATURE_RELATIONS.values(),
                         *CULTURE_RELATIONS.values(), *WILDLIFE_RELATIONS.values(), LANDMARK_RELATION})
 
 RELATION_VARIANTS: tuple[frozenset[str], ...] = (

@@ -39,6 +39,9 @@ RELATION_PHRASES: dict[str, tuple[str, str]] = {
     "P112": ("was founded by {x}", "founded {x}"),
     "P463": ("is a member of {x}", "has {x} as a member"),
     "P1549": ("is the homeland of {x}", "names the natives of {x}"),
+    "P189": ("was discovered in {x}", "{x} was discovered in"),
+    "P138": ("is named after {x}", "{x} is named after"),
+    "P61": ("was discovered by {x}", "discovered {x}"),
     **{rel: ("lies in {x}", "contains {x}") for rel in FEATURE_RELATIONS.values()},
     FEATURE_RELATIONS["river"]: ("flows through {x}", "{x} flows through"),
     **{rel: ("is associated with {x}", "{x} is associated with") for rel in CULTURE_RELATIONS.values()},
@@ -52,6 +55,7 @@ KIND_NOUNS: dict[str, str] = {
     "region": "region", "person": "person", "company": "company", "organization": "organization",
     "taxon": "species", "nationality": "nationality", "occupation": "occupation", "food": "food",
     "artifact": "artifact", "animal": "animal", "plant": "plant", "landmark": "landmark",
+    "element": "chemical element",
     **{kind: kind for kind in FEATURE_RELATIONS},
 }
 

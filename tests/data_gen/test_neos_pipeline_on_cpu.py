@@ -18,12 +18,13 @@ from data_gen.neos.agents import (
     probe_text_only_search,
 )
 from data_gen.neos.cli import main as neos_main
+from data_gen.neos.schema import EntryImage
 from data_gen.neos.synth import Synthesizer
 from data_gen.world.store import World
 from tool_server.launch import served
 from tool_server.mei.log import BlobStore, MEILog, blobs_dir_of
-from verl_ext.mei.sft import sft_example, tokenize
 from verl_ext.credit.offline_judge import TaskPath
+from verl_ext.mei.sft import sft_example, tokenize
 from verl_ext.rollout.record import TrajectoryRecord
 from verl_ext.tools.client import ToolServerClient
 
@@ -146,14 +147,16 @@ def test_probes_solve_leaky_questions_and_not_the_synthesized_ones(server, synth
 
 def test_entry_image_probes_solve_one_hop_questions_but_not_the_checkpointed_task(server, synth, tasks):
     task = tasks[0]
-    anchor = task.entry_images[0].entity_id
-    capital = synth.world.entities[next(iter(synth.kg.objects(anchor, "P36")))].label
+    # one hop from Namibia's flag (Windhoek); not from any first task's country: for Greece's the offline text
+    # search ranks "Vatican City" and "Guatemala City" above Athens, and the seed order moves with the world's kinds
+    flag = next(i for i in synth.world.images.values() if i.entity_id == "country:NAM" and i.source == "flag-icons")
     one_hop = task.model_copy(update={
         "question": "Let A be the country whose national flag is shown in the image. Let B be the city that is the "
-                    "capital of A. Which city is B?", "answer": capital, "aliases": []})
+                    "capital of A. Which city is B?", "answer": "Windhoek", "aliases": [],
+        "entry_images": [EntryImage(image_id=flag.id, url=flag.url, entity_id="country:NAM")]})
     image = synth.world.images[task.entry_images[0].image_id]
     assert not probe_entry_image_vqa(task, [image.caption, image.alt])
-    assert probe_entry_image_vqa(one_hop, [f"Flag with the motto of {capital}"])
+    assert probe_entry_image_vqa(one_hop, ["Flag with the motto of Windhoek"])
 
     # the checkpointed task: the first that does not end at a continent (a continent is often the entry-image
     # country's own, "Asia" for a chain from Tajikistan's flag: the shortcut this probe catches, and the pipeline

@@ -23,6 +23,7 @@ ADAPTERS: tuple[str, ...] = (
     "people",
     "wildlife",
     "landmarks",
+    "elements",
 )
 
 
