@@ -56,6 +56,10 @@ def parser() -> argparse.ArgumentParser:
                    "(default: the usable cores divided by --workers, at least 1)")
     p.add_argument("--session-image-mib", type=positive_int, default=512, metavar="MIB",
                    help="decoded image memory of one session's visual register, MiB (default: 512)")
+    p.add_argument("--inflight-body-mib", type=positive_int, default=256, metavar="MIB",
+                   help="request bodies over 1 MiB (session opens with question images, up to 64 MiB each) read and "
+                   "decoded at once per process, MiB; one that does not fit is refused with 503 server_busy, not "
+                   "queued (default: 256)")
     p.add_argument("--image-budget-gib", type=positive_float, default=16.0, metavar="GIB",
                    help="decoded image memory of every session together, GiB (split evenly between --workers); least "
                    "recently used idle sessions are evicted first (default: 16)")
@@ -155,6 +159,7 @@ def server_settings(args: argparse.Namespace, *, share: int = 1, **extra) -> Ser
         max_sessions_per_client=-(-args.max_sessions_per_client // share),
         max_session_image_bytes=args.session_image_mib * 2**20,
         max_server_image_bytes=int(args.image_budget_gib * 2**30) // share,
+        max_inflight_body_bytes=args.inflight_body_mib * 2**20,  # not split: the router's own budget bounds them all
         **extra,
     )
 

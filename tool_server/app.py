@@ -20,10 +20,13 @@ from tool_server.cache import TieredCache
 from tool_server.calls import CALL_FIELDS, CallMemo, check_keys, json_object, parse_call
 from tool_server.errors import ToolError
 from tool_server.limits import (
+    MAX_BODY_BYTES,
     MAX_CALL_BODY_BYTES,
     MAX_GROUP_ID_CHARS,
+    MAX_INFLIGHT_BODY_BYTES,
     MAX_URL_CHARS,
     MAX_VERSION_CHARS,
+    BodyBudget,
     check_text,
     quote,
 )
@@ -44,7 +47,6 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-MAX_BODY_BYTES = 64 * 2**20  # question images arrive base64 in the session body
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +61,7 @@ class ServerSettings:
     session_id_prefix: str = "s_"
     client_header: str | None = None  # behind the --workers router: the header naming the client's address
     max_pixels: int = DEFAULT_MAX_PIXELS
+    max_inflight_body_bytes: int = MAX_INFLIGHT_BODY_BYTES  # large request bodies read at once (BodyBudget)
 
 
 def _error(status: int, type_: str, message: str, field: str | None = None) -> web.Response:
@@ -270,6 +273,17 @@ CACHE = web.AppKey("cache", object)
 METRICS = web.AppKey("metrics", Metrics)
 SETTINGS = web.AppKey("settings", ServerSettings)
 CALLS = web.AppKey("calls", CallMemo)
+BODIES = web.AppKey("bodies", BodyBudget)
+
+
+def _budgeted(handler: Handler) -> Handler:
+    """A handler that may read a large body (up to ``MAX_BODY_BYTES``) runs within the process's body budget."""
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        with request.app[BODIES].hold(request.content_length, request.body_exists):
+            return await handler(request)
+
+    return answer
 
 
 def create_app(
@@ -283,6 +297,7 @@ def create_app(
     """The server; ``online`` backends (closed with the app) answer web search and non-world URLs."""
     set_pil_pixel_limit(settings.max_pixels)
     app = web.Application(client_max_size=MAX_BODY_BYTES)
+    app[BODIES] = BodyBudget(settings.max_inflight_body_bytes)
     app[WORLD] = world
     app[SESSIONS] = SessionStore(
         ttl_s=settings.session_ttl_s,
@@ -307,10 +322,10 @@ def create_app(
     router.add_get("/healthz", wrap(healthz))
     router.add_get("/metrics", wrap(metrics))
     router.add_get("/v1/tools", wrap(tools))
-    router.add_post("/v1/sessions", wrap(create_session))
+    router.add_post("/v1/sessions", wrap(_budgeted(create_session)))
     router.add_delete("/v1/sessions/{session_id}", wrap(delete_session))
     router.add_get("/admin/mei_version", wrap(mei_version))
-    router.add_post("/admin/mei_version", wrap(mei_version))
+    router.add_post("/admin/mei_version", wrap(_budgeted(mei_version)))
     if online is not None and online.public is not None:  # query images for the reverse-image API
         router.add_get(PUBLIC_PATH + "{name}", wrap(online.public.handle))
     router.add_route("*", "/{tail:.*}", wrap(_no_route))  # last: what no other route takes

@@ -21,6 +21,7 @@ STATUS = {
     "session_quota": 429,  # one client holds its share of the server's sessions
     "session_memory_full": 409,  # one session's images hold its pixel budget
     "server_memory_full": 503,  # the server's image budget is held by sessions too recently used to evict
+    "server_busy": 503,  # the large request bodies being read at once fill their budget (limits.BodyBudget)
     # online mode (tool_server.online.web)
     "blocked_url": 403,
     "too_large": 413,

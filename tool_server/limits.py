@@ -8,6 +8,8 @@ the value, so a 10 MiB value cannot turn into a 10 MiB error body.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from tool_server.errors import ToolError
@@ -19,6 +21,8 @@ MAX_GROUP_ID_CHARS = 256
 MAX_VERSION_CHARS = 256  # an MEI version: kept on every session and part of its MEI-backed cache keys
 MAX_CROP_IMAGES = 10  # crop_config keys; Neos caps the boxes of a call at ten in total
 MAX_CALL_BODY_BYTES = 1 * 2**20  # a tool call never carries pixels (question images go to POST /v1/sessions)
+MAX_BODY_BYTES = 64 * 2**20  # one request body: question images arrive base64 in a session open
+MAX_INFLIGHT_BODY_BYTES = 256 * 2**20  # the large bodies of every request being read or decoded at once
 QUOTE_CHARS = 64
 
 _FIELD_CHARS = {
@@ -71,3 +75,32 @@ def check_arguments(arguments: Any) -> None:
             check_items(value, MAX_CROP_IMAGES, field)
             for ref in value:
                 check_text(ref, MAX_URL_CHARS, field)
+
+
+class BodyBudget:
+    """Bytes of large request bodies (session opens, announcements: up to :data:`MAX_BODY_BYTES` each) a process
+    reads and decodes at once. Each body is bounded alone, but one client sending many at once would hold them all,
+    and their decoded copies, in memory; a body that does not fit is refused before it is read (503
+    ``server_busy``: retry later), never queued. A body of unknown length counts as the largest allowed. Bodies of at
+    most :data:`MAX_CALL_BODY_BYTES` (tool calls) are not counted: a large one never makes a small one wait.
+    One event loop per process: no await between the check and the charge, so no lock."""
+
+    def __init__(self, limit_bytes: int = MAX_INFLIGHT_BODY_BYTES, body_bytes: int = MAX_BODY_BYTES) -> None:
+        self.limit_bytes, self.body_bytes, self.used = limit_bytes, body_bytes, 0
+        self.refused = 0
+
+    @contextlib.contextmanager
+    def hold(self, content_length: int | None, has_body: bool = True) -> Iterator[None]:
+        n = (self.body_bytes if has_body else 0) if content_length is None else content_length
+        if n <= MAX_CALL_BODY_BYTES:
+            yield
+            return
+        if self.used + n > self.limit_bytes:
+            self.refused += 1
+            raise ToolError("server_busy", f"{n} bytes would pass the {self.limit_bytes} bytes of request bodies "
+                            "this server reads at once; retry later", "body")
+        self.used += n
+        try:
+            yield
+        finally:
+            self.used -= n

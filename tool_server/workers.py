@@ -35,6 +35,7 @@ from aiohttp import web
 
 from tool_server.app import read_call_body
 from tool_server.errors import ToolError
+from tool_server.limits import MAX_BODY_BYTES, BodyBudget
 from tool_server.loop import run, until_terminated
 
 log = logging.getLogger(__name__)
@@ -117,8 +118,10 @@ class Router:
     """``connect_retry_s``: how long a call waits for a live worker that accepts no connection before a 503
     ``worker_busy``."""
 
-    def __init__(self, procs: list, paths: list[str], *, connect_retry_s: float = CONNECT_RETRY_S) -> None:
+    def __init__(self, procs: list, paths: list[str], *, connect_retry_s: float = CONNECT_RETRY_S,
+                 bodies: BodyBudget | None = None) -> None:
         self._procs = procs
+        self._bodies = bodies or BodyBudget()  # the large bodies the router holds while it forwards them
         self._connect_retry_s = connect_retry_s
         # connect_retries: connections a live worker did not accept at once; busy: calls refused after retrying for
         # connect_retry_s; broken_connections: calls whose connection broke while the worker lived on;
@@ -297,15 +300,28 @@ class Router:
                     return answer
         return answer
 
+    def _budgeted(self, handler):
+        """``handler`` within the router's body budget: a large body is refused before it is read when it does not
+        fit (503 ``server_busy``), and counted until the workers have answered."""
+
+        async def answer(request: web.Request) -> web.Response:
+            try:
+                with self._bodies.hold(request.content_length, request.body_exists):
+                    return await handler(request)
+            except ToolError as e:
+                return _error(e.status, e.type, e.message, e.field)
+
+        return answer
+
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 2**20)
+        app = web.Application(client_max_size=MAX_BODY_BYTES)
         app.router.add_route("*", "/v1/sessions/{session_id}/call", self.call)
-        app.router.add_post("/v1/sessions", self.create_session)
-        app.router.add_route("*", "/v1/sessions/{session_id}", self.session)
+        app.router.add_post("/v1/sessions", self._budgeted(self.create_session))
+        app.router.add_route("*", "/v1/sessions/{session_id}", self._budgeted(self.session))
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/healthz", self.healthz)
-        app.router.add_route("*", "/admin/mei_version", self.mei_version)
-        app.router.add_route("*", "/{tail:.*}", self.other)
+        app.router.add_route("*", "/admin/mei_version", self._budgeted(self.mei_version))
+        app.router.add_route("*", "/{tail:.*}", self._budgeted(self.other))
 
         async def close(app: web.Application) -> None:
             for client in self._clients:
@@ -342,7 +358,7 @@ def serve_workers(args: argparse.Namespace, sock: socket.socket) -> int:
                     if not proc.is_alive() or time.monotonic() > deadline:
                         raise OSError(f"server process {procs.index(proc)} did not start")
             async def serve() -> None:
-                router = Router(procs, paths)
+                router = Router(procs, paths, bodies=BodyBudget(args.inflight_body_mib * 2**20))
                 runner = web.AppRunner(router.app(), access_log=None)
                 await runner.setup()
                 await web.SockSite(runner, sock, backlog=LISTEN_BACKLOG).start()
