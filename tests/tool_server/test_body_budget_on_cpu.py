@@ -117,3 +117,46 @@ async def test_the_workers_router_refuses_a_body_that_does_not_fit_before_readin
             assert (r.status, (await r.json())["error"]["type"]) == (503, "server_busy")
         r = await client.post("/v1/sessions", data=_padded_session(2 * MIB))
         assert (r.status, (await r.json())["error"]["type"]) == (503, "worker_unavailable")
+
+
+async def test_the_client_sends_a_busy_session_open_again_with_backoff(loopback):
+    """Two 503 server_busy, then the session: the open succeeds after two retries; other 503s are raised at once."""
+    from aiohttp import web
+
+    from verl_ext.tools.client import ToolServerClient, ToolServerUnavailable
+
+    answers = [(503, "server_busy"), (503, "server_busy"), (200, None), (503, "server_memory_full")]
+    seen: list[float] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append(asyncio.get_running_loop().time())
+        status, type_ = answers.pop(0)
+        if status == 200:
+            return web.json_response({"session_id": "s_1", "images": []})
+        return web.json_response({"error": {"type": type_, "message": "m", "field": "body"}}, status=status)
+
+    url = await loopback(handler, "POST")
+    async with ToolServerClient(url, timeout_s=10) as client:
+        assert (await client.open_session()).session_id == "s_1"
+        assert client.busy_retries == 2 and len(seen) == 3
+        assert seen[2] - seen[1] >= 0.09 and seen[1] - seen[0] >= 0.045  # 0.05 s, then 0.1 s
+        with pytest.raises(ToolServerUnavailable) as other:
+            await client.open_session()
+        assert other.value.type == "server_memory_full" and client.busy_retries == 2
+
+
+async def test_a_session_open_that_stays_busy_fails_within_the_clients_timeout(loopback):
+    from aiohttp import web
+
+    from verl_ext.tools.client import ToolServerClient, ToolServerUnavailable
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.json_response({"error": {"type": "server_busy", "message": "m", "field": "body"}}, status=503)
+
+    url = await loopback(handler, "POST")
+    async with ToolServerClient(url, timeout_s=0.5) as client:
+        start = asyncio.get_running_loop().time()
+        with pytest.raises(ToolServerUnavailable) as busy:
+            await client.open_session()
+        assert busy.value.type == "server_busy" and asyncio.get_running_loop().time() - start < 0.6
+        assert client.busy_retries == 3  # 0.05 + 0.1 + 0.2 = 0.35 s slept; the next 0.4 s would pass 0.5 s

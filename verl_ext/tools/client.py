@@ -11,12 +11,16 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Self
 
 import aiohttp
 from PIL import Image
+
+
+BUSY_FIRST_DELAY_S, BUSY_MAX_DELAY_S = 0.05, 2.0  # backoff of a session open the server is too busy to read
 
 
 class ToolServerError(Exception):
@@ -79,6 +83,7 @@ class ToolServerClient:
         self._timeout = aiohttp.ClientTimeout(total=timeout_s, connect=connect_timeout_s)
         self._http: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.busy_retries = 0  # session opens sent again after a 503 server_busy
 
     async def __aenter__(self) -> Self:
         return self
@@ -105,12 +110,23 @@ class ToolServerClient:
         return (await self._request("GET", "/v1/tools", params=params))["tools"]
 
     async def open_session(self, images: Sequence[str] = (), group_id: str | None = None) -> SessionInfo:
-        """``images``: world image URLs or base64-encoded images; they become img_1.. in order."""
+        """``images``: world image URLs or base64-encoded images; they become img_1.. in order. A 503 ``server_busy``
+        (the server reads only so many large bodies at once, and refuses the rest before reading them) is sent again
+        with exponential backoff until the client's timeout, then raised."""
         body: dict[str, Any] = {"images": list(images)}
         if group_id is not None:
             body["group_id"] = group_id
-        data = await self._request("POST", "/v1/sessions", json=body)
-        return SessionInfo(data["session_id"], list(data["images"]))
+        deadline, delay = time.monotonic() + (self._timeout.total or 0.0), BUSY_FIRST_DELAY_S
+        while True:
+            try:
+                data = await self._request("POST", "/v1/sessions", json=body)
+                return SessionInfo(data["session_id"], list(data["images"]))
+            except ToolServerUnavailable as e:
+                if e.type != "server_busy" or time.monotonic() + delay > deadline:
+                    raise
+            self.busy_retries += 1
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, BUSY_MAX_DELAY_S)
 
     async def close_session(self, session_id: str) -> None:
         await self._request("DELETE", f"/v1/sessions/{session_id}")
