@@ -160,6 +160,7 @@ def test_ctrl_c_is_one_line_and_the_rerun_goes_on(tmp_path, capsys, threaded_cha
             time.sleep(0.02)
         os.kill(os.getpid(), signum)
 
+    before = signal.getsignal(signal.SIGTERM)  # SIG_DFL alone; an earlier test's ray.init() leaves Ray's handler
     threading.Thread(target=interrupt, daemon=True).start()
     with pytest.raises(SystemExit) as exit_:
         main(argv)
@@ -167,7 +168,7 @@ def test_ctrl_c_is_one_line_and_the_rerun_goes_on(tmp_path, capsys, threaded_cha
     assert exit_.value.code == code and "Traceback" not in err
     assert err.strip().splitlines()[-1].endswith(f"{what}; finished episodes are kept in {results}: rerun the "
                                                  "same command to go on")
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler is this command's only
+    assert signal.getsignal(signal.SIGTERM) is before  # the command's handler is its own only
     assert 1 <= len(results.read_text().splitlines()) < 6
     threaded_chat.reply = scripted_policy(ANSWERS)
     assert main(argv) == 0
