@@ -42,6 +42,9 @@ selected, generation 344 s (docs/benchmarks.md, "Mixed-group sampler").
 Added since, not yet run on the GPU (docs/mei_coevolution.md): the MEI SFT group's weights and Adam state are
 offloaded between updates (``pool: shared``), each step logs the rollout round's MEI version mix (asserted: never more
 than one version), the update logs ``mei/update/*`` and the tool server logs the v1 activation the trainer announced.
+Run again on an H100 on 2026-12-06 (main 5347c49, docs/training.md "Status"): main_ppo exited 0 after 3 updates, but
+with a policy at SFT loss 0.52 (malformed calls, reward 0) and an MEI whose warm start was stopped for device time,
+so no MEI update: these additions are still not exercised on a GPU.
 """
 
 from __future__ import annotations
