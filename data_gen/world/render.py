@@ -1,8 +1,9 @@
-"""Rendering of world images: SVG rasterization and labelled locator maps from decoded TopoJSON.
+"""Rendering of world images: SVG rasterization and locator maps from decoded TopoJSON.
 
 A locator map shows one feature (a country, a state) filled in a highlight colour among its neighbours, with its
 name written on it, as the locator maps of encyclopedia articles do; the pixels then carry evidence (shape,
-neighbours, name) that a reverse-image or visual question can rely on. Fonts come from the fonts-dejavu-core source
+neighbours, name) that a reverse-image or visual question can rely on. Drawn without the name, the map can stand
+for its feature in a question (shape and neighbours only). Fonts come from the fonts-dejavu-core source
 package and system fonts are never consulted, so the pixels are the same on every machine.
 """
 

@@ -6,9 +6,8 @@ from pathlib import Path
 
 from data_gen.kg import Edge, Structure
 from data_gen.neos.synth import Synthesizer
-from data_gen.world.model import Entity
+from data_gen.world.model import Entity, Triple
 from data_gen.world.model import Image as ImageRecord
-from data_gen.world.model import Triple
 from data_gen.world.store import World
 
 RED, WHITE, BLUE, GREEN, YELLOW = (210, 20, 40), (255, 255, 255), (0, 60, 170), (0, 140, 70), (250, 210, 0)

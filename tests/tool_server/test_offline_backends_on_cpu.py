@@ -92,7 +92,7 @@ def test_reverse_search_finds_the_country_from_its_unlabelled_map(world):
     w, h = fra.size
     best = _reverse(world, fra.crop((int(0.1 * w), int(0.1 * h), int(0.9 * w), int(0.9 * h))))[0]
     assert best.image_id in ("map_fra_unlabelled", "map_fra")
-    assert [p.url for p in world.carriers(best.image_id)][0] == f"{ORIGIN}/wiki/France"
+    assert next(p.url for p in world.carriers(best.image_id)) == f"{ORIGIN}/wiki/France"
 
 
 def test_features_are_cached_on_disk(world, small_world):
