@@ -24,7 +24,8 @@ IMAGE_KINDS: dict[str, str] = {
     "flag-icons": "national flag",
     "kgeography-data": "flag",
     "world-atlas": "locator map",
-    "us-atlas": "locator map",
+    "world-atlas-unlabelled": "locator map",  # the same map without the name: after the labelled one, so a
+    "us-atlas": "locator map",                 # checkpoint (the first image of its kind) keeps the labelled map
     "simple-icons": "logo",
     "tuxpaint-stamps-default": "picture",
     # a Wikidata KG's image statements (data_gen.neos.kg_world): flag, logo, locator map, image
@@ -33,6 +34,9 @@ IMAGE_KINDS: dict[str, str] = {
     "wikidata:P242": "locator map",
     "wikidata:P18": "picture",
 }
+# Sources whose pixels print the depicted entity's name (the labelled locator maps): such an image cannot stand for
+# its entity in a question, so it is never an entry image while the entity has another.
+NAMED_SOURCES = frozenset({"world-atlas", "us-atlas"})
 # A small named palette; each opaque pixel goes to the nearest name.
 COLOURS: dict[str, tuple[int, int, int]] = {
     "black": (0, 0, 0), "white": (255, 255, 255), "grey": (150, 150, 150), "red": (210, 20, 40),

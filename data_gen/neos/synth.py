@@ -22,7 +22,7 @@ from data_gen.kg import (
     expand,
 )
 from data_gen.kg.distinguish import TAXONOMIC_RELATIONS, DistinguishingConfig
-from data_gen.neos.observer import IMAGE_KINDS, Description, Observer, PaletteObserver, ground
+from data_gen.neos.observer import IMAGE_KINDS, NAMED_SOURCES, Description, Observer, PaletteObserver, ground
 from data_gen.neos.open_world import pinning
 from data_gen.neos.schema import Alternative, EntryImage, Step, Task
 from data_gen.neos.verbalize import Rewriter, TemplateVerbalizer, Verbalizer, check_coverage
@@ -244,7 +244,7 @@ class Synthesizer:
         if rule is not None:
             return Candidate(key, structure, None, *rule)
         labels = {e.relation: self._relation_label(e.relation) for e in structure.edges}
-        anchor_images = [IMAGE_KINDS[self._images[a][0][2]] for a in structure.anchors]
+        anchor_images = [IMAGE_KINDS[self.entry_image(a)[2]] for a in structure.anchors]
         verbal = self.verbalizer.verbalize(structure, kinds, labels, anchor_images, bound, ambiguous, nouns)
         reason = check_coverage(verbal.question, structure, verbal, names)
         if reason is not None:
@@ -278,7 +278,7 @@ class Synthesizer:
         anchors = {a: {a} for a in structure.anchors}
         for anchor in structure.anchors:
             entity = self.world.entities.get(anchor)
-            source = self._images[anchor][0][2]
+            source = self.entry_image(anchor)[2]
             pictured = self._pictured.get((entity.kind if entity else "", source), {anchor})
             if self._answers(structure, {**anchors, anchor: pictured}, bound, names) == {structure.answer}:
                 return "entry_image_ablation", f"without the image of {anchor} the text alone leaves one answer"
@@ -332,8 +332,18 @@ class Synthesizer:
         entity = self.world.entities.get(entity_id)
         return entity.label if entity else entity_id
 
+    def entry_image(self, anchor: str) -> tuple[str, Path, str]:
+        """The image that stands for ``anchor`` in its questions, ``(image_id, path, source)``: one of its images
+        that does not print its name (a country's flag or unlabelled locator map), picked by a hash of the run's
+        seed and the anchor, so a run mixes image kinds and the same world and seed give the same questions. An
+        anchor with only named images keeps its first one."""
+        images = self._images[anchor]
+        unnamed = [im for im in images if im[2] not in NAMED_SOURCES] or images[:1]
+        digest = hashlib.sha256(f"{self.seed}:{anchor}".encode()).digest()
+        return unnamed[int.from_bytes(digest[:8], "big") % len(unnamed)]
+
     def _entry(self, anchor: str) -> EntryImage:
-        image_id = self._images[anchor][0][0]
+        image_id = self.entry_image(anchor)[0]
         return EntryImage(image_id=image_id, url=self.world.images[image_id].url, entity_id=anchor)
 
     def _alternatives(self, checkpoint: str, candidates: set[str], description: Description, names: set[str],

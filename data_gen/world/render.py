@@ -1,8 +1,9 @@
-"""Rendering of world images: SVG rasterization and labelled locator maps from decoded TopoJSON.
+"""Rendering of world images: SVG rasterization and locator maps from decoded TopoJSON.
 
 A locator map shows one feature (a country, a state) filled in a highlight colour among its neighbours, with its
 name written on it, as the locator maps of encyclopedia articles do; the pixels then carry evidence (shape,
-neighbours, name) that a reverse-image or visual question can rely on. Fonts come from the fonts-dejavu-core source
+neighbours, name) that a reverse-image or visual question can rely on. Drawn without the name, the map can stand
+for its feature in a question (shape and neighbours only). Fonts come from the fonts-dejavu-core source
 package and system fonts are never consulted, so the pixels are the same on every machine.
 """
 
@@ -95,14 +96,16 @@ class Atlas:
             bounds=np.asarray([[r[:, 0].min(), r[:, 1].min(), r[:, 0].max(), r[:, 1].max()] for r in rings]),
         )
 
-    def locator_map(self, index: int, label: str, center_lon: float, size: tuple[int, int] = (512, 384)) -> Image.Image:
-        """Map of feature ``index`` among its neighbours, labelled ``label``; ``center_lon`` keeps rings that cross
-        the antimeridian (Russia, Fiji, Alaska) on the same side as the feature's body."""
+    def locator_map(self, index: int, label: str | None, center_lon: float,
+                    size: tuple[int, int] = (512, 384)) -> Image.Image:
+        """Map of feature ``index`` among its neighbours, labelled ``label`` (None: no name, so the map can stand for
+        its feature in a question without giving it away); ``center_lon`` keeps rings that cross the antimeridian
+        (Russia, Fiji, Alaska) on the same side as the feature's body."""
         rs = self._rings
         shift = np.round((rs.lon_mean - center_lon) / 360.0) * 360.0
         own = np.flatnonzero((rs.owner == index) & rs.outer)
         if own.size == 0:
-            raise RenderError(f"feature {label!r} has no polygon")
+            raise RenderError(f"feature {label or index!r} has no polygon")
         view = _view_box(rs, own, shift, size)
         lon0, lat0, lon1, lat1, kx = view
         w, h = size[0] * SUPERSAMPLE, size[1] * SUPERSAMPLE
@@ -136,7 +139,8 @@ class Atlas:
             draw.ellipse((anchor[0] - r, anchor[1] - r, anchor[0] + r, anchor[1] + r), outline=HIGHLIGHT, width=3 * SUPERSAMPLE)
             label_at = (label_at[0], label_at[1] + 30)  # below the ring, not over it
         image = image.reduce(SUPERSAMPLE)
-        _label(image, label, label_at, self.font)
+        if label is not None:
+            _label(image, label, label_at, self.font)
         return image
 
 

@@ -86,6 +86,15 @@ def test_reverse_search_survives_crops_and_rescaling(world):
     assert pages[0] == f"{ORIGIN}/wiki/Mexico"
 
 
+def test_reverse_search_finds_the_country_from_its_unlabelled_map(world):
+    # A Neos entry image: the locator map without the name leads to the country's page all the same.
+    fra = Image.open(world.world.image_path("map_fra_unlabelled")).convert("RGB")
+    w, h = fra.size
+    best = _reverse(world, fra.crop((int(0.1 * w), int(0.1 * h), int(0.9 * w), int(0.9 * h))))[0]
+    assert best.image_id in ("map_fra_unlabelled", "map_fra")
+    assert next(p.url for p in world.carriers(best.image_id)) == f"{ORIGIN}/wiki/France"
+
+
 def test_features_are_cached_on_disk(world, small_world):
     _reverse(world, Image.new("RGB", (64, 64), (255, 255, 255)))  # waits for the features
     files = list((feature_cache(small_world) / "features").glob(f"{world.content_hash[:16]}-*.npz"))

@@ -88,6 +88,26 @@ def test_countries_have_capitals_flags_and_maps(world):
         assert rgb.getpixel((w // 2, h // 2)) == (255, 255, 255)
 
 
+def test_countries_have_an_unlabelled_locator_map_that_names_nothing(world):
+    france = world.pages[world.entities["country:FRA"].page_id]
+    assert {"map_fra", "map_fra_unlabelled"} <= set(france.image_ids)
+    named, unnamed = world.images["map_fra"], world.images["map_fra_unlabelled"]
+    assert (unnamed.entity_id, unnamed.source, unnamed.width, unnamed.height) == (
+        "country:FRA", "world-atlas-unlabelled", named.width, named.height)
+    with PILImage.open(world.image_path("map_fra")) as a, PILImage.open(world.image_path("map_fra_unlabelled")) as b:
+        label = (20, 20, 20)  # the name's fill (render._label); the map itself draws nothing that dark
+        assert label in {c for _, c in a.convert("RGB").getcolors(1 << 20)}
+        assert label not in {c for _, c in b.convert("RGB").getcolors(1 << 20)}
+    maps = [im for im in world.images.values() if im.source == "world-atlas-unlabelled"]
+    assert len(maps) == sum(im.source == "world-atlas" for im in world.images.values())
+    for im in maps:  # search and the probes read these texts: neither the country nor its regions in them
+        country = world.entities[im.entity_id]
+        regions = {world.entities[t.o].label for t in world.triples if t.s == country.id and t.p in ("P361", "P30")}
+        text = f"{im.caption} {im.alt}"
+        assert not any(re.search(rf"\b{re.escape(n)}\b", text, re.IGNORECASE)
+                       for n in {country.label, *country.aliases, *regions})
+
+
 def test_pages_link_each_other_and_carry_wikipedia_text(world):
     france = world.pages[world.entities["country:FRA"].page_id]
     paris = world.entities["city:2988507"].page_id

