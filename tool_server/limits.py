@@ -87,7 +87,6 @@ class BodyBudget:
 
     def __init__(self, limit_bytes: int = MAX_INFLIGHT_BODY_BYTES, body_bytes: int = MAX_BODY_BYTES) -> None:
         self.limit_bytes, self.body_bytes, self.used = limit_bytes, body_bytes, 0
-        self.refused = 0
 
     @contextlib.contextmanager
     def hold(self, content_length: int | None, has_body: bool = True) -> Iterator[None]:
@@ -95,8 +94,7 @@ class BodyBudget:
         if n <= MAX_CALL_BODY_BYTES:
             yield
             return
-        if self.used + n > self.limit_bytes:
-            self.refused += 1
+        if self.used + n > self.limit_bytes:  # counted where the error is answered (tool_errors_total)
             raise ToolError("server_busy", f"{n} bytes would pass the {self.limit_bytes} bytes of request bodies "
                             "this server reads at once; retry later", "body")
         self.used += n

@@ -264,11 +264,12 @@ class Router:
             f'tool_server_workers{{state="alive"}} {alive}\ntool_server_workers{{state="dead"}} '
             f"{len(self._procs) - alive}\n"
             "# HELP tool_server_router_events_total Connections to live workers retried, calls refused busy, "
-            "connections broken mid-call, session opens passed on by a worker whose share of a limit was full.\n"
+            "connections broken mid-call, session opens passed on by a worker whose share of a limit was full, "
+            "large bodies refused by the router's body budget (server_busy).\n"
             "# TYPE tool_server_router_events_total counter\n"
             + "".join(
                 f'tool_server_router_events_total{{event="{k}"}} {self.counters[k]}\n'
-                for k in ("connect_retries", "busy", "broken_connections", "create_passed_on")
+                for k in ("connect_retries", "busy", "broken_connections", "create_passed_on", "server_busy")
             )
         )
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
@@ -309,6 +310,7 @@ class Router:
                 with self._bodies.hold(request.content_length, request.body_exists):
                     return await handler(request)
             except ToolError as e:
+                self.counters[e.type] += 1  # server_busy: tool_server_router_events_total
                 return _error(e.status, e.type, e.message, e.field)
 
         return answer
