@@ -92,6 +92,15 @@ def test_generic_jsonl_and_parquet_read_the_same(tmp_path: Path) -> None:
     assert jsonl == parquet and jsonl[0].ground_truth == {"target": "Paris", "aliases": ["Paname"]}
 
 
+def test_a_spec_reads_its_file_once(tmp_path: Path) -> None:
+    """The CLI checks every row before a run starts and the run uses the same rows: the file is read once."""
+    path = _jsonl(tmp_path / "g.jsonl", [{"id": "g1", "question": "q", "answer": "a"}])
+    spec = BenchmarkSpec.parse(f"g=generic:{path}")
+    first = spec.load()
+    path.unlink()
+    assert spec.load() == first and spec.load() is not first  # a fresh list each time; callers may slice it
+
+
 @pytest.mark.parametrize(("rows", "where"), [
     ([{"question": "q", "answer": "a"}, {"question": "q2"}], ":2: field 'answer': no answer"),
     ([{"question": "q", "answer": "a"}, "{not json"], ":2: field '<line>': not JSON"),

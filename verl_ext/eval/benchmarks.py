@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import io
 import json
 from collections.abc import Callable, Iterator, Mapping
@@ -118,7 +119,13 @@ class BenchmarkSpec:
         return cls(name, fmt, Path(path))
 
     def load(self) -> list[EvalItem]:
-        items = list(FORMATS[self.format](self.name, self.path))
+        """The rows, read and checked once per spec: the CLI checks them before it starts a tool server, and the
+        run then uses what that read."""
+        return list(self._items)
+
+    @functools.cached_property
+    def _items(self) -> tuple[EvalItem, ...]:
+        items = tuple(FORMATS[self.format](self.name, self.path))
         seen: set[str] = set()
         for item in items:
             if item.item_id in seen:
