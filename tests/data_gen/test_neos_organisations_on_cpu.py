@@ -56,10 +56,12 @@ def test_a_member_of_a_complete_organisation_is_closed_and_of_wordnets_open(tmp_
                         checkpoints=("country:HKG",))
     assert _pin(world, vietnam) == {"organization:apec": "organization of 2 members"}  # Vietnam needs no pin
     nato = Structure(branches=((Edge("organization:nato", "country:TUR", "P463", False),
-                                Edge("country:TUR", "country:GRC", "P47", True)),), tail=(), checkpoints=("country:TUR",))
+                                Edge("country:TUR", "country:GRC", "P47", True)),), tail=(),
+                     checkpoints=("country:TUR",))
     assert _pin(world, nato).startswith("country:TUR (country): an organisation has many members; WordNet")
     apec = Structure(branches=((Edge("organization:apec", "country:VNM", "P463", False),
-                                Edge("country:VNM", "country:CHN", "P47", True)),), tail=(), checkpoints=("country:VNM",))
+                                Edge("country:VNM", "country:CHN", "P47", True)),), tail=(),
+                     checkpoints=("country:VNM",))
     assert _pin(world, apec) == {}
     short = _world(tmp_path, apec_count="21")
     assert _pin(short, vietnam).startswith("organization:apec (organization): a country is a member of many")

@@ -20,10 +20,10 @@ members, Hong Kong and Taiwan among them: APEC says "member economies"), G7 (7) 
   EU27_2007 and the other EU columns past states of the EU.
 
 Facts: ``(country, P463 member of, organisation)`` for every member, and ``(organisation, P2124 member count, n)``
-(a literal): the completeness marker that :mod:`data_gen.neos.open_world` reads (a member list the world holds as
-long as the stated count is complete). A member that is no world country would leave the count above the facts, and
-the list would read as open; none is missing in version 1.3.2. Each organisation's page states its members by their
-world names, with the year each joined where the table gives one.
+(a literal, every row of the column): the completeness marker that :mod:`data_gen.neos.open_world` reads (the world
+holds the list completely where it holds that many members). A member that is no world country would leave the
+count above the facts, and the list would read as open; none is missing in version 1.3.2. Each organisation's page
+states the count and its members by their world names, with the year each joined where the table gives one.
 
 The EU and the UN are WordNet organisations too: they keep WordNet's id, gloss and aliases (one entity, one page),
 and the complete list wins: WordNet's EU of 2006 (15 members, the United Kingdom among them) would contradict it,
@@ -78,7 +78,7 @@ def contribute(sources: Mapping[str, Path], size: str) -> Contribution:
         listed = join_list([f"{names[c]} ({year})" if year else names[c]
                             for c, year in sorted(members.items(), key=lambda m: names[m[0]])])
         joined = " (with the year each joined)" if any(members.values()) else ""
-        sentence = f"It has {len(members)} members{joined}: {listed}."
+        sentence = f"It has {len(listed_members)} members{joined}: {listed}."
         facts = [(c, "P463", None) for c in members]
         if org.label in COMPLETE_ELSEWHERE:  # one entity with WordNet's: its id, gloss and aliases
             synset = wn.synsets[wn.lookup(org.label)[0]]
