@@ -3,9 +3,15 @@ C" has one answer only because the KG holds one Spanish person, not under a pers
 
 A node reached only through such relations must be pinned by more that a reader can check (:func:`pinning`): a
 person by the occupation and the dates the sources state ("the film maker, born in 1900, died in 1983, who is a
-citizen of C"); anything else is rejected (``open_world``). An organisation reached through its members stays
-unpinned: two member countries would pin it, but a convergent structure constrains its merge node through two
-distinct relations (Neos, App. A) and an organisation has no relation besides membership. Relations the world holds
+citizen of C"), an organisation whose member list the world holds completely by its member count ("the organization
+of 21 members that has C as a member": C is a member of many organisations, of few with 21 members;
+:func:`organisation_noun`); anything else is rejected (``open_world``). Two member countries cannot pin an
+organisation: a convergent structure constrains its merge node through two distinct relations (Neos, App. A).
+
+Whether a relation is open can depend on the entity it is read from: an organisation's members (P463 read from the
+organisation) are open for WordNet's organisations (WordNet, 2006, lists some) and closed for those whose member
+count the world states and whose members it holds, all of them (country_converter's lists:
+:data:`COMPLETE_LISTS`, :func:`complete_lists`). Relations the world holds
 completely (every country's borders, languages, currencies, region and continent from world-countries) or whose
 object a reader expects to be one (a capital, a demonym) are closed: one answer in the KG is one in reality. So are
 the chemical elements' facts (mendeleev): the world holds all 118, so "the chemical element that was discovered in
@@ -28,8 +34,8 @@ OPEN_WORLD: dict[tuple[str, bool], str] = {
     ("P106", True): "a person may have several occupations; WordNet lists its instance hypernyms only",
     ("P17", False): "a country holds many cities; the world holds few per country",
     ("P131", False): "a country has many subdivisions; the world's list may be partial",
-    ("P463", True): "a country is a member of many organisations; the world holds WordNet's nine",
-    ("P463", False): "an organisation has many members; WordNet (2006) lists some",
+    ("P463", True): "a country is a member of many organisations; the world holds fifteen",
+    ("P463", False): "an organisation has many members; WordNet (2006) lists some",  # but see COMPLETE_LISTS
     ("P31", True): "an entity is an instance of many classes",
     ("P31", False): "a class has many instances",
     ("P279", True): "a class has many superclasses",
@@ -81,20 +87,40 @@ CLOSED_WORLD: dict[tuple[str, bool], str] = {
     ("P61", True): "the world holds all of an element's discoverers where it holds any (mendeleev)",
 }
 
+# (relation, forward) of OPEN_WORLD -> why it is closed after all when read from an entity whose list the world holds
+# completely (:func:`complete_lists`): "a country that is a member of the OECD" has the answers a reader finds.
+COMPLETE_LISTS: dict[tuple[str, bool], str] = {
+    ("P463", False): "the world holds every member of an organisation whose member count (P2124) it states",
+}
+MEMBER_COUNT = "P2124"
 
-def pinning(structure: Structure, kinds: Mapping[str, str], kg: KG, world: World) -> dict[str, str] | str:
+
+def complete_lists(world: World, kg: KG) -> dict[str, int]:
+    """Organisation -> its member count, for those whose members the world holds completely: the count it states
+    (P2124, a literal) is the number of its members in the KG. A member left out (no entity of the world) leaves
+    the list open."""
+    counts = {t.s: int(t.o) for t in world.triples if t.p == MEMBER_COUNT and t.literal and t.o.isdigit()}
+    return {org: n for org, n in counts.items() if len(kg.subjects("P463", org)) == n}
+
+
+def pinning(structure: Structure, kinds: Mapping[str, str], kg: KG, world: World,
+            complete: Mapping[str, int] | None = None) -> dict[str, str] | str:
     """Node -> the noun phrase that pins it ("film maker, born in 1900,"), for every node whose incoming edges are
     all open-world; a str (the reason) when one cannot be pinned. A node with a closed incoming edge is pinned by
     it: the reader can list that edge's objects. A relation in neither table (a loaded KG's own) counts as closed:
-    :func:`undecided` names them, and the CLI counts and warns about the tasks that use one."""
+    :func:`undecided` names them, and the CLI counts and warns about the tasks that use one. ``complete``:
+    :func:`complete_lists` of the world, computed here when not given (the synthesizer computes it once)."""
+    complete = complete_lists(world, kg) if complete is None else complete
     nouns: dict[str, str] = {}
     for node in structure.nodes:
         incoming = [e for e in structure.edges if e.target == node]
-        reasons = [OPEN_WORLD.get((e.relation, e.forward)) for e in incoming]
+        reasons = [None if (e.relation, e.forward) in COMPLETE_LISTS and e.source in complete
+                   else OPEN_WORLD.get((e.relation, e.forward)) for e in incoming]
         if not incoming or not all(reasons):
             continue
         kind = kinds.get(node, "")
-        noun = person_noun(node, kg, world) if kind == "person" else None
+        noun = person_noun(node, kg, world) if kind == "person" else \
+            organisation_noun(node, complete, world) if kind == "organization" else None
         if noun is None:
             return f"{node} ({kind or 'entity'}): {reasons[0]}, and nothing stated pins it"
         nouns[node] = noun
@@ -111,6 +137,27 @@ def person_noun(person: str, kg: KG, world: World) -> str | None:
         return None
     died = f" died in {dates.group(2)}," if dates.group(2) else ""
     return f"{' and '.join(jobs)}, born in {dates.group(1)},{died}"
+
+
+# Organisations (by label) whose member count pins nothing under a person's reading, though the world holds their
+# members: -> why.
+UNPINNED_COUNTS: dict[str, str] = {
+    "United Nations": "its specialised agencies have as many members (the ITU 193 states, the WMO 193 members), and "
+                      "193 names the United Nations without its member",
+}
+
+
+def organisation_noun(organisation: str, complete: Mapping[str, int], world: World) -> str | None:
+    """"organization of 21 members": the member count of an organisation whose members the world holds completely
+    (:func:`complete_lists`), which the reader checks on its page; None for any other and for
+    :data:`UNPINNED_COUNTS`. A country is a member of many organisations, but of few with exactly 21 members: under
+    a person's reading, "the organization of 21 members that has Hong Kong as a member" is APEC, and without Hong
+    Kong "an organization of 21 members" is any of several."""
+    count = complete.get(organisation)
+    entity = world.entities.get(organisation)
+    if count is None or entity is None or entity.label in UNPINNED_COUNTS:
+        return None
+    return f"organization of {count} members"
 
 
 def undecided(steps: Iterable[tuple[str, bool]]) -> set[str]:

@@ -23,7 +23,7 @@ from data_gen.kg import (
 )
 from data_gen.kg.distinguish import TAXONOMIC_RELATIONS, DistinguishingConfig
 from data_gen.neos.observer import IMAGE_KINDS, NAMED_SOURCES, Description, Observer, PaletteObserver, ground
-from data_gen.neos.open_world import pinning
+from data_gen.neos.open_world import complete_lists, pinning
 from data_gen.neos.schema import Alternative, EntryImage, Step, Task
 from data_gen.neos.verbalize import Rewriter, TemplateVerbalizer, Verbalizer, check_coverage
 from data_gen.world.model import page_url
@@ -31,12 +31,13 @@ from data_gen.world.properties import CULTURE_RELATIONS, FEATURE_RELATIONS, LAND
 from data_gen.world.store import World
 
 # The offline world's kinds a question can end at. Not seeded: kinds every structure reaches only through open-world
-# relations that nothing stated pins (data_gen.neos.open_world): WordNet classes (P31/P279), organisations (P463),
-# occupations (P106), natural features, foods and artifacts, animals and plants, landmarks; each of their seeds would
-# be expanded, grounded and then rejected as ``open_world``. A person is pinned by its occupation and dates, or as
-# the one discoverer of a chemical element; an element by where it was discovered or the country it is named after.
+# relations that nothing stated pins (data_gen.neos.open_world): WordNet classes (P31/P279), occupations (P106),
+# natural features, foods and artifacts, animals and plants, landmarks; each of their seeds would be expanded,
+# grounded and then rejected as ``open_world``. A person is pinned by its occupation and dates, or as the one
+# discoverer of a chemical element; an element by where it was discovered or the country it is named after; an
+# organisation whose member list the world holds completely by its member count (WordNet's stay open).
 SEED_KINDS = frozenset({"country", "city", "subdivision", "us_state", "currency", "language", "region", "continent",
-                        "nationality", "person", "element"})
+                        "nationality", "person", "element", "organization"})
 
 
 # Relation families withheld from distinguishing sets, one DAG per entry: greedy selection always takes the same
@@ -125,6 +126,7 @@ class Synthesizer:
         # Entity-only facts: a literal (a code, a population) can never be an anchor or checkpoint, and a unique
         # literal would win every distinguishing set and cut the DAG off from image-bearing neighbours.
         self.kg = KG.from_triples((t.s, t.p, t.o) for t in world.triples if not t.literal)
+        self._complete = complete_lists(world, self.kg)  # organisations whose members the world holds completely
         order = list(IMAGE_KINDS)
         self._images: dict[str, list[tuple[str, Path, str]]] = {}
         usable = (im for im in world.images.values() if im.entity_id and im.source in IMAGE_KINDS)
@@ -211,7 +213,7 @@ class Synthesizer:
         """Steps 5-6 and the evidence rules for one identifiable structure."""
         key = self.structure_key(structure)
         kinds = {n: self.world.entities[n].kind for n in structure.nodes if n in self.world.entities}
-        nouns = pinning(structure, kinds, self.kg, self.world)
+        nouns = pinning(structure, kinds, self.kg, self.world, self._complete)
         if isinstance(nouns, str):
             return Candidate(key, structure, None, "open_world", nouns)
         names = self._withheld(structure)

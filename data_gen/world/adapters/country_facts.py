@@ -57,6 +57,10 @@ FEATURE_KINDS: dict[str, str] = {  # the kinds of FEATURE_RELATIONS
     "river": "river", "mountain peak": "mountain", "mountain": "mountain", "volcano": "volcano", "lake": "lake",
     "island": "island", "desert": "desert", "waterfall": "waterfall", "range": "mountain range",
 }
+# organisations whose complete member list data_gen.world.adapters.organisations states, with this WordNet entity's
+# id, gloss and aliases: WordNet's partial list (2006: the EU of 15, the United Kingdom among them) would contradict
+# it, so this adapter gives none of their entities or facts
+COMPLETE_ELSEWHERE = frozenset({"European Union", "United Nations"})
 # WordNet's country concepts: "state, nation, country" (the polity) and "country, state, land" (its territory)
 _COUNTRY_SENSES = (1, 2)
 
@@ -67,6 +71,8 @@ def contribute(sources: Mapping[str, Path], size: str) -> Contribution:
     out = Contribution(relations=relations({"P463", "P1549", *FEATURE_RELATIONS.values(),
                                             *CULTURE_RELATIONS.values()}))
     for org, members in sorted(organisations(wn, of_synset).items()):
+        if wn.synsets[org].label in COMPLETE_ELSEWHERE:
+            continue
         add_entity(out, wn, wn.synsets[org], "organization", [(c, "P463", None) for c in members],
                    f"Its member countries are {join_list(sorted(labels[c] for c in members))}.")
     for feature, (kind, located) in sorted(features(wn, of_synset, countries).items()):
