@@ -17,7 +17,13 @@ from typing import Protocol
 
 from data_gen.kg import Edge, Structure
 from data_gen.neos.observer import Description
-from data_gen.world.properties import CULTURE_RELATIONS, FEATURE_RELATIONS, LANDMARK_RELATION, WILDLIFE_RELATIONS
+from data_gen.world.properties import (
+    CULTURE_RELATIONS,
+    FEATURE_RELATIONS,
+    LANDMARK_RELATION,
+    NATIONAL_DISH,
+    WILDLIFE_RELATIONS,
+)
 
 # relation -> (the subject described from the object {x}, the object described from the subject {x})
 RELATION_PHRASES: dict[str, tuple[str, str]] = {
@@ -47,6 +53,7 @@ RELATION_PHRASES: dict[str, tuple[str, str]] = {
     **{rel: ("is associated with {x}", "{x} is associated with") for rel in CULTURE_RELATIONS.values()},
     **{rel: ("is found in {x}", "{x} is found in") for rel in WILDLIFE_RELATIONS.values()},
     LANDMARK_RELATION: ("lies in {x}", "contains {x}"),
+    NATIONAL_DISH: ("has {x} as its national dish", "is the national dish of {x}"),
 }
 KIND_NOUNS: dict[str, str] = {
     "country": "country", "city": "city", "subdivision": "region", "us_state": "U.S. state",
@@ -55,7 +62,7 @@ KIND_NOUNS: dict[str, str] = {
     "region": "region", "person": "person", "company": "company", "organization": "organization",
     "taxon": "species", "nationality": "nationality", "occupation": "occupation", "food": "food",
     "artifact": "artifact", "animal": "animal", "plant": "plant", "landmark": "landmark",
-    "element": "chemical element",
+    "element": "chemical element", "dish": "dish",
     **{kind: kind for kind in FEATURE_RELATIONS},
 }
 

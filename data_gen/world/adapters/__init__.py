@@ -24,6 +24,7 @@ ADAPTERS: tuple[str, ...] = (
     "wildlife",
     "landmarks",
     "elements",
+    "national_dishes",
 )
 
 
