@@ -10,8 +10,8 @@ completely (every country's borders, languages, currencies, region and continent
 object a reader expects to be one (a capital, a demonym) are closed: one answer in the KG is one in reality. So are
 the chemical elements' facts (mendeleev): the world holds all 118, so "the chemical element that was discovered in
 Finland" has the answers a reader finds, and the discoverers of an element are all listed or none is. A country's
-national dish is closed as the source names one (country-json, where it names exactly one), the countries of a dish
-open.
+national dish and main religion are closed as the source names one (country-json), the countries of a dish or a
+religion open.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from data_gen.world.properties import (
     CULTURE_RELATIONS,
     FEATURE_RELATIONS,
     LANDMARK_RELATION,
+    MAIN_RELIGION,
     NATIONAL_DISH,
     WILDLIFE_RELATIONS,
 )
@@ -58,6 +59,7 @@ OPEN_WORLD: dict[tuple[str, bool], str] = {
     **{(rel, True): f"a {kind} may belong to several countries' ways" for kind, rel in CULTURE_RELATIONS.items()},
     (NATIONAL_DISH, False): "neighbours claim one dish (country-json: couscous for Algeria, Mauritania, Morocco and "
                             "Tunisia)",
+    (MAIN_RELIGION, False): "a religion is the main one of many countries",
 }
 
 # (relation, forward) -> why one object in the KG is one in reality: a reader expects one, or the world holds them all.
@@ -90,6 +92,7 @@ CLOSED_WORLD: dict[tuple[str, bool], str] = {
     ("P138", False): "the world holds all 118 chemical elements; six are named after a country",
     ("P61", True): "the world holds all of an element's discoverers where it holds any (mendeleev)",
     (NATIONAL_DISH, True): "country-json names one national dish for the country (entries naming several give none)",
+    (MAIN_RELIGION, True): "a country's main religion is its largest group, one (country-json)",
 }
 
 # (relation, forward) -> why the world lacks the fact for some subjects that have it in reality: closed read from one
@@ -99,6 +102,7 @@ CLOSED_WORLD: dict[tuple[str, bool], str] = {
 PARTIAL: dict[tuple[str, bool], str] = {
     (NATIONAL_DISH, True): "country-json names one national dish for 72 countries; the others have one, several or "
                            "none in reality",
+    (MAIN_RELIGION, True): "country-json names none where no group holds most (the Czech Republic, Estonia)",
 }
 
 

@@ -31,6 +31,7 @@ from data_gen.world.properties import (
     CULTURE_RELATIONS,
     FEATURE_RELATIONS,
     LANDMARK_RELATION,
+    MAIN_RELIGION,
     NATIONAL_DISH,
     WILDLIFE_RELATIONS,
 )
@@ -41,9 +42,9 @@ from data_gen.world.store import World
 # occupations (P106), natural features, foods and artifacts, animals and plants, landmarks; each of their seeds would
 # be expanded, grounded and then rejected as ``open_world``. A person is pinned by its occupation and dates, or as
 # the one discoverer of a chemical element; an element by where it was discovered or the country it is named after; a
-# dish as its country's one national dish.
+# dish or a religion as its country's one national dish or main religion.
 SEED_KINDS = frozenset({"country", "city", "subdivision", "us_state", "currency", "language", "region", "continent",
-                        "nationality", "person", "element", "dish"})
+                        "nationality", "person", "element", "dish", "religion"})
 
 
 # Relation families withheld from distinguishing sets, one DAG per entry: greedy selection always takes the same
@@ -55,9 +56,10 @@ SEED_KINDS = frozenset({"country", "city", "subdivision", "us_state", "currency"
 # image-bearing neighbours). A natural feature lying in one country and a nationality (P1549) are dead ends of the
 # same sort, and so are a food, an artifact, an animal, a plant or a landmark of one country and a country's only
 # citizen (P27) the world knows, and so is the one chemical element discovered in (P189) or named after (P138) one
-# country, and a country's national dish.
+# country, and a country's national dish or main religion.
 _DEAD_ENDS = frozenset({"P36", "P1376", "P17", "P131", "P1549", "P27", "P189", "P138", *FEATURE_RELATIONS.values(),
-                        *CULTURE_RELATIONS.values(), *WILDLIFE_RELATIONS.values(), LANDMARK_RELATION, NATIONAL_DISH})
+                        *CULTURE_RELATIONS.values(), *WILDLIFE_RELATIONS.values(), LANDMARK_RELATION, NATIONAL_DISH,
+                        MAIN_RELIGION})
 
 RELATION_VARIANTS: tuple[frozenset[str], ...] = (
     frozenset(), _DEAD_ENDS, frozenset({"P131", "P47"}), frozenset({"P131", "P37", "P38"}),

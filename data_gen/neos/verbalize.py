@@ -21,6 +21,7 @@ from data_gen.world.properties import (
     CULTURE_RELATIONS,
     FEATURE_RELATIONS,
     LANDMARK_RELATION,
+    MAIN_RELIGION,
     NATIONAL_DISH,
     WILDLIFE_RELATIONS,
 )
@@ -54,6 +55,7 @@ RELATION_PHRASES: dict[str, tuple[str, str]] = {
     **{rel: ("is found in {x}", "{x} is found in") for rel in WILDLIFE_RELATIONS.values()},
     LANDMARK_RELATION: ("lies in {x}", "contains {x}"),
     NATIONAL_DISH: ("has {x} as its national dish", "is the national dish of {x}"),
+    MAIN_RELIGION: ("has {x} as its main religion", "is the main religion of {x}"),
 }
 KIND_NOUNS: dict[str, str] = {
     "country": "country", "city": "city", "subdivision": "region", "us_state": "U.S. state",
@@ -62,7 +64,7 @@ KIND_NOUNS: dict[str, str] = {
     "region": "region", "person": "person", "company": "company", "organization": "organization",
     "taxon": "species", "nationality": "nationality", "occupation": "occupation", "food": "food",
     "artifact": "artifact", "animal": "animal", "plant": "plant", "landmark": "landmark",
-    "element": "chemical element", "dish": "dish",
+    "element": "chemical element", "dish": "dish", "religion": "religion",
     **{kind: kind for kind in FEATURE_RELATIONS},
 }
 

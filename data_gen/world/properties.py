@@ -51,6 +51,7 @@ _LABELS: dict[str, str] = {
     "x:lake_in": "lake in",
     "x:landmark_in": "landmark in",
     "x:landlocked": "landlocked",
+    "x:main_religion": "main religion",
     "x:mountain_in": "mountain in",
     "x:mountain_range_in": "mountain range in",
     "x:national_dish": "national dish",
@@ -82,6 +83,9 @@ LANDMARK_RELATION = "x:landmark_in"
 
 # A country's one national dish (country-json; data_gen.world.adapters.national_dishes): Wikidata has no such property.
 NATIONAL_DISH = "x:national_dish"
+
+# A country's main religion, its largest group (country-json; data_gen.world.adapters.religions).
+MAIN_RELIGION = "x:main_religion"
 
 
 def relation(pid: str) -> Relation:

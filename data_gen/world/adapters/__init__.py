@@ -25,6 +25,7 @@ ADAPTERS: tuple[str, ...] = (
     "landmarks",
     "elements",
     "national_dishes",
+    "religions",
 )
 
 

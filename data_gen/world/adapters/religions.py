@@ -1,0 +1,61 @@
+"""Each country's main religion (the country-json package's per-country table), as concept answers a Neos question
+can end at: "Let C be the main religion of B" (Judaism for Israel).
+
+country-json names one religion per country, the largest group (Christianity for 167 of its entries, Islam 52,
+Buddhism 8, Hinduism 4, Folk Religions 3, Judaism 1), or none where no group holds most (the Czech Republic,
+Estonia, South Korea); fact ``(country, x:main_religion, religion)``. Read from the country it has one answer;
+read from the religion it is open (many countries share one), and a country without the fact may be meant by a
+question, so both are decided in ``data_gen.neos.open_world``. Country names join as for the national dishes
+(``national_dishes.country_ids``); its rows that join no world country are ``national_dishes.misses`` plus
+"Asia-Pacific", a region. Both sizes hold the same facts.
+
+The table's form of government (``country-by-government-type.json``) is left out: of its 39 labels the questions
+that pass the evidence rules end at the rare ones, the source's own spellings of one form ("Federation
+Constitutional Monarchy" for Australia, "Constitutional Monarchy, Federation" for Canada) or a dated one ("Socialistic
+State" for Libya), none of which a reader would give as the answer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Mapping
+from pathlib import Path
+
+from data_gen.world.adapters._geo import fold
+from data_gen.world.adapters._prose import join_list
+from data_gen.world.adapters.country_facts import load_countries
+from data_gen.world.adapters.national_dishes import SOURCE, country_ids
+from data_gen.world.model import Contribution, Entity, Page, Triple, page_url, slugify
+from data_gen.world.properties import MAIN_RELIGION, relations
+
+SOURCES = ("country-json", "world-countries")
+RELIGIONS = Path("package/src/country-by-religion.json")
+
+
+def contribute(sources: Mapping[str, Path], size: str) -> Contribution:
+    if size not in ("small", "full"):
+        raise ValueError(f"size must be 'small' or 'full', not {size!r}")
+    countries = load_countries(sources["world-countries"])
+    ids = country_ids(countries)
+    names = {cid: name for cid, (name, _) in countries.items()}
+    of: dict[str, list[str]] = defaultdict(list)  # religion -> its countries
+    for country, religion in load_table(sources["country-json"]):
+        if religion and fold(country) in ids:
+            of[religion].append(ids[fold(country)])
+    out = Contribution(relations=relations({MAIN_RELIGION}))
+    for religion, cids in sorted(of.items()):
+        eid = f"religion:{slugify(religion).lower()}"
+        listed = join_list(sorted(names[c] for c in cids))
+        page_id = slugify(religion)
+        out.pages.append(Page(page_id, page_url(page_id), religion,
+                              f"According to country-json, {religion} is the main religion of {listed}.", SOURCE,
+                              entity_id=eid))
+        out.entities.append(Entity(eid, religion, "religion", f"main religion of {len(cids)} countries", [], page_id))
+        out.triples += [Triple(c, MAIN_RELIGION, eid) for c in cids]
+    return out
+
+
+def load_table(root: Path) -> list[tuple[str, str | None]]:
+    """(country name, religion or None) per entry of country-json's religion table."""
+    return [(row["country"], row["religion"]) for row in json.loads((root / RELIGIONS).read_text(encoding="utf-8"))]
