@@ -11,10 +11,10 @@ from the dish the fact is open: neighbours claim one dish (Machboos is Bahrain's
 several-dish entries name it for more countries, which the dish's page says.
 
 The table's country names join the world's countries by world-countries' names (common, official, alternative
-spellings, accents and case folded): England, Scotland, Wales and Northern Ireland are no world countries (the
-United Kingdom has its own entry), and "Turkey", "Fiji Islands", "The Democratic Republic of Congo" and "Netherlands
-Antilles" name none (:func:`misses`); none of them names exactly one dish but Scotland's, Wales's and Northern
-Ireland's. A dish whose name is a WordNet dish (a noun.food synset under *dish*: couscous, "gulyas" for Gulyás)
+spellings, accents and case folded), four by their world-countries name (:data:`RENAMED`, "Turkey" is Türkiye):
+England, Scotland, Wales and Northern Ireland are no world countries (the United Kingdom has its own entry), nor is
+the Netherlands Antilles (dissolved in 2010) (:func:`misses`); of these only Scotland's, Wales's and Northern
+Ireland's entries name exactly one dish. A dish whose name is a WordNet dish (a noun.food synset under *dish*: couscous, "gulyas" for Gulyás)
 takes its lemmas as aliases and its gloss as description; no such synset is an entity of the world (WordNet's
 foods the world holds, ``country_facts``, are none of the single national dishes), so no dish duplicates one. Both
 sizes hold the same dishes.
@@ -43,6 +43,9 @@ LEXFILE_FOOD = 13
 DISH_SENSE = 2  # dish.n.02, "a particular item of prepared food"
 # a description ("sauerkraut stew") or a statement that there is none ("No officially announced national dish")
 _NO_NAME = re.compile(r"^(?:[a-z]|No\b)")
+# the table's names world-countries spells otherwise
+RENAMED = {"Turkey": "Türkiye", "Fiji Islands": "Fiji", "The Democratic Republic of Congo": "DR Congo",
+           "Micronesia (country)": "Micronesia"}
 _PARTS = re.compile(r",(?![^(]*\))")  # commas outside parentheses: "Tum Mak Hoong (Som Tum, its Thai name)" is one
 
 
@@ -64,7 +67,7 @@ def contribute(sources: Mapping[str, Path], size: str) -> Contribution:
     among: dict[str, list[str]] = defaultdict(list)  # folded dish name -> countries naming it among several
     first: dict[str, Dish] = {}
     for country, text in table:
-        cid = ids.get(fold(country))
+        cid = country_id(country, ids)
         dishes = parse(text)
         if cid is None or not dishes:
             continue
@@ -101,9 +104,14 @@ def country_ids(countries: Mapping[str, tuple[str, list[str]]]) -> dict[str, str
     return {name: cids.pop() for name, cids in owners.items() if len(cids) == 1}
 
 
+def country_id(name: str, ids: Mapping[str, str]) -> str | None:
+    """The world country a name of the table names (``ids``: :func:`country_ids`), or None."""
+    return ids.get(fold(RENAMED.get(name, name)))
+
+
 def misses(table: list[tuple[str, str | None]], ids: Mapping[str, str]) -> list[str]:
     """The table's country names that join no world country."""
-    return [country for country, _ in table if fold(country) not in ids]
+    return [country for country, _ in table if country_id(country, ids) is None]
 
 
 def parse(text: str | None) -> list[Dish]:
