@@ -100,6 +100,7 @@ CLOSED_WORLD: dict[tuple[str, bool], str] = {
 # because country-json names several dishes for Finland. A step through one from a set of candidates that includes
 # a subject without the fact is open (:func:`unlisted`).
 PARTIAL: dict[tuple[str, bool], str] = {
+    ("P1549", True): "WordNet names the natives of 157 of the 250 countries (no Surinamese)",
     (NATIONAL_DISH, True): "country-json names one national dish for 72 countries; the others have one, several or "
                            "none in reality",
     (MAIN_RELIGION, True): "country-json names none where no group holds most (the Czech Republic, Estonia)",

@@ -154,6 +154,14 @@ def test_a_dish_step_from_countries_one_of_which_has_none_in_the_world_is_open(t
     assert candidate.detail.startswith("country:FIN may be meant")
 
 
+def test_a_nationality_step_from_countries_one_of_which_has_none_in_the_world_is_open():
+    # "Let C be a country that shares a border with French Guiana. Let D be the nationality that names the natives
+    # of C": Brazilian, and Surinamese, which WordNet does not name
+    kg = KG.from_triples([("country:BRA", "P1549", "nationality:brazilian")])
+    assert unlisted(kg, {"country:BRA", "country:SUR"}, "P1549", True).startswith("country:SUR may be meant")
+    assert unlisted(kg, {"country:BRA"}, "P1549", True) is None
+
+
 def test_the_country_whose_national_dish_a_dish_is_is_open(tmp_path, striped_png):
     world = _world(tmp_path, striped_png)
     structure = Structure(branches=((Edge("country:SWE", "country:NOR", "P47", True),
