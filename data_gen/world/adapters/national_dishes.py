@@ -14,10 +14,10 @@ The table's country names join the world's countries by world-countries' names (
 spellings, accents and case folded), four by their world-countries name (:data:`RENAMED`, "Turkey" is Türkiye):
 England, Scotland, Wales and Northern Ireland are no world countries (the United Kingdom has its own entry), nor is
 the Netherlands Antilles (dissolved in 2010) (:func:`misses`); of these only Scotland's, Wales's and Northern
-Ireland's entries name exactly one dish. A dish whose name is a WordNet dish (a noun.food synset under *dish*: couscous, "gulyas" for Gulyás)
-takes its lemmas as aliases and its gloss as description; no such synset is an entity of the world (WordNet's
-foods the world holds, ``country_facts``, are none of the single national dishes), so no dish duplicates one. Both
-sizes hold the same dishes.
+Ireland's entries name exactly one dish. A dish whose name is a WordNet dish (a noun.food synset under *dish*:
+couscous, "gulyas" for Gulyás) takes its lemmas as aliases and its gloss as description; no such synset is an entity
+of the world (WordNet's foods the world holds, ``country_facts``, are none of the single national dishes), so no
+dish duplicates one. Both sizes hold the same dishes.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pathlib import Path
 
 from data_gen.world.adapters._geo import fold
 from data_gen.world.adapters._prose import join_list
-from data_gen.world.adapters._wordnet_data import WordNet, load_wordnet
+from data_gen.world.adapters._wordnet_data import Synset, WordNet, load_wordnet
 from data_gen.world.adapters.country_facts import load_countries
 from data_gen.world.model import Contribution, Entity, Page, Triple, page_url, slugify
 from data_gen.world.properties import NATIONAL_DISH, relations
@@ -126,7 +126,7 @@ def parse(text: str | None) -> list[Dish]:
     return dishes
 
 
-def wordnet_dish(wn: WordNet, name: str):
+def wordnet_dish(wn: WordNet, name: str) -> Synset | None:
     """The most frequent WordNet food sense of ``name`` that is a dish (under dish.n.02), or None."""
     dish = wn.sense("dish", DISH_SENSE).offset
     return next((wn.synsets[o] for o in wn.lookup(fold(name))

@@ -1,14 +1,15 @@
 """Each country's main religion (the country-json package's per-country table), as concept answers a Neos question
 can end at: "Let C be the main religion of B" (Judaism for Israel).
 
-country-json names one religion per country, the largest group, or none where no group holds most (China, the
-Czech Republic, Estonia, Hong Kong, Japan, North and South Korea); fact ``(country, x:main_religion, religion)``, 225
-of them (Christianity 160, Islam 50, Buddhism 8, Folk Religions 3, Hinduism 3, Judaism 1). Two rows name Côte
-d'Ivoire ("Cote d'Ivoire": Christianity, "Ivory Coast": Islam), so it gets none; two name North Macedonia alike. Read from the country it has one answer;
-read from the religion it is open (many countries share one), and a country without the fact may be meant by a
-question, so both are decided in ``data_gen.neos.open_world``. Country names join as for the national dishes
-(``national_dishes.country_id``); its rows that join no world country are the Channel Islands (Jersey and
-Guernsey are two world countries) and six regions ("Europe", "Sub-Saharan Africa", ...). Both sizes hold the same facts.
+country-json names one religion per country, the largest group, or none where no group holds most (China, the Czech
+Republic, Estonia, Hong Kong, Japan, North and South Korea); fact ``(country, x:main_religion, religion)``, 225 of
+them (Christianity 160, Islam 50, Buddhism 8, Folk Religions 3, Hinduism 3, Judaism 1). Two rows name Côte d'Ivoire
+("Cote d'Ivoire": Christianity, "Ivory Coast": Islam), so it gets none; two name North Macedonia alike. Read from
+the country it has one answer; read from the religion it is open (many countries share one), and a country without
+the fact may be meant by a question, so both are decided in ``data_gen.neos.open_world``. Country names join as for
+the national dishes (``national_dishes.country_id``); its rows that join no world country are the Channel Islands
+(Jersey and Guernsey are two world countries) and six regions ("Europe", "Sub-Saharan Africa", ...). Both sizes hold
+the same facts.
 
 The table's form of government (``country-by-government-type.json``) is left out: of its 39 labels the questions
 that pass the evidence rules end at the rare ones, the source's own spellings of one form ("Federation
