@@ -15,7 +15,9 @@ count the world states and whose members it holds, all of them (country_converte
 completely (every country's borders, languages, currencies, region and continent from world-countries) or whose
 object a reader expects to be one (a capital, a demonym) are closed: one answer in the KG is one in reality. So are
 the chemical elements' facts (mendeleev): the world holds all 118, so "the chemical element that was discovered in
-Finland" has the answers a reader finds, and the discoverers of an element are all listed or none is.
+Finland" has the answers a reader finds, and the discoverers of an element are all listed or none is. A country's
+national dish and main religion are closed as the source names one (country-json), the countries of a dish or a
+religion open.
 """
 
 from __future__ import annotations
@@ -24,7 +26,14 @@ from collections.abc import Iterable, Mapping
 
 from data_gen.kg import KG, Structure
 from data_gen.world.adapters.people import DATES
-from data_gen.world.properties import CULTURE_RELATIONS, FEATURE_RELATIONS, LANDMARK_RELATION, WILDLIFE_RELATIONS
+from data_gen.world.properties import (
+    CULTURE_RELATIONS,
+    FEATURE_RELATIONS,
+    LANDMARK_RELATION,
+    MAIN_RELIGION,
+    NATIONAL_DISH,
+    WILDLIFE_RELATIONS,
+)
 from data_gen.world.store import World
 
 # (relation, forward) -> why its object set is open; ``forward``: the edge reaches the fact's object (Edge.forward).
@@ -54,6 +63,9 @@ OPEN_WORLD: dict[tuple[str, bool], str] = {
     (LANDMARK_RELATION, False): "a country or a city has many landmarks",
     **{(rel, False): f"a country has many {kind}s of its own" for kind, rel in CULTURE_RELATIONS.items()},
     **{(rel, True): f"a {kind} may belong to several countries' ways" for kind, rel in CULTURE_RELATIONS.items()},
+    (NATIONAL_DISH, False): "neighbours claim one dish (country-json: couscous for Algeria, Mauritania, Morocco and "
+                            "Tunisia)",
+    (MAIN_RELIGION, False): "a religion is the main one of many countries",
 }
 
 # (relation, forward) -> why one object in the KG is one in reality: a reader expects one, or the world holds them all.
@@ -85,6 +97,19 @@ CLOSED_WORLD: dict[tuple[str, bool], str] = {
     ("P138", True): "an element is named after one thing",
     ("P138", False): "the world holds all 118 chemical elements; six are named after a country",
     ("P61", True): "the world holds all of an element's discoverers where it holds any (mendeleev)",
+    (NATIONAL_DISH, True): "country-json names one national dish for the country (entries naming several give none)",
+    (MAIN_RELIGION, True): "a country's main religion is its largest group, one (country-json)",
+}
+
+# (relation, forward) -> why the world lacks the fact for some subjects that have it in reality: closed read from one
+# subject the world gives it for, but "the national dish of C", C any of Finland and Norway, is Norway's only
+# because country-json names several dishes for Finland. A step through one from a set of candidates that includes
+# a subject without the fact is open (:func:`unlisted`).
+PARTIAL: dict[tuple[str, bool], str] = {
+    ("P1549", True): "WordNet names the natives of 157 of the 250 countries (no Surinamese)",
+    (NATIONAL_DISH, True): "country-json names one national dish for 72 countries; the others have one, several or "
+                           "none in reality",
+    (MAIN_RELIGION, True): "country-json names none where no group holds most (the Czech Republic, Estonia)",
 }
 
 # (relation, forward) of OPEN_WORLD -> why it is closed after all when read from an entity whose list the world holds
@@ -158,6 +183,14 @@ def organisation_noun(organisation: str, complete: Mapping[str, int], world: Wor
     if count is None or entity is None or entity.label in UNPINNED_COUNTS:
         return None
     return f"organization of {count} members"
+
+
+def unlisted(kg: KG, sources: Iterable[str], relation: str, forward: bool) -> str | None:
+    """Why a step through a :data:`PARTIAL` relation from the reader's candidates ``sources`` is open: one of them
+    has no such fact in the world (but may in reality); None when all have one or the relation is total."""
+    reason = PARTIAL.get((relation, forward))
+    missing = sorted(s for s in sources if not (kg.objects(s, relation) if forward else kg.subjects(relation, s)))
+    return f"{missing[0]} may be meant and has no {relation} in the world: {reason}" if reason and missing else None
 
 
 def undecided(steps: Iterable[tuple[str, bool]]) -> set[str]:

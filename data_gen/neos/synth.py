@@ -23,11 +23,18 @@ from data_gen.kg import (
 )
 from data_gen.kg.distinguish import TAXONOMIC_RELATIONS, DistinguishingConfig
 from data_gen.neos.observer import IMAGE_KINDS, NAMED_SOURCES, Description, Observer, PaletteObserver, ground
-from data_gen.neos.open_world import complete_lists, pinning
+from data_gen.neos.open_world import complete_lists, pinning, unlisted
 from data_gen.neos.schema import Alternative, EntryImage, Step, Task
 from data_gen.neos.verbalize import Rewriter, TemplateVerbalizer, Verbalizer, check_coverage
 from data_gen.world.model import page_url
-from data_gen.world.properties import CULTURE_RELATIONS, FEATURE_RELATIONS, LANDMARK_RELATION, WILDLIFE_RELATIONS
+from data_gen.world.properties import (
+    CULTURE_RELATIONS,
+    FEATURE_RELATIONS,
+    LANDMARK_RELATION,
+    MAIN_RELIGION,
+    NATIONAL_DISH,
+    WILDLIFE_RELATIONS,
+)
 from data_gen.world.store import World
 
 # The offline world's kinds a question can end at. Not seeded: kinds every structure reaches only through open-world
@@ -35,9 +42,10 @@ from data_gen.world.store import World
 # natural features, foods and artifacts, animals and plants, landmarks; each of their seeds would be expanded,
 # grounded and then rejected as ``open_world``. A person is pinned by its occupation and dates, or as the one
 # discoverer of a chemical element; an element by where it was discovered or the country it is named after; an
-# organisation whose member list the world holds completely by its member count (WordNet's stay open).
+# organisation whose member list the world holds completely by its member count (WordNet's stay open); a dish or a
+# religion as its country's one national dish or main religion.
 SEED_KINDS = frozenset({"country", "city", "subdivision", "us_state", "currency", "language", "region", "continent",
-                        "nationality", "person", "element", "organization"})
+                        "nationality", "person", "element", "organization", "dish", "religion"})
 
 
 # Relation families withheld from distinguishing sets, one DAG per entry: greedy selection always takes the same
@@ -49,9 +57,10 @@ SEED_KINDS = frozenset({"country", "city", "subdivision", "us_state", "currency"
 # image-bearing neighbours). A natural feature lying in one country and a nationality (P1549) are dead ends of the
 # same sort, and so are a food, an artifact, an animal, a plant or a landmark of one country and a country's only
 # citizen (P27) the world knows, and so is the one chemical element discovered in (P189) or named after (P138) one
-# country.
+# country, and a country's national dish or main religion.
 _DEAD_ENDS = frozenset({"P36", "P1376", "P17", "P131", "P1549", "P27", "P189", "P138", *FEATURE_RELATIONS.values(),
-                        *CULTURE_RELATIONS.values(), *WILDLIFE_RELATIONS.values(), LANDMARK_RELATION})
+                        *CULTURE_RELATIONS.values(), *WILDLIFE_RELATIONS.values(), LANDMARK_RELATION, NATIONAL_DISH,
+                        MAIN_RELIGION})
 
 RELATION_VARIANTS: tuple[frozenset[str], ...] = (
     frozenset(), _DEAD_ENDS, frozenset({"P131", "P47"}), frozenset({"P131", "P37", "P38"}),
@@ -223,6 +232,9 @@ class Synthesizer:
         alternatives: dict[str, list[Alternative]] = {}
         reach: dict[str, set[str]] = {a: {a} for a in structure.anchors}
         for edge in structure.edges:
+            gap = unlisted(self.kg, reach[edge.source], edge.relation, edge.forward)
+            if gap is not None:
+                return Candidate(key, structure, None, "open_world", gap)
             step = self._step_candidates(reach[edge.source], edge.relation, edge.forward)
             reach[edge.target] = reach[edge.target] & step if edge.target in reach else step
             if edge.target == structure.merge and len(structure.branches) == 2 and edge not in structure.branches[1]:

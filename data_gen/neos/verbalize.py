@@ -17,7 +17,14 @@ from typing import Protocol
 
 from data_gen.kg import Edge, Structure
 from data_gen.neos.observer import Description
-from data_gen.world.properties import CULTURE_RELATIONS, FEATURE_RELATIONS, LANDMARK_RELATION, WILDLIFE_RELATIONS
+from data_gen.world.properties import (
+    CULTURE_RELATIONS,
+    FEATURE_RELATIONS,
+    LANDMARK_RELATION,
+    MAIN_RELIGION,
+    NATIONAL_DISH,
+    WILDLIFE_RELATIONS,
+)
 
 # relation -> (the subject described from the object {x}, the object described from the subject {x})
 RELATION_PHRASES: dict[str, tuple[str, str]] = {
@@ -47,6 +54,8 @@ RELATION_PHRASES: dict[str, tuple[str, str]] = {
     **{rel: ("is associated with {x}", "{x} is associated with") for rel in CULTURE_RELATIONS.values()},
     **{rel: ("is found in {x}", "{x} is found in") for rel in WILDLIFE_RELATIONS.values()},
     LANDMARK_RELATION: ("lies in {x}", "contains {x}"),
+    NATIONAL_DISH: ("has {x} as its national dish", "is the national dish of {x}"),
+    MAIN_RELIGION: ("has {x} as its main religion", "is the main religion of {x}"),
 }
 KIND_NOUNS: dict[str, str] = {
     "country": "country", "city": "city", "subdivision": "region", "us_state": "U.S. state",
@@ -55,7 +64,7 @@ KIND_NOUNS: dict[str, str] = {
     "region": "region", "person": "person", "company": "company", "organization": "organization",
     "taxon": "species", "nationality": "nationality", "occupation": "occupation", "food": "food",
     "artifact": "artifact", "animal": "animal", "plant": "plant", "landmark": "landmark",
-    "element": "chemical element",
+    "element": "chemical element", "dish": "dish", "religion": "religion",
     **{kind: kind for kind in FEATURE_RELATIONS},
 }
 

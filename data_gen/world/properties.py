@@ -52,8 +52,10 @@ _LABELS: dict[str, str] = {
     "x:lake_in": "lake in",
     "x:landmark_in": "landmark in",
     "x:landlocked": "landlocked",
+    "x:main_religion": "main religion",
     "x:mountain_in": "mountain in",
     "x:mountain_range_in": "mountain range in",
+    "x:national_dish": "national dish",
     "x:plant_found_in": "plant found in",
     "x:river_in": "river in",
     "x:volcano_in": "volcano in",
@@ -79,6 +81,12 @@ WILDLIFE_RELATIONS: dict[str, str] = {kind: f"x:{kind}_found_in" for kind in ("a
 
 # The country or capital city a landmark is part of (data_gen.world.adapters.landmarks).
 LANDMARK_RELATION = "x:landmark_in"
+
+# A country's one national dish (country-json; data_gen.world.adapters.national_dishes): Wikidata has no such property.
+NATIONAL_DISH = "x:national_dish"
+
+# A country's main religion, its largest group (country-json; data_gen.world.adapters.religions).
+MAIN_RELIGION = "x:main_religion"
 
 
 def relation(pid: str) -> Relation:

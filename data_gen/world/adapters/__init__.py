@@ -25,6 +25,8 @@ ADAPTERS: tuple[str, ...] = (
     "landmarks",
     "elements",
     "organisations",
+    "national_dishes",
+    "religions",
 )
 
 
