@@ -152,10 +152,12 @@ def transfer_queue(ray_cluster):
 
 @pytest.fixture(scope="session")
 def world(small_world):
-    """The small world as the tool server loads it (feature cache beside the world cache), shared by the session."""
+    """The small world as the tool server loads it (feature cache in the source cache, beside the worlds, also for a
+    ``NEOS_SMALL_WORLD`` inside a checkout, which must not grow a cache folder), shared by the session."""
+    from data_gen.world.sources import SourceCache
     from tool_server.offline.world import OfflineWorld
 
-    w = OfflineWorld.load(small_world, cache_dir=small_world.parent.parent / "tool-server")
+    w = OfflineWorld.load(small_world, cache_dir=SourceCache().root / "tool-server")
     yield w
     w.close()
 
