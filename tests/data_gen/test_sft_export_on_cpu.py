@@ -25,12 +25,20 @@ GOAL = "Whose flag is this? (São Tomé or not)"  # non-ASCII: must reach the te
 
 @pytest.fixture(scope="module")
 def task(small_world):
+    """The first task with one entry image and a checkpoint, both national flags (320x240: the placeholder counts
+    below are computed for that size; locator maps are 512x384)."""
     synth = Synthesizer(World.load(small_world), seed=0)
+
+    def flag(image_id):
+        return synth.world.images[image_id].source == "flag-icons"
+
     for seed_entity in synth.seeds():
         for cand in synth.synthesize(seed_entity).candidates:
-            if cand.task and len(cand.task.entry_images) == 1 and any(s.checkpoint for s in cand.task.steps):
-                return cand.task
-    raise AssertionError("the small world yields no one-image task with a visual checkpoint")
+            t = cand.task
+            first = next((s for s in t.steps if s.checkpoint), None) if t else None
+            if first and len(t.entry_images) == 1 and flag(t.entry_images[0].image_id) and flag(first.checkpoint_image_id):
+                return t
+    raise AssertionError("the small world yields no task from a flag with a flag checkpoint")
 
 
 def _episode(task, *, crop: bool = False) -> dict:
