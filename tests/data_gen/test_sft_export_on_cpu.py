@@ -36,7 +36,8 @@ def task(small_world):
         for cand in synth.synthesize(seed_entity).candidates:
             t = cand.task
             first = next((s for s in t.steps if s.checkpoint), None) if t else None
-            if first and len(t.entry_images) == 1 and flag(t.entry_images[0].image_id) and flag(first.checkpoint_image_id):
+            if first and len(t.entry_images) == 1 and flag(t.entry_images[0].image_id) \
+                    and flag(first.checkpoint_image_id):
                 return t
     raise AssertionError("the small world yields no task from a flag with a flag checkpoint")
 
