@@ -115,3 +115,43 @@ def test_colours_are_named_perceptually_and_only_with_a_margin():
     half = Image.new("RGB", (10, 10), COLOURS["red"])
     half.paste(between, (0, 0, 10, 2))  # 20% unclear pixels are tolerated, the clear ones are named
     assert palette(half) == ("red",)
+
+
+# "Let C be the diplomat, born in 1911, died in 1990, who is a citizen of B": the noun that pins an open-world node
+# is part of the compiled query. A borders B and C; Y borders X, whose flag reads as B's to a person.
+CITIZEN = Structure(branches=((Edge("country:A", "country:B", "P47", True),
+                               Edge("country:B", "person:b", "P27", False)),), tail=(), checkpoints=("country:B",))
+DIPLOMAT_1911 = "Vietnamese diplomat (1911-1990)"
+
+
+def _citizens(tmp_path, striped_png, glosses: dict[str, str]) -> Synthesizer:
+    """The look-alike world above, each of B, C and X with one citizen (``glosses``: country code -> the citizen's
+    gloss), all diplomats."""
+    flags = {**BASE, "X": [(WHITE, 5), (DARK_BLUE, 3)], "Y": [(YELLOW, 8)]}
+    facts = BASE_FACTS + [("country:Y", "P47", "country:X"), ("country:X", "P38", "currency:x")]
+    world = _world(tmp_path, flags, facts, striped_png)
+    world.entities["occupation:diplomat"] = Entity("occupation:diplomat", "diplomat", "occupation")
+    for code, gloss in glosses.items():
+        person = f"person:{code.lower()}"
+        world.entities[person] = Entity(person, f"Envoy {code}", "person", gloss)
+        world.triples.extend([Triple(person, "P27", f"country:{code}"),
+                              Triple(person, "P106", "occupation:diplomat")])
+    return Synthesizer(world, seed=0)
+
+
+def test_the_images_are_decoration_when_the_persons_dates_alone_single_them_out(tmp_path, striped_png):
+    # Without the entry image a reader has B and X (same colours), their citizens b and x; but only b is a diplomat
+    # born in 1911 who died in 1990, which the question states: the images add nothing. (Before the noun was part
+    # of the ablation, {b, x} counted as two answers and the question was kept.)
+    synth = _citizens(tmp_path, striped_png, {"B": DIPLOMAT_1911, "C": "Greek diplomat (1920-2001)",
+                                              "X": "French diplomat (1920-2001)"})
+    cand = synth.candidate(CITIZEN)
+    assert (cand.task, cand.filter) == (None, "entry_image_ablation")
+
+
+def test_a_persons_noun_shared_by_the_look_alikes_citizens_keeps_the_images_needed(tmp_path, striped_png):
+    # The same noun for the citizens of B, C and X: without the entry image {b, x}, without the checkpoint {b, c}.
+    synth = _citizens(tmp_path, striped_png, {"B": DIPLOMAT_1911, "C": DIPLOMAT_1911, "X": DIPLOMAT_1911})
+    cand = synth.candidate(CITIZEN)
+    assert cand.filter is None and cand.task is not None and cand.task.answer_entity == "person:b"
+    assert "Let C be the diplomat, born in 1911, died in 1990, who is a citizen of B." in cand.task.question
