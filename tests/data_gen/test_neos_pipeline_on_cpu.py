@@ -138,11 +138,21 @@ def test_probes_solve_leaky_questions_and_not_the_synthesized_ones(server, synth
                     "Yemen. Let B be the city that is the capital of A. Which city is B?",
         "answer": "Muscat", "aliases": []})
 
-    async def probes(client):
-        return [await probe_text_only_search(client, t) for t in (leaky, chained, task)]
+    # A person the question names by occupation and dates (Le Duc Tho's page: "Vietnamese diplomat ... (1911-1990)"):
+    # a searcher looks for the diplomat of those years, not for a page that says "person" (before, only such pages
+    # could vote: the probe never solved a person question, though its first search lists Le Duc Tho).
+    dated = task.model_copy(update={
+        "question": "Let A be the country whose locator map is shown in the image. Let B be a country that shares a "
+                    "border with A; its national flag is mostly red and yellow (by decreasing area). Let C be the "
+                    "diplomat, born in 1911, died in 1990, who is a citizen of B. Which person is C?",
+        "answer": "Le Duc Tho", "aliases": []})
 
-    solved_leaky, solved_chained, solved_task = asyncio.run(_run(probes)(server))
+    async def probes(client):
+        return [await probe_text_only_search(client, t) for t in (leaky, chained, task, dated)]
+
+    solved_leaky, solved_chained, solved_task, solved_dated = asyncio.run(_run(probes)(server))
     assert solved_leaky.solved and solved_chained.solved and not solved_task.solved
+    assert solved_dated.solved
 
 
 def test_entry_image_probes_solve_one_hop_questions_but_not_the_checkpointed_task(server, synth, tasks):
