@@ -178,6 +178,22 @@ def supports(sentence: str, forms: list[str], relation: str, label: str) -> bool
     return any(found(w, sentence) for w in (*words, *RELATION_WORDS.get(relation, ())))
 
 
+def terminal_template(relation: str, label: str, noun: str) -> str | None:
+    """The question asking for the object of a ``relation`` fact of ``{REF}``: its own template, else one made
+    from the relation's phrase ("Which country shares a border with {REF}?", "Which country was {REF} discovered
+    in?"); None when the phrase cannot be turned into a question ("{x} flows through"). A label is no noun phrase
+    ("shares border with"), so "What is the <label> of {REF}?" would not read."""
+    if relation in QUESTION_TEMPLATES:
+        return QUESTION_TEMPLATES[relation]
+    phrase = kg_phrase(relation, label, True).replace("{x}", "{REF}")
+    if phrase.startswith("is the "):
+        return f"What {phrase}?"
+    inverted = re.fullmatch(r"\{REF\} (is|was) (.+)", phrase)
+    if inverted:
+        return f"Which {noun} {inverted.group(1)} {{REF}} {inverted.group(2)}?"
+    return None if phrase.startswith("{REF}") else f"Which {noun} {phrase}?"
+
+
 def grammar_problem(question: str) -> str | None:
     """Why a reader would stumble over ``question``: a repeated word or phrase ("the continent the continent"),
     two name clues (each attaches to the nearest noun, so the second one reads as the first's), relative clauses
@@ -282,8 +298,10 @@ class QuestionWriter:
                 continue  # the article's answer would not be unique
             forms = _literal_forms(t.o) if t.literal else _entity_forms(self.world, t.o)
             label = self.world.relations[t.p].label if t.p in self.world.relations else t.p
+            template = terminal_template(t.p, label, "value" if t.literal else NOUNS.get(
+                self.world.entities[t.o].kind, "entity"))
             sentence = next((s for s in _SENTENCE.split(page.text) if supports(s, forms, t.p, label)), None)
-            if sentence is not None:
+            if sentence is not None and template is not None:
                 candidates.append((t, forms, sentence))
         rng.shuffle(candidates)
         candidates = candidates[:K2]
@@ -294,7 +312,8 @@ class QuestionWriter:
                                               "path checks")
         t, forms, sentence = min(kept, key=lambda c: c[0].literal)  # entity-valued first (stable: keeps rng order)
         label = self.world.relations[t.p].label if t.p in self.world.relations else t.p
-        template = self.wording.terminal(QUESTION_TEMPLATES.get(t.p, f"What is the {label} of {{REF}}?"),
+        noun = "value" if t.literal else NOUNS.get(self.world.entities[t.o].kind, "entity")
+        template = self.wording.terminal(terminal_template(t.p, label, noun) or "",
                                          TerminalContext(node.noun, label, sentence.strip(), tuple(forms)))
         answer_type = "literal:" + ("number" if t.o.isdigit() else "text") if t.literal \
             else self.world.entities[t.o].kind

@@ -121,3 +121,25 @@ def test_a_colour_answer_the_source_contradicts_is_not_asked(setup, path_through
     rejected = writer.write(graph, path)
     assert isinstance(rejected, Rejection) and rejected.filter == "source_colours", rejected
     assert rejected.detail == "map_fra: the source states ['blue', 'green', 'red'], not white"
+
+
+def test_a_terminal_question_reads_for_a_relation_without_its_own_template(setup):
+    # Sri Lanka's one land border (India) is a terminal fact; "shares border with" is no noun phrase, so the
+    # generic "What is the <label> of {REF}?" read "What is the shares border with of Sri Lanka?" (a verified
+    # question of a 60-question run, 2026-12-06). Its phrase makes the question instead.
+    import random
+
+    from data_gen.modalsearch.build import GraphBuilder
+
+    world, _, writer = setup
+    node = GraphBuilder(world, writer.kg, search=None).text_node("Sri_Lanka")
+    asked = {}
+    for seed in range(40):
+        term = writer._terminal_text(node, set(), random.Random(seed))
+        if not isinstance(term, Rejection):
+            asked[term[3].template] = term[0]
+    assert asked.get("Which country shares a border with {REF}?") == "India", asked
+    assert "What is the shares border with of {REF}?" not in asked
+    assert questions.terminal_template("x:river_in", "river in", "country") is None  # "{x} flows through"
+    assert questions.terminal_template("P189", "location of discovery", "country") == \
+        "Which country was {REF} discovered in?"
