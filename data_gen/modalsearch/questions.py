@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import random
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -229,6 +230,7 @@ class QuestionWriter:
         self.pixels = PixelAnswerer()
         self.blind = BlindImageAnswerer(world)
         self._facts: dict[str, list[Triple]] = {}
+        self._leads: Counter[str] | None = None
         for t in world.triples:
             self._facts.setdefault(t.s, []).append(t)
 
@@ -383,14 +385,26 @@ class QuestionWriter:
                         else f.neighbour
                     parts.append(kg_phrase(f.relation, label, not f.outgoing).replace("{x}", neighbour))
                 return f"the {noun} that {' and '.join(parts)}"
-        page = self.world.pages[node.ref]
-        lead = _SENTENCE.split(page.text.strip())[0]
-        names = {node.name, *(entity.aliases if entity else [])}
-        for name in sorted(names, key=len, reverse=True):
-            lead = re.sub(rf"(?<!\w){re.escape(name)}(?!\w)", "___", lead, flags=re.IGNORECASE)
-        if "___" not in lead or len(lead) > 300:
-            return None
+        lead = self._masked_lead(node.ref, node.name)
+        if lead is None or self._lead_counts()[lead] > 1:
+            return None  # "___ is one of the 16 states of Germany." opens 16 pages: it describes none of them
         return f"the {noun} described as \u201c{lead}\u201d"
+
+    def _masked_lead(self, page_id: str, name: str) -> str | None:
+        """The page's first sentence with its entity's names masked; None when it names none or is too long."""
+        page = self.world.pages[page_id]
+        entity = self.world.entities.get(page.entity_id or "")
+        lead = _SENTENCE.split(page.text.strip())[0]
+        names = {name, *((entity.label, *entity.aliases) if entity else ())}
+        for each in sorted(names, key=len, reverse=True):
+            lead = re.sub(rf"(?<!\w){re.escape(each)}(?!\w)", "___", lead, flags=re.IGNORECASE)
+        return lead if "___" in lead and len(lead) <= 300 else None
+
+    def _lead_counts(self) -> Counter[str]:
+        """How many of the world's pages open with each masked lead sentence (computed once)."""
+        if self._leads is None:
+            self._leads = Counter(filter(None, (self._masked_lead(p.id, p.title) for p in self.world.pages.values())))
+        return self._leads
 
 
 def _entity_forms(world: World, entity_id: str) -> list[str]:

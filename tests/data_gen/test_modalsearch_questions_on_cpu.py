@@ -143,3 +143,16 @@ def test_a_terminal_question_reads_for_a_relation_without_its_own_template(setup
     assert questions.terminal_template("x:river_in", "river in", "country") is None  # "{x} flows through"
     assert questions.terminal_template("P189", "location of discovery", "country") == \
         "Which country was {REF} discovered in?"
+
+
+def test_a_start_described_by_a_lead_sentence_other_pages_share_is_not_described(setup):
+    # Lower Saxony's page opens "Lower Saxony is one of the 16 states of Germany.", as 15 other states' pages do:
+    # "the region described as '___ is one of the 16 states of Germany.'" named any of 16 (a verified question of
+    # a 60-question run, 2026-12-06). Bavaria's lead is its own and stays a description.
+    from data_gen.modalsearch.build import GraphBuilder
+
+    world, _, writer = setup
+    builder = GraphBuilder(world, writer.kg, search=None)
+    assert writer._indirect(builder.text_node("Lower_Saxony"), set()) is None
+    assert writer._indirect(builder.text_node("Bavaria"), set()) == \
+        "the region described as \u201c___, officially the Free State of ___, is a landlocked state of Germany.\u201d"
