@@ -140,7 +140,7 @@ async def _sample(args: argparse.Namespace, url: str, world: World, kg: KG, plan
     async with ToolServerClient(url) as client, aiohttp.ClientSession() as http:
         search = ToolServerImageSearch(client)
         blocked: frozenset[str] = frozenset()
-        expert: Expert = ModalSearchExpert(client)
+        expert: Expert = ModalSearchExpert(client, world)
         teacher = TeacherSettings.from_args(args)
         if teacher is not None:
             expert = teacher.expert(client, http, "modalsearch", expert, lambda task: teacher_brief(world, task),
