@@ -122,8 +122,9 @@ class _Rebuilder:
 
     def reverse_target(self, record: MEIRecord, question_image_ids: Sequence[str]) -> tuple[dict[str, Any], int]:
         """The reverse-search target with ``visual_match`` only on true near-duplicates of the query (the same
-        picture, :func:`_same_pixels`): the backend's score calls any look-alike a match (one flag matched to two others), which would
-        teach the MEI to see duplicates that are not there. Others it scored as matches become ``partial_match``.
+        picture, :func:`_same_pixels`): the backend's score calls any look-alike a match (one flag matched to two
+        others), which would teach the MEI to see duplicates that are not there. Others it scored as matches
+        become ``partial_match``.
         Returns the target and how many candidates were relabelled."""
         query = self.question_image(record.input["query_image"], question_image_ids)
         candidates = [self.image(c) for c in record.input["candidates"]]
