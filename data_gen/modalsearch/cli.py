@@ -59,7 +59,7 @@ SEED_KINDS = frozenset({"country", "city", "subdivision", "us_state", "brand", "
                         "language", "currency"})
 BENCHMARK_SEED_SHARE = 0.1
 BENCHMARK_SHARE = 0.1  # of --limit
-GRAPH_VERSION = 2  # part of a saved graph's fingerprint: bump when expansion changes what a graph holds
+GRAPH_VERSION = 3  # part of a saved graph's fingerprint: bump when expansion changes what a graph holds
 OUTPUT_FILES = ["train.parquet", "rl.parquet", "benchmark.parquet", "sft.parquet", "sft.jsonl", "references.jsonl",
                 "mei_sft.jsonl", "stats.json", "plots/", "results.jsonl"]
 

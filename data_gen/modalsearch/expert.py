@@ -29,6 +29,7 @@ from PIL import Image as PILImage
 from data_gen.common.episode import Episode, call_text, expert_episode, found
 from data_gen.modalsearch.answerers import VISUAL_QUESTIONS
 from data_gen.common.teacher import Brief
+from data_gen.modalsearch.relations import relative
 from data_gen.modalsearch.schema import PathNode, Task
 from data_gen.neos.observer import colour_shares
 from data_gen.world.store import World
@@ -127,8 +128,7 @@ class ModalSearchExpert:
             return (f"The article on {source} names {len(offered) + 1} candidates for the {node.noun}, {node.name} "
                     f"and {listed}; the question wants the one whose name begins with \u201c{initial.group(1)}\u201d,"
                     f" which only {node.name} does. I search for its own page.")
-        described = clue[3:] if clue.startswith("is the ") else f"the {node.noun} that {clue}"
-        return f"The article on {source} names {node.name}, {described}; I search for its own page."
+        return f"The article on {source} names {node.name}, {relative(node.noun, clue)}; I search for its own page."
 
     async def _read(self, episode: Episode, seen: Seen, url: str | None, reasoning: str) -> str:
         if url is None:

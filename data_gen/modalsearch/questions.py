@@ -50,7 +50,7 @@ from data_gen.modalsearch.answerers import (
     read_palette,
 )
 from data_gen.modalsearch.graph import Graph, Node
-from data_gen.modalsearch.relations import NOUNS, kg_phrase
+from data_gen.modalsearch.relations import NOUNS, RELATIVE, kg_phrase, relative
 from data_gen.modalsearch.sampler import Path
 from data_gen.modalsearch.schema import Label, PathHop, PathNode, Task, Terminal
 from data_gen.world.model import Triple
@@ -59,14 +59,17 @@ from data_gen.world.store import World
 K2 = 5
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 QUESTION_TEMPLATES: dict[str, str] = {
-    "P36": "What is the capital of {REF}?", "P1376": "Of which country is {REF} the capital?",
+    "P36": "What is the capital of {REF}?", "P1376": "Which country's capital is {REF}?",
     "P38": "Which currency is used in {REF}?", "P37": "What is the official language of {REF}?",
-    "P30": "On which continent does {REF} lie?", "P17": "In which country does {REF} lie?",
-    "P131": "In which administrative region is {REF} located?", "P361": "Of what larger region is {REF} a part?",
+    "P30": "Which continent contains {REF}?", "P17": "Which country contains {REF}?",
+    "P131": "Which administrative region contains {REF}?", "P361": "Which larger region contains {REF}?",
     "P474": "What is the country calling code of {REF}?", "P78": "What is the top-level Internet domain of {REF}?",
     "P1549": "What is the demonym of {REF}?", "P1448": "What is the official name of {REF}?",
-    "P1082": "What population does the article on {REF} give?", "P2046": "What area does the article on {REF} give?",
+    "P1082": "According to its article, what is the population of {REF}?",
+    "P2046": "According to its article, what is the area of {REF}?",
 }
+# Every template ends with {REF}: what replaces it is a long nested reference, and a word after it ("Of what larger
+# region is {REF} a part?") would stand 30 words from the words it belongs to.
 # Part-of: an answer reached through it is also right as any region that contains it ("Of what larger region is
 # Mali a part?": "Western Africa", and "Africa" too), so those come as aliases.
 CONTAINMENT = ("P361",)
@@ -156,8 +159,7 @@ def reference(hop: PathHop, node: Node, source_ref: str) -> str:
     of <ref>"; "shares a border with {x}" -> "the country that shares a border with <ref>")."""
     if hop.kind == "t2i":
         return f"the {node.noun} of {source_ref}"
-    phrase = hop.relation.replace("{x}", source_ref)
-    return phrase[3:] if phrase.startswith("is the ") else f"the {node.noun} that {phrase}"
+    return relative(node.noun, hop.relation.replace("{x}", source_ref))
 
 
 # Words by which an article sentence states a relation, beyond the words of the relation's label.
@@ -189,10 +191,12 @@ def terminal_template(relation: str, label: str, noun: str) -> str | None:
     phrase = kg_phrase(relation, label, True).replace("{x}", "{REF}")
     if phrase.startswith("is the "):
         return f"What {phrase}?"
+    if phrase.startswith("whose "):
+        return f"Which {noun}'s {phrase[6:]}?"
     inverted = re.fullmatch(r"\{REF\} (is|was) (.+)", phrase)
     if inverted:
         return f"Which {noun} {inverted.group(1)} {{REF}} {inverted.group(2)}?"
-    return None if phrase.startswith("{REF}") else f"Which {noun} {phrase}?"
+    return None if phrase.startswith("{REF}") or RELATIVE.match(phrase) else f"Which {noun} {phrase}?"
 
 
 def grammar_problem(question: str) -> str | None:
@@ -378,13 +382,15 @@ class QuestionWriter:
             except NotDistinguishable:
                 facts = ()
             if facts:
-                parts = []
+                neighbours: dict[str, list[str]] = {}  # one clause per phrase: "shares a border with A and B"
                 for f in facts:
                     label = self.world.relations[f.relation].label if f.relation in self.world.relations else f.relation
                     neighbour = self.world.entities[f.neighbour].label if f.neighbour in self.world.entities \
                         else f.neighbour
-                    parts.append(kg_phrase(f.relation, label, not f.outgoing).replace("{x}", neighbour))
-                return f"the {noun} that {' and '.join(parts)}"
+                    neighbours.setdefault(kg_phrase(f.relation, label, not f.outgoing), []).append(neighbour)
+                clauses = [phrase.replace("{x}", _listed(names)) for phrase, names in neighbours.items()]
+                clauses = [c if RELATIVE.match(c) else f"that {c}" for c in clauses]
+                return f"the {noun} {' and '.join(clauses)}"
         lead = self._masked_lead(node.ref, node.name)
         if lead is None or self._lead_counts()[lead] > 1:
             return None  # "___ is one of the 16 states of Germany." opens 16 pages: it describes none of them
@@ -405,6 +411,10 @@ class QuestionWriter:
         if self._leads is None:
             self._leads = Counter(filter(None, (self._masked_lead(p.id, p.title) for p in self.world.pages.values())))
         return self._leads
+
+
+def _listed(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def _entity_forms(world: World, entity_id: str) -> list[str]:

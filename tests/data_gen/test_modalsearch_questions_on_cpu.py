@@ -1,6 +1,7 @@
 """Question synthesis on hand-picked paths of the small world: depiction from an input image, a composed t2i2t hop,
 a terminal image question with the T = 3 with/without-image verification, backward rewriting and labels."""
 
+import re
 from dataclasses import replace
 
 import pytest
@@ -156,3 +157,22 @@ def test_a_start_described_by_a_lead_sentence_other_pages_share_is_not_described
     assert writer._indirect(builder.text_node("Lower_Saxony"), set()) is None
     assert writer._indirect(builder.text_node("Bavaria"), set()) == \
         "the region described as \u201c___, officially the Free State of ___, is a landlocked state of Germany.\u201d"
+
+
+def test_nothing_trails_a_nested_reference(setup, path_through):
+    # France's locator map leads to Western Europe: "Which larger region contains the region that contains the
+    # country depicted in the locator map of <France described by its facts>?". Before 2026-12-06 the templates and
+    # relations left words behind the reference ("Of what larger region is the region that has the country depicted
+    # in the locator map of the country that has Sarajevo as its capital as one of its parts a part?": a verified
+    # question). Every template and tail-free phrase now ends with the reference.
+    world, graph, writer = setup
+    task = writer.write(graph, path_through(graph, text_id("France"), image_id("map_fra"), text_id("Western_Europe")))
+    assert not isinstance(task, Rejection), task
+    start = writer._indirect(graph.nodes[text_id("France")], {n.entity for n in task.nodes if n.entity})
+    assert task.question.endswith(f"the locator map of {start}?"), task.question
+    assert " as its " not in task.question and not re.search(r" (?:a part|lie|give|located)\?$", task.question)
+    from data_gen.modalsearch.relations import TAIL_FREE
+
+    assert all(t.endswith("{REF}?") for t in questions.QUESTION_TEMPLATES.values())
+    assert all(p.endswith("{x}") for pair in TAIL_FREE.values() for p in pair)
+
