@@ -52,6 +52,7 @@ from data_gen.modalsearch.answerers import (
 from data_gen.modalsearch.graph import Graph, Node
 from data_gen.modalsearch.relations import NOUNS, RELATIVE, kg_phrase, relative
 from data_gen.modalsearch.sampler import Path
+from data_gen.neos.open_world import OPEN_WORLD
 from data_gen.modalsearch.schema import Label, PathHop, PathNode, Task, Terminal
 from data_gen.world.model import Triple
 from data_gen.world.store import World
@@ -299,6 +300,8 @@ class QuestionWriter:
         for t in self._facts.get(node.entity or "", []):
             if t.p in _SKIP_RELATIONS or (not t.literal and t.o not in self.world.entities):
                 continue
+            if (t.p, True) in OPEN_WORLD:
+                continue  # one organisation of the country in the KG, many in reality: not one answer
             same = [u for u in self._facts[node.entity] if u.p == t.p]
             if len(same) != 1:
                 continue  # the article's answer would not be unique
