@@ -194,3 +194,19 @@ def test_an_open_world_fact_is_never_the_terminal_question(setup):
         if not isinstance(term, Rejection):
             asked.add(term[3].template)
     assert asked and not any("organization" in t for t in asked), asked
+
+
+def test_no_visual_question_about_pixels_a_colour_name_leaves_out(setup):
+    # Samoa's flag: red, and a blue canton whose blue lies between two palette names (24% of the pixels unnamed).
+    # "How many colours each cover at least 6% of the national flag of ...?" was asked and answered "1" (a
+    # verified question of a 60-question run, 2026-12-06); a person counts the blue too. Jordan's flag is named
+    # whole (black, white, green, red) and still asked about.
+    from data_gen.modalsearch.build import GraphBuilder
+
+    world, _, writer = setup
+    builder = GraphBuilder(world, writer.kg, search=None)
+    assert all(read_palette(world.image_path("flag_wsm"), side) == () for side in READ_SIDES)
+    samoa = writer._terminal_image(builder.image_node("flag_wsm", "national flag of Samoa"))
+    assert isinstance(samoa, Rejection) and samoa.filter == "terminal_image", samoa
+    jordan = writer._terminal_image(builder.image_node("flag_jor", "national flag of Jordan"))  # named whole
+    assert not isinstance(jordan, Rejection) and jordan[0] == "4", jordan
