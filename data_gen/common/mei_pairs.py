@@ -122,7 +122,7 @@ class _Rebuilder:
 
     def reverse_target(self, record: MEIRecord, question_image_ids: Sequence[str]) -> tuple[dict[str, Any], int]:
         """The reverse-search target with ``visual_match`` only on true near-duplicates of the query (the same
-        picture, :func:`_same_pixels`): the backend's score calls any look-alike a match (one flag matched to two
+        picture, :func:`same_picture`): the backend's score calls any look-alike a match (one flag matched to two
         others), which would teach the MEI to see duplicates that are not there. Others it scored as matches
         become ``partial_match``.
         Returns the target and how many candidates were relabelled."""
@@ -131,13 +131,13 @@ class _Rebuilder:
         output = json.loads(json.dumps(record.output))
         relabelled = 0
         for item in output["candidates"]:
-            if item["match_state"] == "visual_match" and not _same_pixels(candidates[item["index"]].png, query.png):
+            if item["match_state"] == "visual_match" and not same_picture(candidates[item["index"]].png, query.png):
                 item["match_state"] = "partial_match"
                 relabelled += 1
         return output, relabelled
 
 
-def _same_pixels(a: bytes | None, b: bytes | None) -> bool:
+def same_picture(a: bytes | None, b: bytes | None) -> bool:
     """Two PNGs show the same picture: equal size, and at most ``MAX_DIFFERING`` of their RGB pixels differ (a
     printed label: a country's locator map with and without its name, 1-2% of the pixels; encodings may differ).
     A neighbour's map on the same canvas differs in about 11%, a look-alike flag in most pixels."""
