@@ -53,7 +53,7 @@ from tool_server.launch import served
 from verl_ext.reward.judge import JudgeConfig
 from verl_ext.tools.client import ToolServerClient, ToolServerUnavailable
 
-FILTERS = ("text_only", "ambiguous_hop", "terminal_text", "terminal_image", "source_colours", "start_description",
+FILTERS = ("text_only", "ambiguous_hop", "image_detour", "terminal_text", "terminal_image", "source_colours", "start_description",
            "leak", "grammar", "answer_share", "expert")
 SEED_KINDS = frozenset({"country", "city", "subdivision", "us_state", "brand", "stamp", "synset", "article",
                         "language", "currency"})

@@ -18,8 +18,10 @@ Offline defaults, **no model**, deterministic templates:
   facts, else its article's lead sentence with the name masked); an image start node becomes "this image", the
   image going in as input.
 
-A hop whose relation does not single out its target (``unique`` false) is rejected (``ambiguous_hop``); a final
-question naming a path entity or the answer is rejected (``leak``).
+A hop whose relation does not single out its target (``unique`` false) is rejected (``ambiguous_hop``); so is a
+composed hop through an image of its own source (``image_detour``: "the country depicted in the locator map of X" is
+X, so the image is decoration and the question needs no image search); a final question naming a path entity or the
+answer is rejected (``leak``).
 
 The words of the terminal question and of each backward rewrite come from a :class:`Wording`:
 :class:`TemplateWording` (the templates above, no model) or ``data_gen.modalsearch.llm.LLMWording``. The choice of
@@ -249,6 +251,10 @@ class QuestionWriter:
         if not all(e.relation.unique for e in path.edges):
             bad = next(e for e in path.edges if not e.relation.unique)
             return Rejection("ambiguous_hop", f"{bad.source}->{bad.target}: {bad.relation.phrase}")
+        detour = next((h for h in compose(graph, path) if h.kind == "t2i2t" and graph.nodes[h.via].entity
+                       and graph.nodes[h.via].entity == graph.nodes[h.source].entity), None)
+        if detour is not None:  # "the country depicted in the locator map of <Nepal>" is Nepal: no image needed
+            return Rejection("image_detour", f"{detour.via} depicts {detour.source} itself")
         path_entities = {n.entity for n in nodes if n.entity}
         terminal = self._terminal_text(nodes[-1], path_entities, rng) if nodes[-1].kind == "text" \
             else self._terminal_image(nodes[-1])
