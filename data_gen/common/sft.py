@@ -71,9 +71,11 @@ def sft_row(record: SFTRecord, world_root: Path) -> dict[str, Any]:
 
 
 def write_sft_parquet(records: Iterable[SFTRecord], world_root: Path, path: Path) -> int:
-    """Write the rows of ``records`` to ``path`` (an empty file when there are none); returns the row count."""
+    """Write the rows of ``records`` to ``path`` (an empty file when there are none); returns the row count. The
+    ``tools`` column only when some record has tools: a column of nulls reaches verl's chat template as pandas NA
+    (verl reads with the pyarrow backend), which it cannot iterate, while a missing column means no tools."""
     rows = [sft_row(r, world_root) for r in records]
-    columns = ["id", "messages", "images", "tools"]
+    columns = ["id", "messages", "images"] + (["tools"] if any(r["tools"] is not None for r in rows) else [])
     pd.DataFrame(rows, columns=columns).to_parquet(path, index=False)
     return len(rows)
 

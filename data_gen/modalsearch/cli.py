@@ -53,13 +53,13 @@ from tool_server.launch import served
 from verl_ext.reward.judge import JudgeConfig
 from verl_ext.tools.client import ToolServerClient, ToolServerUnavailable
 
-FILTERS = ("text_only", "ambiguous_hop", "terminal_text", "terminal_image", "source_colours", "start_description",
+FILTERS = ("text_only", "ambiguous_hop", "image_detour", "terminal_text", "terminal_image", "source_colours", "start_description",
            "leak", "grammar", "answer_share", "expert")
 SEED_KINDS = frozenset({"country", "city", "subdivision", "us_state", "brand", "stamp", "synset", "article",
                         "language", "currency"})
 BENCHMARK_SEED_SHARE = 0.1
 BENCHMARK_SHARE = 0.1  # of --limit
-GRAPH_VERSION = 2  # part of a saved graph's fingerprint: bump when expansion changes what a graph holds
+GRAPH_VERSION = 3  # part of a saved graph's fingerprint: bump when expansion changes what a graph holds
 OUTPUT_FILES = ["train.parquet", "rl.parquet", "benchmark.parquet", "sft.parquet", "sft.jsonl", "references.jsonl",
                 "mei_sft.jsonl", "stats.json", "plots/", "results.jsonl"]
 
@@ -140,7 +140,7 @@ async def _sample(args: argparse.Namespace, url: str, world: World, kg: KG, plan
     async with ToolServerClient(url) as client, aiohttp.ClientSession() as http:
         search = ToolServerImageSearch(client)
         blocked: frozenset[str] = frozenset()
-        expert: Expert = ModalSearchExpert(client)
+        expert: Expert = ModalSearchExpert(client, world)
         teacher = TeacherSettings.from_args(args)
         if teacher is not None:
             expert = teacher.expert(client, http, "modalsearch", expert, lambda task: teacher_brief(world, task),

@@ -22,12 +22,14 @@ pixels comes after the turn that loaded them.
 from __future__ import annotations
 
 import io
+import re
 
 from PIL import Image as PILImage
 
 from data_gen.common.episode import Episode, call_text, expert_episode, found
 from data_gen.modalsearch.answerers import VISUAL_QUESTIONS
 from data_gen.common.teacher import Brief
+from data_gen.modalsearch.relations import relative
 from data_gen.modalsearch.schema import PathNode, Task
 from data_gen.neos.observer import colour_shares
 from data_gen.world.store import World
@@ -36,10 +38,18 @@ from verl_ext.tools.client import ToolServerClient
 
 
 class ModalSearchExpert:
+    """``world``: where the expert reads which names in an article are candidates of the kind a hop asks for (the
+    countries a region's article lists), so its reasoning weighs them against the question's clue before it
+    commits; without it the reasoning names only the target."""
+
     name = "programmatic_path_expert"
 
-    def __init__(self, client: ToolServerClient) -> None:
+    def __init__(self, client: ToolServerClient, world: World | None = None) -> None:
         self.client = client
+        self._labels: dict[str, list[str]] = {}
+        for entity in (world.entities.values() if world else ()):
+            self._labels.setdefault(entity.kind, []).append(entity.label)
+        self._kinds = {e.id: e.kind for e in world.entities.values()} if world else {}
 
     async def solve(self, task: Task) -> tuple[bool, TrajectoryRecord, str]:
         """(solved, trajectory, why it failed or '')."""
@@ -65,25 +75,26 @@ class ModalSearchExpert:
         else:
             last_text = await self._read(episode, seen, nodes[0].url, f"The question starts from "
                                          f"{seen.named(nodes[0].name, 'an article')}; I read it.")
+        relations = {h.target: h.relation for h in task.hops}
         for prev, node in zip(nodes, nodes[1:]):
             if prev.kind == "text" and node.kind == "text":
                 if not _mentions(last_text, node):
                     return f"the article on {prev.name} does not mention {node.name}"
-                result = await _call(episode, seen, "t2t_search", {"query": node.name}, (
-                    f"The article on {seen.named(prev.name, 'the last entity')} names {node.name}, the entity the "
-                    f"question's next clue points to; I search for its own page."))
+                result = await _call(episode, seen, "t2t_search", {"query": node.name},
+                                     self._choice(seen, prev, node, relations.get(node.id, ""), last_text))
                 if result is None or node.url not in result.text:
                     return f"text search did not find the page of {node.name}"
                 last_text = await self._read(episode, seen, node.url, f"The search lists the page of {node.name}; I "
                                              "read it for the next clue.")
             elif node.kind == "image":
                 result = await _call(episode, seen, "t2i_search", {"query": node.description}, (
-                    f"The question's next clue is an image: {seen.named(node.description, 'a picture')}. I search "
-                    "images for it."))
+                    f"The question's next clue is the {node.noun} of {seen.named(prev.name, 'the last entity')}; I "
+                    "search images for it."))
                 if result is None or node.url not in result.text:
                     return f"image search did not find {node.url}"
-                loaded = await self._pixels(episode, seen, node, "The image search returned it; I load its pixels to "
-                                            "see what it shows.")
+                loaded = await self._pixels(episode, seen, node, (
+                    f"Of the images the search lists, the one captioned \u201c{node.name}\u201d is the {node.noun} "
+                    "the clue means (the others show other entities); I load its pixels to see what it shows."))
             else:  # image -> text: the image's source page states the link
                 page_text = await self._read(episode, seen, prev.source_page_url, (
                     "The image I looked at does not say by itself what it depicts; the page that carries it should."))
@@ -104,6 +115,21 @@ class ModalSearchExpert:
             read = ask[2](colour_shares(im))
         return "" if read == task.answer else f"the fetched pixels read {read!r}, not {task.answer!r}"
 
+    def _choice(self, seen: Seen, prev: PathNode, node: PathNode, relation: str, article: str) -> str:
+        """Why ``node`` is the next entity: the clue the question gives for it ("is part of {x}, and whose name
+        begins with “R”"), weighed against the other names of its kind the article offers."""
+        source = seen.named(prev.name, "the last entity")
+        clue = relation.replace("{x}", source)
+        kind = self._kinds.get(node.entity or "")
+        offered = [n for n in self._labels.get(kind or "", []) if n != node.name and found(n, article)]
+        initial = _INITIAL.search(relation)
+        if offered and initial:
+            listed = ", ".join(sorted(offered)[:5]) + (", ..." if len(offered) > 5 else "")
+            return (f"The article on {source} names {len(offered) + 1} candidates for the {node.noun}, {node.name} "
+                    f"and {listed}; the question wants the one whose name begins with \u201c{initial.group(1)}\u201d,"
+                    f" which only {node.name} does. I search for its own page.")
+        return f"The article on {source} names {node.name}, {relative(node.noun, clue)}; I search for its own page."
+
     async def _read(self, episode: Episode, seen: Seen, url: str | None, reasoning: str) -> str:
         if url is None:
             return ""
@@ -113,6 +139,9 @@ class ModalSearchExpert:
     async def _pixels(self, episode: Episode, seen: Seen, node: PathNode, reasoning: str) -> bytes | None:
         result = await _call(episode, seen, "read_url", {"url": node.url}, reasoning, pixels=True)
         return result.images[0].png if result and result.images else None
+
+
+_INITIAL = re.compile(r"whose name begins with \u201c(.)\u201d")
 
 
 class Seen:

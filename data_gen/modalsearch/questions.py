@@ -18,8 +18,10 @@ Offline defaults, **no model**, deterministic templates:
   facts, else its article's lead sentence with the name masked); an image start node becomes "this image", the
   image going in as input.
 
-A hop whose relation does not single out its target (``unique`` false) is rejected (``ambiguous_hop``); a final
-question naming a path entity or the answer is rejected (``leak``).
+A hop whose relation does not single out its target (``unique`` false) is rejected (``ambiguous_hop``); so is a
+composed hop through an image of its own source (``image_detour``: "the country depicted in the locator map of X" is
+X, so the image is decoration and the question needs no image search); a final question naming a path entity or the
+answer is rejected (``leak``).
 
 The words of the terminal question and of each backward rewrite come from a :class:`Wording`:
 :class:`TemplateWording` (the templates above, no model) or ``data_gen.modalsearch.llm.LLMWording``. The choice of
@@ -32,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import random
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -49,8 +52,9 @@ from data_gen.modalsearch.answerers import (
     read_palette,
 )
 from data_gen.modalsearch.graph import Graph, Node
-from data_gen.modalsearch.relations import NOUNS, kg_phrase
+from data_gen.modalsearch.relations import NOUNS, RELATIVE, kg_phrase, relative
 from data_gen.modalsearch.sampler import Path
+from data_gen.neos.open_world import OPEN_WORLD
 from data_gen.modalsearch.schema import Label, PathHop, PathNode, Task, Terminal
 from data_gen.world.model import Triple
 from data_gen.world.store import World
@@ -58,14 +62,17 @@ from data_gen.world.store import World
 K2 = 5
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 QUESTION_TEMPLATES: dict[str, str] = {
-    "P36": "What is the capital of {REF}?", "P1376": "Of which country is {REF} the capital?",
+    "P36": "What is the capital of {REF}?", "P1376": "Which country's capital is {REF}?",
     "P38": "Which currency is used in {REF}?", "P37": "What is the official language of {REF}?",
-    "P30": "On which continent does {REF} lie?", "P17": "In which country does {REF} lie?",
-    "P131": "In which administrative region is {REF} located?", "P361": "Of what larger region is {REF} a part?",
+    "P30": "Which continent contains {REF}?", "P17": "Which country contains {REF}?",
+    "P131": "Which administrative region contains {REF}?", "P361": "Which larger region contains {REF}?",
     "P474": "What is the country calling code of {REF}?", "P78": "What is the top-level Internet domain of {REF}?",
     "P1549": "What is the demonym of {REF}?", "P1448": "What is the official name of {REF}?",
-    "P1082": "What population does the article on {REF} give?", "P2046": "What area does the article on {REF} give?",
+    "P1082": "According to its article, what is the population of {REF}?",
+    "P2046": "According to its article, what is the area of {REF}?",
 }
+# Every template ends with {REF}: what replaces it is a long nested reference, and a word after it ("Of what larger
+# region is {REF} a part?") would stand 30 words from the words it belongs to.
 # Part-of: an answer reached through it is also right as any region that contains it ("Of what larger region is
 # Mali a part?": "Western Africa", and "Africa" too), so those come as aliases.
 CONTAINMENT = ("P361",)
@@ -155,8 +162,7 @@ def reference(hop: PathHop, node: Node, source_ref: str) -> str:
     of <ref>"; "shares a border with {x}" -> "the country that shares a border with <ref>")."""
     if hop.kind == "t2i":
         return f"the {node.noun} of {source_ref}"
-    phrase = hop.relation.replace("{x}", source_ref)
-    return phrase[3:] if phrase.startswith("is the ") else f"the {node.noun} that {phrase}"
+    return relative(node.noun, hop.relation.replace("{x}", source_ref))
 
 
 # Words by which an article sentence states a relation, beyond the words of the relation's label.
@@ -176,6 +182,24 @@ def supports(sentence: str, forms: list[str], relation: str, label: str) -> bool
         return False
     words = [w for w in re.findall(r"[a-z]+", label.lower()) if len(w) > 3]
     return any(found(w, sentence) for w in (*words, *RELATION_WORDS.get(relation, ())))
+
+
+def terminal_template(relation: str, label: str, noun: str) -> str | None:
+    """The question asking for the object of a ``relation`` fact of ``{REF}``: its own template, else one made
+    from the relation's phrase ("Which country shares a border with {REF}?", "Which country was {REF} discovered
+    in?"); None when the phrase cannot be turned into a question ("{x} flows through"). A label is no noun phrase
+    ("shares border with"), so "What is the <label> of {REF}?" would not read."""
+    if relation in QUESTION_TEMPLATES:
+        return QUESTION_TEMPLATES[relation]
+    phrase = kg_phrase(relation, label, True).replace("{x}", "{REF}")
+    if phrase.startswith("is the "):
+        return f"What {phrase}?"
+    if phrase.startswith("whose "):
+        return f"Which {noun}'s {phrase[6:]}?"
+    inverted = re.fullmatch(r"\{REF\} (is|was) (.+)", phrase)
+    if inverted:
+        return f"Which {noun} {inverted.group(1)} {{REF}} {inverted.group(2)}?"
+    return None if phrase.startswith("{REF}") or RELATIVE.match(phrase) else f"Which {noun} {phrase}?"
 
 
 def grammar_problem(question: str) -> str | None:
@@ -213,6 +237,7 @@ class QuestionWriter:
         self.pixels = PixelAnswerer()
         self.blind = BlindImageAnswerer(world)
         self._facts: dict[str, list[Triple]] = {}
+        self._leads: Counter[str] | None = None
         for t in world.triples:
             self._facts.setdefault(t.s, []).append(t)
 
@@ -226,6 +251,10 @@ class QuestionWriter:
         if not all(e.relation.unique for e in path.edges):
             bad = next(e for e in path.edges if not e.relation.unique)
             return Rejection("ambiguous_hop", f"{bad.source}->{bad.target}: {bad.relation.phrase}")
+        detour = next((h for h in compose(graph, path) if h.kind == "t2i2t" and graph.nodes[h.via].entity
+                       and graph.nodes[h.via].entity == graph.nodes[h.source].entity), None)
+        if detour is not None:  # "the country depicted in the locator map of <Nepal>" is Nepal: no image needed
+            return Rejection("image_detour", f"{detour.via} depicts {detour.source} itself")
         path_entities = {n.entity for n in nodes if n.entity}
         terminal = self._terminal_text(nodes[-1], path_entities, rng) if nodes[-1].kind == "text" \
             else self._terminal_image(nodes[-1])
@@ -277,13 +306,17 @@ class QuestionWriter:
         for t in self._facts.get(node.entity or "", []):
             if t.p in _SKIP_RELATIONS or (not t.literal and t.o not in self.world.entities):
                 continue
+            if (t.p, True) in OPEN_WORLD:
+                continue  # one organisation of the country in the KG, many in reality: not one answer
             same = [u for u in self._facts[node.entity] if u.p == t.p]
             if len(same) != 1:
                 continue  # the article's answer would not be unique
             forms = _literal_forms(t.o) if t.literal else _entity_forms(self.world, t.o)
             label = self.world.relations[t.p].label if t.p in self.world.relations else t.p
+            template = terminal_template(t.p, label, "value" if t.literal else NOUNS.get(
+                self.world.entities[t.o].kind, "entity"))
             sentence = next((s for s in _SENTENCE.split(page.text) if supports(s, forms, t.p, label)), None)
-            if sentence is not None:
+            if sentence is not None and template is not None:
                 candidates.append((t, forms, sentence))
         rng.shuffle(candidates)
         candidates = candidates[:K2]
@@ -294,7 +327,8 @@ class QuestionWriter:
                                               "path checks")
         t, forms, sentence = min(kept, key=lambda c: c[0].literal)  # entity-valued first (stable: keeps rng order)
         label = self.world.relations[t.p].label if t.p in self.world.relations else t.p
-        template = self.wording.terminal(QUESTION_TEMPLATES.get(t.p, f"What is the {label} of {{REF}}?"),
+        noun = "value" if t.literal else NOUNS.get(self.world.entities[t.o].kind, "entity")
+        template = self.wording.terminal(terminal_template(t.p, label, noun) or "",
                                          TerminalContext(node.noun, label, sentence.strip(), tuple(forms)))
         answer_type = "literal:" + ("number" if t.o.isdigit() else "text") if t.literal \
             else self.world.entities[t.o].kind
@@ -357,21 +391,39 @@ class QuestionWriter:
             except NotDistinguishable:
                 facts = ()
             if facts:
-                parts = []
+                neighbours: dict[str, list[str]] = {}  # one clause per phrase: "shares a border with A and B"
                 for f in facts:
                     label = self.world.relations[f.relation].label if f.relation in self.world.relations else f.relation
                     neighbour = self.world.entities[f.neighbour].label if f.neighbour in self.world.entities \
                         else f.neighbour
-                    parts.append(kg_phrase(f.relation, label, not f.outgoing).replace("{x}", neighbour))
-                return f"the {noun} that {' and '.join(parts)}"
-        page = self.world.pages[node.ref]
-        lead = _SENTENCE.split(page.text.strip())[0]
-        names = {node.name, *(entity.aliases if entity else [])}
-        for name in sorted(names, key=len, reverse=True):
-            lead = re.sub(rf"(?<!\w){re.escape(name)}(?!\w)", "___", lead, flags=re.IGNORECASE)
-        if "___" not in lead or len(lead) > 300:
-            return None
+                    neighbours.setdefault(kg_phrase(f.relation, label, not f.outgoing), []).append(neighbour)
+                clauses = [phrase.replace("{x}", _listed(names)) for phrase, names in neighbours.items()]
+                clauses = [c if RELATIVE.match(c) else f"that {c}" for c in clauses]
+                return f"the {noun} {' and '.join(clauses)}"
+        lead = self._masked_lead(node.ref, node.name)
+        if lead is None or self._lead_counts()[lead] > 1:
+            return None  # "___ is one of the 16 states of Germany." opens 16 pages: it describes none of them
         return f"the {noun} described as \u201c{lead}\u201d"
+
+    def _masked_lead(self, page_id: str, name: str) -> str | None:
+        """The page's first sentence with its entity's names masked; None when it names none or is too long."""
+        page = self.world.pages[page_id]
+        entity = self.world.entities.get(page.entity_id or "")
+        lead = _SENTENCE.split(page.text.strip())[0]
+        names = {name, *((entity.label, *entity.aliases) if entity else ())}
+        for each in sorted(names, key=len, reverse=True):
+            lead = re.sub(rf"(?<!\w){re.escape(each)}(?!\w)", "___", lead, flags=re.IGNORECASE)
+        return lead if "___" in lead and len(lead) <= 300 else None
+
+    def _lead_counts(self) -> Counter[str]:
+        """How many of the world's pages open with each masked lead sentence (computed once)."""
+        if self._leads is None:
+            self._leads = Counter(filter(None, (self._masked_lead(p.id, p.title) for p in self.world.pages.values())))
+        return self._leads
+
+
+def _listed(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def _entity_forms(world: World, entity_id: str) -> list[str]:

@@ -42,23 +42,52 @@ def is_category(world: World, page: Page) -> bool:
     return entity is None or entity.kind in NON_ENTITY_KINDS or entity.id.startswith("x:category:")
 
 
+# Phrases that end with ``{x}`` for the relations whose Neos phrase puts it mid-sentence ("has {x} as its capital"):
+# nested in a question, such a phrase leaves its tail behind the whole embedded reference ("the region that has the
+# country depicted in the locator map of the country that has Sarajevo as its capital as one of its parts"), which
+# nobody can read. (as subject, as object), as in ``RELATION_PHRASES``.
+TAIL_FREE: dict[str, tuple[str, str]] = {
+    "P36": ("whose capital is {x}", "is the capital of {x}"),
+    "P1376": ("is the capital of {x}", "whose capital is {x}"),
+    "P37": ("whose official languages include {x}", "is an official language of {x}"),
+    "P38": ("whose currency is {x}", "is used in {x}"),
+    "P361": ("is part of {x}", "contains {x}"),
+    "P463": ("is a member of {x}", "whose members include {x}"),
+    "P35": ("whose head of state is {x}", "is the head of state of {x}"),
+    "P106": ("whose occupations include {x}", "is the occupation of {x}"),
+}
+RELATIVE = re.compile(r"(?:whose|where|which|that)\b")
+
+
 def kg_phrase(relation: str, label: str, forward: bool) -> str:
     """The target described from ``{x}``: ``forward`` when the fact is (source, relation, target)."""
-    as_subject, as_object = RELATION_PHRASES.get(relation, (f"has {{x}} as its {label}", f"is the {label} of {{x}}"))
+    as_subject, as_object = TAIL_FREE.get(relation) or RELATION_PHRASES.get(
+        relation, (f"has {{x}} as its {label}", f"is the {label} of {{x}}"))
     return as_object if forward else as_subject
+
+
+def relative(noun_: str, phrase: str) -> str:
+    """The entity a relation phrase describes: "is the capital of X" -> "the capital of X", "whose capital is X"
+    -> "the country whose capital is X", "shares a border with X" -> "the country that shares a border with X"."""
+    if phrase.startswith("is the "):
+        return phrase[3:]
+    return f"the {noun_} {phrase}" if RELATIVE.match(phrase) else f"the {noun_} that {phrase}"
 
 
 def disambiguated(world: World, phrase: str, target: str, peers: Collection[str], source: str,
                   kg_relation: str | None) -> Relation:
     """The relation, unique when ``target`` is its only ``peer``; otherwise with the clue the paper keeps for
-    answer uniqueness, offline the initial of the target's name when no other peer shares it (else not unique)."""
+    answer uniqueness, offline the initial of the target's name when no other peer shares it (else not unique).
+    The clue comes first ("whose name begins with “B” and that shares a border with {x}"): after the relation it
+    would attach to the nearest noun of what replaces ``{x}``."""
     if len(peers) <= 1:
         return Relation(phrase, unique=True, source=source, kg_relation=kg_relation)
     initial = world.entities[target].label[:1].upper() if target in world.entities else ""
     clash = [p for p in peers if p != target and p in world.entities and
              world.entities[p].label[:1].upper() == initial]
     if initial.isalpha() and not clash:
-        return Relation(f"{phrase}, and whose name begins with “{initial}”", unique=True,
+        clause = phrase if RELATIVE.match(phrase) else f"that {phrase}"
+        return Relation(f"whose name begins with “{initial}” and {clause}", unique=True,
                         source=f"{source}+initial_clue", kg_relation=kg_relation)
     return Relation(phrase, unique=False, source=source, kg_relation=kg_relation)
 

@@ -57,16 +57,25 @@ def probe_text_only_answer(task: Task) -> bool:
 class _Ballot:
     """A forced answer from search results: the best title by reciprocal rank summed over results (then the
     earliest seen) among hits whose title adds a word the question lacks and whose snippet names the asked kind
-    ("Which city is C?"). ``leads`` keeps every such title of any kind, in the order seen: what a searcher would
-    look up next."""
+    ("Which city is C?"; "Which person is C?" with "Let C be the diplomat, ...": diplomat). ``leads`` keeps every
+    such title of any kind, in the order seen: what a searcher would look up next."""
 
     def __init__(self, question: str, exclude: Sequence[str] = ()) -> None:
         asked = re.search(r"Which ([\w. ]+?) is\b", question)
-        self.kind = asked.group(1).split()[-1] if asked else ""
+        kind = asked.group(1).split()[-1] if asked else ""
+        # the sentence that defines C may name it more narrowly than "Which person is C?": "Let C be the diplomat,
+        # born in 1911, ...": a person's page says "diplomat", never "person", and a searcher looks for that noun
+        noun = re.search(r"^Let [A-Z] be (?:the|an?) ([\w ]+?)(?:,| that\b| who\b| whose\b| of\b|\.)",
+                         _asked_sentence(question))
+        self.kind = noun.group(1) if noun and kind and noun.group(1).split()[-1] != kind else kind
         self.asked_words = {w.lower() for w in re.findall(r"\w+", question)}
         # names the question states ("the capital of Kyrgyzstan"): a synthesized question states none, its entities
         # are letters; a hit whose snippet names one is the link a searcher reads first
         self.names = {w for w in re.findall(r"(?<![.?] )(?<!^)\b[A-Z][\w'-]{2,}", question)}
+        # years the question states ("born in 1911, died in 1990"): a title whose snippet states more of them ranks
+        # first (a searcher reading "(1911-1990)" beside "(1900-1968)" takes the first), then by votes
+        self.years = set(re.findall(r"\b\d{3,4}\b", question))
+        self.years_stated: dict[str, int] = {}
         self.exclude = set(exclude)
         self.votes: dict[str, float] = {}
         self.first_seen: dict[str, tuple[int, int]] = {}
@@ -92,12 +101,14 @@ class _Ballot:
                     continue
                 voted.add(title)
                 named = 2.0 if any(_found(name, hit["snippet"]) for name in self.names) else 1.0
+                years = sum(_found(year, hit["snippet"]) for year in self.years)
+                self.years_stated[title] = max(self.years_stated.get(title, 0), years)
                 self.votes[title] = self.votes.get(title, 0.0) + named * weight / (1 + rank)
                 self.first_seen.setdefault(title, (turn, rank))
                 self.urls.setdefault(title, hit["url"])
 
     def ranked(self) -> list[str]:
-        return sorted(self.votes, key=lambda t: (-self.votes[t], self.first_seen[t]))
+        return sorted(self.votes, key=lambda t: (-self.years_stated[t], -self.votes[t], self.first_seen[t]))
 
 
 @dataclass(frozen=True, slots=True)

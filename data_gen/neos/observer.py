@@ -118,7 +118,10 @@ def palette(pixels: Image.Image) -> tuple[str, ...]:
 def colour_shares(pixels: Image.Image) -> tuple[tuple[str, float], ...]:
     """``(name, share of the opaque pixels)`` for the colours covering at least ``MIN_SHARE``, largest first (ties
     by name). Each pixel takes its nearest name in CIELAB, and only with a margin of ``MARGIN_DELTA_E`` over the
-    next name; when more than ``MAX_UNNAMED`` of the pixels have no clear name the image gets no colours (empty)."""
+    next name; when more than ``MAX_UNNAMED`` of the pixels have no clear name, or one colour without a clear name
+    covers ``MIN_SHARE`` (Samoa's blue canton, a quarter of its flag: "mostly red" would leave out a colour a person
+    sees, and "how many colours" would be answered 1), the image gets no colours (empty). Edges and anti-aliasing
+    spread their unclear pixels over many colours and stay tolerated."""
     im = pixels.convert("RGBA")
     im.thumbnail((SIDE, SIDE))
     arr = np.asarray(im).reshape(-1, 4)
@@ -126,13 +129,14 @@ def colour_shares(pixels: Image.Image) -> tuple[tuple[str, float], ...]:
     if not len(rgb):
         return ()
     names = _NAMES
-    colours, inverse = np.unique(rgb, axis=0, return_inverse=True)  # flags and maps use few distinct colours
+    colours, inverse, counts = np.unique(rgb, axis=0, return_inverse=True, return_counts=True)  # flags, maps: few
     distance = np.sqrt(((lab(colours)[:, None, :] - _REF_LAB[None, :, :]) ** 2).sum(-1))
     two = np.sort(distance, axis=1)[:, :2]
     nearest = np.argmin(distance, axis=1)[inverse.reshape(-1)]
-    clear = (two[:, 1] - two[:, 0] >= MARGIN_DELTA_E)[inverse.reshape(-1)]
-    if 1 - clear.mean() > MAX_UNNAMED:
-        return ()
+    unclear = two[:, 1] - two[:, 0] < MARGIN_DELTA_E
+    clear = ~unclear[inverse.reshape(-1)]
+    if 1 - clear.mean() > MAX_UNNAMED or (counts[unclear] >= MIN_SHARE * len(rgb)).any():
+        return ()  # too much unnamed, or one unnamed colour a person sees as a region of its own
     share = np.bincount(nearest[clear], minlength=len(names)) / len(rgb)
     ranked = sorted((i for i in range(len(names)) if share[i] >= MIN_SHARE), key=lambda i: (-share[i], names[i]))
     return tuple((names[i], float(share[i])) for i in ranked[:MAX_COLOURS])

@@ -144,12 +144,19 @@ def pinning(structure: Structure, kinds: Mapping[str, str], kg: KG, world: World
         if not incoming or not all(reasons):
             continue
         kind = kinds.get(node, "")
-        noun = person_noun(node, kg, world) if kind == "person" else \
-            organisation_noun(node, complete, world) if kind == "organization" else None
+        noun = pinning_noun(node, kind, kg, world, complete)
         if noun is None:
             return f"{node} ({kind or 'entity'}): {reasons[0]}, and nothing stated pins it"
         nouns[node] = noun
     return nouns
+
+
+def pinning_noun(entity: str, kind: str, kg: KG, world: World, complete: Mapping[str, int]) -> str | None:
+    """The noun that pins ``entity`` of ``kind`` (:func:`person_noun`, :func:`organisation_noun`); None for other
+    kinds. The evidence rules read it too: a candidate fits a pinned node only if its noun is the question's."""
+    if kind == "person":
+        return person_noun(entity, kg, world)
+    return organisation_noun(entity, complete, world) if kind == "organization" else None
 
 
 def person_noun(person: str, kg: KG, world: World) -> str | None:

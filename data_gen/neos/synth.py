@@ -23,7 +23,7 @@ from data_gen.kg import (
 )
 from data_gen.kg.distinguish import TAXONOMIC_RELATIONS, DistinguishingConfig
 from data_gen.neos.observer import IMAGE_KINDS, NAMED_SOURCES, Description, Observer, PaletteObserver, ground
-from data_gen.neos.open_world import complete_lists, pinning, unlisted
+from data_gen.neos.open_world import complete_lists, pinning, pinning_noun, unlisted
 from data_gen.neos.schema import Alternative, EntryImage, Step, Task
 from data_gen.neos.verbalize import Rewriter, TemplateVerbalizer, Verbalizer, check_coverage
 from data_gen.world.model import page_url
@@ -254,7 +254,7 @@ class Synthesizer:
                 bound[edge.target], grounded[edge.target] = g.description, g.image_id
                 alternatives[edge.target] = self._alternatives(edge.target, reach[edge.target], g.description, names)
                 reach[edge.target] = {edge.target}
-        rule = self._evidence_rule(structure, bound, names)
+        rule = self._evidence_rule(structure, bound, names, nouns)
         if rule is not None:
             return Candidate(key, structure, None, *rule)
         labels = {e.relation: self._relation_label(e.relation) for e in structure.edges}
@@ -282,36 +282,43 @@ class Synthesizer:
         )
         return Candidate(key, structure, task, None)
 
-    def _evidence_rule(self, structure: Structure, bound: dict[str, Description],
-                       names: set[str]) -> tuple[str, str] | None:
+    def _evidence_rule(self, structure: Structure, bound: dict[str, Description], names: set[str],
+                       nouns: dict[str, str]) -> tuple[str, str] | None:
         """Neos's evidence dependence as a rejection rule, checked on the compiled query as a reader would solve
         it: remove one entry image (its anchor becomes any entity of its kind with such an image) or one visual
-        checkpoint's description (the node keeps only its relations); if the answer is still the only one left,
-        that evidence is decoration and the question is rejected. ``(filter, detail)``, or None when every image
-        and every checkpoint is needed."""
+        checkpoint's description (the node keeps only its relations and what the question states of it: a
+        person's occupation and dates, ``nouns``); if the answer is still the only one left, that evidence is
+        decoration and the question is rejected. ``(filter, detail)``, or None when every image and every
+        checkpoint is needed."""
         anchors = {a: {a} for a in structure.anchors}
         for anchor in structure.anchors:
             entity = self.world.entities.get(anchor)
             source = self.entry_image(anchor)[2]
             pictured = self._pictured.get((entity.kind if entity else "", source), {anchor})
-            if self._answers(structure, {**anchors, anchor: pictured}, bound, names) == {structure.answer}:
+            if self._answers(structure, {**anchors, anchor: pictured}, bound, names, nouns) == {structure.answer}:
                 return "entry_image_ablation", f"without the image of {anchor} the text alone leaves one answer"
         for checkpoint in structure.checkpoints:
             rest = {k: v for k, v in bound.items() if k != checkpoint}
-            if self._answers(structure, anchors, rest, names) == {structure.answer}:
+            if self._answers(structure, anchors, rest, names, nouns) == {structure.answer}:
                 return "checkpoint_ablation", f"without the checkpoint image of {checkpoint} the relations alone " \
                                               "leave one answer"
         return None
 
     def _answers(self, structure: Structure, start: dict[str, set[str]], bound: dict[str, Description],
-                 names: set[str]) -> set[str]:
+                 names: set[str], nouns: dict[str, str]) -> set[str]:
         """The answers a reader is left with: candidates propagated along the edges from ``start``, each bound
-        checkpoint narrowed to the entities whose image fits its description under a person's reading."""
+        checkpoint narrowed to the entities whose image fits its description under a person's reading, each node
+        the question names by a noun ("the diplomat, born in 1911, died in 1990,") to the entities it fits."""
         reach = dict(start)
         for edge in structure.edges:
             step = self._step_candidates(reach[edge.source], edge.relation, edge.forward)
             if edge.target in bound:
                 step = {c for c in step if self._fits(c, bound[edge.target], names)}
+            if edge.target in nouns:
+                entity = self.world.entities.get(edge.target)
+                kind = entity.kind if entity else ""
+                step = {c for c in step
+                        if pinning_noun(c, kind, self.kg, self.world, self._complete) == nouns[edge.target]}
             reach[edge.target] = reach[edge.target] & step if edge.target in reach else step
         return reach[structure.answer]
 

@@ -144,3 +144,39 @@ async def test_only_the_true_near_duplicate_keeps_visual_match(world, tmp_path):
     assert counts == {"written": 1, "relabelled_visual_match": 1}
     (pair,) = MEILog.read(out).records
     assert [c["match_state"] for c in pair.output["candidates"]] == ["partial_match", "visual_match"]
+
+
+async def test_the_same_map_with_its_label_is_a_visual_match_and_a_neighbours_map_is_not(world, tmp_path):
+    """A question's unlabelled locator map (Burkina Faso's) and the same map with the country's name printed on it
+    differ in 1.5% of their pixels, the label: the same picture, so both keep visual_match (before, only identical
+    pixels did, and the labelled map, the one on the country's page, became partial_match). The neighbour's map
+    (the Central African Republic highlighted instead) differs in 11% and becomes partial_match."""
+    ctx = _Ctx(world)
+    registered = Image.open(io.BytesIO(world.image_bytes("map_bfa_unlabelled"))).convert("RGB")
+    query = ImageView(url="img_1", png=encode_png(registered))
+    candidates = [world_image_view(ctx, i, pixels=True, match_score=s)
+                  for i, s in (("map_bfa_unlabelled", 1.0), ("map_bfa", 0.94), ("map_caf", 0.9))]
+    # Samoa's unlabelled map and American Samoa's map differ in 2.5% of their pixels (a small island's highlight):
+    # another entity's picture stays a partial match however few pixels differ
+    samoa = ImageView(url="img_1", png=encode_png(Image.open(io.BytesIO(world.image_bytes("map_wsm_unlabelled")))
+                                                  .convert("RGB")))
+    islands = [world_image_view(ctx, i, pixels=True, match_score=s) for i, s in (("map_wsm", 0.97),
+                                                                                 ("map_asm", 0.95))]
+    mei = build_interface(MEIConfig(log_path=tmp_path / "tool" / "mei.jsonl", ocr=False))
+    rev = await mei.reverse_image_search(goal="which page", query_image=query, candidates=candidates,
+                                         ctx=MEIContext(session_id="s1", turn=0, tool="ReverseImageSearch"))
+    await mei.close()
+    mei2 = build_interface(MEIConfig(log_path=tmp_path / "tool" / "mei.jsonl", ocr=False))
+    rev2 = await mei2.reverse_image_search(goal="which island", query_image=samoa, candidates=islands,
+                                           ctx=MEIContext(session_id="s2", turn=0, tool="ReverseImageSearch"))
+    await mei2.close()
+    assert [c.match_state for c in rev.evidence.candidates] == ["visual_match"] * 3
+    assert [c.match_state for c in rev2.evidence.candidates] == ["visual_match"] * 2
+    out = tmp_path / "pairs" / "mei_sft.jsonl"
+    episodes = [_episode([[rev.call_id]], ["map_bfa_unlabelled"]), _episode([[rev2.call_id]], ["map_wsm_unlabelled"])]
+    counts = export_mei_pairs(episodes, tmp_path / "tool" / "mei.jsonl", lambda: world, out)
+    assert counts == {"written": 2, "relabelled_visual_match": 2}
+    pairs = {r.input["goal"]: r for r in MEILog.read(out).records}
+    assert [c["match_state"] for c in pairs["which page"].output["candidates"]] == \
+        ["visual_match", "visual_match", "partial_match"]
+    assert [c["match_state"] for c in pairs["which island"].output["candidates"]] == ["visual_match", "partial_match"]

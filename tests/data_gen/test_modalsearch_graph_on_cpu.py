@@ -79,9 +79,13 @@ async def test_text_relations_come_from_the_kg_or_a_masked_context_sentence(worl
     france, paris, belgium = (world.pages[p] for p in ("France", "Paris", "Belgium"))
     capital = await proposer.propose(france, paris)
     assert (capital.phrase, capital.unique, capital.kg_relation) == ("is the capital of {x}", True, "P36")
-    # France has 8 neighbours; Belgium is the only one starting with B, Spain shares its S with Switzerland
+    # France has 8 neighbours; Belgium is the only one starting with B, Spain shares its S with Switzerland. The
+    # clue comes first: after the relation it attached to the nearest noun of what replaces {x} (before 2026-12-06:
+    # "shares a border with {x}, and whose name begins with “B”").
     border = await proposer.propose(france, belgium)
-    assert border.phrase == "shares a border with {x}, and whose name begins with \u201cB\u201d" and border.unique
+    assert border.phrase == "whose name begins with \u201cB\u201d and that shares a border with {x}" and border.unique
+    # Paris from France's side ends with {x}, so nothing trails a nested reference (before: "has {x} as its capital")
+    assert (await proposer.propose(paris, france)).phrase == "whose capital is {x}"
     spain = await proposer.propose(france, world.pages["Spain"])
     assert spain.phrase == "shares a border with {x}" and spain.unique is False
     no_entity = Page("Lists_of_places", "u:lists", "Lists of places", "France is listed here.", "test")

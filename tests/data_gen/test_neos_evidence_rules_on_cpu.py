@@ -113,5 +113,85 @@ def test_colours_are_named_perceptually_and_only_with_a_margin():
     between = (0, 45, 130)  # Delta E 15.3 from "blue", 16.3 from "dark blue"
     assert palette(Image.new("RGB", (10, 10), between)) == ()  # a person could say either: not described
     half = Image.new("RGB", (10, 10), COLOURS["red"])
-    half.paste(between, (0, 0, 10, 2))  # 20% unclear pixels are tolerated, the clear ones are named
-    assert palette(half) == ("red",)
+    half.paste(between, (0, 0, 10, 2))  # 20% of one unclear colour: a region a person sees (Samoa's blue canton)
+    assert palette(half) == ()  # "mostly red" would leave it out; before 2026-12-06 this read ("red",)
+    edges = Image.new("RGB", (10, 10), COLOURS["red"])
+    for x in range(10):  # 20% unclear pixels spread over 20 colours (anti-aliased edges): tolerated
+        edges.putpixel((x, 0), (0, 45 + x, 130))
+        edges.putpixel((x, 1), (0, 46 + x, 131))
+    assert palette(edges) == ("red",)
+
+
+# "Let C be the diplomat, born in 1911, died in 1990, who is a citizen of B": the noun that pins an open-world node
+# is part of the compiled query. A borders B and C; Y borders X, whose flag reads as B's to a person.
+CITIZEN = Structure(branches=((Edge("country:A", "country:B", "P47", True),
+                               Edge("country:B", "person:b", "P27", False)),), tail=(), checkpoints=("country:B",))
+DIPLOMAT_1911 = "Vietnamese diplomat (1911-1990)"
+
+
+def _citizens(tmp_path, striped_png, glosses: dict[str, str]) -> Synthesizer:
+    """The look-alike world above, each of B, C and X with one citizen (``glosses``: country code -> the citizen's
+    gloss), all diplomats."""
+    flags = {**BASE, "X": [(WHITE, 5), (DARK_BLUE, 3)], "Y": [(YELLOW, 8)]}
+    facts = BASE_FACTS + [("country:Y", "P47", "country:X"), ("country:X", "P38", "currency:x")]
+    world = _world(tmp_path, flags, facts, striped_png)
+    world.entities["occupation:diplomat"] = Entity("occupation:diplomat", "diplomat", "occupation")
+    for code, gloss in glosses.items():
+        person = f"person:{code.lower()}"
+        world.entities[person] = Entity(person, f"Envoy {code}", "person", gloss)
+        world.triples.extend([Triple(person, "P27", f"country:{code}"),
+                              Triple(person, "P106", "occupation:diplomat")])
+    return Synthesizer(world, seed=0)
+
+
+def test_the_images_are_decoration_when_the_persons_dates_alone_single_them_out(tmp_path, striped_png):
+    # Without the entry image a reader has B and X (same colours), their citizens b and x; but only b is a diplomat
+    # born in 1911 who died in 1990, which the question states: the images add nothing. (Before the noun was part
+    # of the ablation, {b, x} counted as two answers and the question was kept.)
+    synth = _citizens(tmp_path, striped_png, {"B": DIPLOMAT_1911, "C": "Greek diplomat (1920-2001)",
+                                              "X": "French diplomat (1920-2001)"})
+    cand = synth.candidate(CITIZEN)
+    assert (cand.task, cand.filter) == (None, "entry_image_ablation")
+
+
+def test_a_persons_noun_shared_by_the_look_alikes_citizens_keeps_the_images_needed(tmp_path, striped_png):
+    # The same noun for the citizens of B, C and X: without the entry image {b, x}, without the checkpoint {b, c}.
+    synth = _citizens(tmp_path, striped_png, {"B": DIPLOMAT_1911, "C": DIPLOMAT_1911, "X": DIPLOMAT_1911})
+    cand = synth.candidate(CITIZEN)
+    assert cand.filter is None and cand.task is not None and cand.task.answer_entity == "person:b"
+    assert "Let C be the diplomat, born in 1911, died in 1990, who is a citizen of B." in cand.task.question
+
+
+# "Let C be the organization of 2 members that has B as a member": an organisation whose members the world holds
+# completely is pinned by its member count, which the evidence rules read as they read a person's noun.
+MEMBERSHIP = Structure(branches=((Edge("country:A", "country:B", "P47", True),
+                                  Edge("country:B", "org:b", "P463", True)),), tail=(), checkpoints=("country:B",))
+
+
+def _organisations(tmp_path, striped_png, members: dict[str, list[str]]) -> Synthesizer:
+    """The look-alike world above with organisations (``members``: id -> member country codes), each stating its
+    member count (P2124), so that every list is complete."""
+    flags = {**BASE, "X": [(WHITE, 5), (DARK_BLUE, 3)], "Y": [(YELLOW, 8)]}
+    facts = BASE_FACTS + [("country:Y", "P47", "country:X"), ("country:X", "P38", "currency:x")]
+    world = _world(tmp_path, flags, facts, striped_png)
+    for org, codes in members.items():
+        world.entities[org] = Entity(org, f"Union {org[-1].upper()}", "organization")
+        world.triples.append(Triple(org, "P2124", str(len(codes)), literal=True))
+        world.triples.extend(Triple(f"country:{code}", "P463", org) for code in codes)
+    return Synthesizer(world, seed=0)
+
+
+def test_the_images_are_decoration_when_the_member_count_alone_singles_the_organisation_out(tmp_path, striped_png):
+    # Without the entry image a reader has B and X, their organisations b (2 members) and x (3): only b has the
+    # count the question states. (Before the ablation read organisation nouns, no candidate fitted the noun, so the
+    # reader was left with no answer, and the question was kept.)
+    synth = _organisations(tmp_path, striped_png, {"org:b": ["B", "A"], "org:x": ["X", "Y", "C"]})
+    cand = synth.candidate(MEMBERSHIP)
+    assert (cand.task, cand.filter) == (None, "entry_image_ablation")
+
+
+def test_a_member_count_shared_by_the_look_alikes_organisations_keeps_the_images_needed(tmp_path, striped_png):
+    synth = _organisations(tmp_path, striped_png, {"org:b": ["B", "A"], "org:x": ["X", "Y"], "org:c": ["C", "Y"]})
+    cand = synth.candidate(MEMBERSHIP)
+    assert cand.filter is None and cand.task is not None and cand.task.answer_entity == "org:b"
+    assert "organization of 2 members that has B as a member" in cand.task.question

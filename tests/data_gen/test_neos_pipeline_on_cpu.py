@@ -9,6 +9,7 @@ from argparse import Namespace
 import pandas as pd
 import pytest
 
+from data_gen.common.mei_pairs import same_picture
 from data_gen.kg import Structure
 from data_gen.neos.agents import (
     ProgrammaticExpert,
@@ -136,11 +137,21 @@ def test_probes_solve_leaky_questions_and_not_the_synthesized_ones(server, tasks
                     "Yemen. Let B be the city that is the capital of A. Which city is B?",
         "answer": "Muscat", "aliases": []})
 
-    async def probes(client):
-        return [await probe_text_only_search(client, t) for t in (leaky, chained, task)]
+    # A person the question names by occupation and dates (Le Duc Tho's page: "Vietnamese diplomat ... (1911-1990)"):
+    # a searcher looks for the diplomat of those years, not for a page that says "person" (before, only such pages
+    # could vote: the probe never solved a person question, though its first search lists Le Duc Tho).
+    dated = task.model_copy(update={
+        "question": "Let A be the country whose locator map is shown in the image. Let B be a country that shares a "
+                    "border with A; its national flag is mostly red and yellow (by decreasing area). Let C be the "
+                    "diplomat, born in 1911, died in 1990, who is a citizen of B. Which person is C?",
+        "answer": "Le Duc Tho", "aliases": []})
 
-    solved_leaky, solved_chained, solved_task = asyncio.run(_run(probes)(server))
+    async def probes(client):
+        return [await probe_text_only_search(client, t) for t in (leaky, chained, task, dated)]
+
+    solved_leaky, solved_chained, solved_task, solved_dated = asyncio.run(_run(probes)(server))
     assert solved_leaky.solved and solved_chained.solved and not solved_task.solved
+    assert solved_dated.solved
 
 
 def test_entry_image_probes_solve_one_hop_questions_but_not_the_checkpointed_task(server, synth, tasks):
@@ -229,11 +240,12 @@ def test_mei_pairs_are_the_experts_calls_and_tokenise_for_mei_sft(cli_out, tiny_
         target = json.loads(example.target)
         logged = returned[(record.session_id, record.turn, record.method, json.dumps(record.input, sort_keys=True))]
         if record.method == "reverse_image_search":
-            # the target is the logged evidence except that only the query's own pixels stay a visual_match: copies
-            # of one picture (France's flag is also Guadeloupe's and French Guiana's), never two pictures
-            matched = {record.input["candidates"][c["index"]]["png_sha256"] for c in target["candidates"]
-                       if c["match_state"] == "visual_match"}
-            assert len(matched) <= 1
+            # the target is the logged evidence except that only the query's own picture stays a visual_match:
+            # copies of one picture (France's flag is also Guadeloupe's and French Guiana's) and the same map with
+            # its printed name (an unlabelled entry map's labelled twin), never two pictures
+            matched = [blobs.get(record.input["candidates"][c["index"]]["png_sha256"]) for c in target["candidates"]
+                       if c["match_state"] == "visual_match"]
+            assert all(same_picture(matched[0], other, 0.03) for other in matched[1:])
             changed = [(t["match_state"], g["match_state"]) for t, g in zip(target["candidates"],
                                                                           logged["candidates"]) if t != g]
             assert set(changed) <= {("partial_match", "visual_match")}

@@ -163,3 +163,31 @@ def test_schemas_as_parquet_structs_would_reach_the_template_altered(tmp_path):
     text_search = column.apply(convert_nested_value_to_list_recursive).tolist()[0][0]
     assert text_search["function"]["parameters"]["properties"]["url"] is None
     assert text_search != tool_schemas("neos")[0]
+
+
+def test_a_protocol_that_lists_its_tools_in_the_system_prompt_loads_in_verl(small_world, tiny_vl_processor, tmp_path):
+    # ModalSearch's records have no tools (its system prompt lists them): the column was written as nulls, which
+    # verl reads as pandas NA and hands to the chat template as ``tools``: "'NAType' object is not iterable" on the
+    # first row of a 60-question run's sft.parquet (2026-12-06). Without any record's tools there is no column.
+    from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
+
+    from verl_ext.data.sft_dataset import JsonToolsMultiTurnSFTDataset
+
+    world = World.load(small_world)
+    image = next(i for i in world.images.values() if i.source == "flag-icons")
+    messages = [{"role": "system", "content": system_prompt("modalsearch", tool_schemas("modalsearch"))},
+                {"role": "user", "content": "<image>\nWhich currency is used in the country depicted in this image?"},
+                {"role": "assistant", "content": "<think>I search.</think>\n<tool_call>{\"name\": \"i2i_search\", "
+                                                 "\"arguments\": {\"image\": \"img_1\"}}</tool_call>"},
+                {"role": "tool", "content": "1. a flag"},
+                {"role": "assistant", "content": "<think>The page states it.</think>\n<answer>euro</answer>"}]
+    record = {"id": "ms", "messages": messages, "images": [image.url], "image_ids": [image.id]}
+    (tmp_path / "sft.jsonl").write_text(json.dumps(record) + "\n")
+    assert sft_parquet_from_jsonl(tmp_path / "sft.jsonl", small_world, tmp_path / "sft.parquet") == 1
+    assert "tools" not in pd.read_parquet(tmp_path / "sft.parquet").columns
+    config = OmegaConf.create({"max_length": 8192, "pad_mode": "no_padding", "truncation": "error"})
+    for cls in (JsonToolsMultiTurnSFTDataset, MultiTurnSFTDataset):
+        dataset = cls(str(tmp_path / "sft.parquet"), tiny_vl_processor.tokenizer, config, processor=tiny_vl_processor)
+        item = dataset[0]
+        trained = tiny_vl_processor.tokenizer.decode(item["input_ids"][item["loss_mask"] == 1])
+        assert "<answer>euro</answer>" in trained and "a flag" not in trained
