@@ -152,12 +152,13 @@ def transfer_queue(ray_cluster):
 
 @pytest.fixture(scope="session")
 def world(small_world):
-    """The small world as the tool server loads it (feature cache in the source cache, beside the worlds, also for a
-    ``NEOS_SMALL_WORLD`` inside a checkout, which must not grow a cache folder), shared by the session."""
-    from data_gen.world.sources import SourceCache
+    """The small world as the tool server loads it, shared by the session. Its image features are cached in the
+    source cache beside the worlds, as in every test that starts a tool server, also for a ``NEOS_SMALL_WORLD``
+    inside a checkout, which must not grow a cache folder."""
+    from data_gen.world.sources import default_cache_dir
     from tool_server.offline.world import OfflineWorld
 
-    w = OfflineWorld.load(small_world, cache_dir=SourceCache().root / "tool-server")
+    w = OfflineWorld.load(small_world, cache_dir=default_cache_dir() / "tool-server")
     yield w
     w.close()
 

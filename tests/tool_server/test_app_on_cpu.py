@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
+from data_gen.world.sources import default_cache_dir
 from tool_server.app import CACHE
 from tool_server.protocol import tool_schemas
 from tool_server.tools import ops
@@ -333,7 +334,7 @@ def test_cli_starts_prints_its_address_and_reports_bad_worlds(small_world, tmp_p
             "0",
             "--no-ocr",
             "--cache-dir",
-            str(small_world.parent.parent / "tool-server"),
+            str(default_cache_dir() / "tool-server"),
             "--mei-log",
             str(tmp_path / "mei.jsonl"),
         ],

@@ -13,6 +13,7 @@ import uuid
 
 import redis
 
+from data_gen.world.sources import default_cache_dir
 from tool_server.cache import TieredCache
 
 from .conftest import free_port
@@ -196,6 +197,6 @@ def test_a_groups_identical_calls_through_two_workers_reach_the_backend_once(sma
             assert 'cache_events_total{level="shared",event="lease_leads"} 1\n' in metrics
 
     args = ["--no-ocr", "--workers", "2", "--redis-url", redis_url, "--mei-log", str(tmp_path / "mei.jsonl"),
-            "--cache-dir", str(small_world.parent.parent / "tool-server")]
+            "--cache-dir", str(default_cache_dir() / "tool-server")]
     with served(small_world, *args) as base:
         asyncio.run(group(base))

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from data_gen.world.sources import default_cache_dir
 from tool_server.offline.lexical import _BM25, snippet, tokens
 from tool_server.offline.reverse import FeatureTable
 from tool_server.offline.world import OfflineWorld, resource_id
@@ -16,15 +17,15 @@ from tool_server.offline.world import OfflineWorld, resource_id
 ORIGIN = "https://neos-world.invalid"
 
 
-def feature_cache(small_world):
-    """Beside the world cache, keyed (in the file name) by the world's content hash: ORB over every image is the
+def feature_cache():
+    """In the source cache beside the worlds, keyed (in the file name) by the world's content hash: ORB over every image is the
     slow part of startup, so test sessions share it as they share the built world."""
-    return small_world.parent.parent / "tool-server"
+    return default_cache_dir() / "tool-server"
 
 
 @pytest.fixture(scope="module")
 def world(small_world):
-    w = OfflineWorld.load(small_world, cache_dir=feature_cache(small_world))
+    w = OfflineWorld.load(small_world, cache_dir=feature_cache())
     yield w
     w.close()
 
@@ -97,6 +98,6 @@ def test_reverse_search_finds_the_country_from_its_unlabelled_map(world):
 
 def test_features_are_cached_on_disk(world, small_world):
     _reverse(world, Image.new("RGB", (64, 64), (255, 255, 255)))  # waits for the features
-    files = list((feature_cache(small_world) / "features").glob(f"{world.content_hash[:16]}-*.npz"))
+    files = list((feature_cache() / "features").glob(f"{world.content_hash[:16]}-*.npz"))
     assert len(files) == 1
     assert FeatureTable.load(files[0]).ids == list(world.world.images)

@@ -12,6 +12,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from PIL import Image
 
+from data_gen.world.sources import default_cache_dir
 from tool_server.app import RUNNER, ServerSettings, create_app
 from tool_server.cache import TieredCache
 from tool_server.mei import MEIConfig, build_interface
@@ -276,7 +277,7 @@ def test_a_server_stopped_by_sigterm_leaves_no_search_process_or_index_file(smal
 
     server = subprocess.Popen(
         [sys.executable, "-m", "tool_server", "--world", str(small_world), "--port", "0", "--no-ocr",
-         "--cache-dir", str(small_world.parent.parent / "tool-server"), "--mei-log", str(tmp_path / "mei.jsonl")],
+         "--cache-dir", str(default_cache_dir() / "tool-server"), "--mei-log", str(tmp_path / "mei.jsonl")],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )
     try:

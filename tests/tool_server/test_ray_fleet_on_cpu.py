@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from omegaconf import OmegaConf
 
+from data_gen.world.sources import default_cache_dir
 from tool_server.ray_fleet import cluster_nodes, deploy
 from verl_ext.rllm.episode import SearchSettings
 from verl_ext.rollout.protocols import ToolCall
@@ -31,7 +32,7 @@ from .conftest import free_port
 
 def _server_args(small_world, tmp_path, name: str) -> list[str]:
     return ["--world", str(small_world), "--no-ocr", "--host", "127.0.0.1",  # loopback: tests reach no network
-            "--cache-dir", str(small_world.parent.parent / "tool-server"), "--mei-log", str(tmp_path / f"{name}.jsonl")]
+            "--cache-dir", str(default_cache_dir() / "tool-server"), "--mei-log", str(tmp_path / f"{name}.jsonl")]
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import os
 
 import pytest
 
+from data_gen.world.sources import default_cache_dir
 from tool_server.ray_fleet import deploy
 from verl_ext.tools.client import ToolServerClient
 
@@ -29,7 +30,7 @@ def test_one_server_per_node_of_a_two_node_cluster(small_world, tmp_path):
     try:
         cluster.wait_for_nodes()
         args = ["--world", str(small_world), "--no-ocr", "--host", "127.0.0.1", "--mei-log", str(tmp_path / "m.jsonl"),
-                "--cache-dir", str(small_world.parent.parent / "tool-server")]
+                "--cache-dir", str(default_cache_dir() / "tool-server")]
         fleet = deploy(args)
         try:
             assert len(fleet.addresses) == 2 and len(set(fleet.node_ids)) == 2

@@ -14,6 +14,7 @@ import aiohttp
 import pytest
 from PIL import Image
 
+from data_gen.world.sources import default_cache_dir
 from tool_server.launch import served
 from tool_server.workers import Router, merge_metrics
 
@@ -32,7 +33,7 @@ def _args(small_world, tmp_path, workers: int) -> tuple[str, ...]:
         "--workers",
         str(workers),
         "--cache-dir",
-        str(small_world.parent.parent / "tool-server"),
+        str(default_cache_dir() / "tool-server"),
         "--mei-log",
         str(tmp_path / "mei.jsonl"),
     )

@@ -19,6 +19,7 @@ from data_gen.neos.agents import ProgrammaticExpert
 from data_gen.neos.schema import Outcome
 from data_gen.neos.store import ResultLog
 from data_gen.neos.synth import Synthesizer
+from data_gen.world.sources import default_cache_dir
 from data_gen.world.store import World
 from tool_server.launch import served
 from verl_ext.credit import rescale_advantages
@@ -74,7 +75,7 @@ def run(small_world, tiny_vl_model, tiny_vl_processor, tmp_path_factory):
     (fewer tokens to score on CPU)."""
     tmp = tmp_path_factory.mktemp("walkthrough")
     world = World.load(small_world)
-    cache = small_world.parent.parent / "tool-server"  # the session world's image features (tests/conftest.py)
+    cache = default_cache_dir() / "tool-server"  # the session world's image features (tests/conftest.py)
     with served(small_world, "--cache-dir", str(cache), "--no-ocr", "--mei-log", str(tmp / "mei.jsonl")) as url:
         asyncio.run(_verified_tasks(url, world, tmp, QUESTIONS))
     questions = load_questions(tmp, world, QUESTIONS)
