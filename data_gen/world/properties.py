@@ -24,6 +24,7 @@ _LABELS: dict[str, str] = {
     "P189": "location of discovery",
     "P220": "ISO 639-3 code",
     "P279": "subclass of",
+    "P282": "writing system",
     "P297": "ISO 3166-1 alpha-2 code",
     "P298": "ISO 3166-1 alpha-3 code",
     "P299": "ISO 3166-1 numeric code",
@@ -87,6 +88,10 @@ NATIONAL_DISH = "x:national_dish"
 
 # A country's main religion, its largest group (country-json; data_gen.world.adapters.religions).
 MAIN_RELIGION = "x:main_religion"
+
+# A language's script, the one CLDR's likely subtags give it (data_gen.world.adapters.scripts): Wikidata's writing
+# system.
+WRITING_SYSTEM = "P282"
 
 
 def relation(pid: str) -> Relation:

@@ -27,6 +27,7 @@ ADAPTERS: tuple[str, ...] = (
     "organisations",
     "national_dishes",
     "religions",
+    "scripts",
 )
 
 
