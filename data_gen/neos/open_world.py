@@ -18,7 +18,7 @@ the chemical elements' facts (mendeleev): the world holds all 118, so "the chemi
 Finland" has the answers a reader finds, and the discoverers of an element are all listed or none is. A country's
 national dish and main religion are closed as the source names one (country-json), the countries of a dish or a
 religion open, and a language's script closed (CLDR's likely subtags give one; languages written officially in
-two get none), the languages of a script open.
+two get none), the languages of a script open; a capital's time zone (CLDR's metazone) closed, its cities open.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from data_gen.world.properties import (
     LANDMARK_RELATION,
     MAIN_RELIGION,
     NATIONAL_DISH,
+    TIME_ZONE,
     WILDLIFE_RELATIONS,
     WRITING_SYSTEM,
 )
@@ -69,6 +70,7 @@ OPEN_WORLD: dict[tuple[str, bool], str] = {
                             "Tunisia)",
     (MAIN_RELIGION, False): "a religion is the main one of many countries",
     (WRITING_SYSTEM, False): "a script writes many languages (Cyrillic: Russian, Ukrainian, Bulgarian and more)",
+    (TIME_ZONE, False): "many cities keep one time zone (34 capitals keep Central European Time)",
 }
 
 # (relation, forward) -> why one object in the KG is one in reality: a reader expects one, or the world holds them all.
@@ -104,6 +106,7 @@ CLOSED_WORLD: dict[tuple[str, bool], str] = {
     (MAIN_RELIGION, True): "a country's main religion is its largest group, one (country-json)",
     (WRITING_SYSTEM, True): "CLDR's likely subtags give a language one script; those a territory has officially in a "
                             "second (Serbian in Latin) get none",
+    (TIME_ZONE, True): "a city's zone keeps one CLDR metazone at a time",
 }
 
 # (relation, forward) -> why the world lacks the fact for some subjects that have it in reality: closed read from one
@@ -117,6 +120,7 @@ PARTIAL: dict[tuple[str, bool], str] = {
     (MAIN_RELIGION, True): "country-json names none where no group holds most (the Czech Republic, Estonia)",
     (WRITING_SYSTEM, True): "CLDR gives no one script for 16 of the world's 153 languages (Serbian: Cyrillic and "
                             "Latin; Japanese: Han and kana; sign languages)",
+    (TIME_ZONE, True): "the world gives capitals only a time zone, and not Amman's or Damascus's (no CLDR metazone)",
 }
 
 # (relation, forward) of OPEN_WORLD -> why it is closed after all when read from an entity whose list the world holds

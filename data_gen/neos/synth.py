@@ -33,6 +33,7 @@ from data_gen.world.properties import (
     LANDMARK_RELATION,
     MAIN_RELIGION,
     NATIONAL_DISH,
+    TIME_ZONE,
     WILDLIFE_RELATIONS,
     WRITING_SYSTEM,
 )
@@ -44,10 +45,11 @@ from data_gen.world.store import World
 # grounded and then rejected as ``open_world``. A person is pinned by its occupation and dates, or as the one
 # discoverer of a chemical element; an element by where it was discovered or the country it is named after; an
 # organisation whose member list the world holds completely by its member count (WordNet's stay open); a dish or a
-# religion as its country's one national dish or main religion; a script as its language's one script.
+# religion as its country's one national dish or main religion; a script as its language's one script; a time
+# zone as a capital's.
 SEED_KINDS = frozenset({"country", "city", "subdivision", "us_state", "currency", "language", "region", "continent",
                         "nationality", "person", "element", "organization", "dish", "religion",
-                        "script"})
+                        "script", "time_zone"})
 
 
 # Relation families withheld from distinguishing sets, one DAG per entry: greedy selection always takes the same
@@ -59,10 +61,11 @@ SEED_KINDS = frozenset({"country", "city", "subdivision", "us_state", "currency"
 # image-bearing neighbours). A natural feature lying in one country and a nationality (P1549) are dead ends of the
 # same sort, and so are a food, an artifact, an animal, a plant or a landmark of one country and a country's only
 # citizen (P27) the world knows, and so is the one chemical element discovered in (P189) or named after (P138) one
-# country, and a country's national dish or main religion, and a language's script.
+# country, and a country's national dish or main religion, a language's script and a capital's
+# time zone.
 _DEAD_ENDS = frozenset({"P36", "P1376", "P17", "P131", "P1549", "P27", "P189", "P138", *FEATURE_RELATIONS.values(),
                         *CULTURE_RELATIONS.values(), *WILDLIFE_RELATIONS.values(), LANDMARK_RELATION, NATIONAL_DISH,
-                        MAIN_RELIGION, WRITING_SYSTEM})
+                        MAIN_RELIGION, WRITING_SYSTEM, TIME_ZONE})
 
 RELATION_VARIANTS: tuple[frozenset[str], ...] = (
     frozenset(), _DEAD_ENDS, frozenset({"P131", "P47"}), frozenset({"P131", "P37", "P38"}),

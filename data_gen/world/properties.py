@@ -59,6 +59,7 @@ _LABELS: dict[str, str] = {
     "x:national_dish": "national dish",
     "x:plant_found_in": "plant found in",
     "x:river_in": "river in",
+    "x:time_zone": "time zone",
     "x:volcano_in": "volcano in",
     "x:waterfall_in": "waterfall in",
     "x:vital_topic": "Wikipedia vital article topic",
@@ -92,6 +93,10 @@ MAIN_RELIGION = "x:main_religion"
 # A language's script, the one CLDR's likely subtags give it (data_gen.world.adapters.scripts): Wikidata's writing
 # system.
 WRITING_SYSTEM = "P282"
+
+# A capital's time zone, CLDR's metazone of its GeoNames zone (data_gen.world.adapters.time_zones); P421 is the IANA
+# zone, a literal of every city.
+TIME_ZONE = "x:time_zone"
 
 
 def relation(pid: str) -> Relation:

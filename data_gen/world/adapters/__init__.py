@@ -28,6 +28,7 @@ ADAPTERS: tuple[str, ...] = (
     "national_dishes",
     "religions",
     "scripts",
+    "time_zones",
 )
 
 
