@@ -76,10 +76,11 @@ RELATION_VARIANTS: tuple[frozenset[str], ...] = (
 # relation for its own first fact, and its country must then be identified without one: the variants above that
 # withhold the dead ends, again, withholding them from every node but the seed. (A country with a currency or a
 # language of its own is singled out by it, another dead end: hence the variant without P37 and P38.) A script's
-# language is known by its country (P37) alone, and that country by its currency unless the last variant, without
-# P38, makes its borders do.
+# language is known by its country (P37) alone, and that country by its currency unless a variant without P38 makes
+# its borders do; a time zone's capital is known as its country's capital (P1376, a dead end), and that country by
+# its demonym or currency unless the last variant keeps P1376 alone.
 SEED_FREE_VARIANTS: tuple[frozenset[str], ...] = (_DEAD_ENDS, _DEAD_ENDS | {"P47"}, _DEAD_ENDS | {"P37", "P38"},
-                                                  _DEAD_ENDS | {"P38"})
+                                                  _DEAD_ENDS | {"P38"}, (_DEAD_ENDS - {"P1376"}) | {"P37", "P38"})
 
 # A loaded Wikidata KG holds more single-valued facts that lead to no image (a head of state, a citizenship):
 # greedy selection takes them as it takes capitals, so three more variants keep them out too (data_gen.neos.kg_world).
