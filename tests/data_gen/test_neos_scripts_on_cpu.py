@@ -102,7 +102,7 @@ def test_read_from_the_language_closed_and_partial_from_the_script_open():
 
 
 def _kg() -> KG:
-    """Georgia's Georgian in the Georgian script; Russia's Russian and (made up) Belarus's Belarusian in Cyrillic;
+    """Georgia's Georgian in the Georgian script; Russia's Russian and Belarus's Belarusian in Cyrillic;
     Serbia's Serbian in none."""
     return KG.from_triples([("country:GEO", "P37", "lang:kat"), ("lang:kat", WRITING_SYSTEM, "script:geor"),
                             ("country:RUS", "P37", "lang:rus"), ("lang:rus", WRITING_SYSTEM, "script:cyrl"),
@@ -117,7 +117,8 @@ def test_a_script_step_from_languages_one_of_which_has_none_is_open():
 
 
 def test_the_language_written_in_a_script_is_open(tmp_path):
-    labels = {"country:UKR": "country", "country:RUS": "country", "lang:rus": "language", "script:cyrl": "script", "lang:bel": "language"}
+    labels = {"country:UKR": "country", "country:RUS": "country", "lang:rus": "language", "script:cyrl": "script",
+              "lang:bel": "language"}
     world = World(tmp_path, {}, {e: Entity(e, e, k) for e, k in labels.items()}, {}, {},
                   [Triple("country:RUS", "P37", "lang:rus")], {}, {}, {})
     structure = Structure(branches=((Edge("country:UKR", "country:RUS", "P47", True),

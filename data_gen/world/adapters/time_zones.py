@@ -53,7 +53,8 @@ def contribute(sources: Mapping[str, Path], size: str) -> Contribution:
         text = (f"{label} is a time zone (Unicode CLDR metazone {metazone}). According to Unicode CLDR {version}, "
                 f"{'it is the time zone of the capital' if len(cities) == 1 else 'these capitals keep it'}: {listed}.")
         out.pages.append(Page(page_id, page_url(page_id), label, text, SOURCE, entity_id=eid))
-        out.entities.append(Entity(eid, label, "time_zone", f"time zone of {len(cities)} capital{'s' * (len(cities) > 1)}", aliases, page_id))
+        description = f"time zone of {len(cities)} capital{'s' * (len(cities) > 1)}"
+        out.entities.append(Entity(eid, label, "time_zone", description, aliases, page_id))
         out.triples += [Triple(city, TIME_ZONE, eid) for city, _ in sorted(cities)]
     return out
 
