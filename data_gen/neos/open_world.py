@@ -17,7 +17,8 @@ object a reader expects to be one (a capital, a demonym) are closed: one answer 
 the chemical elements' facts (mendeleev): the world holds all 118, so "the chemical element that was discovered in
 Finland" has the answers a reader finds, and the discoverers of an element are all listed or none is. A country's
 national dish and main religion are closed as the source names one (country-json), the countries of a dish or a
-religion open.
+religion open, and a language's script closed (CLDR's likely subtags give one; languages written officially in
+two get none), the languages of a script open; a capital's time zone (CLDR's metazone) closed, its cities open.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ from data_gen.world.properties import (
     LANDMARK_RELATION,
     MAIN_RELIGION,
     NATIONAL_DISH,
+    TIME_ZONE,
     WILDLIFE_RELATIONS,
+    WRITING_SYSTEM,
 )
 from data_gen.world.store import World
 
@@ -66,6 +69,8 @@ OPEN_WORLD: dict[tuple[str, bool], str] = {
     (NATIONAL_DISH, False): "neighbours claim one dish (country-json: couscous for Algeria, Mauritania, Morocco and "
                             "Tunisia)",
     (MAIN_RELIGION, False): "a religion is the main one of many countries",
+    (WRITING_SYSTEM, False): "a script writes many languages (Cyrillic: Russian, Ukrainian, Bulgarian and more)",
+    (TIME_ZONE, False): "many cities keep one time zone (34 capitals keep Central European Time)",
 }
 
 # (relation, forward) -> why one object in the KG is one in reality: a reader expects one, or the world holds them all.
@@ -99,6 +104,9 @@ CLOSED_WORLD: dict[tuple[str, bool], str] = {
     ("P61", True): "the world holds all of an element's discoverers where it holds any (mendeleev)",
     (NATIONAL_DISH, True): "country-json names one national dish for the country (entries naming several give none)",
     (MAIN_RELIGION, True): "a country's main religion is its largest group, one (country-json)",
+    (WRITING_SYSTEM, True): "CLDR's likely subtags give a language one script; those a territory has officially in a "
+                            "second (Serbian in Latin) get none",
+    (TIME_ZONE, True): "a city's zone keeps one CLDR metazone at a time",
 }
 
 # (relation, forward) -> why the world lacks the fact for some subjects that have it in reality: closed read from one
@@ -110,6 +118,9 @@ PARTIAL: dict[tuple[str, bool], str] = {
     (NATIONAL_DISH, True): "country-json names one national dish for 72 countries; the others have one, several or "
                            "none in reality",
     (MAIN_RELIGION, True): "country-json names none where no group holds most (the Czech Republic, Estonia)",
+    (WRITING_SYSTEM, True): "CLDR gives no one script for 16 of the world's 153 languages (Serbian: Cyrillic and "
+                            "Latin; Japanese: Han and kana; sign languages)",
+    (TIME_ZONE, True): "the world gives capitals only a time zone, and not Amman's or Damascus's (no CLDR metazone)",
 }
 
 # (relation, forward) of OPEN_WORLD -> why it is closed after all when read from an entity whose list the world holds

@@ -33,7 +33,9 @@ from data_gen.world.properties import (
     LANDMARK_RELATION,
     MAIN_RELIGION,
     NATIONAL_DISH,
+    TIME_ZONE,
     WILDLIFE_RELATIONS,
+    WRITING_SYSTEM,
 )
 from data_gen.world.store import World
 
@@ -43,9 +45,11 @@ from data_gen.world.store import World
 # grounded and then rejected as ``open_world``. A person is pinned by its occupation and dates, or as the one
 # discoverer of a chemical element; an element by where it was discovered or the country it is named after; an
 # organisation whose member list the world holds completely by its member count (WordNet's stay open); a dish or a
-# religion as its country's one national dish or main religion.
+# religion as its country's one national dish or main religion; a script as its language's one script; a time
+# zone as a capital's.
 SEED_KINDS = frozenset({"country", "city", "subdivision", "us_state", "currency", "language", "region", "continent",
-                        "nationality", "person", "element", "organization", "dish", "religion"})
+                        "nationality", "person", "element", "organization", "dish", "religion",
+                        "script", "time_zone"})
 
 
 # Relation families withheld from distinguishing sets, one DAG per entry: greedy selection always takes the same
@@ -57,10 +61,11 @@ SEED_KINDS = frozenset({"country", "city", "subdivision", "us_state", "currency"
 # image-bearing neighbours). A natural feature lying in one country and a nationality (P1549) are dead ends of the
 # same sort, and so are a food, an artifact, an animal, a plant or a landmark of one country and a country's only
 # citizen (P27) the world knows, and so is the one chemical element discovered in (P189) or named after (P138) one
-# country, and a country's national dish or main religion.
+# country, and a country's national dish or main religion, a language's script and a capital's
+# time zone.
 _DEAD_ENDS = frozenset({"P36", "P1376", "P17", "P131", "P1549", "P27", "P189", "P138", *FEATURE_RELATIONS.values(),
                         *CULTURE_RELATIONS.values(), *WILDLIFE_RELATIONS.values(), LANDMARK_RELATION, NATIONAL_DISH,
-                        MAIN_RELIGION})
+                        MAIN_RELIGION, WRITING_SYSTEM, TIME_ZONE})
 
 RELATION_VARIANTS: tuple[frozenset[str], ...] = (
     frozenset(), _DEAD_ENDS, frozenset({"P131", "P47"}), frozenset({"P131", "P37", "P38"}),
@@ -70,8 +75,12 @@ RELATION_VARIANTS: tuple[frozenset[str], ...] = (
 # A natural feature or a nationality (P1549) is known by its country alone, so as a seed it needs a dead-end
 # relation for its own first fact, and its country must then be identified without one: the variants above that
 # withhold the dead ends, again, withholding them from every node but the seed. (A country with a currency or a
-# language of its own is singled out by it, another dead end: hence the variant without P37 and P38.)
-SEED_FREE_VARIANTS: tuple[frozenset[str], ...] = (_DEAD_ENDS, _DEAD_ENDS | {"P47"}, _DEAD_ENDS | {"P37", "P38"})
+# language of its own is singled out by it, another dead end: hence the variant without P37 and P38.) A script's
+# language is known by its country (P37) alone, and that country by its currency unless a variant without P38 makes
+# its borders do; a time zone's capital is known as its country's capital (P1376, a dead end), and that country by
+# its demonym or currency unless the last variant keeps P1376 alone.
+SEED_FREE_VARIANTS: tuple[frozenset[str], ...] = (_DEAD_ENDS, _DEAD_ENDS | {"P47"}, _DEAD_ENDS | {"P37", "P38"},
+                                                  _DEAD_ENDS | {"P38"}, (_DEAD_ENDS - {"P1376"}) | {"P37", "P38"})
 
 # A loaded Wikidata KG holds more single-valued facts that lead to no image (a head of state, a citizenship):
 # greedy selection takes them as it takes capitals, so three more variants keep them out too (data_gen.neos.kg_world).

@@ -23,7 +23,9 @@ from data_gen.world.properties import (
     LANDMARK_RELATION,
     MAIN_RELIGION,
     NATIONAL_DISH,
+    TIME_ZONE,
     WILDLIFE_RELATIONS,
+    WRITING_SYSTEM,
 )
 
 # relation -> (the subject described from the object {x}, the object described from the subject {x})
@@ -56,6 +58,8 @@ RELATION_PHRASES: dict[str, tuple[str, str]] = {
     LANDMARK_RELATION: ("lies in {x}", "contains {x}"),
     NATIONAL_DISH: ("has {x} as its national dish", "is the national dish of {x}"),
     MAIN_RELIGION: ("has {x} as its main religion", "is the main religion of {x}"),
+    WRITING_SYSTEM: ("is written in {x}", "is the script of {x}"),
+    TIME_ZONE: ("keeps {x}", "is the time zone of {x}"),
 }
 KIND_NOUNS: dict[str, str] = {
     "country": "country", "city": "city", "subdivision": "region", "us_state": "U.S. state",
@@ -65,6 +69,7 @@ KIND_NOUNS: dict[str, str] = {
     "taxon": "species", "nationality": "nationality", "occupation": "occupation", "food": "food",
     "artifact": "artifact", "animal": "animal", "plant": "plant", "landmark": "landmark",
     "element": "chemical element", "dish": "dish", "religion": "religion",
+    "script": "script", "time_zone": "time zone",
     **{kind: kind for kind in FEATURE_RELATIONS},
 }
 

