@@ -20,6 +20,7 @@ import pandas as pd
 import pytest
 
 from data_gen.common.export import image_cells, user_prompt
+from data_gen.world.sources import default_cache_dir
 from tool_server.launch import served
 from verl_ext.reward.answers import answer_matches
 
@@ -77,8 +78,11 @@ def _modalsearch(turn: int, answer: str, messages: list) -> dict:
 
 
 @pytest.fixture(scope="module")
-def tool_server(small_world: Path):
-    with served(small_world) as url:
+def tool_server(small_world: Path, tmp_path_factory):
+    # the session's feature cache, and the MEI log in a temporary folder: by default it lands in the working
+    # directory (the checkout)
+    with served(small_world, "--cache-dir", str(default_cache_dir() / "tool-server"),
+                "--mei-log", str(tmp_path_factory.mktemp("tool-server") / "mei.jsonl")) as url:
         yield url
 
 

@@ -37,6 +37,7 @@ from rllm.parser.chat_template_parser import QwenChatTemplateParser  # noqa: E40
 from rllm.types import AgentConfig  # noqa: E402
 from rllm.workflows.workflow import TerminationEvent, TerminationReason  # noqa: E402
 
+from data_gen.world.sources import default_cache_dir  # noqa: E402
 from tool_server.launch import served  # noqa: E402
 from verl_ext.rllm.benchmark import export  # noqa: E402
 from verl_ext.rllm.env import ToolServerEnv  # noqa: E402
@@ -49,8 +50,11 @@ VISION = "<|vision_start|><|image_pad|><|vision_end|>"
 
 
 @pytest.fixture(scope="module")
-def tool_server_url(small_world) -> Iterator[str]:
-    with served(small_world) as url:
+def tool_server_url(small_world, tmp_path_factory) -> Iterator[str]:
+    # the session's feature cache, and the MEI log in a temporary folder: by default it lands in the working
+    # directory (the checkout)
+    with served(small_world, "--cache-dir", str(default_cache_dir() / "tool-server"),
+                "--mei-log", str(tmp_path_factory.mktemp("tool-server") / "mei.jsonl")) as url:
         yield url
 
 
