@@ -171,7 +171,7 @@ RELATION_WORDS: dict[str, tuple[str, ...]] = {
     "P30": ("continent", *_LIES_IN), "P17": ("country", *_LIES_IN), "P131": ("region", "states of", *_LIES_IN),
     "P361": ("region", "part of", "comprises", "subregion", *_LIES_IN), "P1082": ("population", "inhabitants"),
     "P2046": ("area", "covers"), "P1549": ("demonym",), "P78": ("domain",), "P474": ("calling code",),
-    "P1448": ("officially",),
+    "P1448": ("officially",), "P38": ("used in",),
 }
 
 

@@ -53,7 +53,9 @@ def test_depths_are_drawn_towards_the_shares_the_verified_mix_lacks():
     ("It lies in Europe.", "P30", "continent", True),
     ("Europe hosted the games.", "P30", "continent", False),
     ("Official languages: Belarusian and Russian.", "P37", "official language", True),
+    ("It is used in Poland.", "P38", "currency", True),  # a currency's page names its countries so
+    ("It was first minted in Poland.", "P38", "currency", False),
 ])
 def test_evidence_states_the_relation_not_just_the_value(sentence, relation, label, ok):
-    value = {"P36": "Minsk", "P30": "Europe", "P37": "Belarusian"}[relation]
+    value = {"P36": "Minsk", "P30": "Europe", "P37": "Belarusian", "P38": "Poland"}[relation]
     assert supports(sentence, [value], relation, label) is ok
