@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import tempfile
 from pathlib import Path
 
 import aiohttp
@@ -63,7 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not (args.world / "manifest.json").is_file():
         p.error(f"--world: {args.world} is not a built world (python -m data_gen.world build --size small --out DIR)")
-    with served(args.world, "--no-ocr", "--log-level", "WARNING") as base:
+    # the tour's MEI log is of no use after it: a temporary file, not ./mei.jsonl left in the caller's directory
+    with tempfile.TemporaryDirectory(prefix="tool-server-tour-") as scratch, \
+            served(args.world, "--no-ocr", "--log-level", "WARNING", "--mei-log", f"{scratch}/mei.jsonl") as base:
         asyncio.run(tour(base))
     return 0
 

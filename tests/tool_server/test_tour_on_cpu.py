@@ -3,8 +3,10 @@
 from tool_server import tour
 
 
-def test_tour_calls_every_scripted_tool_and_registers_fetch_and_crop(small_world, capsys):
+def test_tour_calls_every_scripted_tool_and_registers_fetch_and_crop(small_world, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     assert tour.main(["--world", str(small_world)]) == 0
+    assert list(tmp_path.iterdir()) == []  # no ./mei.jsonl left where it ran (there was, before 2026-12-06)
     out = capsys.readouterr().out
     assert "question image registered as ['img_1']" in out
     for name, _ in tour.SCRIPT:
