@@ -13,6 +13,7 @@ from data_gen.kg import KG, Edge, Structure
 from data_gen.neos.open_world import CLOSED_WORLD, OPEN_WORLD, PARTIAL, pinning, unlisted
 from data_gen.neos.synth import SEED_FREE_VARIANTS, SEED_KINDS, SynthConfig, Synthesizer
 from data_gen.neos.verbalize import TemplateVerbalizer
+from data_gen.world.adapters import _country_json as country_json
 from data_gen.world.adapters import national_dishes, religions
 from data_gen.world.adapters.country_facts import load_countries
 from data_gen.world.model import Entity, Triple
@@ -71,12 +72,12 @@ def test_an_entry_names_its_dishes(text, labels):
 
 
 def test_the_country_names_that_join_no_world_country(sources):
-    ids = national_dishes.country_ids(load_countries(sources["world-countries"]))
-    table = national_dishes.load_table(sources["country-json"])
-    assert national_dishes.misses(table, ids) == ["England", "Netherlands Antilles", "Northern Ireland", "Scotland",
+    ids = country_json.country_ids(load_countries(sources["world-countries"]))
+    table = country_json.load_table(sources["country-json"], national_dishes.DISHES, "dish")
+    assert country_json.misses(table, ids) == ["England", "Netherlands Antilles", "Northern Ireland", "Scotland",
                                                   "Wales"]
-    assert national_dishes.country_id("Turkey", ids) == "country:TUR"
-    assert national_dishes.misses(religions.load_table(sources["country-json"]), ids) == [
+    assert country_json.country_id("Turkey", ids) == "country:TUR"
+    assert country_json.misses(country_json.load_table(sources["country-json"], religions.RELIGIONS, "religion"), ids) == [
         "Asia-Pacific", "Channel Islands", "Europe", "Latin America-Caribbean", "Middle East-North Africa",
         "North America", "Sub-Saharan Africa"]
 

@@ -14,7 +14,9 @@ from data_gen.kg import KG, Edge, Structure
 from data_gen.neos.open_world import CLOSED_WORLD, OPEN_WORLD, PARTIAL, pinning, unlisted
 from data_gen.neos.synth import SEED_FREE_VARIANTS, SEED_KINDS, SynthConfig, Synthesizer
 from data_gen.neos.verbalize import TemplateVerbalizer, relation_phrase
-from data_gen.world.adapters import scripts
+from data_gen.world.adapters import _cldr, scripts
+from data_gen.world.adapters._cldr import GLOBAL, load_cldr
+from data_gen.world.adapters._geo import load_world_countries
 from data_gen.world.model import Entity, Triple
 from data_gen.world.properties import WRITING_SYSTEM
 from data_gen.world.sources import SourceCache
@@ -52,9 +54,9 @@ def test_one_script_for_each_language_cldr_writes_in_one(out):
 
 
 def test_the_languages_without_one_script_and_why(sources):
-    records = scripts._records(sources["world-countries"])
+    records = load_world_countries(sources["world-countries"])
     codes = [c for r in records for c in (r["languages"] or {})]
-    written, none = scripts.writing_systems(codes, scripts.load_cldr(sources["babel"] / scripts.GLOBAL))
+    written, none = scripts.writing_systems(codes, load_cldr(sources["babel"] / GLOBAL))
     assert len(set(codes)) == 153 and len(written) == 137
     assert {c for c, why in none.items() if why == "no likely subtags"} == {"ber", "khi", "nzs", "smi", "zib"}
     # Montenegrin is sr_ME, Serbian's; Hassaniya is official in Latin in Senegal; Chinese in Han (traditional)
@@ -88,7 +90,7 @@ def test_a_script_page_states_its_languages_under_the_world_labels(out):
 def test_the_unpickler_builds_babel_stand_ins_and_nothing_else():
     class_ref = pickle.dumps(Path("x"))  # pathlib's class: refused
     with pytest.raises(pickle.UnpicklingError, match="not a babel class"):
-        scripts._CldrUnpickler(io.BytesIO(class_ref)).load()
+        _cldr._CldrUnpickler(io.BytesIO(class_ref)).load()
 
 
 def test_read_from_the_language_closed_and_partial_from_the_script_open():

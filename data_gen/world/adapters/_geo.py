@@ -28,6 +28,11 @@ def _load(path: Path) -> Any:
         raise GeoSourceError(f"cannot read {path}: {exc}") from exc
 
 
+def load_world_countries(root: Path) -> list[dict[str, Any]]:
+    """world-countries' records (``root``: the package)."""
+    return _load(root / WORLD_COUNTRIES)
+
+
 def fold(name: str) -> str:
     """Accent- and case-insensitive key: 'Papeetē' and 'Papeete' match."""
     return unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode("ascii").casefold().strip()

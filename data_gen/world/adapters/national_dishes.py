@@ -11,9 +11,9 @@ from the dish the fact is open: neighbours claim one dish (Machboos is Bahrain's
 several-dish entries name it for more countries, which the dish's page says.
 
 The table's country names join the world's countries by world-countries' names (common, official, alternative
-spellings, accents and case folded), four by their world-countries name (:data:`RENAMED`, "Turkey" is Türkiye):
+spellings, accents and case folded), four by their world-countries name (``_country_json``, "Turkey" is Türkiye):
 England, Scotland, Wales and Northern Ireland are no world countries (the United Kingdom has its own entry), nor is
-the Netherlands Antilles (dissolved in 2010) (:func:`misses`); of these only Scotland's, Wales's and Northern
+the Netherlands Antilles (dissolved in 2010) (``_country_json.misses``); of these only Scotland's, Wales's and Northern
 Ireland's entries name exactly one dish. A dish whose name is a WordNet dish (a noun.food synset under *dish*:
 couscous, "gulyas" for Gulyás) takes its lemmas as aliases and its gloss as description; no such synset is an entity
 of the world (WordNet's foods the world holds, ``country_facts``, are none of the single national dishes), so no
@@ -22,13 +22,13 @@ dish duplicates one. Both sizes hold the same dishes.
 
 from __future__ import annotations
 
-import json
 import re
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from data_gen.world.adapters._country_json import SOURCE, country_id, country_ids, load_table
 from data_gen.world.adapters._geo import fold
 from data_gen.world.adapters._prose import join_list
 from data_gen.world.adapters._wordnet_data import Synset, WordNet, load_wordnet
@@ -38,14 +38,10 @@ from data_gen.world.properties import NATIONAL_DISH, relations
 
 SOURCES = ("country-json", "wordnet-base", "world-countries")
 DISHES = Path("package/src/country-by-national-dish.json")
-SOURCE = "country-json"
 LEXFILE_FOOD = 13
 DISH_SENSE = 2  # dish.n.02, "a particular item of prepared food"
 # a description ("sauerkraut stew") or a statement that there is none ("No officially announced national dish")
 _NO_NAME = re.compile(r"^(?:[a-z]|No\b)")
-# the table's names world-countries spells otherwise
-RENAMED = {"Turkey": "Türkiye", "Fiji Islands": "Fiji", "The Democratic Republic of Congo": "DR Congo",
-           "Micronesia (country)": "Micronesia"}
 _PARTS = re.compile(r",(?![^(]*\))")  # commas outside parentheses: "Tum Mak Hoong (Som Tum, its Thai name)" is one
 
 
@@ -58,7 +54,7 @@ class Dish:
 def contribute(sources: Mapping[str, Path], size: str) -> Contribution:
     if size not in ("small", "full"):
         raise ValueError(f"size must be 'small' or 'full', not {size!r}")
-    table = load_table(sources["country-json"])
+    table = load_table(sources["country-json"], DISHES, "dish")
     countries = load_countries(sources["world-countries"])
     ids = country_ids(countries)
     names = {cid: name for cid, (name, _) in countries.items()}
@@ -88,30 +84,6 @@ def contribute(sources: Mapping[str, Path], size: str) -> Contribution:
         out.entities.append(Entity(eid, dish.label, "dish", description, aliases, page_id))
         out.triples += [Triple(c, NATIONAL_DISH, eid) for c in cids]
     return out
-
-
-def load_table(root: Path) -> list[tuple[str, str | None]]:
-    """(country name, dish text or None) per entry of country-json's national-dish table."""
-    return [(row["country"], row["dish"]) for row in json.loads((root / DISHES).read_text(encoding="utf-8"))]
-
-
-def country_ids(countries: Mapping[str, tuple[str, list[str]]]) -> dict[str, str]:
-    """Folded name -> country id, for names that world-countries gives one country only."""
-    owners: dict[str, set[str]] = defaultdict(set)
-    for cid, (_, all_names) in countries.items():
-        for name in all_names:
-            owners[fold(name)].add(cid)
-    return {name: cids.pop() for name, cids in owners.items() if len(cids) == 1}
-
-
-def country_id(name: str, ids: Mapping[str, str]) -> str | None:
-    """The world country a name of the table names (``ids``: :func:`country_ids`), or None."""
-    return ids.get(fold(RENAMED.get(name, name)))
-
-
-def misses(table: list[tuple[str, str | None]], ids: Mapping[str, str]) -> list[str]:
-    """The table's country names that join no world country."""
-    return [country for country, _ in table if country_id(country, ids) is None]
 
 
 def parse(text: str | None) -> list[Dish]:

@@ -7,7 +7,7 @@ them (Christianity 160, Islam 50, Buddhism 8, Folk Religions 3, Hinduism 3, Juda
 ("Cote d'Ivoire": Christianity, "Ivory Coast": Islam), so it gets none; two name North Macedonia alike. Read from
 the country it has one answer; read from the religion it is open (many countries share one), and a country without
 the fact may be meant by a question, so both are decided in ``data_gen.neos.open_world``. Country names join as for
-the national dishes (``national_dishes.country_id``); its rows that join no world country are the Channel Islands
+the national dishes (``_country_json``); its rows that join no world country are the Channel Islands
 (Jersey and Guernsey are two world countries) and six regions ("Europe", "Sub-Saharan Africa", ...). Both sizes hold
 the same facts.
 
@@ -19,14 +19,13 @@ State" for Libya), none of which a reader would give as the answer.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Mapping
 from pathlib import Path
 
+from data_gen.world.adapters._country_json import SOURCE, country_id, country_ids, load_table
 from data_gen.world.adapters._prose import join_list
 from data_gen.world.adapters.country_facts import load_countries
-from data_gen.world.adapters.national_dishes import SOURCE, country_id, country_ids
 from data_gen.world.model import Contribution, Entity, Page, Triple, page_url, slugify
 from data_gen.world.properties import MAIN_RELIGION, relations
 
@@ -41,7 +40,7 @@ def contribute(sources: Mapping[str, Path], size: str) -> Contribution:
     ids = country_ids(countries)
     names = {cid: name for cid, (name, _) in countries.items()}
     stated: dict[str, set[str]] = defaultdict(set)  # country -> the religions its rows name
-    for country, religion in load_table(sources["country-json"]):
+    for country, religion in load_table(sources["country-json"], RELIGIONS, "religion"):
         cid = country_id(country, ids)
         if religion and cid:
             stated[cid].add(religion)
@@ -60,8 +59,3 @@ def contribute(sources: Mapping[str, Path], size: str) -> Contribution:
         out.entities.append(Entity(eid, religion, "religion", f"main religion of {len(cids)} countries", [], page_id))
         out.triples += [Triple(c, MAIN_RELIGION, eid) for c in cids]
     return out
-
-
-def load_table(root: Path) -> list[tuple[str, str | None]]:
-    """(country name, religion or None) per entry of country-json's religion table."""
-    return [(row["country"], row["religion"]) for row in json.loads((root / RELIGIONS).read_text(encoding="utf-8"))]

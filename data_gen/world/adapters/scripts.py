@@ -14,63 +14,33 @@ repeat the language's, "Japanese", or qualify Han, "Simplified"), nor a collecti
 no likely subtags for (Berber, Sami, New Zealand Sign Language). Read from the script it is open: Latin writes a
 hundred of the world's languages and many more. Script names are CLDR's English ones ("Georgian", "Cyrillic"), and a
 script's page states the languages the world has in it. Both sizes hold the same facts.
-
-babel keeps CLDR as pickles (``babel/global.dat``, ``babel/locale-data/en.dat``); the adapter reads them without
-importing babel, with an unpickler that builds no class outside the standard containers (babel's own classes, which
-the English locale's date and number patterns use, become empty stand-ins), so the fetched package runs no code.
+CLDR is read without running babel's code (``_cldr``).
 """
 
 from __future__ import annotations
 
-import json
-import pickle
 from collections import defaultdict
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from data_gen.world.adapters._geo import WORLD_COUNTRIES
+from data_gen.world.adapters._cldr import ENGLISH, GLOBAL, SOURCE, load_cldr
+from data_gen.world.adapters._geo import load_world_countries
 from data_gen.world.adapters._prose import join_list
 from data_gen.world.adapters.countries import language_labels
 from data_gen.world.model import Contribution, Entity, Page, Triple, page_url, slugify
 from data_gen.world.properties import WRITING_SYSTEM, relations
 
 SOURCES = ("babel", "world-countries")
-GLOBAL = Path("babel/global.dat")
-ENGLISH = Path("babel/locale-data/en.dat")
-SOURCE = "babel"
 # ISO 15924 codes for a combination of scripts (Jpan: Han, Hiragana, Katakana; Kore: Hangul, Han; Hanb: Han,
 # Bopomofo) or a variant of one (Hans, Hant: simplified and traditional Han)
 COMBINED = frozenset({"Hanb", "Hans", "Hant", "Jpan", "Kore"})
 
 
-class _Stand_in:
-    """What a babel class in a CLDR pickle becomes: nothing is called, its state is dropped."""
-
-    def __init__(self, *_: object) -> None:
-        pass
-
-    def __setstate__(self, _: object) -> None:
-        pass
-
-
-class _CldrUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        if module.split(".")[0] == "babel":
-            return type(name, (_Stand_in,), {})
-        raise pickle.UnpicklingError(f"CLDR pickle refers to {module}.{name}, not a babel class")
-
-
-def load_cldr(path: Path) -> dict[str, Any]:
-    """One of babel's CLDR pickles, read without running its code."""
-    with path.open("rb") as fh:
-        return _CldrUnpickler(fh).load()
-
-
 def contribute(sources: Mapping[str, Path], size: str) -> Contribution:
     if size not in ("small", "full"):
         raise ValueError(f"size must be 'small' or 'full', not {size!r}")
-    babel, records = sources["babel"], _records(sources["world-countries"])
+    babel, records = sources["babel"], load_world_countries(sources["world-countries"])
     cldr, english = load_cldr(babel / GLOBAL), load_cldr(babel / ENGLISH)
     written, _ = writing_systems([c for r in records for c in (r["languages"] or {})], cldr)
     labels = language_labels(records)
@@ -90,10 +60,6 @@ def contribute(sources: Mapping[str, Path], size: str) -> Contribution:
         out.entities.append(Entity(eid, name, "script", f"script (ISO 15924 {script})", [f"{name} script"], page_id))
         out.triples += [Triple(f"lang:{c}", WRITING_SYSTEM, eid) for c in sorted(codes)]
     return out
-
-
-def _records(root: Path) -> list[dict[str, Any]]:
-    return json.loads((root / WORLD_COUNTRIES).read_text(encoding="utf-8"))
 
 
 def writing_systems(codes: list[str], cldr: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, str]]:

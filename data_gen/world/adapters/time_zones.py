@@ -20,9 +20,9 @@ from collections import defaultdict
 from collections.abc import Mapping
 from pathlib import Path
 
+from data_gen.world.adapters._cldr import ENGLISH, GLOBAL, SOURCE, load_cldr
 from data_gen.world.adapters._geo import load_geo
 from data_gen.world.adapters._prose import join_list
-from data_gen.world.adapters.scripts import ENGLISH, GLOBAL, SOURCE, load_cldr
 from data_gen.world.model import Contribution, Entity, Page, Triple, page_url, slugify
 from data_gen.world.properties import TIME_ZONE, relations
 
