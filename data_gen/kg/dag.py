@@ -3,17 +3,18 @@
 Each expanded entity gets a distinguishing set; its neighbours become prerequisites (edges prerequisite ->
 identified entity, each edge remembering the direction of its KG fact) and are expanded in turn, breadth first, so
 the result is deterministic and shallow nodes are expanded before the node budget runs out. A node is only ever
-given its *whole* distinguishing set, so every expanded node is identified by its incoming edges together.
+given its *whole* distinguishing set, so every expanded node is identified by its incoming edges together, except a
+pictured one that has none (:func:`expand`): its image, as a visual checkpoint, finishes what its edges begin.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from data_gen.kg.distinguish import DistinguishingConfig, NotDistinguishable, distinguishing_set
+from data_gen.kg.distinguish import DistinguishingConfig, Fact, NotDistinguishable, distinguishing_set
 from data_gen.kg.graph import KG
 
 
@@ -54,13 +55,16 @@ class ExpansionConfig:
     """``max_branching`` caps prerequisites per node (the distinguishing-set size); ``max_depth`` is the shortest
     distance to the seed beyond which nodes are not expanded; ``max_nodes`` caps the DAG. ``max_branching``
     replaces ``distinguishing.max_size``: one limit, not two that could disagree. ``seed_distinguishing``, when set,
-    is the seed's own (a relation withheld from every other node may still single the seed out)."""
+    is the seed's own (a relation withheld from every other node may still single the seed out); ``seed_facts``,
+    when set, is the seed's distinguishing set itself (one of several a caller chose, e.g. by
+    :func:`~data_gen.kg.distinguish.convergent_sets`)."""
 
     max_depth: int = 3
     max_branching: int = 3
     max_nodes: int = 40
     distinguishing: DistinguishingConfig = field(default_factory=DistinguishingConfig)
     seed_distinguishing: DistinguishingConfig | None = None
+    seed_facts: tuple[Fact, ...] | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_depth", "max_branching", "max_nodes"):
@@ -87,8 +91,12 @@ class Dag:
         return tuple(e for e in self.edges if e.source == node)
 
 
-def expand(kg: KG, seed: str, config: ExpansionConfig = ExpansionConfig()) -> Dag:
-    """Expand ``seed`` backwards. Raises :class:`NotDistinguishable` if the seed itself has no distinguishing set."""
+def expand(kg: KG, seed: str, config: ExpansionConfig = ExpansionConfig(), pictured: Collection[str] = ()) -> Dag:
+    """Expand ``seed`` backwards. Raises :class:`NotDistinguishable` if the seed itself has no distinguishing set.
+
+    A ``pictured`` node (one an image depicts) other than the seed that no set singles out keeps the facts of the
+    best attempt: as a visual checkpoint its image tells it apart from the few candidates they leave (Eq. 2 binds
+    checkpoints), so it still leads back to an entry anchor."""
     if kg.is_literal(seed):
         raise ValueError(f"seed {seed!r} is a literal; seeds must be entities")
     ds_config = replace(config.distinguishing, max_size=config.max_branching)
@@ -106,14 +114,18 @@ def expand(kg: KG, seed: str, config: ExpansionConfig = ExpansionConfig()) -> Da
         if depth[node] >= config.max_depth:
             leaves[node] = "max_depth"
             continue
+        facts = config.seed_facts if node == seed else None
         try:
-            facts = distinguishing_set(kg, node, seed_config if node == seed else ds_config,
-                                       exclude=_downstream(edges, node))
-        except NotDistinguishable:
+            if facts is None:
+                facts = distinguishing_set(kg, node, seed_config if node == seed else ds_config,
+                                           exclude=_downstream(edges, node))
+        except NotDistinguishable as err:
             if node == seed:
                 raise
-            leaves[node] = "not_distinguishable"
-            continue
+            if node not in pictured or not err.partial:
+                leaves[node] = "not_distinguishable"
+                continue
+            facts = err.partial
         new = list(dict.fromkeys(f.neighbour for f in facts if f.neighbour not in depth))
         if len(nodes) + len(new) > config.max_nodes:
             leaves[node] = "max_nodes"

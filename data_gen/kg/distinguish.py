@@ -63,11 +63,14 @@ class DistinguishingConfig:
 
 
 class NotDistinguishable(ValueError):
-    """No distinguishing set within the size limit: ``candidates`` are the entities the best attempt left."""
+    """No distinguishing set within the size limit: ``candidates`` are the entities the best attempt left,
+    ``partial`` the facts it chose (they narrow the KG to ``candidates``)."""
 
-    def __init__(self, entity: str, reason: str, candidates: Collection[str] = ()) -> None:
+    def __init__(self, entity: str, reason: str, candidates: Collection[str] = (),
+                 partial: tuple[Fact, ...] = ()) -> None:
         self.entity = entity
         self.candidates = frozenset(candidates)
+        self.partial = partial
         sample = ", ".join(sorted(self.candidates)[:5])
         more = f" (e.g. {sample})" if sample else ""
         super().__init__(f"{entity!r} is not distinguishable: {reason}{more}")
@@ -122,10 +125,29 @@ def distinguishing_set(
     everything = _intersection(matches.values())
     if len(everything) > 1:
         raise NotDistinguishable(entity, f"all {len(facts)} usable facts together still match "
-                                         f"{len(everything)} entities", everything - {entity})
+                                         f"{len(everything)} entities", everything - {entity}, tuple(chosen))
     assert candidates is not None
     raise NotDistinguishable(entity, f"greedy selection of at most {config.max_size} facts left "
-                                     f"{len(candidates)} candidates", candidates - {entity})
+                                     f"{len(candidates)} candidates", candidates - {entity}, tuple(chosen))
+
+
+def convergent_sets(kg: KG, entity: str,
+                    config: DistinguishingConfig = DistinguishingConfig()) -> list[tuple[Fact, ...]]:
+    """Every distinguishing set a reasoning structure can state whole: one fact that singles ``entity`` out, or two
+    facts of distinct relations that do together (neither alone), the two branches of a convergent structure (Neos
+    App. A). Greedy selection finds one set, often of three facts or two of one relation (a country's two borders),
+    which no structure states. In :func:`candidate_facts` order; excluded relations left out."""
+    unique: dict[tuple[str, str], Fact] = {}  # a symmetric fact (a border) is stored both ways: once here
+    for fact in candidate_facts(kg, entity):
+        if fact.relation not in config.excluded_relations:
+            unique.setdefault((fact.relation, fact.neighbour), fact)
+    facts = list(unique.values())
+    matches = {f: _matching(kg, f) for f in facts}
+    singles = [f for f in facts if matches[f] == {entity}]
+    pairs = [(a, b) for i, a in enumerate(facts) for b in facts[i + 1:]
+             if a.relation != b.relation and a not in singles and b not in singles
+             and matches[a] & matches[b] == {entity}]
+    return [(f,) for f in singles] + pairs
 
 
 def _matching(kg: KG, fact: Fact) -> frozenset[str]:

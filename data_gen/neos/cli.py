@@ -46,7 +46,7 @@ from data_gen.neos.observer import PaletteObserver, rapid_ocr
 from data_gen.neos.open_world import undecided
 from data_gen.neos.schema import Outcome, Task
 from data_gen.neos.store import ResultLog
-from data_gen.neos.synth import KG_RELATION_VARIANTS, SEED_FREE_VARIANTS, Candidate, SynthConfig, Synthesizer
+from data_gen.neos.synth import CONVERGENT_VARIANTS, KG_RELATION_VARIANTS, SEED_FREE_VARIANTS, Candidate, SynthConfig, Synthesizer
 from data_gen.world.store import World
 from tool_server.launch import served
 from verl_ext.reward.judge import JudgeConfig
@@ -362,7 +362,7 @@ def main(args: argparse.Namespace) -> int:
     if world is None:
         return 2
     config = SynthConfig(seed_kinds=None, variants=KG_RELATION_VARIANTS) if kg_report else \
-        SynthConfig(seed_free_variants=SEED_FREE_VARIANTS)
+        SynthConfig(seed_free_variants=SEED_FREE_VARIANTS, convergent_variants=CONVERGENT_VARIANTS)
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     llm, vlm = model_configs(args)

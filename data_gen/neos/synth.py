@@ -21,7 +21,7 @@ from data_gen.kg import (
     enumerate_structures,
     expand,
 )
-from data_gen.kg.distinguish import TAXONOMIC_RELATIONS, DistinguishingConfig
+from data_gen.kg.distinguish import TAXONOMIC_RELATIONS, DistinguishingConfig, convergent_sets
 from data_gen.neos.observer import IMAGE_KINDS, NAMED_SOURCES, Description, Observer, PaletteObserver, ground
 from data_gen.neos.open_world import complete_lists, pinning, pinning_noun, unlisted
 from data_gen.neos.schema import Alternative, EntryImage, Step, Task
@@ -82,6 +82,8 @@ RELATION_VARIANTS: tuple[frozenset[str], ...] = (
 SEED_FREE_VARIANTS: tuple[frozenset[str], ...] = (_DEAD_ENDS, _DEAD_ENDS | {"P47"}, _DEAD_ENDS | {"P37", "P38"},
                                                   _DEAD_ENDS | {"P38"}, (_DEAD_ENDS - {"P1376"}) | {"P37", "P38"})
 
+CONVERGENT_VARIANTS: tuple[frozenset[str], ...] = (_DEAD_ENDS, _DEAD_ENDS | {"P47"}, _DEAD_ENDS | {"P37", "P38"})
+
 # A loaded Wikidata KG holds more single-valued facts that lead to no image (a head of state, a citizenship):
 # greedy selection takes them as it takes capitals, so three more variants keep them out too (data_gen.neos.kg_world).
 KG_RELATION_VARIANTS: tuple[frozenset[str], ...] = RELATION_VARIANTS + (
@@ -106,6 +108,9 @@ class SynthConfig:
     # withheld from all nodes but the seed; the offline world's run (data_gen.neos.cli) takes SEED_FREE_VARIANTS,
     # a loaded KG its own KG_RELATION_VARIANTS
     seed_free_variants: tuple[frozenset[str], ...] = ()
+    # one more DAG per convergent set of the seed and variant here, the variant withheld from every node but the
+    # seed (and from the sets); the offline world's run takes CONVERGENT_VARIANTS
+    convergent_variants: tuple[frozenset[str], ...] = ()
     max_structures_per_seed: int = 40  # accepted structures taken on to grounding, per seed
     seed_kinds: frozenset[str] | None = SEED_KINDS  # None: every page-bearing entity (a loaded KG's own kinds)
 
@@ -204,13 +209,18 @@ class Synthesizer:
         variants = [(excluded, excluded) for excluded in self.config.variants]
         variants += [(frozenset(), excluded) for excluded in self.config.seed_free_variants]
         base = self.config.expansion.distinguishing
-        for at_seed, excluded in variants:
-            expansion = replace(self.config.expansion,
-                                distinguishing=replace(base, excluded_relations=base.excluded_relations | excluded),
-                                seed_distinguishing=replace(base,
-                                                            excluded_relations=base.excluded_relations | at_seed))
+        expansions = [replace(self.config.expansion,
+                              distinguishing=replace(base, excluded_relations=base.excluded_relations | excluded),
+                              seed_distinguishing=replace(base, excluded_relations=base.excluded_relations | at_seed))
+                      for at_seed, excluded in variants]
+        for excluded in self.config.convergent_variants:
+            rest = replace(base, excluded_relations=base.excluded_relations | excluded)
+            sets = convergent_sets(self.kg, seed_entity, replace(rest, excluded_relations=rest.excluded_relations | {
+                *TAXONOMIC_RELATIONS}))
+            expansions += [replace(self.config.expansion, distinguishing=rest, seed_facts=facts) for facts in sets]
+        for expansion in expansions:
             try:
-                dag = expand(self.kg, seed_entity, expansion)
+                dag = expand(self.kg, seed_entity, expansion, self._images.keys())
             except NotDistinguishable:
                 counts["not_distinguishable"] += 1
                 continue

@@ -5,7 +5,7 @@ import random
 import pytest
 
 from data_gen.kg import KG, Edge, ExpansionConfig, NotDistinguishable, expand
-from data_gen.kg.distinguish import DistinguishingConfig
+from data_gen.kg.distinguish import DistinguishingConfig, Fact
 
 # Figure 22's shape: a person pinned down by birthplace and club, each identified through a further neighbour.
 TRIPLES = [
@@ -69,6 +69,37 @@ def test_a_relation_withheld_from_every_node_but_the_seed() -> None:
                                                            seed_distinguishing=DistinguishingConfig()))
     assert dag.edges == (Edge("city:kita", "landmark:tower", "P131", forward=False),
                          Edge("person:ana", "city:kita", "P19", forward=True))
+
+
+# X is the only country B borders; B shares region R with C and has no other fact, so nothing but an image tells B
+# from C. A is R's one other part.
+BORDER = KG.from_triples([("country:B", "P47", "country:X"), ("country:B", "P361", "region:R"),
+                          ("country:C", "P361", "region:R"), ("country:A", "P361", "region:R")])
+
+
+def test_a_pictured_node_without_a_distinguishing_set_keeps_its_best_attempt() -> None:
+    dag = expand(BORDER, "country:X", ExpansionConfig(max_depth=3))
+    assert dag.edges == (Edge("country:B", "country:X", "P47", forward=True),)
+    assert dag.leaves == {"country:B": "not_distinguishable"}
+    # pictured, B keeps R (it narrows B to B and C; B's flag, as a checkpoint, does the rest), and R is known by A
+    # (B is downstream of R): a path from A's image through R and B to X
+    dag = expand(BORDER, "country:X", ExpansionConfig(max_depth=3), pictured={"country:A", "country:B", "country:C"})
+    assert dag.edges == (Edge("country:B", "country:X", "P47", forward=True),
+                         Edge("region:R", "country:B", "P361", forward=False),
+                         Edge("country:A", "region:R", "P361", forward=True))
+    assert dag.leaves == {"country:A": "max_depth"}
+    with pytest.raises(NotDistinguishable):  # the seed is the answer: it is always identified whole
+        expand(BORDER, "country:C", ExpansionConfig(max_depth=3), pictured={"country:C"})
+
+
+def test_the_seeds_distinguishing_set_can_be_given() -> None:
+    # greedy selection takes Ana's birthplace, then her club; a caller may give the club alone (it leaves Ana and Cy)
+    # or both in its own order
+    facts = (Fact("P54", "club:honda", True), Fact("P19", "city:kita", True))
+    dag = expand(KG_JP, "person:ana", ExpansionConfig(max_depth=1, seed_facts=facts[:1]))
+    assert dag.edges == (Edge("club:honda", "person:ana", "P54", forward=False),)
+    assert expand(KG_JP, "person:ana", ExpansionConfig(max_depth=1, seed_facts=facts)).incoming("person:ana") == (
+        Edge("club:honda", "person:ana", "P54", forward=False), Edge("city:kita", "person:ana", "P19", forward=False))
 
 
 def test_literal_prerequisites_are_leaves() -> None:

@@ -5,6 +5,7 @@ import random
 import pytest
 
 from data_gen.kg import KG, DistinguishingConfig, Fact, NotDistinguishable, distinguishing_set
+from data_gen.kg.distinguish import convergent_sets
 
 
 def identified(kg: KG, entity: str, facts: tuple[Fact, ...]) -> set[str]:
@@ -108,3 +109,27 @@ def test_random_graph_every_set_is_unique_and_every_failure_is_real() -> None:
 def test_config_validation() -> None:
     with pytest.raises(ValueError, match="max_size"):
         DistinguishingConfig(max_size=0)
+
+
+def test_convergent_sets_are_the_ones_a_structure_can_state() -> None:
+    # X borders B and C, B also Y, C also Z: the two borders single X out, the most selective start (B's two
+    # neighbours against R's eight parts), so greedy selection takes them, one relation twice, which no convergent
+    # structure states. R and C do it with distinct relations (Z lies outside R), R and B do not (Y lies in R); each
+    # border is one fact, though the KG holds it both ways.
+    borders = [("X", "B"), ("X", "C"), ("Y", "B"), ("Z", "C")]
+    triples = [*((a, "P47", b) for a, b in borders), *((b, "P47", a) for a, b in borders),  # stored both ways
+               ("X", "P361", "R"), ("Y", "P361", "R"), *(("W" + str(i), "P361", "R") for i in range(6))]
+    kg = KG.from_triples(triples)
+    assert distinguishing_set(kg, "X") == (Fact("P47", "B", True), Fact("P47", "C", True))
+    assert convergent_sets(kg, "X") == [(Fact("P361", "R", True), Fact("P47", "C", True))]
+    # a fact that singles X out alone is a set of its own and joins no pair; an excluded relation joins none
+    kg = KG.from_triples([*triples, ("X", "P38", "coin")])
+    assert convergent_sets(kg, "X") == [(Fact("P38", "coin", True),), (Fact("P361", "R", True), Fact("P47", "C", True))]
+    assert convergent_sets(kg, "X", DistinguishingConfig(excluded_relations=frozenset({"P361", "P38"}))) == []
+
+
+def test_a_failed_attempt_says_which_facts_it_took() -> None:
+    kg = KG.from_triples([("a", "P17", "x"), ("b", "P17", "x"), ("a", "P31", "t"), ("b", "P31", "t")])
+    with pytest.raises(NotDistinguishable) as err:
+        distinguishing_set(kg, "a")
+    assert err.value.partial == (Fact("P17", "x", True),)  # P31 would narrow nothing more
