@@ -46,7 +46,14 @@ from data_gen.neos.observer import PaletteObserver, rapid_ocr
 from data_gen.neos.open_world import undecided
 from data_gen.neos.schema import Outcome, Task
 from data_gen.neos.store import ResultLog
-from data_gen.neos.synth import CONVERGENT_VARIANTS, KG_RELATION_VARIANTS, SEED_FREE_VARIANTS, Candidate, SynthConfig, Synthesizer
+from data_gen.neos.synth import (
+    CONVERGENT_VARIANTS,
+    KG_RELATION_VARIANTS,
+    SEED_FREE_VARIANTS,
+    Candidate,
+    SynthConfig,
+    Synthesizer,
+)
 from data_gen.world.store import World
 from tool_server.launch import served
 from verl_ext.reward.judge import JudgeConfig

@@ -82,6 +82,11 @@ RELATION_VARIANTS: tuple[frozenset[str], ...] = (
 SEED_FREE_VARIANTS: tuple[frozenset[str], ...] = (_DEAD_ENDS, _DEAD_ENDS | {"P47"}, _DEAD_ENDS | {"P37", "P38"},
                                                   _DEAD_ENDS | {"P38"}, (_DEAD_ENDS - {"P1376"}) | {"P37", "P38"})
 
+# A country's greedy set takes two borders (two facts of one relation) or three facts, which no structure states
+# (a path states one fact into its answer, a convergent structure two of distinct relations). So the seed also gets
+# a DAG per set that a structure states whole (data_gen.kg.distinguish.convergent_sets: "the country of Western
+# Europe that borders Czechia"), with each of these withheld from the sets and from the other nodes: the dead ends,
+# then borders or languages and currencies too, as in RELATION_VARIANTS.
 CONVERGENT_VARIANTS: tuple[frozenset[str], ...] = (_DEAD_ENDS, _DEAD_ENDS | {"P47"}, _DEAD_ENDS | {"P37", "P38"})
 
 # A loaded Wikidata KG holds more single-valued facts that lead to no image (a head of state, a citizenship):
@@ -108,8 +113,8 @@ class SynthConfig:
     # withheld from all nodes but the seed; the offline world's run (data_gen.neos.cli) takes SEED_FREE_VARIANTS,
     # a loaded KG its own KG_RELATION_VARIANTS
     seed_free_variants: tuple[frozenset[str], ...] = ()
-    # one more DAG per convergent set of the seed and variant here, the variant withheld from every node but the
-    # seed (and from the sets); the offline world's run takes CONVERGENT_VARIANTS
+    # one more DAG per variant here and convergent set of the seed under it; the offline world's run takes
+    # CONVERGENT_VARIANTS
     convergent_variants: tuple[frozenset[str], ...] = ()
     max_structures_per_seed: int = 40  # accepted structures taken on to grounding, per seed
     seed_kinds: frozenset[str] | None = SEED_KINDS  # None: every page-bearing entity (a loaded KG's own kinds)
