@@ -175,9 +175,9 @@ class Synthesizer:
         relations and image-bearing neighbours weigh more, hubs (high degree) less; taxonomic links do not count.
         Kinds take turns (each kind's first seed, then each one's second, ...): the world holds 250 countries and 9
         organisations, and a run limited to 60 tasks should still reach the rare kinds. Within a kind, seeds that
-        closed facts single out from a pictured entity come first, in one hop before two (:meth:`_pinned`): of 462
-        people, the four discoverers of the one element of a country (Johann Gadolin: Finland's yttrium) are the
-        ones a question can end at."""
+        closed facts single out from a pictured entity come first, in one hop before two (:meth:`_pinned`): of 461
+        people, the four sole discoverers of an element that a country's facts single out (Johann Gadolin: Finland's
+        yttrium) come first; the only citizens of a country, reached through an open fact, no longer do."""
         rng = random.Random(self.seed)
         keyed: dict[str, list[tuple[float, str]]] = {}
         for eid in sorted(self.world.entities):
