@@ -150,8 +150,7 @@ def pinning(structure: Structure, kinds: Mapping[str, str], kg: KG, world: World
     nouns: dict[str, str] = {}
     for node in structure.nodes:
         incoming = [e for e in structure.edges if e.target == node]
-        reasons = [None if (e.relation, e.forward) in COMPLETE_LISTS and e.source in complete
-                   else OPEN_WORLD.get((e.relation, e.forward)) for e in incoming]
+        reasons = [open_reason(e.relation, e.forward, e.source, complete) for e in incoming]
         if not incoming or not all(reasons):
             continue
         kind = kinds.get(node, "")
@@ -160,6 +159,15 @@ def pinning(structure: Structure, kinds: Mapping[str, str], kg: KG, world: World
             return f"{node} ({kind or 'entity'}): {reasons[0]}, and nothing stated pins it"
         nouns[node] = noun
     return nouns
+
+
+def open_reason(relation: str, forward: bool, source: str, complete: Mapping[str, int]) -> str | None:
+    """Why the step through ``relation`` read from ``source`` (``forward``: towards the fact's object) is open, or
+    None when it is closed: :data:`OPEN_WORLD`, but for an organisation whose members the world holds completely
+    (:data:`COMPLETE_LISTS`, ``complete`` from :func:`complete_lists`)."""
+    if (relation, forward) in COMPLETE_LISTS and source in complete:
+        return None
+    return OPEN_WORLD.get((relation, forward))
 
 
 def pinning_noun(entity: str, kind: str, kg: KG, world: World, complete: Mapping[str, int]) -> str | None:

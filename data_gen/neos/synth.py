@@ -23,7 +23,7 @@ from data_gen.kg import (
 )
 from data_gen.kg.distinguish import TAXONOMIC_RELATIONS, DistinguishingConfig, convergent_sets
 from data_gen.neos.observer import IMAGE_KINDS, NAMED_SOURCES, Description, Observer, PaletteObserver, ground
-from data_gen.neos.open_world import complete_lists, pinning, pinning_noun, unlisted
+from data_gen.neos.open_world import complete_lists, open_reason, pinning, pinning_noun, unlisted
 from data_gen.neos.schema import Alternative, EntryImage, Step, Task
 from data_gen.neos.verbalize import Rewriter, TemplateVerbalizer, Verbalizer, check_coverage
 from data_gen.world.model import page_url
@@ -67,9 +67,14 @@ _DEAD_ENDS = frozenset({"P36", "P1376", "P17", "P131", "P1549", "P27", "P189", "
                         *CULTURE_RELATIONS.values(), *WILDLIFE_RELATIONS.values(), LANDMARK_RELATION, NATIONAL_DISH,
                         MAIN_RELIGION, WRITING_SYSTEM, TIME_ZONE})
 
+# A chemical element's country (P189, P138) is a dead end for the country but the way to the element's one
+# discoverer (P61): Finland's only element is yttrium, found by Johann Gadolin alone. The last variant withholds
+# the other dead ends and keeps these, so the element is known by its country, and the country by its borders,
+# region or organisations: not by a language or currency of its own (Finnish; withheld too, another dead end) nor
+# by an element (the distinguishing penalty below).
 RELATION_VARIANTS: tuple[frozenset[str], ...] = (
     frozenset(), _DEAD_ENDS, frozenset({"P131", "P47"}), frozenset({"P131", "P37", "P38"}),
-    _DEAD_ENDS | {"P47"}, _DEAD_ENDS | {"P37", "P38"},
+    _DEAD_ENDS | {"P47"}, _DEAD_ENDS | {"P37", "P38"}, (_DEAD_ENDS - {"P189", "P138"}) | {"P37", "P38"},
 )
 
 # A natural feature or a nationality (P1549) is known by its country alone, so as a seed it needs a dead-end
@@ -99,7 +104,13 @@ KG_RELATION_VARIANTS: tuple[frozenset[str], ...] = RELATION_VARIANTS + (
 # A person's occupation (P106) is shared with few others, so it often singles the person out as well as the
 # country does, and greedy selection would take it on a tie (its id sorts first); but an occupation has no image
 # and no other fact, a dead end. Two bits of penalty (a citizenship costs the default one) let the country win.
-DISTINGUISHING = DistinguishingConfig(relation_penalty={**DistinguishingConfig().relation_penalty, "P106": 2.0})
+# Likewise an element or its discoverer (P61, P138, P189) has no image: Sweden is the one country where chlorine was
+# discovered, and at the default bit that fact would beat "shares a border with Norway" (3 countries, 2.6 bits) and
+# end the chain at chlorine. Four bits, a taxonomic link's, let borders, regions and organisations win; the three
+# cost the same, so an element's own set breaks its ties as before (named after, then discovered in, then by).
+_ELEMENT_FACTS = {"P61": 4.0, "P138": 4.0, "P189": 4.0}
+DISTINGUISHING = DistinguishingConfig(relation_penalty={**DistinguishingConfig().relation_penalty, "P106": 2.0,
+                                                        **_ELEMENT_FACTS})
 
 
 @dataclass(frozen=True)
@@ -174,8 +185,9 @@ class Synthesizer:
         relations and image-bearing neighbours weigh more, hubs (high degree) less; taxonomic links do not count.
         Kinds take turns (each kind's first seed, then each one's second, ...): the world holds 250 countries and 9
         organisations, and a run limited to 60 tasks should still reach the rare kinds. Within a kind, seeds that
-        one fact with a pictured neighbour singles out come first (:meth:`_pinned`): of 374 people, the 11 who are
-        the only citizens of their country are the ones a question can end at."""
+        closed facts single out from a pictured entity come first, in one hop before two (:meth:`_pinned`): of 461
+        people, the four sole discoverers of an element that a country's facts single out (Johann Gadolin: Finland's
+        yttrium) come first; the only citizens of a country, reached through an open fact, no longer do."""
         rng = random.Random(self.seed)
         keyed: dict[str, list[tuple[float, str]]] = {}
         for eid in sorted(self.world.entities):
@@ -190,19 +202,32 @@ class Synthesizer:
             weight = (1 + len(rels) + min(visual, 5)) / math.log2(2 + self.kg.degree(eid))
             keyed.setdefault(entity.kind, []).append((rng.random() ** (1 / weight), eid))
         turns = [(rank, -key, eid) for seeds in keyed.values()
-                 for rank, (key, eid) in enumerate(sorted(seeds, key=lambda s: (not self._pinned(s[1]), -s[0])))]
+                 for rank, (key, eid) in enumerate(sorted(seeds, key=lambda s: (self._pinned(s[1]) or 3, -s[0])))]
         return [eid for *_, eid in sorted(turns)]
 
-    def _pinned(self, eid: str) -> bool:
-        """Some non-taxonomic fact with a pictured neighbour holds for ``eid`` alone: a chain through that neighbour
-        can end at it in one hop ("the person who is a citizen of B", B a flag)."""
-        for relation, objects in self.kg.outgoing(eid).items():
-            if relation not in TAXONOMIC_RELATIONS and any(
-                    o in self._images and self.kg.subjects(relation, o) == {eid} for o in objects):
-                return True
-        return any(relation not in TAXONOMIC_RELATIONS and any(
-            s in self._images and self.kg.objects(s, relation) == {eid} for s in subjects)
-            for relation, subjects in self.kg.incoming(eid).items())
+    def _pinned(self, eid: str) -> int | None:
+        """The fewest hops (1 or 2) of a chain from a pictured entity that can end at ``eid``: each hop a
+        non-taxonomic fact that, read towards ``eid``, is closed (:mod:`data_gen.neos.open_world`) and reaches it
+        alone. "The capital of B", B a flag, is one hop; "the person who discovered the chemical element that was
+        discovered in B" two. None when there is none. An open fact does not count: "the person who is a citizen
+        of B" has one answer in the world only (the open-world rule rejects it unless a noun pins it, and the noun
+        names the person without the image)."""
+        frontier = {eid}
+        for hops in (1, 2):
+            frontier = {n for e in frontier for n in self._singled_out_by(e)}
+            if frontier & self._images.keys():
+                return hops
+        return None
+
+    def _singled_out_by(self, eid: str) -> set[str]:
+        """The neighbours from which one closed, non-taxonomic fact reaches ``eid`` alone."""
+        out = {o for relation, objects in self.kg.outgoing(eid).items() for o in objects
+               if self._closed_to(relation, False, o) and self.kg.subjects(relation, o) == {eid}}
+        return out | {s for relation, subjects in self.kg.incoming(eid).items() for s in subjects
+                      if self._closed_to(relation, True, s) and self.kg.objects(s, relation) == {eid}}
+
+    def _closed_to(self, relation: str, forward: bool, source: str) -> bool:
+        return relation not in TAXONOMIC_RELATIONS and open_reason(relation, forward, source, self._complete) is None
 
     # -- steps 2-6 ----------------------------------------------------------------------------------------------
 
