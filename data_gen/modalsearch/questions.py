@@ -330,8 +330,9 @@ class QuestionWriter:
         noun = "value" if t.literal else NOUNS.get(self.world.entities[t.o].kind, "entity")
         template = self.wording.terminal(terminal_template(t.p, label, noun) or "",
                                          TerminalContext(node.noun, label, sentence.strip(), tuple(forms)))
-        answer_type = "literal:" + ("number" if t.o.isdigit() else "text") if t.literal \
-            else self.world.entities[t.o].kind
+        # a value's type is what it measures or names ("literal:population", "literal:demonym"): the answer-type cap
+        # and stats.json then tell a run of populations from one mixing populations, areas and calling codes
+        answer_type = f"literal:{label}" if t.literal else self.world.entities[t.o].kind
         term = Terminal(modality="text", template=template, question=template.replace("{REF}", node.name),
                         answer=forms[0], evidence=sentence.strip(), candidates=len(candidates), passed=len(kept))
         aliases = set(forms[1:])
