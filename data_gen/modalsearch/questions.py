@@ -54,6 +54,7 @@ from data_gen.modalsearch.answerers import (
 from data_gen.modalsearch.graph import Graph, Node
 from data_gen.modalsearch.relations import NOUNS, RELATIVE, kg_phrase, relative
 from data_gen.modalsearch.sampler import Path
+from data_gen.neos.observer import SHADE_OF
 from data_gen.neos.open_world import OPEN_WORLD
 from data_gen.modalsearch.schema import Label, PathHop, PathNode, Task, Terminal
 from data_gen.world.model import Triple
@@ -378,7 +379,9 @@ class QuestionWriter:
                         f"({node.description})"), answer=gold, evidence=f"pixels of {node.url}",
                         candidates=len(scored), passed=len(passing), c_with=c_with, c_without=c_without,
                         ask=ask[0])
-        return gold, [], "colour" if ask[0] != "colour_count" else "count", term
+        # a shade's answer is also right as its colour ("dark blue": "blue"), as a person reads it
+        aliases = [SHADE_OF[gold]] if gold in SHADE_OF else []
+        return gold, aliases, "colour" if ask[0] != "colour_count" else "count", term
 
     # -- the start node -----------------------------------------------------------------------------------------
 
