@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -27,6 +28,40 @@ def answer_type_cap(limit: int | None) -> int | None:
     """Verified tasks allowed per answer type: 35% of ``--limit`` (at least one); None (no cap) without a limit,
     where no share of the run is known."""
     return None if limit is None else max(1, int(MAX_ANSWER_TYPE_SHARE * limit))
+
+
+# The filters the caps below reject by, in both pipelines' ``filters`` of ``stats.json``.
+SHARE_FILTERS = ("answer_share", "answer_type_share")
+
+
+@dataclass
+class Shares:
+    """Verified tasks per answer and per answer type, against their caps (``type_cap`` None: no cap). Both pipelines
+    check a task here before its probes or expert run: a task over its share is not worth a tool-server episode."""
+
+    cap: int
+    type_cap: int | None
+    per_answer: Counter[str] = field(default_factory=Counter)
+    per_type: Counter[str] = field(default_factory=Counter)
+
+    @classmethod
+    def of_run(cls, limit: int | None) -> Shares:
+        """The caps of a run under ``--limit`` (``answer_cap``, ``answer_type_cap``)."""
+        return cls(answer_cap(limit), answer_type_cap(limit))
+
+    def count(self, answer: str, kind: str) -> None:
+        """One more verified task answering ``answer``, of type ``kind``."""
+        self.per_answer[answer] += 1
+        self.per_type[kind] += 1
+
+    def over(self, answer: str, kind: str, shown: str | None = None) -> tuple[str, str] | None:
+        """``(filter, detail)`` when one more task answering ``answer`` (written ``shown`` in the detail) would put
+        it or its type ``kind`` over its share of the run, else None. The answer's cap is checked first."""
+        if self.per_answer[answer] >= self.cap:
+            return "answer_share", f"{self.cap} verified tasks already answer {shown or answer}"
+        if self.type_cap is not None and self.per_type[kind] >= self.type_cap:
+            return "answer_type_share", f"{self.type_cap} verified tasks already answer a {kind}"
+        return None
 
 
 def filter_rates(judged: Sequence[Any], filters: Sequence[str]) -> dict[str, dict[str, Any]]:

@@ -20,6 +20,7 @@ import hashlib
 import json
 import math
 import random
+import re
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -34,7 +35,7 @@ from data_gen.common.episode import Expert
 from data_gen.common.export import hash_unit
 from data_gen.common.llm import SyncChat
 from data_gen.common.report import bar_charts
-from data_gen.common.stats import answer_cap, diversity, filter_rates, stage_rates
+from data_gen.common.stats import SHARE_FILTERS, Shares, diversity, filter_rates, stage_rates
 from data_gen.common.store import ResultLog
 from data_gen.common.teacher import TeacherExpert, TeacherSettings
 from data_gen.kg import KG
@@ -53,8 +54,8 @@ from tool_server.launch import served
 from verl_ext.reward.judge import JudgeConfig
 from verl_ext.tools.client import ToolServerClient, ToolServerUnavailable
 
-FILTERS = ("text_only", "ambiguous_hop", "image_detour", "terminal_text", "terminal_image", "source_colours", "start_description",
-           "leak", "grammar", "answer_share", "expert")
+FILTERS = ("text_only", "ambiguous_hop", "image_detour", "terminal_text", "terminal_image", "source_colours",
+           "start_description", "leak", "grammar", *SHARE_FILTERS, "expert")
 SEED_KINDS = frozenset({"country", "city", "subdivision", "us_state", "brand", "stamp", "synset", "article",
                         "language", "currency"})
 BENCHMARK_SEED_SHARE = 0.1
@@ -88,18 +89,18 @@ async def _graph(builder: GraphBuilder, name: str, seeds: Sequence[str], blocked
     return graph, info
 
 
-async def _judge(writer: QuestionWriter, expert: Expert, graph: Graph, path, key: str, per_answer: Counter[str],
-                 cap: int) -> Outcome:
-    """One path: its question, then (unless its answer already has ``cap`` verified questions) the expert."""
+async def _judge(writer: QuestionWriter, expert: Expert, graph: Graph, path, key: str, shares: Shares) -> Outcome:
+    """One path: its question, then (unless its answer or answer type already has its share of the run) the
+    expert."""
     t = time.perf_counter()
     result = writer.write(graph, path)
     seconds = {"synthesis": time.perf_counter() - t}
     base = {"key": key, "graph": graph.name, "path": list(path.nodes), "seconds": seconds}
     if isinstance(result, Rejection):
         return Outcome(status="rejected", filter=result.filter, detail=result.detail, **base)
-    if per_answer[result.answer.lower()] >= cap:
-        return Outcome(status="rejected", filter="answer_share", task=result, **base,
-                       detail=f"{cap} verified questions already answer {result.answer}")
+    over = shares.over(result.answer.lower(), result.answer_type, result.answer)
+    if over is not None:
+        return Outcome(status="rejected", filter=over[0], detail=over[1], task=result, **base)
     t = time.perf_counter()
     try:
         solved, record, why = await expert.solve(result)
@@ -149,8 +150,10 @@ async def _sample(args: argparse.Namespace, url: str, world: World, kg: KG, plan
         if args.llm_url:
             relations = LLMRelationProposer(JudgeConfig(url=args.llm_url, model=args.llm_model), http, relations)
         report["relation_proposer"] = relations.name
-        per_answer = Counter(o.task.answer.lower() for o in log.outcomes() if o.status == "verified" and o.task)
-        cap = answer_cap(args.limit)
+        shares = Shares.of_run(args.limit)
+        for o in log.outcomes():
+            if o.status == "verified" and o.task:
+                shares.count(o.task.answer.lower(), o.task.answer_type)
         for name, seeds, budget in plan:
             config = BuildConfig(max_nodes=budget, ocr=args.ocr)
             builder = GraphBuilder(world, kg, search, seed=args.seed, config=config, relations=relations)
@@ -176,10 +179,10 @@ async def _sample(args: argparse.Namespace, url: str, world: World, kg: KG, plan
                     continue
                 key = path_key(name, path)
                 if key not in log.done:
-                    outcome = await _judge(writer, expert, graph, path, key, per_answer, cap)
+                    outcome = await _judge(writer, expert, graph, path, key, shares)
                     log.append(outcome)
                     if outcome.status == "verified" and outcome.task:
-                        per_answer[outcome.task.answer.lower()] += 1
+                        shares.count(outcome.task.answer.lower(), outcome.task.answer_type)
                 if log.statuses.get(key) == "verified":
                     sampler.accept(path)
                     verified += 1
@@ -218,11 +221,20 @@ def statistics(outcomes: Sequence[Outcome], run_report: dict) -> dict:
         "terminal_modality": dict(Counter(t.terminal.modality for t in verified).most_common()),
         "by_graph": dict(Counter(t.graph for t in verified)),
         "diversity": diversity([t.answer for t in verified], [t.answer_type for t in verified],
-                               [h.relation for t in verified for h in t.hops if "{x}" in h.relation
-                                and len(h.relation) < 60],
+                               [relation_type(h.relation) for t in verified for h in t.hops],
                                [f"{t.modality}: {t.terminal.template}" for t in verified]),
         **run_report,
     }
+
+
+_NAME_CLUE = re.compile("^whose name begins with \u201c.\u201d and (?:that )?")
+_QUOTED = re.compile(" \u201c[^\u201d]*\u201d")
+
+
+def relation_type(phrase: str) -> str:
+    """A hop's relation without what varies per question: the name clue ("whose name begins with “G” and that is
+    part of {x}" is "is part of {x}") and a context template's quoted sentence."""
+    return _QUOTED.sub("", _NAME_CLUE.sub("", phrase))
 
 
 def plots(stats: dict, out: Path) -> list[str]:
@@ -232,7 +244,8 @@ def plots(stats: dict, out: Path) -> list[str]:
     rejections = {**{k: v["rejected"] for k, v in stats["filters"].items()}, **sampler}
     return bar_charts({"hops": stats["hops"], "modality_path_types": stats["modality_path_types"],
                        "labels": stats["labels"], "rejections_per_filter": rejections,
-                       "answer_types": stats["answer_types"], "skeletons": stats["diversity"]["skeletons"],
+                       "answer_types": stats["answer_types"], "relations": stats["diversity"]["relations"],
+                       "skeletons": stats["diversity"]["skeletons"],
                        "top_answers": stats["diversity"]["top_answers"]}, out, "ModalSearch")
 
 

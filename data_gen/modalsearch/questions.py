@@ -54,6 +54,7 @@ from data_gen.modalsearch.answerers import (
 from data_gen.modalsearch.graph import Graph, Node
 from data_gen.modalsearch.relations import NOUNS, RELATIVE, kg_phrase, relative
 from data_gen.modalsearch.sampler import Path
+from data_gen.neos.observer import SHADE_OF
 from data_gen.neos.open_world import OPEN_WORLD
 from data_gen.modalsearch.schema import Label, PathHop, PathNode, Task, Terminal
 from data_gen.world.model import Triple
@@ -330,8 +331,9 @@ class QuestionWriter:
         noun = "value" if t.literal else NOUNS.get(self.world.entities[t.o].kind, "entity")
         template = self.wording.terminal(terminal_template(t.p, label, noun) or "",
                                          TerminalContext(node.noun, label, sentence.strip(), tuple(forms)))
-        answer_type = "literal:" + ("number" if t.o.isdigit() else "text") if t.literal \
-            else self.world.entities[t.o].kind
+        # a value's type is what it measures or names ("literal:population", "literal:demonym"): the answer-type cap
+        # and stats.json then tell a run of populations from one mixing populations, areas and calling codes
+        answer_type = f"literal:{label}" if t.literal else self.world.entities[t.o].kind
         term = Terminal(modality="text", template=template, question=template.replace("{REF}", node.name),
                         answer=forms[0], evidence=sentence.strip(), candidates=len(candidates), passed=len(kept))
         aliases = set(forms[1:])
@@ -377,7 +379,9 @@ class QuestionWriter:
                         f"({node.description})"), answer=gold, evidence=f"pixels of {node.url}",
                         candidates=len(scored), passed=len(passing), c_with=c_with, c_without=c_without,
                         ask=ask[0])
-        return gold, [], "colour" if ask[0] != "colour_count" else "count", term
+        # a shade's answer is also right as its colour ("dark blue": "blue"), as a person reads it
+        aliases = [SHADE_OF[gold]] if gold in SHADE_OF else []
+        return gold, aliases, "colour" if ask[0] != "colour_count" else "count", term
 
     # -- the start node -----------------------------------------------------------------------------------------
 

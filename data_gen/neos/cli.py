@@ -18,7 +18,6 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
@@ -27,7 +26,7 @@ from data_gen.common.cli import counts_work, input_error, progress, report_outpu
 from data_gen.common.episode import Expert
 from data_gen.common.llm import SyncChat
 from data_gen.common.report import bar_charts
-from data_gen.common.stats import answer_cap, answer_type_cap, diversity, filter_rates, stage_rates
+from data_gen.common.stats import SHARE_FILTERS, Shares, diversity, filter_rates, stage_rates
 from data_gen.common.teacher import TeacherExpert, TeacherSettings
 from data_gen.kg.commons import COMMONS_FILE_PATH, download
 from data_gen.kg.wikidata import WikidataFormatError
@@ -61,7 +60,7 @@ from verl_ext.tools.client import ToolServerClient, ToolServerUnavailable
 
 # The filters in pipeline order; a candidate reaching one has passed all before it.
 FILTERS = ("open_world", "grounding", "source_colours", "entry_image_ablation", "checkpoint_ablation", "coverage",
-           "answer_share", "answer_type_share", "text_only_answer", "text_only_search", "entry_image_vqa",
+           *SHARE_FILTERS, "text_only_answer", "text_only_search", "entry_image_vqa",
            "short_multimodal_search", "expert")
 OUTPUT_FILES = ["train.parquet", "rl.parquet", "benchmark.parquet", "sft.parquet", "sft.jsonl",
                 "references.jsonl", "mei_sft.jsonl", "stats.json", "plots/", "results.jsonl"]
@@ -146,10 +145,10 @@ async def _pipeline(world: World, synth: Synthesizer, observer: PaletteObserver,
     log = ResultLog(out / "results.jsonl")
     done = log.outcomes()
     verified = sum(1 for o in done if o.status == "verified")
-    shares = Shares(answer_cap(limit), answer_type_cap(limit))
+    shares = Shares.of_run(limit)
     for o in done:
         if o.status == "verified" and o.task:
-            shares.count(o.task)
+            shares.count(o.task.answer_entity, answer_type(o.task))
     seeds = synth.seeds()
     configs = (llm, vlm, teacher.chat if teacher else None)
     timeout = aiohttp.ClientTimeout(total=max((c.timeout_s for c in configs if c), default=None))
@@ -192,7 +191,7 @@ async def _pipeline(world: World, synth: Synthesizer, observer: PaletteObserver,
                 log.append(outcome)
                 if outcome.status == "verified":
                     verified += 1
-                    shares.count(cand.task)
+                    shares.count(cand.task.answer_entity, answer_type(cand.task))
                     bar.update(0 if counts_work(limit) else 1)
                 if limit is not None and verified >= limit:
                     break
@@ -207,29 +206,10 @@ async def _pipeline(world: World, synth: Synthesizer, observer: PaletteObserver,
     return expert.report() if isinstance(expert, TeacherExpert) else None
 
 
-@dataclass
-class Shares:
-    """Verified tasks per answer and per answer type, against their caps (``type_cap`` None: no cap)."""
-
-    cap: int
-    type_cap: int | None
-    per_answer: Counter[str] = field(default_factory=Counter)
-    per_type: Counter[str] = field(default_factory=Counter)
-
-    def count(self, task: Task) -> None:
-        self.per_answer[task.answer_entity] += 1
-        self.per_type[answer_type(task)] += 1
-
-
 def share_rule(task: Task, shares: Shares) -> tuple[str, str] | None:
     """``(filter, detail)`` when verifying ``task`` would put its answer or its answer type over its share of the
-    run, else None. Checked before the probes: a task over its share is not worth a tool-server episode."""
-    if shares.per_answer[task.answer_entity] >= shares.cap:
-        return "answer_share", f"{shares.cap} verified tasks already answer {task.answer}"
-    kind = answer_type(task)
-    if shares.type_cap is not None and shares.per_type[kind] >= shares.type_cap:
-        return "answer_type_share", f"{shares.type_cap} verified tasks already answer a {kind}"
-    return None
+    run (``Shares.over``), else None."""
+    return shares.over(task.answer_entity, answer_type(task), task.answer)
 
 
 def _image_texts(world: World, image_id: str, observer: PaletteObserver) -> list[str]:

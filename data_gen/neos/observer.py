@@ -101,6 +101,7 @@ def lab(rgb: np.ndarray) -> np.ndarray:
 
 _NAMES = list(COLOURS)
 _REF_LAB = lab(np.asarray([COLOURS[n] for n in _NAMES]))
+_COLOUR = np.asarray([SHADE_OF.get(n, n) for n in _NAMES])  # each name's colour, near shades merged
 
 
 def nearest_colour(rgb: tuple[int, int, int]) -> str:
@@ -118,28 +119,35 @@ def palette(pixels: Image.Image) -> tuple[str, ...]:
 def colour_shares(pixels: Image.Image) -> tuple[tuple[str, float], ...]:
     """``(name, share of the opaque pixels)`` for the colours covering at least ``MIN_SHARE``, largest first (ties
     by name). Each pixel takes its nearest name in CIELAB, and only with a margin of ``MARGIN_DELTA_E`` over the
-    next name; when more than ``MAX_UNNAMED`` of the pixels have no clear name, or one colour without a clear name
-    covers ``MIN_SHARE`` (Samoa's blue canton, a quarter of its flag: "mostly red" would leave out a colour a person
-    sees, and "how many colours" would be answered 1), the image gets no colours (empty). Edges and anti-aliasing
-    spread their unclear pixels over many colours and stay tolerated."""
+    next name, unless both are shades of one colour (``SHADE_OF``: navy between "blue" and "dark blue" is blue to a
+    person). Near shades are one colour: their pixels are summed, under the largest shade's name, before
+    ``MIN_SHARE`` applies, so a colour spread over shades is seen (Nepal's blue border, every shade of it under
+    ``MIN_SHARE`` and between two of them, read "red and white" until 2026-12-06) and never counted twice. When more
+    than ``MAX_UNNAMED`` of the pixels have no clear name, or one colour without a clear name covers ``MIN_SHARE``
+    (Samoa's blue canton, a quarter of its flag, once read "mostly red": a colour a person sees left out), the image
+    gets no colours (empty). Edges and anti-aliasing spread their unclear pixels over many colours and stay
+    tolerated."""
     im = pixels.convert("RGBA")
     im.thumbnail((SIDE, SIDE))
     arr = np.asarray(im).reshape(-1, 4)
     rgb = arr[arr[:, 3] >= 128, :3]
     if not len(rgb):
         return ()
-    names = _NAMES
-    colours, inverse, counts = np.unique(rgb, axis=0, return_inverse=True, return_counts=True)  # flags, maps: few
+    colours, counts = np.unique(rgb, axis=0, return_counts=True)  # flags, maps: few
     distance = np.sqrt(((lab(colours)[:, None, :] - _REF_LAB[None, :, :]) ** 2).sum(-1))
-    two = np.sort(distance, axis=1)[:, :2]
-    nearest = np.argmin(distance, axis=1)[inverse.reshape(-1)]
-    unclear = two[:, 1] - two[:, 0] < MARGIN_DELTA_E
-    clear = ~unclear[inverse.reshape(-1)]
-    if 1 - clear.mean() > MAX_UNNAMED or (counts[unclear] >= MIN_SHARE * len(rgb)).any():
+    order = np.argsort(distance, axis=1)[:, :2]
+    two = np.take_along_axis(distance, order, axis=1)
+    unclear = (two[:, 1] - two[:, 0] < MARGIN_DELTA_E) & (_COLOUR[order[:, 0]] != _COLOUR[order[:, 1]])
+    n = len(rgb)
+    if counts[unclear].sum() > MAX_UNNAMED * n or (counts[unclear] >= MIN_SHARE * n).any():
         return ()  # too much unnamed, or one unnamed colour a person sees as a region of its own
-    share = np.bincount(nearest[clear], minlength=len(names)) / len(rgb)
-    ranked = sorted((i for i in range(len(names)) if share[i] >= MIN_SHARE), key=lambda i: (-share[i], names[i]))
-    return tuple((names[i], float(share[i])) for i in ranked[:MAX_COLOURS])
+    share = np.bincount(order[~unclear, 0], weights=counts[~unclear], minlength=len(_NAMES)) / n
+    merged = {}
+    for colour in dict.fromkeys(_COLOUR):
+        shades = np.flatnonzero(_COLOUR == colour)
+        merged[int(shades[np.argmax(share[shades])])] = float(share[shades].sum())
+    ranked = sorted((i for i, v in merged.items() if v >= MIN_SHARE), key=lambda i: (-merged[i], _NAMES[i]))
+    return tuple((_NAMES[i], merged[i]) for i in ranked[:MAX_COLOURS])
 
 
 def rapid_ocr() -> Callable[[bytes], str]:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from data_gen.common.stats import answer_type_cap, diversity
+from data_gen.common.stats import Shares, answer_type_cap, diversity
 from data_gen.kg.distinguish import DistinguishingConfig
-from data_gen.neos.cli import Shares, answer_type, share_rule
+from data_gen.neos.cli import answer_type, share_rule
 from data_gen.neos.schema import Step, Task
 from data_gen.neos.synth import SEED_FREE_VARIANTS, SynthConfig, Synthesizer
 from data_gen.world.model import Entity
@@ -117,7 +117,7 @@ def test_the_type_cap_rejects_the_task_after_the_cap_and_the_answer_cap_comes_fi
     shares = Shares(cap=1, type_cap=2)
     for task in (_task("river:1", "river"), _task("river:2", "river")):
         assert share_rule(task, shares) is None
-        shares.count(task)
+        shares.count(task.answer_entity, answer_type(task))
     third = share_rule(_task("river:3", "river"), shares)
     assert third == ("answer_type_share", "2 verified tasks already answer a river")
     assert share_rule(_task("lake:1", "lake"), shares) is None

@@ -110,16 +110,48 @@ def test_colours_are_named_perceptually_and_only_with_a_margin():
 
     assert palette(Image.new("RGB", (10, 10), (180, 215, 244))) == ("light blue",)  # Eritrea's pale blue
     assert palette(Image.new("RGB", (10, 10), (238, 234, 222))) == ("white",)  # a map's off-white land
-    between = (0, 45, 130)  # Delta E 15.3 from "blue", 16.3 from "dark blue"
+    between = (80, 40, 150)  # Delta E 16.1 from "purple", 16.7 from "blue"
     assert palette(Image.new("RGB", (10, 10), between)) == ()  # a person could say either: not described
     half = Image.new("RGB", (10, 10), COLOURS["red"])
-    half.paste(between, (0, 0, 10, 2))  # 20% of one unclear colour: a region a person sees (Samoa's blue canton)
+    half.paste(between, (0, 0, 10, 2))  # 20% of one unclear colour: a region a person sees
     assert palette(half) == ()  # "mostly red" would leave it out; before 2026-12-06 this read ("red",)
     edges = Image.new("RGB", (10, 10), COLOURS["red"])
     for x in range(10):  # 20% unclear pixels spread over 20 colours (anti-aliased edges): tolerated
-        edges.putpixel((x, 0), (0, 45 + x, 130))
-        edges.putpixel((x, 1), (0, 46 + x, 131))
+        edges.putpixel((x, 0), (75 + x, 40, 150))
+        edges.putpixel((x, 1), (75 + x, 41, 151))
     assert palette(edges) == ("red",)
+
+
+def test_near_shades_are_one_colour_before_min_share(striped_png, tmp_path):
+    """A colour between two shades of one colour is that colour to a person, and a colour spread over shades, each
+    under MIN_SHARE, is seen whole: Samoa's blue canton (between "blue" and "dark blue", a quarter of the flag) and
+    Nepal's blue border (13% of the flag over several shades of blue, each under MIN_SHARE) read "red" and "red and
+    white" before 2026-12-06, or nothing; two shades of one colour are never two colours."""
+    from data_gen.neos.observer import COLOURS, MIN_SHARE, colour_shares, palette
+
+    navy = (0, 45, 130)  # Delta E 15.3 from "blue", 16.3 from "dark blue": blue either way
+    assert palette(Image.new("RGB", (10, 10), navy)) == ("blue",)
+    canton = striped_png(tmp_path / "canton.png", [(COLOURS["red"], 15), (navy, 5)])
+    assert palette(Image.open(canton)) == ("red", "blue")
+    # 4% blue and 4% dark blue, each under MIN_SHARE (6%), are 8% of blue, named by its larger shade
+    spread = striped_png(tmp_path / "spread.png", [(COLOURS["white"], 46), (COLOURS["blue"], 2),
+                                                   (COLOURS["dark blue"], 2)])
+    assert dict(colour_shares(Image.open(spread))) == pytest.approx({"white": 0.92, "blue": 0.08})
+    assert 0.04 < MIN_SHARE
+    # red and dark red, each a large area: one colour (a person counts the US flag's red once)
+    two_reds = striped_png(tmp_path / "reds.png", [(COLOURS["red"], 6), (COLOURS["dark red"], 4),
+                                                   (COLOURS["white"], 10)])
+    assert dict(colour_shares(Image.open(two_reds))) == pytest.approx({"white": 0.5, "red": 0.5})
+
+
+def test_nepals_flag_reads_with_its_blue_border(small_world):
+    from data_gen.neos.observer import palette
+    from data_gen.world.store import World
+
+    world = World.load(small_world)
+    assert world.images["flag_npl"].entity_id == "country:NPL"
+    with Image.open(world.image_path("flag_npl")) as im:
+        assert set(palette(im)) == {"red", "blue", "white"}  # ("red", "white") before 2026-12-06
 
 
 # "Let C be the diplomat, born in 1911, died in 1990, who is a citizen of B": the noun that pins an open-world node
