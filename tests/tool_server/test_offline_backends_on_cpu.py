@@ -11,7 +11,7 @@ from PIL import Image
 
 from data_gen.world.sources import default_cache_dir
 from tool_server.offline.lexical import _BM25, snippet, tokens
-from tool_server.offline.reverse import FeatureTable
+from tool_server.offline.reverse import FEATURE_VERSION, FeatureTable
 from tool_server.offline.world import OfflineWorld, resource_id
 
 ORIGIN = "https://neos-world.invalid"
@@ -108,6 +108,7 @@ def test_a_transparent_image_is_served_and_indexed_on_white(world):
 
 def test_features_are_cached_on_disk(world, small_world):
     _reverse(world, Image.new("RGB", (64, 64), (255, 255, 255)))  # waits for the features
-    files = list((feature_cache() / "features").glob(f"{world.content_hash[:16]}-*.npz"))
+    # this version's file: the cache is shared with checkouts of other feature versions
+    files = list((feature_cache() / "features").glob(f"{world.content_hash[:16]}-{FEATURE_VERSION}.npz"))
     assert len(files) == 1
     assert FeatureTable.load(files[0]).ids == list(world.world.images)
