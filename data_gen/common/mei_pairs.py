@@ -42,7 +42,7 @@ from tool_server.mei.schema import (
     ReverseImageEvidence,
     WebVisitEvidence,
 )
-from tool_server.offline.pixels import encode_png
+from tool_server.offline.pixels import encode_png, flattened
 from tool_server.offline.world import OfflineWorld
 from tool_server.tools.base import world_image_view
 from tool_server.tools.ops import world_page_view
@@ -158,14 +158,15 @@ def same_picture(a: bytes | None, b: bytes | None, max_differing: float = 0.0) -
     with Image.open(io.BytesIO(a)) as x, Image.open(io.BytesIO(b)) as y:
         if x.size != y.size:
             return False
-        differing = np.any(np.asarray(x.convert("RGB")) != np.asarray(y.convert("RGB")), axis=-1)
+        differing = np.any(np.asarray(flattened(x)) != np.asarray(flattened(y)), axis=-1)
         return float(differing.mean()) <= max_differing
 
 
 def _reencoded(data: bytes) -> bytes:
-    """A question image as the server registers it: decoded to RGB, encoded again (``tool_server.offline.pixels``)."""
+    """A question image as the server registers it: decoded to RGB flattened onto white, encoded again
+    (``tool_server.offline.pixels``)."""
     with Image.open(io.BytesIO(data)) as im:
-        return encode_png(im.convert("RGB"))
+        return encode_png(flattened(im))
 
 
 def _passes(problem: str | None) -> None:

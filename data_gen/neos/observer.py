@@ -19,6 +19,8 @@ from typing import Protocol
 import numpy as np
 from PIL import Image
 
+from tool_server.offline.pixels import flattened
+
 # What each world image source depicts: the only metadata the observer reads (captions and alts carry names).
 IMAGE_KINDS: dict[str, str] = {
     "flag-icons": "national flag",
@@ -37,7 +39,7 @@ IMAGE_KINDS: dict[str, str] = {
 # Sources whose pixels print the depicted entity's name (the labelled locator maps): such an image cannot stand for
 # its entity in a question, so it is never an entry image while the entity has another.
 NAMED_SOURCES = frozenset({"world-atlas", "us-atlas"})
-# A small named palette; each opaque pixel goes to the nearest name.
+# A small named palette; each pixel goes to the nearest name.
 COLOURS: dict[str, tuple[int, int, int]] = {
     "black": (0, 0, 0), "white": (255, 255, 255), "grey": (150, 150, 150), "red": (210, 20, 40),
     "dark red": (120, 20, 30), "orange": (250, 130, 10), "yellow": (250, 210, 0), "green": (0, 140, 70),
@@ -52,6 +54,10 @@ MIN_SHARE = 0.06  # colours covering less of the image are not mentioned
 # just noticeable): a colour halfway between "blue" and "purple" is one a person might call either.
 MARGIN_DELTA_E = 8.0
 MAX_UNNAMED = 0.25  # an image with more unnamed (low-margin) pixels than this gets no colour words at all
+# A colour is named by one of its shades ("dark blue", "pink") only when the pixels clearly of that shade (nearer it
+# than the colour itself by MARGIN_DELTA_E) are at least this share of the colour's pixels: two to one over the rest
+# of the colour. Otherwise the colour's own name, which is true of every shade of it.
+SHADE_MAJORITY = 2 / 3
 MAX_COLOURS = 4
 SIDE = 96  # pixels are read at this long side
 
@@ -102,6 +108,7 @@ def lab(rgb: np.ndarray) -> np.ndarray:
 _NAMES = list(COLOURS)
 _REF_LAB = lab(np.asarray([COLOURS[n] for n in _NAMES]))
 _COLOUR = np.asarray([SHADE_OF.get(n, n) for n in _NAMES])  # each name's colour, near shades merged
+_BASE = np.asarray([_NAMES.index(c) for c in _COLOUR])  # the index of each name's colour
 
 
 def nearest_colour(rgb: tuple[int, int, int]) -> str:
@@ -111,28 +118,31 @@ def nearest_colour(rgb: tuple[int, int, int]) -> str:
 
 
 def palette(pixels: Image.Image) -> tuple[str, ...]:
-    """Named colours covering at least ``MIN_SHARE`` of the opaque pixels, largest first (ties by name); see
+    """Named colours covering at least ``MIN_SHARE`` of the pixels as served, largest first (ties by name); see
     :func:`colour_shares`."""
     return tuple(name for name, _ in colour_shares(pixels))
 
 
 def colour_shares(pixels: Image.Image) -> tuple[tuple[str, float], ...]:
-    """``(name, share of the opaque pixels)`` for the colours covering at least ``MIN_SHARE``, largest first (ties
-    by name). Each pixel takes its nearest name in CIELAB, and only with a margin of ``MARGIN_DELTA_E`` over the
-    next name, unless both are shades of one colour (``SHADE_OF``: navy between "blue" and "dark blue" is blue to a
-    person). Near shades are one colour: their pixels are summed, under the largest shade's name, before
-    ``MIN_SHARE`` applies, so a colour spread over shades is seen (Nepal's blue border, every shade of it under
-    ``MIN_SHARE`` and between two of them, read "red and white" until 2026-12-06) and never counted twice. When more
-    than ``MAX_UNNAMED`` of the pixels have no clear name, or one colour without a clear name covers ``MIN_SHARE``
-    (Samoa's blue canton, a quarter of its flag, once read "mostly red": a colour a person sees left out), the image
-    gets no colours (empty). Edges and anti-aliasing spread their unclear pixels over many colours and stay
+    """``(name, share of the pixels)`` for the colours covering at least ``MIN_SHARE``, largest first (ties by
+    name), of the image as served to a solver (:func:`as_served`). Each pixel takes its nearest name in CIELAB, and
+    only with a margin of ``MARGIN_DELTA_E`` over the next name, unless both are shades of one colour (``SHADE_OF``:
+    navy between "blue" and "dark blue" is blue to a person). Near shades are one colour: their pixels are summed
+    before ``MIN_SHARE`` applies, so a colour spread over shades is seen (Nepal's blue border, every shade of it under
+    ``MIN_SHARE`` and between two of them, read "red and white" until 2026-12-06) and never counted twice. The
+    colour is named by a shade only when ``SHADE_MAJORITY`` of its pixels are clearly that shade (nearer it than the
+    colour itself by ``MARGIN_DELTA_E``), else by the colour: the US flag's stripes, between red and dark red, are
+    red (they read "dark red", the nearer shade, on 2026-12-06), its navy canton, clearly dark blue, stays dark
+    blue. When more than ``MAX_UNNAMED`` of the pixels have no clear name, or one colour without a clear name covers
+    ``MIN_SHARE`` (Samoa's blue canton, a quarter of its flag, once read "mostly red": a colour a person sees left
+    out), the image gets no colours (empty); so does one whose transparent area covers ``MIN_SHARE``
+    (:func:`as_served`). Edges and anti-aliasing spread their unclear pixels over many colours and stay
     tolerated."""
-    im = pixels.convert("RGBA")
-    im.thumbnail((SIDE, SIDE))
-    arr = np.asarray(im).reshape(-1, 4)
-    rgb = arr[arr[:, 3] >= 128, :3]
-    if not len(rgb):
+    im = as_served(pixels)
+    if im is None:
         return ()
+    im.thumbnail((SIDE, SIDE))
+    rgb = np.asarray(im).reshape(-1, 3)
     colours, counts = np.unique(rgb, axis=0, return_counts=True)  # flags, maps: few
     distance = np.sqrt(((lab(colours)[:, None, :] - _REF_LAB[None, :, :]) ** 2).sum(-1))
     order = np.argsort(distance, axis=1)[:, :2]
@@ -141,13 +151,32 @@ def colour_shares(pixels: Image.Image) -> tuple[tuple[str, float], ...]:
     n = len(rgb)
     if counts[unclear].sum() > MAX_UNNAMED * n or (counts[unclear] >= MIN_SHARE * n).any():
         return ()  # too much unnamed, or one unnamed colour a person sees as a region of its own
-    share = np.bincount(order[~unclear, 0], weights=counts[~unclear], minlength=len(_NAMES)) / n
+    nearest, base = order[:, 0], _BASE[order[:, 0]]
+    clearly = distance[np.arange(len(colours)), base] - two[:, 0] >= MARGIN_DELTA_E  # a shade, not its colour
+    named = np.where(clearly, nearest, base)
+    share = np.bincount(named[~unclear], weights=counts[~unclear], minlength=len(_NAMES)) / n
     merged = {}
-    for colour in dict.fromkeys(_COLOUR):
-        shades = np.flatnonzero(_COLOUR == colour)
-        merged[int(shades[np.argmax(share[shades])])] = float(share[shades].sum())
+    for colour in np.unique(_BASE):
+        shades = np.flatnonzero(_BASE == colour)
+        top, total = shades[np.argmax(share[shades])], share[shades].sum()
+        merged[int(top if share[top] >= SHADE_MAJORITY * total else colour)] = float(total)
     ranked = sorted((i for i, v in merged.items() if v >= MIN_SHARE), key=lambda i: (-merged[i], _NAMES[i]))
     return tuple((_NAMES[i], merged[i]) for i in ranked[:MAX_COLOURS])
+
+
+def as_served(pixels: Image.Image) -> Image.Image | None:
+    """The RGB pixels a solver sees of an image: FetchImage serves it flattened onto a white page
+    (``tool_server.offline.pixels.flattened``), so the observer reads what the expert and a policy read. None when
+    its transparent area (alpha under half) covers ``MIN_SHARE``: such an area is the page on the served image, and
+    from the pixels alone a person cannot tell the page from a white part of the image (Nepal's pennant on white
+    against Japan's white field), so its colours are ambiguous. Until 2026-12-06 the observer read only opaque
+    pixels (Nepal: red, blue and white) and FetchImage dropped the alpha channel (black where transparent: "black
+    and red"), and the expert rejected every task checked on Nepal's flag."""
+    if pixels.has_transparency_data:
+        alpha = np.asarray(pixels.convert("RGBA"))[..., 3]
+        if (alpha < 128).mean() >= MIN_SHARE:
+            return None
+    return flattened(pixels)
 
 
 def rapid_ocr() -> Callable[[bytes], str]:

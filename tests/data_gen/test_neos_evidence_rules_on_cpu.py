@@ -144,14 +144,57 @@ def test_near_shades_are_one_colour_before_min_share(striped_png, tmp_path):
     assert dict(colour_shares(Image.open(two_reds))) == pytest.approx({"white": 0.5, "red": 0.5})
 
 
-def test_nepals_flag_reads_with_its_blue_border(small_world):
-    from data_gen.neos.observer import palette
+def test_a_colour_is_named_by_a_shade_only_when_its_pixels_clearly_are_that_shade(striped_png, tmp_path):
+    """A person names a colour by its shade ("dark blue") only when it plainly is that shade; a colour between the
+    colour and its shade, or shades mixed, is the colour. Before 2026-12-06 (evening) the merged colour took its
+    largest shade's name, and the US flag read "dark red, white and dark blue"."""
+    from data_gen.neos.observer import COLOURS, palette
+
+    us_red = (189, 61, 68)  # the US flag's red: Delta E 21.9 from "dark red", 23.5 from "red": red to a person
+    us_blue = (25, 47, 93)  # its canton: Delta E 13.7 from "dark blue", 40.0 from "blue": clearly navy
+    us = striped_png(tmp_path / "us.png", [(us_red, 8), (COLOURS["white"], 7), (us_blue, 5)])
+    assert palette(Image.open(us)) == ("red", "white", "dark blue")  # ("dark red", ...) before
+    # 70% of the red pixels clearly dark red (the "dark red" anchor, Delta E 37.8 from "red"): two to one and more
+    mostly_dark = striped_png(tmp_path / "dark.png", [(COLOURS["dark red"], 7), (COLOURS["red"], 3),
+                                                      (COLOURS["white"], 10)])
+    assert palette(Image.open(mostly_dark)) == ("dark red", "white")
+    # half and half: the colour, which is true of both shades ("dark red" before, the larger shade by one row)
+    mixed = striped_png(tmp_path / "mixed.png", [(COLOURS["dark red"], 6), (COLOURS["red"], 5),
+                                                 (COLOURS["white"], 9)])
+    assert palette(Image.open(mixed)) == ("red", "white")
+
+
+def test_the_observer_reads_an_image_as_fetch_image_serves_it(striped_png, tmp_path, small_world):
+    """FetchImage serves a transparent image flattened onto a white page; the observer reads those pixels, so the
+    expert's check on the served image agrees with the description. A transparent area a person sees (6% or more)
+    is the page, which the pixels cannot tell from a white part of the image: such an image gets no colours. Before
+    2026-12-06 (evening) the observer read Nepal's opaque pixels (red, blue, white) and FetchImage dropped the alpha
+    channel (black, red): the expert rejected each task checked on Nepal's flag."""
+    from data_gen.neos.observer import COLOURS, palette
     from data_gen.world.store import World
+    from tool_server.offline.pixels import decode_image
+
+    def served(path):
+        return decode_image(Path(path).read_bytes(), max_pixels=10**7)
+
+    clear = (0, 0, 0, 0)  # transparent black, as Nepal's flag stores its page
+    pennant = striped_png(tmp_path / "pennant.png", [((*COLOURS["red"], 255), 15), (clear, 5)])
+    assert served(pennant).getpixel((0, 19)) == (255, 255, 255)  # the page, not the stored black
+    assert palette(Image.open(pennant)) == ()  # 25% page: ("red",) before
+    assert palette(served(pennant)) == ("red", "white")  # what a reader of the served pixels alone would say
+    fringe = striped_png(tmp_path / "fringe.png", [((*COLOURS["red"], 255), 10), ((*COLOURS["blue"], 255), 9),
+                                                   (clear, 1)])  # 5%: a soft edge, read on white
+    assert palette(Image.open(fringe)) == ("red", "blue") == palette(served(fringe))
 
     world = World.load(small_world)
-    assert world.images["flag_npl"].entity_id == "country:NPL"
+    for image_id, image in world.images.items():
+        if image.source == "flag-icons":  # the only world images with an alpha channel
+            with Image.open(world.image_path(image_id)) as im:
+                described = palette(im)
+            assert not described or described == palette(served(world.image_path(image_id))), image_id
     with Image.open(world.image_path("flag_npl")) as im:
-        assert set(palette(im)) == {"red", "blue", "white"}  # ("red", "white") before 2026-12-06
+        assert palette(im) == ()  # 64% transparent; ("red", "blue", "white") before
+    assert palette(served(world.image_path("flag_npl"))) == ("white", "red")  # the page counted: not described
 
 
 # "Let C be the diplomat, born in 1911, died in 1990, who is a citizen of B": the noun that pins an open-world node

@@ -8,10 +8,12 @@ from data_gen.neos.observer import Description, PaletteObserver, ground, palette
 from data_gen.neos.verbalize import TemplateVerbalizer, check_coverage
 
 
-def test_palette_orders_colours_by_area_and_ignores_transparency(tmp_path, striped_png):
+def test_palette_orders_colours_by_area_and_reads_transparency_as_the_page(tmp_path, striped_png):
     red, white, clear = (210, 20, 40, 255), (255, 255, 255, 255), (0, 0, 0, 0)
-    with Image.open(striped_png(tmp_path / "a.png", [(red, 6), (white, 4), (clear, 30)])) as im:
-        assert palette(im) == ("red", "white")
+    with Image.open(striped_png(tmp_path / "a.png", [(red, 12), (white, 7), (clear, 1)])) as im:
+        assert palette(im) == ("red", "white")  # 5% transparent, read on white as served: red 60%, white 40%
+    with Image.open(striped_png(tmp_path / "c.png", [(red, 6), (white, 4), (clear, 30)])) as im:
+        assert palette(im) == ()  # 75% page: ("red", "white") from the opaque pixels until 2026-12-06
     with Image.open(striped_png(tmp_path / "b.png", [(red, 1), (white, 49)])) as im:
         assert palette(im) == ("white",)  # red covers 2% < MIN_SHARE
 

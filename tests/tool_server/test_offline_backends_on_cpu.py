@@ -11,7 +11,7 @@ from PIL import Image
 
 from data_gen.world.sources import default_cache_dir
 from tool_server.offline.lexical import _BM25, snippet, tokens
-from tool_server.offline.reverse import FeatureTable
+from tool_server.offline.reverse import FEATURE_VERSION, FeatureTable
 from tool_server.offline.world import OfflineWorld, resource_id
 
 ORIGIN = "https://neos-world.invalid"
@@ -96,8 +96,19 @@ def test_reverse_search_finds_the_country_from_its_unlabelled_map(world):
     assert next(p.url for p in world.carriers(best.image_id)) == f"{ORIGIN}/wiki/France"
 
 
+def test_a_transparent_image_is_served_and_indexed_on_white(world):
+    # Nepal's flag is a pennant on a transparent page that stores black: FetchImage dropped the alpha channel until
+    # 2026-12-06 (a black page) and the index still did after FetchImage flattened it onto white, so a served copy
+    # was a different image to the index; both now read the page as white, and the served copy is found at once.
+    served = world.load_pixels("flag_npl", max_pixels=10**7)
+    assert served.mode == "RGB" and served.getpixel((0, 239)) == (255, 255, 255)
+    best = _reverse(world, served)[0]
+    assert (best.image_id, best.method) == ("flag_npl", "phash") and best.score == 1.0
+
+
 def test_features_are_cached_on_disk(world, small_world):
     _reverse(world, Image.new("RGB", (64, 64), (255, 255, 255)))  # waits for the features
-    files = list((feature_cache() / "features").glob(f"{world.content_hash[:16]}-*.npz"))
+    # this version's file: the cache is shared with checkouts of other feature versions
+    files = list((feature_cache() / "features").glob(f"{world.content_hash[:16]}-{FEATURE_VERSION}.npz"))
     assert len(files) == 1
     assert FeatureTable.load(files[0]).ids == list(world.world.images)

@@ -39,7 +39,17 @@ def decode_image(data: bytes, *, max_pixels: int, field: str | None = None) -> I
         raise ToolError("image_too_large", f"image rejected by the decompression-bomb guard: {e}", field) from None
     except (OSError, SyntaxError, ValueError) as e:  # PIL's UnidentifiedImageError is an OSError
         raise ToolError("bad_image", f"bytes are not a decodable image: {e}", field) from None
-    return image.convert("RGB")
+    return flattened(image)
+
+
+def flattened(image: Image.Image) -> Image.Image:
+    """RGB pixels as a page shows the image: transparent areas on white, as a browser and the VLM processors
+    (qwen-vl-utils) show them and as the world build flattens the kgeography flags and Tux Paint stamps. Dropping the
+    alpha channel instead showed whatever colour the transparent pixels store (black for Nepal's flag)."""
+    if not image.has_transparency_data:
+        return image.convert("RGB")
+    rgba = image.convert("RGBA")
+    return Image.alpha_composite(Image.new("RGBA", rgba.size, "white"), rgba).convert("RGB")
 
 
 def decode_base64_image(text: str, *, max_pixels: int, field: str) -> Image.Image:

@@ -32,9 +32,11 @@ import cv2
 import numpy as np
 from PIL import Image
 
+from tool_server.offline.pixels import flattened
+
 log = logging.getLogger(__name__)
 
-FEATURE_VERSION = "orb1"
+FEATURE_VERSION = "orb2"  # orb2: transparent areas read on white (orb1 dropped the alpha channel)
 SIDE = 512  # images are normalized to this long side before ORB (crops are upscaled, so pyramids overlap)
 N_FEATURES = 250
 HIST_BINS = 6  # per channel -> 216-bin colour histogram
@@ -52,7 +54,9 @@ class Match:
 
 
 def normalized(image: Image.Image) -> np.ndarray:
-    rgb = np.asarray(image.convert("RGB"))
+    """RGB at ``SIDE``, transparent areas on white as FetchImage and question images serve them
+    (:func:`~tool_server.offline.pixels.flattened`): a world file and its served copy give the same features."""
+    rgb = np.asarray(flattened(image))
     h, w = rgb.shape[:2]
     scale = SIDE / max(h, w)
     size = (max(1, round(w * scale)), max(1, round(h * scale)))
