@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import io
+import os
 import warnings
 
 from PIL import Image
@@ -50,6 +51,13 @@ def flattened(image: Image.Image) -> Image.Image:
         return image.convert("RGB")
     rgba = image.convert("RGBA")
     return Image.alpha_composite(Image.new("RGBA", rgba.size, "white"), rgba).convert("RGB")
+
+
+def open_flattened(source: bytes | str | os.PathLike[str]) -> Image.Image:
+    """An encoded image (bytes or a file) as :func:`flattened` RGB pixels, without the server's limits: for clients
+    (rollout, evaluation, rLLM) that show a question image or a tool's image to a policy as a page would."""
+    with Image.open(io.BytesIO(source) if isinstance(source, bytes) else source) as image:
+        return flattened(image)
 
 
 def decode_base64_image(text: str, *, max_pixels: int, field: str) -> Image.Image:

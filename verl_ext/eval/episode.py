@@ -36,6 +36,7 @@ import aiohttp
 from PIL import Image
 
 from data_gen.common.llm import png_part
+from tool_server.offline.pixels import open_flattened
 from verl_ext.eval.benchmarks import EvalItem, ImageRef
 from verl_ext.reward.judge import JudgeConfig, chat_reply
 from verl_ext.rollout.agent_loop import truncate
@@ -74,11 +75,6 @@ class EpisodeResult:
     turn_stats: list[TurnStat]
     image_files: dict[str, str]  # register ref -> file name under the images dir
     response: str  # the final answer the judge sees ('' without one)
-
-
-def _decode(data: bytes) -> Image.Image:
-    with Image.open(io.BytesIO(data)) as im:
-        return im.convert("RGB")
 
 
 async def image_bytes(ref: ImageRef, http: aiohttp.ClientSession) -> bytes:
@@ -156,7 +152,7 @@ class Episode:
         files = [await image_bytes(ref, self.http) for ref in self.item.images]
 
         async def question_images() -> list[Image.Image]:  # decoded only if the server refuses a file
-            return await asyncio.to_thread(lambda: [_decode(f) for f in files])
+            return await asyncio.to_thread(lambda: [open_flattened(f) for f in files])
 
         refs = await session.open(question_images, None, files)
         try:

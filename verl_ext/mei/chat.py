@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import base64
 import binascii
-import io
 from dataclasses import dataclass
 from typing import Any
 
 from PIL import Image
+
+from tool_server.offline.pixels import open_flattened
 
 
 class ChatInputError(ValueError):
@@ -31,7 +32,7 @@ def _image(url: str) -> Image.Image:
     if not url.startswith("data:image/") or ";base64," not in url:
         raise ChatInputError(f"images must be inline base64 data URLs, got {url[:60]!r}")
     try:
-        return Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1], validate=True))).convert("RGB")
+        return open_flattened(base64.b64decode(url.split(",", 1)[1], validate=True))
     except (binascii.Error, OSError, ValueError) as e:
         raise ChatInputError(f"undecodable image: {e}") from e
 

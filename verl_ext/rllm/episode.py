@@ -22,6 +22,7 @@ from typing import Any, Literal
 from PIL import Image
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from tool_server.offline.pixels import open_flattened
 from verl_ext.reward.judge import AnswerJudge, JudgeConfig
 from verl_ext.reward.outcome import score_turns
 from verl_ext.rollout.prompts import final_turn_instruction, system_prompt
@@ -130,11 +131,6 @@ def _image_file(item: Any, base_dir: Path | None) -> bytes:
     raise ValueError(f"unsupported question image {type(item).__name__}: give bytes, a data URI or a file path")
 
 
-def decode_image(data: bytes) -> Image.Image:
-    with Image.open(io.BytesIO(data)) as im:
-        return im.convert("RGB")
-
-
 @dataclass(frozen=True)
 class Observation:
     """What one call returned to the policy: its text and the images it loaded, as (register ref, pixels)."""
@@ -191,7 +187,7 @@ class SearchEpisode:
             client=self.client,
         )
         group_id = self.task.group_id if s.group_cache else None
-        images = await asyncio.to_thread(lambda: [decode_image(b) for b in self.task.images])
+        images = await asyncio.to_thread(lambda: [open_flattened(b) for b in self.task.images])
 
         async def policy_images() -> list[Image.Image]:
             return images

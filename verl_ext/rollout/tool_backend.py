@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import io
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -19,11 +18,11 @@ from typing import Any
 import jsonschema
 from PIL import Image
 
+from tool_server.offline.pixels import open_flattened
 from verl_ext.rollout.media import media_parts, session_png
 from verl_ext.rollout.protocols import Protocol, ToolCall
 from verl_ext.tools.client import SessionInfo, ToolCallError, ToolServerClient, ToolServerError
 from verl_ext.tools.shards import ServerShards, server_gone, server_urls, shared_shards
-
 
 # The policy's copies of the question images (verl's decoded, resized images), awaited only by a session that needs
 # them: both session kinds' ``open`` take it.
@@ -103,11 +102,6 @@ def _semaphore(limit: int) -> asyncio.Semaphore:
     if key not in _SEMAPHORES:
         _SEMAPHORES[key] = asyncio.Semaphore(limit)
     return _SEMAPHORES[key]
-
-
-def _decode_png(data: bytes) -> Image.Image:
-    with Image.open(io.BytesIO(data)) as im:
-        return im.convert("RGB")
 
 
 class ToolSession:
@@ -223,7 +217,7 @@ class ToolSession:
         pixels = [i for i in result.images if i.png]
         # Decoding off the event loop, but only when there is something to decode: the default executor is busy
         # with every episode's token renders, and a call without images should not queue behind them.
-        images = await asyncio.to_thread(lambda: [(i.ref, _decode_png(i.png)) for i in pixels]) if pixels else []
+        images = await asyncio.to_thread(lambda: [(i.ref, open_flattened(i.png)) for i in pixels]) if pixels else []
         return CallOutcome(
             True, result.text, images, latency_s=time.perf_counter() - start, mei=result.mei, cached=result.cached
         )

@@ -34,16 +34,15 @@ policy with an error text.
 from __future__ import annotations
 
 import asyncio
-import io
 import logging
 import weakref
 from typing import Any
 from uuid import uuid4
 
-from PIL import Image
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
+from tool_server.offline.pixels import open_flattened
 from verl_ext.tools.client import (
     SessionInfo,
     ToolCallError,
@@ -142,7 +141,7 @@ class ToolServerTool(BaseTool):
             )
         except ToolCallError as e:
             return ToolResponse(text=f"Error: {e}"), 0.0, {"error": e.type}
-        images = [Image.open(io.BytesIO(i.png)).convert("RGB") for i in result.images if i.png is not None]
+        images = [open_flattened(i.png) for i in result.images if i.png is not None]
         metrics = {"cached": result.cached, "new_images": [i.ref for i in result.images]}
         # verl refuses image=None: a text-only response leaves the field out
         response = ToolResponse(text=result.text, image=images) if images else ToolResponse(text=result.text)

@@ -13,10 +13,11 @@ from pathlib import Path
 
 from PIL import Image
 
-from data_gen.neos.export import dedupe
 from data_gen.common.store import latest_per_key, read_records
+from data_gen.neos.export import dedupe
 from data_gen.neos.schema import Outcome, Task
 from data_gen.world.store import World
+from tool_server.offline.pixels import open_flattened
 from verl_ext.rollout.record import TrajectoryRecord
 from verl_ext.walkthrough.behaviour import Call, Distractor
 
@@ -60,7 +61,7 @@ def load_questions(tasks_dir: Path, world: World, limit: int, seed: int = 0) -> 
         task = outcome.task
         expert = TrajectoryRecord.model_validate(outcome.trajectory)
         calls = tuple(Call(c.tool_name, c.arguments) for t in expert.turns if t.outcome == "call_ok" for c in t.calls)
-        images = tuple(_rgb(world.image_path(e.image_id)) for e in task.entry_images)
+        images = tuple(open_flattened(world.image_path(e.image_id)) for e in task.entry_images)
         distractor = pick_distractor(world, task, random.Random(f"{seed}:{task.id}"))
         questions.append(Question(task=task, expert_calls=calls, distractor=distractor, images=images))
     return questions
@@ -85,6 +86,3 @@ def pick_distractor(world: World, task: Task, rng: random.Random) -> Distractor:
     return Distractor(name=entity.label, page_url=world.pages[entity.page_id].url)
 
 
-def _rgb(path: Path) -> Image.Image:
-    with Image.open(path) as image:
-        return image.convert("RGB")
