@@ -14,6 +14,7 @@ from data_gen.modalsearch.graph import Graph, GraphEdge, Relation
 from data_gen.modalsearch.linking import OfflineImageLinker
 from data_gen.modalsearch.relations import OfflineRelationProposer
 from data_gen.modalsearch.sampler import Path
+from data_gen.world.model import Image as ImageRecord
 from data_gen.world.store import World
 
 
@@ -30,6 +31,24 @@ def striped_png():
             y += h
         im.save(path)
         return path
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def flag_images(striped_png):
+    """``flag_images(root, {entity_id: colour}, source="flag-icons")``: a one-colour 10x8 flag per entity, saved under
+    ``root``, and its world ImageRecord keyed by image id (the entity id with ``_`` for ``:``); ``source`` names each
+    image's source, a string or a function of the entity id."""
+
+    def make(root, flagged, source="flag-icons"):
+        images = {}
+        for eid, colour in flagged.items():
+            name = eid.replace(":", "_")
+            striped_png(root / f"{name}.png", [(colour, 8)])
+            images[name] = ImageRecord(name, f"https://w.invalid/{name}.png", f"{name}.png", "", "",
+                                       source(eid) if callable(source) else source, 10, 8, entity_id=eid)
+        return images
 
     return make
 

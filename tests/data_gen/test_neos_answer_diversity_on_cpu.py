@@ -16,14 +16,13 @@ from data_gen.neos.cli import answer_type, share_rule
 from data_gen.neos.schema import Step, Task
 from data_gen.neos.synth import SEED_FREE_VARIANTS, SynthConfig, Synthesizer
 from data_gen.world.model import Entity
-from data_gen.world.model import Image as ImageRecord
 from data_gen.world.model import Triple
 from data_gen.world.store import World
 
 RED, BLUE, GREEN = (210, 20, 40), (0, 60, 170), (0, 140, 70)
 
 
-def _world(root: Path, striped_png, more: tuple[tuple[str, str, str], ...] = ()) -> World:
+def _world(root: Path, flag_images, more: tuple[tuple[str, str, str], ...] = ()) -> World:
     """River W flows through X alone; X is the only country bordering B, and B the only island state of region R,
     whose other part A has a flag: the path A -part of-> R -part of^-1-> B* -borders-> X -river in^-1-> W. X's
     capital K singles it out in one fact, as a real country's does, and leads to no image. ``more``: further
@@ -34,12 +33,7 @@ def _world(root: Path, striped_png, more: tuple[tuple[str, str, str], ...] = ())
                  "river:W": Entity("river:W", "Stream W", "river", page_id="W"),
                  "city:K": Entity("city:K", "Town K", "city", page_id="K"),
                  "x:island": Entity("x:island", "island state", "class")}
-    images = {}
-    for eid, colour in flagged.items():
-        name = eid.replace(":", "_")
-        striped_png(root / f"{name}.png", [(colour, 8)])
-        images[name] = ImageRecord(name, f"https://w.invalid/{name}.png", f"{name}.png", "", "", "flag-icons", 10,
-                                   8, entity_id=eid)
+    images = flag_images(root, flagged)
     facts = [("river:W", "x:river_in", "country:X"), ("country:B", "P47", "country:X"),
              ("country:X", "P47", "country:B"), ("country:A", "P361", "region:R"), ("country:B", "P361", "region:R"),
              ("country:B", "P31", "x:island"), ("city:K", "P1376", "country:X"), ("country:X", "P36", "city:K"),
@@ -49,8 +43,8 @@ def _world(root: Path, striped_png, more: tuple[tuple[str, str, str], ...] = ())
     return World(root, {}, entities, {}, images, [Triple(*t) for t in facts], {}, {}, {})
 
 
-def test_a_river_known_only_by_its_country_is_reached_through_a_seed_free_variant(tmp_path, striped_png):
-    world = _world(tmp_path, striped_png)
+def test_a_river_known_only_by_its_country_is_reached_through_a_seed_free_variant(tmp_path, flag_images):
+    world = _world(tmp_path, flag_images)
     config = SynthConfig(seed_free_variants=SEED_FREE_VARIANTS)  # what the CLI runs on a world
     result = Synthesizer(world, seed=0, config=config).synthesize("river:W")
     assert {c.structure.answer for c in result.candidates} == {"river:W"}, result.counts
@@ -63,8 +57,8 @@ def test_a_river_known_only_by_its_country_is_reached_through_a_seed_free_varian
     assert not alone.candidates and alone.counts == {"not_distinguishable": 4, "no_structure": 3}
 
 
-def test_kinds_take_turns_in_the_seed_order(tmp_path, striped_png):
-    seeds = Synthesizer(_world(tmp_path, striped_png), seed=0).seeds()
+def test_kinds_take_turns_in_the_seed_order(tmp_path, flag_images):
+    seeds = Synthesizer(_world(tmp_path, flag_images), seed=0).seeds()
     kinds = [s.split(":")[0] for s in seeds]
     # a river is not seeded: it is reached only through an open-world relation (its SEED_KINDS comment)
     assert sorted(seeds) == ["city:K", "country:A", "country:B", "country:X", "region:R"]
@@ -83,20 +77,20 @@ PEOPLE = (("person:P", "P27", "country:X"), ("person:P", "P106", "occupation:O")
           ("person:Q", "P106", "occupation:T"), ("person:S", "P27", "country:B"), ("person:S", "P106", "occupation:T"))
 
 
-def test_a_countrys_only_citizen_is_reached_through_the_country_not_through_the_occupation(tmp_path, striped_png):
+def test_a_countrys_only_citizen_is_reached_through_the_country_not_through_the_occupation(tmp_path, flag_images):
     config = SynthConfig(seed_free_variants=SEED_FREE_VARIANTS)
-    result = Synthesizer(_world(tmp_path, striped_png, PEOPLE), seed=0, config=config).synthesize("person:P")
+    result = Synthesizer(_world(tmp_path, flag_images, PEOPLE), seed=0, config=config).synthesize("person:P")
     assert {c.structure.answer for c in result.candidates} == {"person:P"}, result.counts
     paths = {tuple(e.relation for e in c.structure.edges) for c in result.candidates}
     assert ("P361", "P361", "P47", "P27") in paths and not any("P106" in p for p in paths)
     # without the occupation's two bits of penalty, P106 (sorting first) wins the seed's set on the tie: a dead end
     flat = replace(config, expansion=replace(config.expansion, distinguishing=DistinguishingConfig()))
-    alone = Synthesizer(_world(tmp_path, striped_png, PEOPLE), seed=0, config=flat).synthesize("person:P")
+    alone = Synthesizer(_world(tmp_path, flag_images, PEOPLE), seed=0, config=flat).synthesize("person:P")
     assert not alone.candidates
 
 
-def test_within_a_kind_only_closed_facts_from_a_pictured_entity_pin_a_seed(tmp_path, striped_png):
-    synth = Synthesizer(_world(tmp_path, striped_png, PEOPLE), seed=0)
+def test_within_a_kind_only_closed_facts_from_a_pictured_entity_pin_a_seed(tmp_path, flag_images):
+    synth = Synthesizer(_world(tmp_path, flag_images, PEOPLE), seed=0)
     assert synth._pinned("city:K") == 1  # X's capital: a country has one
     # X's only citizen and its only river in the world: "the person who is a citizen of X" and "the river that
     # flows through X" are open, so they pin nothing (the discoverers that closed facts pin: test_neos_elements)

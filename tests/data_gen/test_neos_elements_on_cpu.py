@@ -14,7 +14,6 @@ from data_gen.neos.open_world import pinning
 from data_gen.neos.synth import SEED_KINDS, SynthConfig, Synthesizer
 from data_gen.neos.verbalize import TemplateVerbalizer
 from data_gen.world.model import Entity, Triple
-from data_gen.world.model import Image as ImageRecord
 from data_gen.world.store import World
 
 
@@ -71,7 +70,7 @@ def test_elements_are_seeds():
     assert {"element", "person"} <= SEED_KINDS
 
 
-def _flagged_world(root: Path, striped_png) -> World:
+def _flagged_world(root: Path, flag_images) -> World:
     """Norway borders Sweden, Sweden Finland (all three flagged); Sweden and Finland are the EU's members. Finland
     has a language and a capital of its own (dead ends, as a real country's), yttrium (found by Gadolin alone) and
     Virtanen, its one citizen in the world; chlorine (Scheele's) was discovered in Sweden alone."""
@@ -82,12 +81,7 @@ def _flagged_world(root: Path, striped_png) -> World:
     entities = {eid: Entity(eid, eid[-3:], "country", page_id=eid[-3:]) for eid in flags}
     entities |= {eid: Entity(eid, label, eid.split(":")[0].replace("lang", "language"), page_id=eid.split(":")[1])
                  for eid, label in labels.items()}
-    images = {}
-    for eid, colour in flags.items():
-        name = eid.replace(":", "_")
-        striped_png(root / f"{name}.png", [(colour, 8)])
-        images[name] = ImageRecord(name, f"https://w.invalid/{name}.png", f"{name}.png", "", "", "flag-icons", 10,
-                                   8, entity_id=eid)
+    images = flag_images(root, flags)
     facts = [("country:NOR", "P47", "country:SWE"), ("country:SWE", "P47", "country:NOR"),
              ("country:SWE", "P47", "country:FIN"), ("country:FIN", "P47", "country:SWE"),
              ("country:SWE", "P463", "organization:eu"), ("country:FIN", "P463", "organization:eu"),
@@ -105,11 +99,11 @@ def _paths(result) -> set[tuple[str, ...]]:
     return {(c.structure.edges[0].source, *(e.target for e in c.structure.edges)) for c in result.candidates}
 
 
-def test_the_one_discoverer_of_a_countrys_one_element_is_reached_through_the_countrys_borders(tmp_path, striped_png):
+def test_the_one_discoverer_of_a_countrys_one_element_is_reached_through_the_countrys_borders(tmp_path, flag_images):
     # Finland is known by its language or capital in every other variant (dead ends: neither has an image), and
     # the variants withholding those withhold the element's country too; the element variant keeps it, and Finland
     # is known by the EU and its border with Sweden, Sweden by the EU and its border with Norway
-    world = _flagged_world(tmp_path, striped_png)
+    world = _flagged_world(tmp_path, flag_images)
     result = Synthesizer(world, seed=0).synthesize("person:gadolin")
     assert TO_YTTRIUM in _paths(result), result.counts
     # at the default bit, "the country where chlorine was discovered" (one) beats the EU (two, no penalty) on the
@@ -120,8 +114,8 @@ def test_the_one_discoverer_of_a_countrys_one_element_is_reached_through_the_cou
     assert TO_YTTRIUM not in _paths(Synthesizer(world, seed=0, config=config).synthesize("person:gadolin"))
 
 
-def test_discoverers_two_closed_hops_from_a_flag_come_before_a_countrys_only_citizen(tmp_path, striped_png):
-    synth = Synthesizer(_flagged_world(tmp_path, striped_png), seed=0)
+def test_discoverers_two_closed_hops_from_a_flag_come_before_a_countrys_only_citizen(tmp_path, flag_images):
+    synth = Synthesizer(_flagged_world(tmp_path, flag_images), seed=0)
     # yttrium and Helsinki are one closed hop from Finland's flag, their discoverer two; Virtanen's one hop, "the
     # person who is a citizen of Finland", is open (Finland has millions of citizens)
     assert synth._pinned("element:y") == 1 and synth._pinned("city:hel") == 1

@@ -17,7 +17,6 @@ from data_gen.world.adapters import _country_json as country_json
 from data_gen.world.adapters import national_dishes, religions
 from data_gen.world.adapters.country_facts import load_countries
 from data_gen.world.model import Entity, Triple
-from data_gen.world.model import Image as ImageRecord
 from data_gen.world.properties import MAIN_RELIGION, NATIONAL_DISH
 from data_gen.world.sources import SourceCache
 from data_gen.world.store import World
@@ -102,7 +101,7 @@ def test_read_from_the_country_closed_and_partial_from_the_dish_open():
     assert {"dish", "religion"} <= SEED_KINDS
 
 
-def _world(root: Path, striped_png) -> World:
+def _world(root: Path, flag_images) -> World:
     """Sweden borders Finland, Norway and (made up for the test) Denmark, each with a one-colour flag; only Norway
     and Denmark have a national dish in the world (Finland's entry names several), the same one (made up: a dish
     reached back to its countries)."""
@@ -110,13 +109,8 @@ def _world(root: Path, striped_png) -> World:
               "country:NOR": ("Norway", "country"), "country:DNK": ("Denmark", "country"),
               "dish:farikal": ("Fårikål", "dish")}
     entities = {eid: Entity(eid, label, kind) for eid, (label, kind) in labels.items()}
-    images = {}
-    for eid, colour in (("country:SWE", (0, 60, 170)), ("country:FIN", (250, 250, 250)),
-                        ("country:NOR", (210, 20, 40)), ("country:DNK", (0, 140, 70))):
-        name = eid.replace(":", "_")
-        striped_png(root / f"{name}.png", [(colour, 8)])
-        images[name] = ImageRecord(name, f"https://w.invalid/{name}.png", f"{name}.png", "", "", "flag-icons", 10, 8,
-                                   entity_id=eid)
+    images = flag_images(root, {"country:SWE": (0, 60, 170), "country:FIN": (250, 250, 250),
+                                "country:NOR": (210, 20, 40), "country:DNK": (0, 140, 70)})
     facts = [(a, "P47", b) for x, y in (("SWE", "FIN"), ("SWE", "NOR"), ("SWE", "DNK"))
              for a, b in ((f"country:{x}", f"country:{y}"), (f"country:{y}", f"country:{x}"))]
     facts += [("country:NOR", NATIONAL_DISH, "dish:farikal"), ("country:DNK", NATIONAL_DISH, "dish:farikal")]
@@ -127,8 +121,8 @@ def _kg(world: World) -> KG:
     return KG.from_triples((t.s, t.p, t.o) for t in world.triples)
 
 
-def test_the_national_dish_of_a_country_a_reader_has_pinned_reads_as_one_sentence(tmp_path, striped_png):
-    world = _world(tmp_path, striped_png)
+def test_the_national_dish_of_a_country_a_reader_has_pinned_reads_as_one_sentence(tmp_path, flag_images):
+    world = _world(tmp_path, flag_images)
     structure = Structure(branches=((Edge("country:SWE", "country:NOR", "P47", True),
                                      Edge("country:NOR", "dish:farikal", NATIONAL_DISH, True)),), tail=(),
                           checkpoints=("country:NOR",))
@@ -140,11 +134,11 @@ def test_the_national_dish_of_a_country_a_reader_has_pinned_reads_as_one_sentenc
     assert v.question.endswith("Let C be the national dish of B. Which dish is C?")
 
 
-def test_a_dish_step_from_countries_one_of_which_has_none_in_the_world_is_open(tmp_path, striped_png):
+def test_a_dish_step_from_countries_one_of_which_has_none_in_the_world_is_open(tmp_path, flag_images):
     # "Let B be the country that shares a border with A (Denmark); its flag is blue. Let C be a country that shares
     # a border with B. Let D be the national dish of C": C may be Finland, which has one in reality, so Fårikål is
     # one answer only in the world
-    world = _world(tmp_path, striped_png)
+    world = _world(tmp_path, flag_images)
     assert unlisted(_kg(world), {"country:FIN", "country:NOR"}, NATIONAL_DISH, True) == (
         "country:FIN may be meant and has no x:national_dish in the world: " + PARTIAL[(NATIONAL_DISH, True)])
     structure = Structure(branches=((Edge("country:DNK", "country:SWE", "P47", True),
@@ -164,8 +158,8 @@ def test_a_nationality_step_from_countries_one_of_which_has_none_in_the_world_is
     assert unlisted(kg, {"country:BRA"}, "P1549", True) is None
 
 
-def test_the_country_whose_national_dish_a_dish_is_is_open(tmp_path, striped_png):
-    world = _world(tmp_path, striped_png)
+def test_the_country_whose_national_dish_a_dish_is_is_open(tmp_path, flag_images):
+    world = _world(tmp_path, flag_images)
     structure = Structure(branches=((Edge("country:SWE", "country:NOR", "P47", True),
                                      Edge("country:NOR", "dish:farikal", NATIONAL_DISH, True),
                                      Edge("dish:farikal", "country:DNK", NATIONAL_DISH, False)),), tail=(),
