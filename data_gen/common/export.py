@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pandas as pd
+
+T = TypeVar("T")
 
 
 def hash_unit(key: str) -> float:
@@ -29,6 +31,33 @@ def pick_split(key: str, shares: Sequence[tuple[str, float]]) -> str:
         if u < edge:
             return name
     return shares[-1][0]
+
+
+def leak_free_splits(items: Sequence[T], owned: Callable[[T], Sequence[str]], shown: Callable[[T], Iterable[str]],
+                     shares: Sequence[tuple[str, float]]) -> list[str]:
+    """The split of each item, such that no training item shows what another split's item owns.
+
+    ``owned`` keys are what a benchmark question loses when training shows them (its answer, its entry images; at
+    least one per item); ``shown`` keys are what an item's training data shows (its chain's entities and images).
+    Items are grouped by union-find: an item joins every item that owns one of its owned or shown keys (a shown key
+    nobody owns joins nothing, so a hub entity in the middle of many chains does not merge them all). A group's
+    split is :func:`pick_split` of its smallest key: independent of item order, so a rerun or resumed run over the
+    same items gives the same splits (new items that join a group can move it). Shares hold per group, not per item.
+    """
+    parent = {k: k for item in items for k in owned(item)}
+
+    def root(key: str) -> str:
+        while parent[key] != key:
+            parent[key] = parent[parent[key]]
+            key = parent[key]
+        return key
+
+    for item in items:
+        first, *rest = owned(item)
+        for key in [*rest, *(k for k in shown(item) if k in parent)]:
+            a, b = root(first), root(key)
+            parent[max(a, b)] = min(a, b)  # the root is the group's smallest key
+    return [pick_split(root(owned(item)[0]), shares) for item in items]
 
 
 def image_file(world_root: Path, image_id: str) -> Path:

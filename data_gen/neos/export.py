@@ -1,8 +1,8 @@
 """Verified tasks -> verl parquet (one file per split), the expert's trajectories as SFT JSONL and verl SFT parquet,
 MEI training pairs from the expert's calls (``mei_sft.jsonl``), and the splits.
 
-Splits are by answer entity (a hash of its id), so no answer of the benchmark occurs in training; duplicates
-(the same question over the same entry images) are dropped before splitting.
+Splits are by leak-free groups of tasks (:func:`splits`), so no benchmark answer or entry image occurs in training;
+duplicates (the same question over the same entry images) are dropped before splitting.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from data_gen.common.export import export_verified, image_cells, pick_split, user_prompt
+from data_gen.common.export import export_verified, image_cells, leak_free_splits, user_prompt
 from data_gen.common.mei_pairs import Episode, write_mei_pairs
 from data_gen.common.sft import SFTRecord, sft_parquet_from_jsonl, tool_call_message, tool_message
 from data_gen.neos.schema import AGENT_NAME, DATA_SOURCE, Outcome, Task
@@ -22,8 +22,28 @@ from verl_ext.rollout.prompts import system_prompt
 SPLITS = (("benchmark", 0.1), ("rl", 0.3), ("train", 0.6))
 
 
-def split_of(task: Task) -> str:
-    return pick_split(task.answer_entity, SPLITS)
+def owned_keys(task: Task) -> list[str]:
+    """What a benchmark question loses when training shows it: its answer, and its entry images (the same image
+    starts the same chain: yttrium's and Johann Gadolin's questions share Norway's map and four steps)."""
+    return [f"entity:{task.answer_entity}", *(f"image:{e.image_id}" for e in task.entry_images)]
+
+
+def shown_keys(task: Task) -> list[str]:
+    """What a task's training data shows as its chain: every entity on it (the question's hops, the pages the
+    expert reads) and every entry and checkpoint image. A training chain through a benchmark answer names that
+    answer; one through a benchmark entry image identifies it and walks on from it. Left out: a checkpoint's
+    alternatives (a rejected candidate's name and image, one glance that is no part of the chain; with them the
+    60-task run's largest group grows from 7 to 12 tasks) and the other entities a read page mentions (every page
+    mentions many; a group by them would span the world)."""
+    images = [e.image_id for e in task.entry_images] + [s.checkpoint_image_id for s in task.steps
+                                                        if s.checkpoint_image_id]
+    entities = dict.fromkeys(e for s in task.steps for e in (s.source, s.target))
+    return [*(f"entity:{e}" for e in entities), *(f"image:{i}" for i in images)]
+
+
+def splits(tasks: Sequence[Task]) -> dict[str, str]:
+    """Task id -> split, by groups no benchmark answer or entry image crosses (``leak_free_splits``)."""
+    return dict(zip((t.id for t in tasks), leak_free_splits(tasks, owned_keys, shown_keys, SPLITS)))
 
 
 def dedupe(outcomes: Sequence[Outcome]) -> list[Outcome]:
@@ -103,7 +123,9 @@ def check_exportable(task: Task, trajectory: dict[str, Any]) -> None:
 def export(outcomes: Sequence[Outcome], world_root: Path, out: Path) -> dict[str, int]:
     """Write ``{split}.parquet``, ``sft.jsonl`` and ``sft.parquet`` (train split, verl's multi-turn SFT layout) and
     ``references.jsonl`` (all); returns split sizes."""
-    sizes = export_verified(dedupe(outcomes), [name for name, _ in SPLITS], split_of, row, sft_record, world_root, out)
+    kept = dedupe(outcomes)
+    split = splits([o.task for o in kept])
+    sizes = export_verified(kept, [name for name, _ in SPLITS], lambda t: split[t.id], row, sft_record, world_root, out)
     sft_parquet_from_jsonl(out / "sft.jsonl", world_root, out / "sft.parquet")
     return sizes
 
@@ -111,6 +133,8 @@ def export(outcomes: Sequence[Outcome], world_root: Path, out: Path) -> dict[str
 def mei_pairs(outcomes: Sequence[Outcome], world_root: Path, out: Path, tool_dir: Path) -> dict[str, int]:
     """``mei_sft.jsonl``: MEI SFT pairs from the expert's calls on every task outside the benchmark split (no
     benchmark page or image may shape a trained model); see :mod:`data_gen.common.mei_pairs`."""
+    kept = dedupe(outcomes)
+    split = splits([o.task for o in kept])
     episodes = [Episode(o.trajectory, [e.image_id for e in o.task.entry_images])
-                for o in dedupe(outcomes) if split_of(o.task) != "benchmark" and o.trajectory]
+                for o in kept if split[o.task.id] != "benchmark" and o.trajectory]
     return write_mei_pairs(episodes, world_root, tool_dir, out)
