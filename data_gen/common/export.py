@@ -35,14 +35,17 @@ def pick_split(key: str, shares: Sequence[tuple[str, float]]) -> str:
 
 def leak_free_splits(items: Sequence[T], owned: Callable[[T], Sequence[str]], shown: Callable[[T], Iterable[str]],
                      shares: Sequence[tuple[str, float]]) -> list[str]:
-    """The split of each item, such that no training item shows what another split's item owns.
+    """The split of each item, such that no item shows what an item of another split owns.
 
     ``owned`` keys are what a benchmark question loses when training shows them (its answer, its entry images; at
     least one per item); ``shown`` keys are what an item's training data shows (its chain's entities and images).
     Items are grouped by union-find: an item joins every item that owns one of its owned or shown keys (a shown key
-    nobody owns joins nothing, so a hub entity in the middle of many chains does not merge them all). A group's
-    split is :func:`pick_split` of its smallest key: independent of item order, so a rerun or resumed run over the
-    same items gives the same splits (new items that join a group can move it). Shares hold per group, not per item.
+    nobody owns joins nothing, so a hub entity in the middle of many chains does not merge them all). Groups go to
+    splits largest first, each to the split it fills least, relative to its share (ties: the smaller hash of the
+    group's smallest key first, the earlier split): a hash per group cannot hold the shares once one group is a large part of the
+    items (150 tasks of the small world make a group of 120, and a hash sent all but 2 tasks to ``train``). The
+    result does not depend on the items' order, so a rerun or resumed run over the same items gives the same splits;
+    new items that join or outweigh groups can move them.
     """
     parent = {k: k for item in items for k in owned(item)}
 
@@ -57,7 +60,16 @@ def leak_free_splits(items: Sequence[T], owned: Callable[[T], Sequence[str]], sh
         for key in [*rest, *(k for k in shown(item) if k in parent)]:
             a, b = root(first), root(key)
             parent[max(a, b)] = min(a, b)  # the root is the group's smallest key
-    return [pick_split(root(owned(item)[0]), shares) for item in items]
+    groups: dict[str, int] = {}
+    for item in items:
+        groups[root(owned(item)[0])] = groups.get(root(owned(item)[0]), 0) + 1
+    filled = {name: 0 for name, _ in shares}
+    split_of: dict[str, str] = {}
+    for key, size in sorted(groups.items(), key=lambda g: (-g[1], hash_unit(g[0]), g[0])):
+        name = min(shares, key=lambda s: (filled[s[0]] + size) / s[1])[0]  # min keeps the first of ties
+        filled[name] += size
+        split_of[key] = name
+    return [split_of[root(owned(item)[0])] for item in items]
 
 
 def image_file(world_root: Path, image_id: str) -> Path:

@@ -40,10 +40,20 @@ def test_a_chain_through_another_tasks_answer_shares_its_split():
 
 
 def test_an_entity_no_task_answers_joins_nothing():
-    """Two chains through the same hub split as they would alone: the groups' smallest keys are their answers."""
+    """Two chains through the same hub stay two groups of one task: the first goes to ``train``, the second to
+    ``rl`` (1/0.3 < 1/0.1 and 2/0.6 is not below 1/0.3 either, the earlier split wins); one group would share one."""
     tasks = [_task("a", "flag", ["N", "HUB", "Q1"]), _task("b", "map", ["S", "HUB", "Q7"])]
-    assert splits(tasks) == {"a": pick_split("entity:Q1", SPLITS), "b": pick_split("entity:Q7", SPLITS)}
-    assert splits(tasks)["a"] != splits(tasks)["b"]
+    assert sorted(splits(tasks).values()) == ["rl", "train"]
+
+
+def test_groups_fill_the_shares_largest_first():
+    """A group of 7 (one entry image) fills ``train`` (7/0.6 is the least fill); 3 single tasks then go to ``rl``,
+    ``rl`` and ``benchmark`` (fills 1/0.3, 2/0.3, then 1/0.1 = 3/0.3 ties and the earlier split wins)."""
+    big = [_task(f"g{i}", "map", ["N", "M", f"A{i}"]) for i in range(7)]
+    small = [_task(f"s{i}", f"img{i}", [f"S{i}", "M", f"B{i}"]) for i in range(3)]
+    got = splits(big + small)
+    assert {got[t.id] for t in big} == {"train"}
+    assert sorted(got[t.id] for t in small) == ["benchmark", "rl", "rl"]
 
 
 def test_splits_do_not_depend_on_task_order():
