@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -42,8 +43,8 @@ def leak_free_splits(items: Sequence[T], owned: Callable[[T], Sequence[str]], sh
     Items are grouped by union-find: an item joins every item that owns one of its owned or shown keys (a shown key
     nobody owns joins nothing, so a hub entity in the middle of many chains does not merge them all). Groups go to
     splits largest first, each to the split it fills least, relative to its share (ties: the smaller hash of the
-    group's smallest key first, the earlier split): a hash per group cannot hold the shares once one group is a large part of the
-    items (150 tasks of the small world make a group of 120, and a hash sent all but 2 tasks to ``train``). The
+    group's smallest key first, the earlier split): a hash per group cannot hold the shares once one group is a large
+    part of the items (150 tasks of the small world make a group of 120; a hash sent all but 2 tasks to ``train``). The
     result does not depend on the items' order, so a rerun or resumed run over the same items gives the same splits;
     new items that join or outweigh groups can move them.
     """
@@ -60,16 +61,14 @@ def leak_free_splits(items: Sequence[T], owned: Callable[[T], Sequence[str]], sh
         for key in [*rest, *(k for k in shown(item) if k in parent)]:
             a, b = root(first), root(key)
             parent[max(a, b)] = min(a, b)  # the root is the group's smallest key
-    groups: dict[str, int] = {}
-    for item in items:
-        groups[root(owned(item)[0])] = groups.get(root(owned(item)[0]), 0) + 1
+    groups = Counter(root(owned(item)[0]) for item in items)
     filled = {name: 0 for name, _ in shares}
-    split_of: dict[str, str] = {}
+    group_split: dict[str, str] = {}
     for key, size in sorted(groups.items(), key=lambda g: (-g[1], hash_unit(g[0]), g[0])):
         name = min(shares, key=lambda s: (filled[s[0]] + size) / s[1])[0]  # min keeps the first of ties
         filled[name] += size
-        split_of[key] = name
-    return [split_of[root(owned(item)[0])] for item in items]
+        group_split[key] = name
+    return [group_split[root(owned(item)[0])] for item in items]
 
 
 def image_file(world_root: Path, image_id: str) -> Path:
