@@ -35,40 +35,46 @@ def pick_split(key: str, shares: Sequence[tuple[str, float]]) -> str:
 
 
 def leak_free_splits(items: Sequence[T], owned: Callable[[T], Sequence[str]], shown: Callable[[T], Iterable[str]],
-                     shares: Sequence[tuple[str, float]]) -> list[str]:
-    """The split of each item, such that no item shows what an item of another split owns.
+                     shares: Sequence[tuple[str, float]], key: Callable[[T], str]) -> list[str]:
+    """The split of each item, such that no item of the first split (the held-out benchmark) owns what an item of
+    another split shows or owns.
 
     ``owned`` keys are what a benchmark question loses when training shows them (its answer, its entry images; at
     least one per item); ``shown`` keys are what an item's training data shows (its chain's entities and images).
     Items are grouped by union-find: an item joins every item that owns one of its owned or shown keys (a shown key
-    nobody owns joins nothing, so a hub entity in the middle of many chains does not merge them all). Groups go to
-    splits largest first, each to the split it fills least, relative to its share (ties: the smaller hash of the
-    group's smallest key first, the earlier split): a hash per group cannot hold the shares once one group is a large
-    part of the items (150 tasks of the small world make a group of 120; a hash sent all but 2 tasks to ``train``). The
-    result does not depend on the items' order, so a rerun or resumed run over the same items gives the same splits;
-    new items that join or outweigh groups can move them.
+    nobody owns joins nothing, so a hub entity in the middle of many chains does not merge them all). Groups go
+    largest first to the held-out split or to training, whichever they fill least relative to its share (ties: the
+    smaller hash of the group's smallest key first, the held-out split): a hash per group cannot hold the shares once
+    one group is a large part of the items (150 tasks of the small world make a group of 120). The training splits
+    (the rest of ``shares``) may share keys, as SFT and RL on overlapping data do: each training item takes its split
+    by :func:`pick_split` of ``key(item)`` over their shares, so their sizes follow the shares whatever the groups.
+    The result does not depend on the items' order, so a rerun or resumed run over the same items gives the same
+    splits; new items that join or outweigh groups can move them.
     """
     parent = {k: k for item in items for k in owned(item)}
 
-    def root(key: str) -> str:
-        while parent[key] != key:
-            parent[key] = parent[parent[key]]
-            key = parent[key]
-        return key
+    def root(k: str) -> str:
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
 
     for item in items:
         first, *rest = owned(item)
-        for key in [*rest, *(k for k in shown(item) if k in parent)]:
-            a, b = root(first), root(key)
+        for other in [*rest, *(k for k in shown(item) if k in parent)]:
+            a, b = root(first), root(other)
             parent[max(a, b)] = min(a, b)  # the root is the group's smallest key
+    (held_out, held_share), training = shares[0], shares[1:]
+    training_share = sum(share for _, share in training)
+    held_out_sizes = {True: 0, False: 0}
+    held: dict[str, bool] = {}
     groups = Counter(root(owned(item)[0]) for item in items)
-    filled = {name: 0 for name, _ in shares}
-    group_split: dict[str, str] = {}
-    for key, size in sorted(groups.items(), key=lambda g: (-g[1], hash_unit(g[0]), g[0])):
-        name = min(shares, key=lambda s: (filled[s[0]] + size) / s[1])[0]  # min keeps the first of ties
-        filled[name] += size
-        group_split[key] = name
-    return [group_split[root(owned(item)[0])] for item in items]
+    for group, size in sorted(groups.items(), key=lambda g: (-g[1], hash_unit(g[0]), g[0])):
+        held[group] = ((held_out_sizes[True] + size) / held_share
+                       <= (held_out_sizes[False] + size) / training_share)
+        held_out_sizes[held[group]] += size
+    normalised = [(name, share / training_share) for name, share in training]
+    return [held_out if held[root(owned(item)[0])] else pick_split(key(item), normalised) for item in items]
 
 
 def image_file(world_root: Path, image_id: str) -> Path:

@@ -42,8 +42,10 @@ def shown_keys(task: Task) -> list[str]:
 
 
 def splits(tasks: Sequence[Task]) -> dict[str, str]:
-    """Task id -> split, by groups no benchmark answer or entry image crosses (``leak_free_splits``)."""
-    return dict(zip((t.id for t in tasks), leak_free_splits(tasks, owned_keys, shown_keys, SPLITS)))
+    """Task id -> split, by groups no benchmark answer or entry image crosses (``leak_free_splits``); ``rl`` and
+    ``train`` by the answer, as before the groups."""
+    return dict(zip((t.id for t in tasks), leak_free_splits(tasks, owned_keys, shown_keys, SPLITS,
+                                                            lambda t: t.answer_entity)))
 
 
 def dedupe(outcomes: Sequence[Outcome]) -> list[Outcome]:

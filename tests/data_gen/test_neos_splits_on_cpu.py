@@ -20,40 +20,53 @@ def _old(answer: str) -> str:
     return pick_split(answer, SPLITS)
 
 
-def test_tasks_sharing_an_entry_image_share_a_split():
-    assert _old("Q1") != _old("Q2")  # rl and train by answer alone
-    tasks = [_task("a", "map", ["N", "C", "Q1"]), _task("b", "map", ["N", "D", "Q2"])]
-    assert len(set(splits(tasks).values())) == 1
+def _sealed(got: dict[str, str]) -> bool:
+    """Either every task is held out or none is: no benchmark task shares a key with a training task."""
+    return len({split == "benchmark" for split in got.values()}) == 1
+
+
+def test_tasks_sharing_an_entry_image_are_held_out_together_or_not_at_all():
+    assert _old("Q7") == "benchmark" and _old("Q2") == "train"  # by answer alone: a benchmark task and its leak
+    tasks = [_task("a", "map", ["N", "C", "Q7"]), _task("b", "map", ["N", "D", "Q2"])]
+    assert _sealed(splits(tasks))
 
 
 def test_a_shared_answer_joins_tasks_of_different_images_and_what_shares_their_images():
     assert _old("Q7") != _old("Q2")  # benchmark and train by answer alone
     tasks = [_task("a", "flag", ["N", "M", "Q7"]), _task("b", "map", ["S", "R", "Q7"]),
              _task("c", "map", ["S", "X", "Q2"])]
-    assert len(set(splits(tasks).values())) == 1
+    assert _sealed(splits(tasks))
 
 
-def test_a_chain_through_another_tasks_answer_shares_its_split():
-    assert _old("Q1") != _old("Q7")
+def test_a_chain_through_another_tasks_answer_is_held_out_with_it():
+    assert _old("Q7") == "benchmark" and _old("Q1") == "rl"
     tasks = [_task("a", "flag", ["N", "M", "Q7"]), _task("b", "map", ["S", "Q7", "Q1"])]
-    assert len(set(splits(tasks).values())) == 1
+    assert _sealed(splits(tasks))
+
+
+def test_training_tasks_of_one_group_keep_their_answers_rl_or_train_split():
+    """``rl`` and ``train`` may share keys (SFT and RL on overlapping data): within training, the answer decides."""
+    tasks = [_task("a", "map", ["N", "C", "Q1"]), _task("b", "map", ["N", "D", "Q2"])]
+    assert splits(tasks) == {"a": "rl", "b": "train"}
 
 
 def test_an_entity_no_task_answers_joins_nothing():
-    """Two chains through the same hub stay two groups of one task: the first goes to ``train``, the second to
-    ``rl`` (1/0.3 < 1/0.1 and 2/0.6 is not below 1/0.3 either, the earlier split wins); one group would share one."""
-    tasks = [_task("a", "flag", ["N", "HUB", "Q1"]), _task("b", "map", ["S", "HUB", "Q7"])]
-    assert sorted(splits(tasks).values()) == ["rl", "train"]
+    """Ten chains through one hub stay ten groups of one task: eight go to training, the ninth is held out
+    (1/0.1 = 9/0.9 ties and the held-out split wins), the tenth trains (2/0.1 > 10/0.9). Joined by the hub they
+    would be one group of ten, all training."""
+    tasks = [_task(f"t{i}", f"img{i}", [f"S{i}", "HUB", f"A{i}"]) for i in range(10)]
+    assert list(splits(tasks).values()).count("benchmark") == 1
 
 
-def test_groups_fill_the_shares_largest_first():
-    """A group of 7 (one entry image) fills ``train`` (7/0.6 is the least fill); 3 single tasks then go to ``rl``,
-    ``rl`` and ``benchmark`` (fills 1/0.3, 2/0.3, then 1/0.1 = 3/0.3 ties and the earlier split wins)."""
+def test_groups_fill_the_held_out_share_largest_first():
+    """A group of 7 (one entry image) goes to training (7/0.9 < 7/0.1); of 3 single tasks the first goes to training
+    (8/0.9 < 1/0.1), the second is held out (1/0.1 = 9/0.9 ties and the held-out split wins), the third trains
+    (2/0.1 > 10/0.9)."""
     big = [_task(f"g{i}", "map", ["N", "M", f"A{i}"]) for i in range(7)]
     small = [_task(f"s{i}", f"img{i}", [f"S{i}", "M", f"B{i}"]) for i in range(3)]
     got = splits(big + small)
-    assert {got[t.id] for t in big} == {"train"}
-    assert sorted(got[t.id] for t in small) == ["benchmark", "rl", "rl"]
+    assert "benchmark" not in {got[t.id] for t in big}
+    assert sorted(got[t.id] == "benchmark" for t in small) == [False, False, True]
 
 
 def test_splits_do_not_depend_on_task_order():
