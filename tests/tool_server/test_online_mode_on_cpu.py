@@ -5,6 +5,7 @@ item with a 403-class ``blocked_url`` record, while the operator-configured sear
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import subprocess
@@ -30,9 +31,9 @@ PAGE = """<html><head><title>Ada Lovelace | Replay</title><style>p {color: red}<
 <p>She was born in London in 1815.</p><img src="/portrait.png" alt="portrait of Ada"></body></html>"""
 
 
-def _png() -> bytes:
+def _png(mode: str = "RGB", colour: tuple[int, ...] = (10, 200, 30)) -> bytes:
     buf = io.BytesIO()
-    Image.new("RGB", (6, 4), (10, 200, 30)).save(buf, format="PNG")
+    Image.new(mode, (6, 4), colour).save(buf, format="PNG")
     return buf.getvalue()
 
 
@@ -51,6 +52,8 @@ async def replay(loopback):
             return web.Response(text=PAGE, content_type="text/html")
         if request.path == "/portrait.png":
             return web.Response(body=_png(), content_type="image/png")
+        if request.path == "/clear.png":  # transparent, stored black (as Nepal's flag stores its page)
+            return web.Response(body=_png("RGBA", (0, 0, 0, 0)), content_type="image/png")
         return web.Response(status=404, text="no such page")
 
     base["url"] = await loopback(handle)
@@ -69,9 +72,9 @@ async def _client(world, tmp_path, replay_url: str, *, allow_private: bool) -> T
     return client
 
 
-async def _call(client: TestClient, name: str, arguments: dict) -> tuple[int, dict]:
+async def _call(client: TestClient, name: str, arguments: dict, **extra) -> tuple[int, dict]:
     sid = (await (await client.post("/v1/sessions", json={})).json())["session_id"]
-    r = await client.post(f"/v1/sessions/{sid}/call", json={"name": name, "arguments": arguments})
+    r = await client.post(f"/v1/sessions/{sid}/call", json={"name": name, "arguments": arguments, **extra})
     return r.status, await r.json()
 
 
@@ -113,6 +116,10 @@ async def test_allowed_private_network_reads_pages_and_loads_images(world, tmp_p
         assert status == 200 and fetched["records"][0]["output_ref"] == "img_1"
         assert (fetched["records"][0]["width"], fetched["records"][0]["height"]) == (6, 4)
         assert fetched["records"][1]["error"]["type"] == "not_found"
+        status, clear = await _call(client, "FetchImage", {"urls": [f"{base}/clear.png"]}, include_pixels=True)
+        assert status == 200, clear
+        pixels = Image.open(io.BytesIO(base64.b64decode(clear["images"][0]["png_base64"])))
+        assert pixels.convert("RGB").getpixel((0, 0)) == (255, 255, 255)  # on white, as a page shows it; was black
         status, world_page = await _call(
             client, "WebVisit", {"url": ["https://neos-world.invalid/wiki/Mexico"], "goal": "capital"}
         )

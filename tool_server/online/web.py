@@ -29,6 +29,7 @@ from PIL import Image as PILImage
 from tool_server.errors import ToolError
 from tool_server.mei.schema import ImageView, PageView
 from tool_server.net import BlockedURL, FetchError, FetchResult, ImageDecodeError, SafeFetcher, decode_image
+from tool_server.offline.pixels import flattened
 from tool_server.offline.world import resource_id
 from tool_server.online.clients import ImageResult, LensClient, PageResult, ReaderClient, SerpClient
 from tool_server.online.http import BackendError
@@ -165,7 +166,7 @@ class OnlineBackends:
             image = await self.pools.run("image", decode_image, result.body, max_pixels)
         except ImageDecodeError as e:
             raise _tool_error(e, field) from None
-        return image.convert("RGB")
+        return flattened(image)
 
     async def web_search(self, query: str, field: str) -> list[dict[str, str]]:
         try:
