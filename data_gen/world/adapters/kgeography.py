@@ -24,6 +24,7 @@ from PIL import Image as PILImage
 
 from data_gen.world.model import Contribution, Entity, Image, ImageAsset, Page, Triple, image_url, page_url, slugify
 from data_gen.world.properties import relations
+from tool_server.offline.pixels import flattened
 
 SOURCES = ("kgeography-data",)
 SOURCE = "kgeography-data"
@@ -212,8 +213,7 @@ def _flag(root: Path, d: Division, eid: str, parent_name: str) -> ImageAsset | N
     path = root / KGEOGRAPHY_DIR / "flags" / d.flag
     try:
         with PILImage.open(path) as raw:
-            rgba = raw.convert("RGBA")  # flags with a transparent palette entry: flatten onto white
-        pixels = PILImage.alpha_composite(PILImage.new("RGBA", rgba.size, "white"), rgba).convert("RGB")
+            pixels = flattened(raw)  # flags with a transparent palette entry: onto white, as the server shows them
     except OSError as exc:
         raise KGeographyError(f"flag {d.flag} of {d.name} ({d.map}.kgm) cannot be read: {exc}") from exc
     image_id = f"subflag_{d.map}_{slugify(d.name).lower()}".replace("-", "_")

@@ -22,6 +22,7 @@ from data_gen.world.adapters._stamp_catalog import Depiction, Stamp, StampError,
 from data_gen.world.adapters._wordnet_data import WordNet, load_wordnet, synset_entity, synset_page
 from data_gen.world.model import Contribution, Entity, Image, ImageAsset, Page, Triple, image_url, page_url, slugify
 from data_gen.world.properties import relations
+from tool_server.offline.pixels import flattened
 
 SOURCES = ("tuxpaint-stamps-default", "wordnet-base")
 SOURCE = "tuxpaint-stamps-default"
@@ -109,8 +110,7 @@ def load_pixels(stamp: Stamp) -> PILImage.Image:
         except OSError as exc:
             raise StampError(f"cannot decode stamp image {stamp.path}.png: {exc}") from exc
         image.thumbnail((MAX_SIDE, MAX_SIDE), PILImage.Resampling.LANCZOS)
-    white = PILImage.new("RGBA", image.size, (255, 255, 255, 255))
-    return PILImage.alpha_composite(white, image).convert("RGB")
+    return flattened(image)
 
 
 def _rasterize(stamp: Stamp) -> PILImage.Image:
