@@ -1,12 +1,14 @@
 # One way in, one way to test. Every target sets up its own virtual environment first.
-# The CPU test environment uses torch 2.14.1 + torchvision 0.29.1: PyPI's torchvision for the CPU torch 2.13 wheel
-# fails to import, which breaks the Qwen-VL processors (docs/install.md, "Environment notes").
+# The test environment installs the exact versions of requirements/test-lock.txt: the vLLM engine stack's (torch
+# 2.11.0, transformers 5.9.0), as `pip install '.[vllm]'` resolves them on Python 3.11 (docs/install.md).
 VENV ?= .venv
+PYTHON ?= python3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.deps-stamp
+LOCK := requirements/test-lock.txt
 WORLD ?= worlds/small
 
-.PHONY: help venv install system-deps test demo clean-venv
+.PHONY: help venv install system-deps test demo clean-venv lock
 .DEFAULT_GOAL := help
 
 help:
@@ -17,6 +19,7 @@ help:
 	@echo "make venv         only create $(VENV) (first use of demo/test does it: ~7 GB, torch with CUDA libraries)"
 	@echo "make install      reinstall this package into $(VENV) (seconds), as a user's pip install would"
 	@echo "make system-deps  only the Debian packages the tests use (redis-server, libgl1, chromium; apt-get: root)"
+	@echo "make lock         recompile $(LOCK) (uv; needs the package index)"
 	@echo "make clean-venv   delete $(VENV)"
 	@echo "Costs, system packages, installing from a wheel: docs/install.md"
 
@@ -36,12 +39,18 @@ system-deps:
 		apt-get update -qq && apt-get install -y -qq $$need >/dev/null; \
 	fi
 
-$(STAMP): pyproject.toml Makefile
-	test -x $(PY) || python3 -m venv $(VENV)
+$(STAMP): pyproject.toml Makefile $(LOCK)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
-	$(PY) -m pip install -q ".[test,eval]"
+	$(PY) -m pip install -q -c $(LOCK) ".[test,eval]"
 	touch $(STAMP)
+
+# The lock: this package with verl's vllm extra and our test and eval extras, resolved for Python 3.11 on Linux
+# x86-64 (requirements/test-lock.in says why). uv from PATH, else from $(VENV).
+UV := $(shell command -v uv 2>/dev/null || echo $(VENV)/bin/uv)
+lock:
+	UV_PYTHON_DOWNLOADS=never $(UV) pip compile -q --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+		--no-emit-package neos-verl --custom-compile-command "make lock" requirements/test-lock.in -o $(LOCK)
 
 venv: $(STAMP)
 
