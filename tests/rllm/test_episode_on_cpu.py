@@ -192,5 +192,15 @@ def test_a_bad_row_fails_the_export_naming_it_and_leaves_nothing(tmp_path: Path)
 @pytest.mark.skipif(importlib.util.find_spec("rllm") is not None, reason="rLLM is installed here")
 def test_without_rllm_the_adapters_say_how_to_install_it():
     for module in ("verl_ext.rllm.env", "verl_ext.rllm.workflow", "verl_ext.rllm.flow"):
-        with pytest.raises(ImportError, match="install it from its repository"):
+        with pytest.raises(ImportError, match="uv pip install ./rllm ./rllm/rllm-model-gateway"):
             importlib.import_module(module)
+
+
+def test_the_install_hint_is_the_documented_command_sequence():
+    """The hint prints docs/rllm.md's commands (which tests/install resolves), not a sequence of its own."""
+    from verl_ext.rllm import INSTALL_HINT
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "rllm.md").read_text()
+    block = docs.split("## Install", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    commands = [line.split("   #")[0].strip() for line in block.strip().splitlines()][1:]  # the clone and the install
+    assert len(commands) == 2 and " && ".join(commands) in INSTALL_HINT, (commands, INSTALL_HINT)

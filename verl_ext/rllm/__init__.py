@@ -11,10 +11,9 @@ import importlib
 from types import ModuleType
 
 INSTALL_HINT = (
-    "rLLM is not installed. It is not on the package index: install it from its repository "
-    "(git clone https://github.com/rllm-org/rllm && pip install ./rllm ./rllm/rllm-model-gateway), "
-    "then `pip install './neos-verl[rllm]'` from a clone of ours. Its `verl` extra pins verl 0.8.0, which conflicts "
-    "with our verl 0.9.1: use a separate environment for rLLM (see docs/rllm.md)."
+    "rLLM is not installed, and it is not on the package index. Install it with this package in one environment "
+    "(Python 3.11 or 3.12; docs/rllm.md says why uv): git clone https://github.com/rllm-org/rllm && "
+    "git -C rllm checkout 9beb6e0f && uv pip install ./rllm ./rllm/rllm-model-gateway './neos-verl[rllm]'"
 )
 
 
