@@ -142,17 +142,26 @@ def _question(image: Image.Image) -> list[dict]:
     return [{"role": "user", "content": [{"type": "image", "image": image}, {"type": "text", "text": "?"}]}]
 
 
+class _CountedImageProcessor:
+    """The processor's image processor, recording the sizes of the images it is run on."""
+
+    def __init__(self, inner, calls: list[tuple[int, int]]):
+        self._inner, self._calls = inner, calls
+
+    def __call__(self, images, *args, **kwargs):
+        self._calls.extend(im.size for im in images)
+        return self._inner(images, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
 @pytest.fixture
 def image_path_calls(tiny_vl_processor, monkeypatch) -> list[tuple[int, int]]:
-    """The sizes of the images the processor's own image path (``_process_images``) was run on."""
+    """The sizes of the images the processor's image path (its image processor) was run on."""
     calls: list[tuple[int, int]] = []
-    original = tiny_vl_processor._process_images
-
-    def counted(images, **kwargs):
-        calls.extend(im.size for im in images)
-        return original(images, **kwargs)
-
-    monkeypatch.setattr(tiny_vl_processor, "_process_images", counted)
+    monkeypatch.setattr(tiny_vl_processor, "image_processor",
+                        _CountedImageProcessor(tiny_vl_processor.image_processor, calls))
     return calls
 
 
@@ -221,16 +230,16 @@ def test_a_fast_render_that_differs_from_verls_is_dropped_for_its_shape(
     assert _episode(fast, images) == reference  # from then on, verl's render
 
 
-def test_a_processor_without_the_private_image_api_falls_back_to_verls_render(
+def test_a_processor_that_cannot_give_an_image_replacement_falls_back_to_verls_render(
     vl_builder, world, cold_caches, monkeypatch
 ):
-    """Another transformers version may lack ``_process_images`` (or change its signature): verl's render, no crash.
-    (The processor's own call uses the same private methods, so the missing API is simulated at our call to it.)"""
+    """A processor whose call or size formula this does not understand (another model family, another signature):
+    verl's render, no crash. (Simulated at our call to it: the processor's own render must keep working.)"""
     images = _images(world)
     reference = _episode(vl_builder(), images)
 
     def missing(self, image):
-        raise AttributeError("'Processor' object has no attribute '_process_images'")
+        raise AttributeError("'Processor' object has no attribute '_get_num_multimodal_tokens'")
 
     monkeypatch.setattr(tokens._TextRenderMemo, "_image_replacement", missing)
     fast = fast_text_renders(vl_builder())

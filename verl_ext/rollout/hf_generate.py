@@ -271,8 +271,10 @@ class TransformersGenerateClient:
                     "but no images were given"
                 )
             return {}
-        # The processor itself, as verl's builders call it, so mm_processor_kwargs route to the image processor alike.
-        processed = self.processor(images=images, return_tensors="pt", **(mm_processor_kwargs or {}))
+        # The processor's image processor with the same mm_processor_kwargs (image keys: size, min/max_pixels) verl's
+        # builders pass the processor; not the processor itself, which needs text beside images (transformers 5.9's
+        # Qwen2.5-VL processor fails on text=None).
+        processed = self.processor.image_processor(images=images, return_tensors="pt", **(mm_processor_kwargs or {}))
         vision = {key: processed[key].to(self.model.device) for key in ("pixel_values", "image_grid_thw")}
         expected = (vision["image_grid_thw"].prod(-1) // self._merge**2).tolist()
         if runs != expected:

@@ -174,9 +174,9 @@ class _TextRenderMemo:
     ) -> list[int]:
         """A render with images (ids only) without the processor call's per-call cost (its placeholder check walks
         the ids in Python: ~10 ms for a prompt with tool schemas): the template through the processor, as verl
-        renders it; each image's placeholder text from the processor's own ``_process_images``, cached
-        (``_image_replacement``); the processor's own ``get_text_with_replacements``; the Rust encoder, a message at
-        a time. Checked against ``slow`` (verl's render) once per builder class and conversation shape."""
+        renders it; each image's placeholder text as the processor expands it, cached (``_image_replacement``), put
+        in place of the placeholders in order; the Rust encoder, a message at a time. Checked against ``slow``
+        (verl's render) once per builder class and conversation shape."""
         shape = (type(self), "images", tuple(m.get("role") for m in messages), add_generation_prompt, bool(tools))
         processor = self.processor
         token = getattr(processor, "image_token", None)
@@ -185,9 +185,10 @@ class _TextRenderMemo:
         text = self._render_text(messages, add_generation_prompt, tools, owner=processor)
         if text.count(token) != len(images):  # let the processor raise its own error
             return slow(messages, images)
-        try:  # private processor API (transformers 5.x): a version without it or with other signatures falls back
+        try:  # a processor whose call or size formula differs from what this expects falls back
             replacements = [self._image_replacement(image) for image in images]
-            (expanded,), _ = processor.get_text_with_replacements([text], replacements)
+            pieces = text.split(token)
+            expanded = pieces[0] + "".join(r + piece for r, piece in zip(replacements, pieces[1:], strict=True))
         except _ImageRefused:  # the processor's own call raises its own error for that image
             return slow(messages, images)
         except (AttributeError, TypeError, ValueError) as e:
@@ -204,8 +205,10 @@ class _TextRenderMemo:
         return ids
 
     def _image_replacement(self, image: Image.Image) -> str:
-        """The text the processor puts in place of ``image``'s placeholder token, as its ``__call__`` computes it
-        (the builder's processor kwargs merged the same way; verl passes ``return_tensors="pt"``). Cached by image
+        """The text the processor puts in place of ``image``'s placeholder token: its public ``__call__`` on the
+        placeholder alone, with the builder's processor kwargs (verl passes ``return_tensors="pt"``), decoded; the
+        same on every transformers release this package admits (5.10's private ``_process_images`` is not in 5.9,
+        which verl's vllm extra pins). Cached by image
         size where the processor states that its placeholder count is a function of the size
         (``_get_num_multimodal_tokens(image_sizes=...)``, by which vLLM places placeholders without pixels), else by
         content. A size not seen before costs the size formula alone (microseconds, against 1-30 ms for the image
@@ -215,11 +218,10 @@ class _TextRenderMemo:
         call_kwargs = {"return_tensors": "pt", **(self.mm_processor_kwargs or {})}
 
         def processed() -> str:
-            merged = processor._merge_kwargs(
-                processor.valid_processor_kwargs, tokenizer_init_kwargs=processor.tokenizer.init_kwargs, **call_kwargs
+            ids = processor(text=[processor.image_token], images=[image], **call_kwargs)["input_ids"][0]
+            return processor.tokenizer.decode(
+                ids.tolist(), skip_special_tokens=False, clean_up_tokenization_spaces=False
             )
-            _, (replacement,) = processor._process_images([image], **merged["images_kwargs"])
-            return replacement
 
         def compute() -> str:
             # Only without processor kwargs: with them, transformers 5.x's formula disagrees with Qwen2-VL's image
