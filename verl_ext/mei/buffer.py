@@ -27,6 +27,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from data_gen.common.entry_lock import hold_or_none
 from tool_server.mei.jsonl import JsonlAppender, iter_jsonl, write_atomic
 from tool_server.mei.log import BLOB_URL_PREFIX, BlobStore, MEIRecord
 from verl_ext.mei.selection import RetainedCall
@@ -70,12 +71,21 @@ def _blob_digests(messages: list[dict]) -> list[str]:
     ]
 
 
+class BufferBusyError(RuntimeError):
+    """Another process has the buffer directory open: two runs would interleave their calls and states."""
+
+
 class MEIBuffer:
-    """One writer process per directory (the trainer); opening it resumes from ``state.json``."""
+    """One writer process per directory (the trainer), enforced by an exclusive lock on ``<dir>/.lock`` held while
+    open; opening it resumes from ``state.json``."""
 
     def __init__(self, root: str | os.PathLike[str], *, initial_version: str = "v0") -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
+        self._lock = hold_or_none(self.root / ".lock")
+        if self._lock is None:
+            raise BufferBusyError(f"MEI buffer {self.root} is in use by another process (another run or a run not yet "
+                                  "exited); give this run its own trainer.v1.neos.mei.buffer_dir")
         self._state_path = self.root / "state.json"
         if self._state_path.exists():
             self.state = BufferState.model_validate_json(self._state_path.read_bytes())
@@ -149,4 +159,5 @@ class MEIBuffer:
 
     def close(self) -> None:
         self._out.close()
+        self._lock.close()
 
