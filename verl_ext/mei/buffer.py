@@ -4,7 +4,8 @@ Layout of a buffer directory::
 
     calls.jsonl   every retained call ever added, one JSON line each, fsynced per record (append-only)
     blobs/        the images those calls' messages name (content-addressed, copied from the MEI log's store)
-    state.json    {mei_version, mei_updates, policy_updates (since the last MEI update), consumed_offset, checkpoint}
+    state.json    {mei_version, mei_updates, policy_updates (since the last MEI update), consumed_offset, checkpoint,
+                   run_id}
 
 The calls since the last MEI update are the lines after ``consumed_offset``. ``state.json`` is replaced atomically
 (temp file, fsync, rename, fsync of the directory), so it is always one whole state. A kill -9 loses at most the call
@@ -14,11 +15,17 @@ the resumed run train on the same calls again rather than lose them. Blobs are w
 Schedule: the trainer calls :meth:`MEIBuffer.record_policy_update` after each policy update, and when
 :meth:`due(K) <MEIBuffer.due>` holds it trains MEI on :meth:`pending` and calls :meth:`mark_mei_update` with the
 pending view's ``end_offset``, so calls added while MEI trained stay pending for the next update.
+
+Versions: the n-th trained MEI is ``v<n>-<run_id>`` (:meth:`MEIBuffer.next_version`), ``run_id`` drawn at random when
+the buffer is created and kept on resume. Versions key the tool server's result cache (``WebVisit@mei:<version>``),
+which two runs may share (a disk, directory or Redis tier): a bare ``v1`` of run B would be served run A's ``v1``
+answers.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -52,6 +59,7 @@ class BufferState(BaseModel):
     policy_updates: int = Field(default=0, ge=0)  # since the last MEI update
     consumed_offset: int = Field(default=0, ge=0)  # byte offset in calls.jsonl of the first pending call
     checkpoint: str | None = None  # the HF directory of the current MEI version, once one was trained
+    run_id: str = Field(default_factory=lambda: secrets.token_hex(4))  # makes this run's version names its own
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,12 +156,16 @@ class MEIBuffer:
             raise ValueError(f"the MEI update interval K must be >= 1, got {k}")
         return self.state.policy_updates >= k
 
+    def next_version(self) -> str:
+        """The name of the next trained MEI: unique across runs, as it keys shared result caches."""
+        return f"v{self.state.mei_updates + 1}-{self.state.run_id}"
+
     def mark_mei_update(self, version: str, *, end_offset: int, checkpoint: str | None = None) -> None:
         """MEI was trained on the calls before ``end_offset`` and ``version`` (at ``checkpoint``) is now current."""
         if not self.state.consumed_offset <= end_offset <= self._out.size():
             raise ValueError(f"end_offset {end_offset} outside [{self.state.consumed_offset}, {self._out.size()}]")
         self.state = BufferState(mei_version=version, mei_updates=self.state.mei_updates + 1, policy_updates=0,
-                                 consumed_offset=end_offset, checkpoint=checkpoint)
+                                 consumed_offset=end_offset, checkpoint=checkpoint, run_id=self.state.run_id)
         self._save()
         self._pending_ids = {c.call.call_id for c in self.pending().calls}
 

@@ -246,7 +246,7 @@ class MEICoEvolutionMixin:
         reasons = {b.call.call_id: b.reason for b in pending.calls}
         for reason, count in Counter(reasons[i] for i in tokenized.call_ids).items():
             metrics[f"mei/update/calls_{reason}"] = float(count)  # the update's examples by source
-        version = f"v{self.mei_buffer.state.mei_updates + 1}"
+        version = self.mei_buffer.next_version()
         update = train_mei(self.mei_group, tokenized.items, version, out_dir=self.mei_buffer.root / "checkpoints",
                            pad_token_id=self.mei_processor.tokenizer.pad_token_id,
                            global_batch_size=self.mei_settings.global_batch_size,
