@@ -67,7 +67,7 @@ async def test_activation_between_two_calls_of_one_session(setup):
     c, model, app, log_path = setup
     assert (await (await c.get("/admin/mei_version")).json())["version"] is None  # nothing activated or heard yet
     r = await c.post("/admin/mei_version", json={"version": "v0"})
-    assert await r.json() == {"version": "v0", "previous": None}
+    assert await r.json() == {"version": "v0", "previous": None, "interface": "model"}
 
     old = await _session(c)
     assert old["mei_version"] == "v0"
@@ -78,7 +78,7 @@ async def test_activation_between_two_calls_of_one_session(setup):
     # the trainer activates v1: the MEI server answers as v1 from now on, and the tool server is told
     model.served = "v1"
     assert await (await c.post("/admin/mei_version", json={"version": "v1"})).json() == {"version": "v1",
-                                                                                         "previous": "v0"}
+                                                                                         "previous": "v0", "interface": "model"}
     # the old session keeps v0: its v0 entry may serve it, and a new answer (now v1) is refused, not mixed in
     status, again = await _visit(c, old["session_id"], "France", 1)
     assert status == 200 and again["cached"] and again["mei"] == first["mei"]
@@ -193,3 +193,14 @@ async def test_two_runs_sharing_one_cache_never_get_each_others_answers(world, l
         answers.append(json.dumps(body))
     assert versions[0] != versions[1]
     assert "run A's MEI" in answers[0] and "run B's MEI" in answers[1] and "run A's MEI" not in answers[1]
+
+
+async def test_a_tool_server_without_a_model_mei_refuses_the_trainers_announcement(client):
+    """A tool server started without --mei-endpoint answers with the extractive interface: co-evolution would train
+    checkpoints no call ever reaches while logging every call under the announced version."""
+    from verl_ext.mei.server import announce
+
+    assert (await (await client.get("/admin/mei_version")).json())["interface"] == "extractive"
+    with pytest.raises(RuntimeError, match=r"extractive interface, not a model MEI: trainer\.v1\.neos\.mei\.enable=true "
+                       r"needs it started with --mei-endpoint"):
+        await announce(str(client.make_url("")).rstrip("/"), "v0")

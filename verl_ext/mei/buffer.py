@@ -5,7 +5,7 @@ Layout of a buffer directory::
     calls.jsonl   every retained call ever added, one JSON line each, fsynced per record (append-only)
     blobs/        the images those calls' messages name (content-addressed, copied from the MEI log's store)
     state.json    {mei_version, mei_updates, policy_updates (since the last MEI update), consumed_offset, checkpoint,
-                   run_id}
+                   run_id, skipped_updates (MEI updates skipped in a row)}
 
 The calls since the last MEI update are the lines after ``consumed_offset``. ``state.json`` is replaced atomically
 (temp file, fsync, rename, fsync of the directory), so it is always one whole state. A kill -9 loses at most the call
@@ -60,6 +60,7 @@ class BufferState(BaseModel):
     consumed_offset: int = Field(default=0, ge=0)  # byte offset in calls.jsonl of the first pending call
     checkpoint: str | None = None  # the HF directory of the current MEI version, once one was trained
     run_id: str = Field(default_factory=lambda: secrets.token_hex(4))  # makes this run's version names its own
+    skipped_updates: int = Field(default=0, ge=0)  # due MEI updates skipped in a row (no usable call)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +167,16 @@ class MEIBuffer:
             raise ValueError(f"end_offset {end_offset} outside [{self.state.consumed_offset}, {self._out.size()}]")
         self.state = BufferState(mei_version=version, mei_updates=self.state.mei_updates + 1, policy_updates=0,
                                  consumed_offset=end_offset, checkpoint=checkpoint, run_id=self.state.run_id)
+        self._save()
+        self._pending_ids = {c.call.call_id for c in self.pending().calls}
+
+    def skip_update(self, *, end_offset: int) -> None:
+        """A due MEI update had no usable call: the calls before ``end_offset`` are dropped (consumed without
+        training, so they are not tokenised again at every later step) and the K-update count starts over."""
+        if not self.state.consumed_offset <= end_offset <= self._out.size():
+            raise ValueError(f"end_offset {end_offset} outside [{self.state.consumed_offset}, {self._out.size()}]")
+        self.state = self.state.model_copy(update={"policy_updates": 0, "consumed_offset": end_offset,
+                                                   "skipped_updates": self.state.skipped_updates + 1})
         self._save()
         self._pending_ids = {c.call.call_id for c in self.pending().calls}
 
