@@ -196,7 +196,9 @@ def _check_version(version: object, field: str) -> None:
 
 async def mei_version(request: web.Request) -> web.Response:
     """``GET``: the active MEI version. ``POST {"version": V}``: a checkpoint was activated behind the MEI endpoint;
-    sessions created from now on are fixed to V (the trainer calls it right after the MEI server loads V)."""
+    sessions created from now on are fixed to V (the trainer calls it right after the MEI server loads V). Both answer
+    ``interface``: ``model`` (``--mei-endpoint``) or ``extractive``, so a trainer can refuse to co-evolve with a tool
+    server whose answers no checkpoint changes."""
     mei = request.app[RUNNER].ctx.mei
     previous = mei.version
     if request.method == "POST":
@@ -206,7 +208,7 @@ async def mei_version(request: web.Request) -> web.Response:
         _check_version(version, "version")
         mei.activate(version)
         log.info("MEI version %s activated (was %s)", version, previous)
-    return web.json_response({"version": mei.version, "previous": previous})
+    return web.json_response({"version": mei.version, "previous": previous, "interface": mei.interface})
 
 
 async def delete_session(request: web.Request) -> web.Response:

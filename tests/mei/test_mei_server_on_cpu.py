@@ -112,6 +112,7 @@ async def test_resume_makes_the_server_serve_the_buffers_latest_checkpoint(mei_s
     buffer = MEIBuffer(tmp_path / "mei", initial_version="v0")
     assert await resume_served_version(buffer, url) is None  # before any MEI update: the initial checkpoint stays
     buffer.mark_mei_update("v1", end_offset=0, checkpoint=str(v1_dir))
+    buffer.close()  # the trainer exits
     resumed = MEIBuffer(tmp_path / "mei", initial_version="v0")  # what a restarted trainer opens
     assert await resume_served_version(resumed, url) == "v1"
     assert await served_version(url) == "v1"  # what a fresh run checks against trainer.v1.neos.mei.initial_version

@@ -27,6 +27,7 @@ class ScriptedMEIServer:
 
     def __init__(self) -> None:
         self.served = "v0"
+        self.answer = WEB
         self.down = False
         self.requests = 0
 
@@ -35,7 +36,7 @@ class ScriptedMEIServer:
         if self.down:
             return web.Response(status=500, text="down")
         return web.json_response({"model": self.served,
-                                  "choices": [{"message": {"role": "assistant", "content": json.dumps(WEB)}}]})
+                                  "choices": [{"message": {"role": "assistant", "content": json.dumps(self.answer)}}]})
 
 
 @pytest.fixture
@@ -66,7 +67,7 @@ async def test_activation_between_two_calls_of_one_session(setup):
     c, model, app, log_path = setup
     assert (await (await c.get("/admin/mei_version")).json())["version"] is None  # nothing activated or heard yet
     r = await c.post("/admin/mei_version", json={"version": "v0"})
-    assert await r.json() == {"version": "v0", "previous": None}
+    assert await r.json() == {"version": "v0", "previous": None, "interface": "model"}
 
     old = await _session(c)
     assert old["mei_version"] == "v0"
@@ -77,7 +78,7 @@ async def test_activation_between_two_calls_of_one_session(setup):
     # the trainer activates v1: the MEI server answers as v1 from now on, and the tool server is told
     model.served = "v1"
     assert await (await c.post("/admin/mei_version", json={"version": "v1"})).json() == {"version": "v1",
-                                                                                         "previous": "v0"}
+                                                                                         "previous": "v0", "interface": "model"}
     # the old session keeps v0: its v0 entry may serve it, and a new answer (now v1) is refused, not mixed in
     status, again = await _visit(c, old["session_id"], "France", 1)
     assert status == 200 and again["cached"] and again["mei"] == first["mei"]
@@ -162,3 +163,44 @@ async def test_entries_of_the_earlier_key_format_are_never_read(setup):
     assert status == 200 and not body["cached"] and body["text"] != "stale" and model.requests == 1
     status, body = await _visit(c, sid, "Paris", 1)
     assert body["cached"] and body["text"] == "stale" and model.requests == 1
+
+
+async def test_two_runs_sharing_one_cache_never_get_each_others_answers(world, loopback, tmp_path):
+    """Run A and run B (each with its own MEI buffer, as the trainer makes it) train their first MEI and announce it;
+    their tool servers share one directory cache tier. Run B's WebVisit must reach run B's MEI, not come from the
+    entry run A's MEI left under the same arguments (bare ``v1`` names made them one key)."""
+    from verl_ext.mei.buffer import MEIBuffer
+    from verl_ext.mei.server import announce
+
+    versions, answers = [], []
+    for run in ("A", "B"):
+        buffer = MEIBuffer(tmp_path / f"run-{run}")
+        version = buffer.next_version()  # the name the trainer gives its first trained MEI (_update_mei)
+        buffer.close()
+        model = ScriptedMEIServer()
+        model.served, model.answer = version, {**WEB, "summary": f"Paris, says run {run}'s MEI"}
+        url = await loopback(model.handle, "POST")
+        mei = build_interface(MEIConfig(endpoint=f"{url}/v1", max_retries=1, retry_backoff_s=0, ocr=False,
+                                        log_path=tmp_path / f"mei-{run}.jsonl", fsync_every=1))
+        cache = TieredCache.from_config(memory_items=100, shared_dir=tmp_path / "shared-cache")
+        app = create_app(world=world, mei=mei, cache=cache, settings=ServerSettings(max_register_images=8))
+        async with TestClient(TestServer(app)) as c:
+            await announce(str(c.make_url("")).rstrip("/"), version)
+            status, body = await _visit(c, (await _session(c))["session_id"], "France", 0)
+        assert status == 200 and not body["cached"] and model.requests == 1, (run, body)
+        assert [m["version"] for m in body["mei"]] == [version]
+        versions.append(version)
+        answers.append(json.dumps(body))
+    assert versions[0] != versions[1]
+    assert "run A's MEI" in answers[0] and "run B's MEI" in answers[1] and "run A's MEI" not in answers[1]
+
+
+async def test_a_tool_server_without_a_model_mei_refuses_the_trainers_announcement(client):
+    """A tool server started without --mei-endpoint answers with the extractive interface: co-evolution would train
+    checkpoints no call ever reaches while logging every call under the announced version."""
+    from verl_ext.mei.server import announce
+
+    assert (await (await client.get("/admin/mei_version")).json())["interface"] == "extractive"
+    with pytest.raises(RuntimeError, match=r"extractive interface, not a model MEI: trainer\.v1\.neos\.mei\.enable=true "
+                       r"needs it started with --mei-endpoint"):
+        await announce(str(client.make_url("")).rstrip("/"), "v0")

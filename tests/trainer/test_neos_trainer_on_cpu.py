@@ -127,7 +127,9 @@ def test_after_each_update_the_selected_batchs_calls_are_retained_by_the_papers_
     assert metrics["mei/retained_calls"] == 3.0
     assert (metrics["mei/round_versions"], metrics["mei/round_unexpected_version_calls"]) == (1.0, 0.0)  # all v0
     assert metrics["mei/selection/skipped_fallback"] == 1.0 and metrics["mei/selection/ineligible_turn"] == 1.0
-    # A crash now loses nothing: a new buffer on the same directory sees the same pending calls.
+    # A crash now loses nothing: a new buffer on the same directory (the crashed process's lock gone) sees the same
+    # pending calls.
+    trainer.mei_buffer.close()
     assert [c.call.call_id for c in MEIBuffer(tmp_path / "buffer").pending().calls] == [s_ok, f_productive,
                                                                                            f_corrective]
     transfer_queue.kv_clear(keys=keys, partition_id="mei_test")

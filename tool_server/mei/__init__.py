@@ -76,4 +76,4 @@ def build_interface(config: MEIConfig) -> LoggedInterface:
         api_key=os.environ.get(config.api_key_env) or None,
         json_mode=config.json_mode,
     )
-    return LoggedInterface(producer, log, version=config.version)
+    return LoggedInterface(producer, log, version=config.version, model=True)

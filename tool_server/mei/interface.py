@@ -63,8 +63,9 @@ class Producer(Protocol):
 class LoggedInterface:
     """``counters()``: ``calls``, one count per final outcome, ``error``, plus the producer's own counters."""
 
-    def __init__(self, producer: Producer, log: MEILog, *, version: str | None = None) -> None:
+    def __init__(self, producer: Producer, log: MEILog, *, version: str | None = None, model: bool = False) -> None:
         self._producer = producer
+        self.interface = "model" if model else "extractive"  # what answers: a trainable MEI, or the rule-based one
         self._log = log
         self._outcomes: Counter[str] = Counter()
         self._active = version

