@@ -15,6 +15,7 @@ from PIL import Image
 
 from verl_ext.reward.judge import AnswerJudge, JudgeConfig
 from verl_ext.rllm.benchmark import export
+from verl_ext.rllm.engines import message_route
 from verl_ext.rllm.episode import (
     Observation,
     SearchEpisode,
@@ -201,6 +202,17 @@ def test_tool_calls_read_alike_from_openai_objects_rllm_toolcalls_and_dicts():
     assert native_calls([rllm_tool_call]) == native_calls([flat]) == [parsed]
     text = '<tool_call>\n{"name": "FetchImage", "arguments": {"urls": ["u"]}}\n</tool_call>'
     assert {assistant_text(None, [c]) for c in (openai_object, openai_dict, rllm_tool_call, flat)} == {text}
+
+
+def test_an_engine_route_is_chat_or_a_parser_with_a_processor():
+    """``message_route`` reads rLLM's engines by their attributes (the real engines: tests/rllm/
+    test_rllm_plugins_on_cpu.py): ``OpenAIEngine`` sets ``_use_chat_completions`` when it has no tokenizer;
+    ``VerlEngine`` holds its processor, None for a text-only model."""
+    assert message_route(SimpleNamespace(_use_chat_completions=True)) == "chat"
+    assert message_route(SimpleNamespace(_use_chat_completions=False, processor=object())) == "parser"
+    for text_only in (SimpleNamespace(_use_chat_completions=False), SimpleNamespace(processor=None)):
+        with pytest.raises(ValueError, match="images would never reach the model"):
+            message_route(text_only)
 
 
 def two_image_row() -> dict:

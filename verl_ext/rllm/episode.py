@@ -35,6 +35,15 @@ from verl_ext.tools.shards import server_urls
 # The dataset's ``agent_name`` column (data generation writes it) names the protocol of a row.
 PROTOCOL_OF_AGENT: dict[str, Protocol] = {"neos_search_agent": "neos", "modalsearch_react_agent": "modalsearch"}
 DEFAULT_URL = "http://127.0.0.1:8080"
+# Our termination reasons (verl_ext.rollout.record) as the names of rLLM's ``TerminationReason``.
+RLLM_TERMINATION: dict[str, str] = {
+    "answer": "ENV_DONE",
+    "agent_errors": "ENV_DONE",
+    "tool_errors": "ENV_DONE",
+    "max_turns": "MAX_TURNS_EXCEEDED",
+    "response_length": "MAX_RESPONSE_LENGTH_EXCEEDED",
+    "context": "MAX_PROMPT_LENGTH_EXCEEDED",
+}
 
 
 class SearchSettings(BaseModel):
