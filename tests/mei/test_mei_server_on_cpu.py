@@ -74,6 +74,14 @@ async def test_chat_versions_errors_and_swap(mei_server, v1_dir, tmp_path):
         assert (await (await client.get("/v1/models")).json())["data"][0]["id"] == "v1"
 
 
+async def test_health_answers_the_probe_of_rllms_gateway(mei_server):
+    """Issue 34: rLLM's model gateway sends ``GET /health`` to each worker (``rllm_model_gateway.session_router``,
+    its URL without ``/v1``) and routes only to those that answer 200; without it: "No healthy workers available"."""
+    async with TestClient(mei_server) as client:
+        r = await client.get("/health")
+        assert r.status == 200 and await r.json() == {"status": "ok", "version": "v0"}
+
+
 async def test_tool_server_records_the_version_that_served_each_call(mei_server, v1_dir, world, tmp_path):
     mei_url = str(mei_server.make_url("")).rstrip("/")
     mei = build_interface(MEIConfig(endpoint=mei_url + "/v1", model="mei", max_tokens=8,

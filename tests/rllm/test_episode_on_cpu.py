@@ -4,8 +4,10 @@ a scripted stand-in for a model, since no model writes valid calls here. No verl
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from aiohttp.test_utils import TestServer
@@ -13,7 +15,16 @@ from PIL import Image
 
 from verl_ext.reward.judge import AnswerJudge, JudgeConfig
 from verl_ext.rllm.benchmark import export
-from verl_ext.rllm.episode import Observation, SearchEpisode, SearchSettings, SearchTask, assistant_text
+from verl_ext.rllm.engines import message_route
+from verl_ext.rllm.episode import (
+    Observation,
+    SearchEpisode,
+    SearchSettings,
+    SearchTask,
+    assistant_text,
+    ground_truth_of,
+    native_calls,
+)
 from verl_ext.rllm.messages import (
     answer_native_calls,
     engine_observation,
@@ -159,6 +170,76 @@ async def test_question_images_open_the_prompt_in_both_forms(tool_server):
     assert system["role"] == "system" and user == {"role": "user", "content": "Which?", "images": ep.question_images}
     parts = openai_prompt(ep)[1]["content"]
     assert [p["type"] for p in parts] == ["image_url", "text"]
+
+
+class _Function:
+    """Shaped as OpenAI's ``Function`` (``.name``, ``.arguments`` as a JSON string): the openai package is not here."""
+
+    def __init__(self, name: str, arguments: str) -> None:
+        self.name, self.arguments = name, arguments
+
+
+def openai_tool_call(call_id: str, name: str, arguments: dict):
+    """OpenAI's ``ChatCompletionMessageFunctionToolCall`` where the openai package is installed (rLLM's environment),
+    else an object of its shape (``.id``, ``.type``, ``.function.name``, ``.function.arguments``)."""
+    try:
+        from openai.types.chat import ChatCompletionMessageFunctionToolCall
+    except ImportError:
+        return SimpleNamespace(id=call_id, type="function", function=_Function(name, json.dumps(arguments)))
+    return ChatCompletionMessageFunctionToolCall(
+        id=call_id, type="function", function={"name": name, "arguments": json.dumps(arguments)})
+
+
+def test_tool_calls_read_alike_from_openai_objects_rllm_toolcalls_and_dicts():
+    """Issue 34: ``workflow.py`` read ``c.name`` and crashed on OpenAI's objects (rLLM's OpenAIEngine, chat mode)."""
+    expected = {"id": "c1", "type": "function", "function": {"name": "FetchImage", "arguments": '{"urls": ["u"]}'}}
+    openai_object = openai_tool_call("c1", "FetchImage", {"urls": ["u"]})
+    openai_dict = {"id": "c1", "type": "function", "function": {"name": "FetchImage", "arguments": '{"urls": ["u"]}'}}
+    assert native_calls([openai_object]) == native_calls([openai_dict]) == [expected]
+    rllm_tool_call = SimpleNamespace(name="FetchImage", arguments={"urls": ["u"]})  # rllm.tools.tool_base.ToolCall
+    flat = {"name": "FetchImage", "arguments": {"urls": ["u"]}}
+    parsed = {"id": None, "type": "function", "function": {"name": "FetchImage", "arguments": {"urls": ["u"]}}}
+    assert native_calls([rllm_tool_call]) == native_calls([flat]) == [parsed]
+    text = '<tool_call>\n{"name": "FetchImage", "arguments": {"urls": ["u"]}}\n</tool_call>'
+    assert {assistant_text(None, [c]) for c in (openai_object, openai_dict, rllm_tool_call, flat)} == {text}
+
+
+def test_an_engine_route_is_chat_or_a_parser_with_a_processor():
+    """``message_route`` reads rLLM's engines by their attributes (the real engines: tests/rllm/
+    test_rllm_plugins_on_cpu.py): ``OpenAIEngine`` sets ``_use_chat_completions`` when it has no tokenizer;
+    ``VerlEngine`` holds its processor, None for a text-only model."""
+    assert message_route(SimpleNamespace(_use_chat_completions=True)) == "chat"
+    assert message_route(SimpleNamespace(_use_chat_completions=False, processor=object())) == "parser"
+    for text_only in (SimpleNamespace(_use_chat_completions=False), SimpleNamespace(processor=None)):
+        with pytest.raises(ValueError, match="images would never reach the model"):
+            message_route(text_only)
+
+
+def two_image_row() -> dict:
+    return {**row("Which two flags?", "Mexico"), "images": [{"bytes": png(), "path": None},
+                                                             {"bytes": png((0, 90, 200)), "path": None}]}
+
+
+def test_task_rows_from_pandas_hf_datasets_and_dicts_give_one_task(tmp_path: Path):
+    """Issue 34: a pandas row's list cells are numpy arrays, and ``row.get("images") or []`` raised "The truth value
+    of an array ... is ambiguous" for a task with 2+ images. Each row below is the parquet data generation writes
+    (pandas), read back by pandas, by HF datasets (raw and with its ``Image`` feature, which decodes to PIL) and as
+    the dict it was written from."""
+    pd = pytest.importorskip("pandas")
+    datasets = pytest.importorskip("datasets")
+    path = tmp_path / "tasks.parquet"
+    pd.DataFrame([two_image_row()]).to_parquet(path, index=False)
+    pandas_row = pd.read_parquet(path).iloc[0]
+    hf = datasets.Dataset.from_parquet(str(path))
+    hf_decoded = hf.cast_column("images", datasets.List(datasets.Image()))
+    assert isinstance(hf_decoded[0]["images"][0], Image.Image)
+    tasks = [SearchTask.from_row(r) for r in (two_image_row(), pandas_row, hf[0], hf_decoded[0])]
+    pixels = [[Image.open(io.BytesIO(b)).convert("RGB").getpixel((0, 0)) for b in t.images] for t in tasks]
+    assert pixels == [[(200, 30, 30), (0, 90, 200)]] * 4
+    assert {(t.question, t.protocol, json.dumps(t.ground_truth)) for t in tasks} == {
+        ("Which two flags?", "neos", '{"target": "Mexico", "aliases": []}')}
+    assert tasks[1].images == tasks[0].images == (png(), png((0, 90, 200)))  # the bytes as written
+    assert ground_truth_of(pandas_row) == {"target": "Mexico", "aliases": []}  # a list, not a numpy array
 
 
 def test_task_rows_name_what_they_lack():

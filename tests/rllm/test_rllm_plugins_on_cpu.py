@@ -67,15 +67,23 @@ def qwen_tokenizer(request):
     return transformers.AutoTokenizer.from_pretrained(request.getfixturevalue("tiny_vl_model_dir"))
 
 
+@pytest.fixture(scope="module")
+def qwen_processor(request, qwen_tokenizer):
+    transformers = pytest.importorskip("transformers")
+    return transformers.AutoProcessor.from_pretrained(request.getfixturevalue("tiny_vl_model_dir"))
+
+
 class ScriptedStandInEngine(RolloutEngine):
     """A stand-in for a policy server behind rLLM's engine: it writes scripted turns, but renders every prompt with
     rLLM's real ``QwenChatTemplateParser`` over the real Qwen tokenizer and parses its completion with it, as rLLM's
     ``VerlEngine`` does. It records each prompt and the images the request carries, collected as
-    ``QwenChatTemplateParser.process_image_data`` collects them (every message's ``images``, in order)."""
+    ``QwenChatTemplateParser.process_image_data`` collects them (every message's ``images``, in order). Like
+    ``VerlEngine`` it holds the model's processor (None: a text-only engine)."""
 
-    def __init__(self, tokenizer, turns: list[str | BaseException]) -> None:
+    def __init__(self, tokenizer, turns: list[str | BaseException], processor=None) -> None:
         super().__init__()
         self.tokenizer = tokenizer
+        self.processor = processor
         self.chat_parser = QwenChatTemplateParser(tokenizer)
         self.turns = turns
         self.prompts: list[str] = []
@@ -136,9 +144,9 @@ def test_the_env_is_an_rllm_base_env_returning_tool_images_as_images(tool_server
 
 
 async def test_the_workflow_runs_neos_turns_through_rllms_engine_with_tool_images_where_qwen_renders_them(
-    tool_server_url, qwen_tokenizer
+    tool_server_url, qwen_tokenizer, qwen_processor
 ):
-    model = ScriptedStandInEngine(qwen_tokenizer, [
+    model = ScriptedStandInEngine(qwen_tokenizer, processor=qwen_processor, turns=[
         call("FetchImage", urls=[f"{ORIGIN}/media/flag_mex.png"]),
         call("CropImage", crop_config={"img_2": [0, 0, 500, 500]}),
         "Mexico",
@@ -169,8 +177,10 @@ async def test_the_workflow_runs_neos_turns_through_rllms_engine_with_tool_image
         assert list(step.model_output.prompt_ids[: len(full)]) == full
 
 
-async def test_the_workflow_scores_modalsearch_with_accuracy_and_format(tool_server_url, qwen_tokenizer):
-    model = ScriptedStandInEngine(qwen_tokenizer, [
+async def test_the_workflow_scores_modalsearch_with_accuracy_and_format(
+    tool_server_url, qwen_tokenizer, qwen_processor
+):
+    model = ScriptedStandInEngine(qwen_tokenizer, processor=qwen_processor, turns=[
         react("t2t_search", query="flag of France"), "<think>found it</think><answer>France</answer>",
     ])
     engine = AgentWorkflowEngine(
@@ -186,8 +196,9 @@ async def test_the_workflow_scores_modalsearch_with_accuracy_and_format(tool_ser
     assert "t2t_search" in model.prompts[0] and "<tools>" not in model.prompts[0]  # tools listed in our prompt
 
 
-async def test_format_credit_alone_is_not_counted_correct(tool_server_url, qwen_tokenizer):
-    model = ScriptedStandInEngine(qwen_tokenizer, ["<think>guess</think><answer>Spain</answer>"])
+async def test_format_credit_alone_is_not_counted_correct(tool_server_url, qwen_tokenizer, qwen_processor):
+    model = ScriptedStandInEngine(qwen_tokenizer, processor=qwen_processor,
+                                  turns=["<think>guess</think><answer>Spain</answer>"])
     engine = AgentWorkflowEngine(workflow_cls=SearchWorkflow, workflow_args={"tool_server_url": tool_server_url},
                                  rollout_engine=model, n_parallel_tasks=1)
     (episode,) = await run_tasks(engine, [row("Which country?", "France", "modalsearch_react_agent")])
@@ -195,9 +206,9 @@ async def test_format_credit_alone_is_not_counted_correct(tool_server_url, qwen_
 
 
 async def test_an_episode_the_engine_terminates_is_still_scored_and_its_session_closed(
-    tool_server_url, qwen_tokenizer
+    tool_server_url, qwen_tokenizer, qwen_processor
 ):
-    model = ScriptedStandInEngine(qwen_tokenizer, [
+    model = ScriptedStandInEngine(qwen_tokenizer, processor=qwen_processor, turns=[
         call("TextSearch", query=["flag of Mexico"]), TerminationEvent(TerminationReason.MAX_PROMPT_LENGTH_EXCEEDED),
     ])
     engine = AgentWorkflowEngine(workflow_cls=SearchWorkflow, workflow_args={"tool_server_url": tool_server_url},
@@ -210,8 +221,11 @@ async def test_an_episode_the_engine_terminates_is_still_scored_and_its_session_
     assert await open_sessions(tool_server_url) == 0
 
 
-async def test_an_engine_failure_is_an_error_episode_with_its_session_closed(tool_server_url, qwen_tokenizer):
-    model = ScriptedStandInEngine(qwen_tokenizer, [call("TextSearch", query=["Mexico"]), RuntimeError("engine down")])
+async def test_an_engine_failure_is_an_error_episode_with_its_session_closed(
+    tool_server_url, qwen_tokenizer, qwen_processor
+):
+    model = ScriptedStandInEngine(qwen_tokenizer, processor=qwen_processor,
+                                  turns=[call("TextSearch", query=["Mexico"]), RuntimeError("engine down")])
     engine = AgentWorkflowEngine(workflow_cls=SearchWorkflow, workflow_args={"tool_server_url": tool_server_url},
                                  rollout_engine=model, n_parallel_tasks=1, retry_limit=1, raise_on_error=False)
     (episode,) = await run_tasks(engine, [row("Which country?", "Mexico")])
@@ -240,6 +254,34 @@ def test_the_flows_and_evaluators_are_found_through_rllms_entry_points():
     assert load_evaluator("modalsearch_reward").protocol == "modalsearch"
 
 
+def openai_chat_problem(body: dict) -> str | None:
+    """What OpenAI's chat API refuses in a request (vLLM's too, for the ids): a ``tools`` list that is empty, a
+    ``tool`` message that answers no call of the assistant turn before it, an unanswered call, an image outside a
+    ``user`` message, an unknown field on a message."""
+    if "tools" in body and not body["tools"]:
+        return "tools: [] is too short"
+    pending: set[str] = set()
+    for i, m in enumerate(body["messages"]):
+        extra = set(m) - {"role", "content", "name", "tool_calls", "tool_call_id"}
+        if extra:
+            return f"messages[{i}]: unknown fields {sorted(extra)}"
+        if m["role"] == "tool":
+            if m.get("tool_call_id") not in pending:
+                return f"messages[{i}]: a tool message must answer a tool_call_id of the preceding assistant turn"
+            pending.discard(m["tool_call_id"])
+            continue
+        if pending:
+            return f"messages[{i}]: tool calls {sorted(pending)} have no tool message"
+        if m["role"] == "assistant":
+            pending = {c["id"] for c in m.get("tool_calls") or []}
+            if any(not isinstance(c["function"]["arguments"], str) for c in m.get("tool_calls") or []):
+                return f"messages[{i}]: tool call arguments must be a JSON string"
+        if m["role"] != "user" and isinstance(m["content"], list) and any(
+                p.get("type") == "image_url" for p in m["content"]):
+            return f"messages[{i}]: image_url parts are only allowed in user messages"
+    return None
+
+
 class ScriptedStandInChatServer:
     """A stand-in for an OpenAI-compatible model server (the upstream of rLLM's gateway): it answers each chat
     completion with the next scripted assistant message and keeps the requests."""
@@ -252,6 +294,8 @@ class ScriptedStandInChatServer:
     async def _complete(self, request: web.Request) -> web.Response:
         body = await request.json()
         self.requests.append(body)
+        if (problem := openai_chat_problem(body)) is not None:
+            return web.json_response({"error": {"type": "invalid_request_error", "message": problem}}, status=400)
         message = self.replies[min(len(self.requests), len(self.replies)) - 1]
         return web.json_response({
             "id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion", "created": 0, "model": body["model"],
@@ -302,3 +346,66 @@ def test_rllm_eval_runs_our_agent_on_our_benchmark_split(tool_server_url, tmp_pa
     tool_turn, image_turn = second["messages"][3:5]
     assert tool_turn["role"] == "tool" and tool_turn["tool_call_id"] == "call_1"
     assert image_turn["role"] == "user" and image_turn["content"][0]["image_url"]["url"].startswith("data:image/png")
+
+
+def native_fetch(call_id: str = "call_1") -> dict:
+    return {"id": call_id, "type": "function", "function": {
+        "name": "FetchImage", "arguments": json.dumps({"urls": [f"{ORIGIN}/media/flag_mex.png"]})}}
+
+
+async def test_the_workflow_runs_through_rllms_openai_engine_in_chat_mode_with_native_calls(tool_server_url):
+    """rLLM's real ``OpenAIEngine`` without a tokenizer (chat completions) against ``ScriptedStandInChatServer``, a
+    stand-in for an OpenAI-compatible model server: it returns a native tool call, which reaches the workflow as
+    OpenAI's ``ChatCompletionMessageFunctionToolCall`` (issue 34: ``c.name`` raised AttributeError, an ERROR episode),
+    and it refuses a conversation a real server refuses (``openai_chat_problem``)."""
+    from rllm.engine.rollout.openai_engine import OpenAIEngine
+
+    model = ScriptedStandInChatServer([{"content": "", "tool_calls": [native_fetch()]}, {"content": "Mexico"}])
+    with model as base_url:
+        openai_engine = OpenAIEngine(model="scripted-stand-in", base_url=base_url, api_key="none", api_retries=1)
+        engine = AgentWorkflowEngine(
+            workflow_cls=SearchWorkflow,
+            workflow_args={"protocol": "neos", "tool_server_url": tool_server_url},
+            rollout_engine=openai_engine,
+            n_parallel_tasks=1,
+        )
+        (episode,) = await run_tasks(engine, [row("Which country's flag is it?", "Mexico")])
+    assert episode.termination_reason == TerminationReason.ENV_DONE and episode.is_correct, episode.info
+    (trajectory,) = episode.trajectories
+    assert trajectory.reward == 1.0 and trajectory.info["register"] == ["img_1", "img_2"]
+    assert trajectory.info["calls"][0]["name"] == "FetchImage" and trajectory.info["calls"][0]["ok"]
+    first, second = model.requests
+    assert [p["type"] for p in first["messages"][1]["content"]] == ["text", "image_url"]  # the question image
+    assert {t["function"]["name"] for t in first["tools"]} >= {"FetchImage"}
+    assistant, tool_turn, image_turn = second["messages"][2:5]
+    assert assistant["tool_calls"] == [native_fetch()]
+    assert tool_turn["role"] == "tool" and tool_turn["tool_call_id"] == "call_1"
+    assert image_turn["role"] == "user" and image_turn["content"][1]["image_url"]["url"].startswith("data:image/png")
+
+
+def test_an_engine_that_cannot_carry_images_is_refused_with_one_line(qwen_tokenizer):
+    """rLLM's ``OpenAIEngine`` with a tokenizer renders prompts as text for the completions endpoint, and an engine
+    on the parser route without a processor drops images too: the workflow refuses both when it is made (the
+    engine's pool), instead of rolling out on image placeholders with no pixels (issue 34)."""
+    from rllm.engine.rollout.openai_engine import OpenAIEngine
+
+    completions = OpenAIEngine(model="m", tokenizer=qwen_tokenizer, chat_parser=QwenChatTemplateParser(qwen_tokenizer),
+                               base_url="http://127.0.0.1:9/v1", api_key="none")
+    text_only = ScriptedStandInEngine(qwen_tokenizer, turns=[])
+    for rollout_engine in (completions, text_only):
+        engine = AgentWorkflowEngine(workflow_cls=SearchWorkflow, workflow_args={"tool_server_url": "http://x"},
+                                     rollout_engine=rollout_engine, n_parallel_tasks=1)
+        with pytest.raises(ValueError, match="images would never reach the model") as refused:
+            asyncio.run(engine.execute_tasks([row("Which?", "Mexico")]))
+        assert "\n" not in str(refused.value) and type(rollout_engine).__name__ in str(refused.value)
+
+
+async def test_the_flow_reports_an_episode_out_of_turns_as_max_turns_exceeded(tool_server_url):
+    """``rllm eval`` recorded ``env_done`` for an episode that hit ``max_turns`` (issue 34): the flow now sets the
+    episode's ``termination_reason``. The stand-in model server keeps calling a tool; 2 turns, the last tools-off."""
+    flow = NeosSearchFlow(tool_server_url=tool_server_url, max_turns=2)
+    with ScriptedStandInChatServer([{"content": "", "tool_calls": [native_fetch()]}]) as base_url:
+        episode = await flow.arun(row("Which country?", "Mexico"),
+                                  AgentConfig(base_url=base_url, model="scripted-stand-in", session_uid="s0"))
+    assert episode.termination_reason == TerminationReason.MAX_TURNS_EXCEEDED
+    assert episode.metadata["termination_reason"] == "max_turns" and len(episode.trajectories[0].steps) == 2

@@ -75,6 +75,8 @@ OUTCOMES: dict[int, dict[str, list[bool | str | None]]] = {
     # MEI retention: q0 all-success (deferred), q1 mixed, q2 success-success-failure (its second success surplus),
     # q3 one success and the rest hanging (carried)
     4: {"q0": [True] * 3, "q1": [True, False], "q2": [True, True, False], "q3": [True, None, None]},
+    # MEI retention at the last poll: all 8 first samples end before one poll; q1's 3 makes the batch ready
+    5: {"q0": [True, False], "q1": [False, True], "q2": [True, True], "q3": [True, False]},
 }
 
 
@@ -88,7 +90,8 @@ class Script:
         # (step, question) -> its session ids in admission order
         self.sessions: dict[tuple[int, str], list[int]] = defaultdict(list)
         self.buffer: MixedGroupReplayBuffer | None = None
-        self.mei_call_ids: dict[tuple[str, int], str] = {}  # (question, k-th sample) -> the MEI call of its one turn
+        # (step, question, k-th sample) -> the MEI call of its one turn
+        self.mei_call_ids: dict[tuple[int, str, int], str] = {}
 
 
 SCRIPT = Script()
@@ -116,7 +119,7 @@ class ScriptedLoop(AgentLoopBase):
                 await asyncio.sleep(0.01)
             SCRIPT.blocked.discard(key)
         k = SCRIPT.sessions[(step, question)].index(int(kwargs["session_id"]))
-        mei_call = SCRIPT.mei_call_ids.get((question, k)) if step == 4 else None
+        mei_call = SCRIPT.mei_call_ids.get((step, question, k))
         turns = [] if mei_call is None else [
             TurnRecord(index=0, span=(0, 1), text="t", outcome="call_ok",
                        calls=[CallRecord(tool_name="WebVisit", arguments={}, ok=True, mei_call_ids=[mei_call],
@@ -356,13 +359,9 @@ class _MEITrainer(MixedGroupSamplingMixin, MEICoEvolutionMixin, _FakeModelCheckp
     """The sampler and MEI co-evolution mixins over verl's sync trainer, in ``NeosTrainer``'s order."""
 
 
-async def test_mei_retains_successes_of_every_group_of_the_round(transfer_queue, config, scripted_agent, tmp_path):
-    """Neos §3.5: correct trajectories contribute all valid MEI calls, whether or not their group is selected.
-    Hand-computed schedule (B = G = 2, max 3 per group, window 4, limit 8): q0 0-1, q1 2-3, q2 4-5, q3 6-7 (7 hangs);
-    then the extras q0 8 (success: q0 deferred, all-success), q2 9 (failure: q2 mixed) and q3 10 (hangs). Selected:
-    q1 {2, 3} and q2 {4, 9}; completed but unselected: q0's 0, 1, 8 (deferred), q2's 5 (surplus), q3's 6 (carried).
-    Each trajectory made one valid MEI call; the selected failures were judged without a path (not assessed), so they
-    give nothing: retained = the selected successes 2 and 4 and the unselected successes 0, 1, 8, 5, 6."""
+def mei_trainer(config, tmp_path, step: int) -> _MEITrainer:
+    """The sampler and MEI mixins over a fresh buffer, bound to the scripted loop, with one valid MEI call logged for
+    every sample ``OUTCOMES[step]`` scripts (the turn of that sample's trajectory names it)."""
     from tool_server.mei.log import MEILog
     from tool_server.mei.schema import MEIContext
     from verl_ext.mei.buffer import MEIBuffer
@@ -370,9 +369,9 @@ async def test_mei_retains_successes_of_every_group_of_the_round(transfer_queue,
     SCRIPT.sessions.clear()
     mei_log = MEILog(tmp_path / "mei.jsonl", fsync_every=1)
     output = {"rational": "r", "evidence": "e", "summary": "s", "relevant_images": []}
-    for question, outcomes in OUTCOMES[4].items():
+    for question, outcomes in OUTCOMES[step].items():
         for k in range(len(outcomes)):
-            SCRIPT.mei_call_ids[(question, k)] = mei_log.append(
+            SCRIPT.mei_call_ids[(step, question, k)] = mei_log.append(
                 ctx=MEIContext(session_id=f"{question}-{k}", turn=0, tool="WebVisit"), method="web_visit",
                 mei_version="v0", outcome="valid", latency_s=0.1, input={"goal": "g"}, output=output,
                 messages=[{"role": "user", "content": f"goal of {question} sample {k}"}])
@@ -384,6 +383,17 @@ async def test_mei_retains_successes_of_every_group_of_the_round(transfer_queue,
     trainer.replay_buffer.keep_unselected_successes = True  # what MEICoEvolutionMixin.init sets
     trainer.mei_buffer = MEIBuffer(tmp_path / "buffer")
     trainer.replay_buffer.bind(LoopControl(NeosAgentLoopWorker(config, None), asyncio.get_running_loop()))
+    return trainer
+
+
+async def test_mei_retains_successes_of_every_group_of_the_round(transfer_queue, config, scripted_agent, tmp_path):
+    """Neos §3.5: correct trajectories contribute all valid MEI calls, whether or not their group is selected.
+    Hand-computed schedule (B = G = 2, max 3 per group, window 4, limit 8): q0 0-1, q1 2-3, q2 4-5, q3 6-7 (7 hangs);
+    then the extras q0 8 (success: q0 deferred, all-success), q2 9 (failure: q2 mixed) and q3 10 (hangs). Selected:
+    q1 {2, 3} and q2 {4, 9}; completed but unselected: q0's 0, 1, 8 (deferred), q2's 5 (surplus), q3's 6 (carried).
+    Each trajectory made one valid MEI call; the selected failures were judged without a path (not assessed), so they
+    give nothing: retained = the selected successes 2 and 4 and the unselected successes 0, 1, 8, 5, 6."""
+    trainer = mei_trainer(config, tmp_path, 4)
     batch, _ = await sample(trainer, 4)
     metrics: dict[str, float] = {}
     trainer._retain_mei_calls(batch, metrics)
@@ -392,13 +402,35 @@ async def test_mei_retains_successes_of_every_group_of_the_round(transfer_queue,
     assert retained == [("2", "success"), ("4", "success"),  # the selected batch first, in key order
                         ("0", "success"), ("1", "success"), ("5", "success"), ("6", "success"), ("8", "success")]
     mei_of = {s: c.call.call_id for (s, _), c in zip(retained, trainer.mei_buffer.pending().calls, strict=True)}
-    assert mei_of["8"] == SCRIPT.mei_call_ids[("q0", 2)] and mei_of["5"] == SCRIPT.mei_call_ids[("q2", 1)]
+    assert mei_of["8"] == SCRIPT.mei_call_ids[(4, "q0", 2)] and mei_of["5"] == SCRIPT.mei_call_ids[(4, "q2", 1)]
     assert metrics["mei/selection/unselected_successes"] == 5.0
     assert metrics["mei/selection/unselected_failures"] == 0.0
     assert metrics["mei/selection/ineligible_trajectory"] == 2.0  # the selected failures 3 and 9, not assessed
     assert metrics["mei/retained_calls"] == 7.0 and metrics["mei/selection/retained_success"] == 7.0
     assert trainer.replay_buffer.take_unselected_successes() == ([], 0)  # taken once
     assert not [k for k in tq.kv_list("train")["train"] if k not in batch.keys]  # the close still cleared the rest
+    tq.kv_clear(keys=batch.keys, partition_id="train")
+
+
+async def test_mei_retains_successes_that_ended_in_the_poll_that_made_the_batch_ready(
+    transfer_queue, config, scripted_agent, tmp_path
+):
+    """Issue 34 item 4. All 8 first samples (q0 0-1, q1 2-3, q2 4-5, q3 6-7) end before the buffer's one poll, which
+    reports them in session order: q1's 3 makes B = 2 groups eligible (q0, q1) with 4-7 still to report. They ended,
+    so they are reported too: q2's 4 and 5 and q3's 6 are unselected successes, q3's 7 an unselected failure; nothing
+    is left to cancel. Retained: the selected successes 0 and 3, then 4, 5, 6; the selected failures 1 and 2 are not
+    assessed (no task path), so they give nothing."""
+    trainer = mei_trainer(config, tmp_path, 5)
+    batch, sampler_metrics = await sample(trainer, 5)
+    metrics: dict[str, float] = {}
+    trainer._retain_mei_calls(batch, metrics)
+
+    retained = [(c.trajectory_session, c.reason) for c in trainer.mei_buffer.pending().calls]
+    assert retained == [("0", "success"), ("3", "success"), ("4", "success"), ("5", "success"), ("6", "success")]
+    assert metrics["mei/selection/unselected_successes"] == 3.0
+    assert metrics["mei/selection/unselected_failures"] == 1.0
+    assert sampler_metrics["neos_sampler/finished"] == 8.0 and sampler_metrics["neos_sampler/cancelled"] == 0.0
+    assert not [k for k in tq.kv_list("train")["train"] if k not in batch.keys]
     tq.kv_clear(keys=batch.keys, partition_id="train")
 
 

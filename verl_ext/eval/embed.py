@@ -16,10 +16,12 @@ import io
 import os
 from functools import lru_cache
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 
 from data_gen.common.entry_lock import exclusive
+from verl_ext.optional import optional_import
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 
@@ -28,18 +30,19 @@ def _cache_dir() -> Path:
     return Path(os.environ.get("NEOS_WORLD_CACHE", Path.home() / ".cache" / "neos-world")) / "models"
 
 
+def _eval_extra(module: str) -> ModuleType:
+    return optional_import(module, f"the repeated-search analysis needs the [eval] extra ({module} is missing): "
+                           "pip install '.[eval]' in a neos-verl clone, or pass --no-embeddings")
+
+
 @lru_cache(maxsize=1)
 def _model():
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):  # the package announces itself on import
-            import all_minilm_l6_v2
-            from sentence_transformers import SentenceTransformer
-    except ImportError as exc:
-        raise ImportError(f"the repeated-search analysis needs the [eval] extra ({exc.name} is missing): "
-                          "pip install '.[eval]' in a neos-verl clone, or pass --no-embeddings") from None
+    with contextlib.redirect_stdout(io.StringIO()):  # the package announces itself on import
+        all_minilm_l6_v2 = _eval_extra("all_minilm_l6_v2")
+        sentence_transformers = _eval_extra("sentence_transformers")
     with contextlib.redirect_stdout(io.StringIO()), exclusive(_cache_dir() / f".{MODEL_NAME}.lock"):
         path = all_minilm_l6_v2.get_model_path(str(_cache_dir()))  # unpacks on first use: one process at a time
-    return SentenceTransformer(str(path), device="cpu")
+    return sentence_transformers.SentenceTransformer(str(path), device="cpu")
 
 
 def minilm(texts: list[str]) -> np.ndarray:

@@ -14,6 +14,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 
+from verl_ext.optional import optional_import
+
 
 @dataclass(frozen=True)
 class Accuracy:
@@ -36,11 +38,8 @@ def mean_ci95(values: list[float]) -> tuple[float, float | None]:
     mean = sum(values) / k
     if k < 2:
         return mean, None
-    try:
-        from scipy.stats import t as student_t
-    except ImportError:
-        raise ImportError("confidence intervals need scipy, in the [eval] extra: pip install '.[eval]' in a neos-verl "
-                          "clone") from None
+    student_t = optional_import("scipy.stats", "confidence intervals need scipy, in the [eval] extra: "
+                                "pip install '.[eval]' in a neos-verl clone").t
     s = math.sqrt(sum((v - mean) ** 2 for v in values) / (k - 1))
     return mean, float(student_t.ppf(0.975, k - 1)) * s / math.sqrt(k)
 

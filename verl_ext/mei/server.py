@@ -11,6 +11,8 @@ Routes:
   it current; answers ``{"version", "previous"}``. Requests already running finish on the checkpoint they started on;
   later ones get the new one, so a response never mixes versions.
 - ``GET /admin/version`` and ``GET /v1/models``: the current version.
+- ``GET /health``: 200 with the current version, the probe OpenAI-compatible servers answer (vLLM, SGLang) and
+  rLLM's model gateway sends each worker before routing to it (no answer: "No healthy workers available").
 
 Generation is :class:`verl_ext.rollout.hf_generate.TransformersGenerateClient` (one request at a time per model); the
 prompt goes through the model's own processor and chat template (:func:`verl_ext.mei.chat.render`), the layout MEI is
@@ -155,6 +157,9 @@ class MEIServer:
     async def version(self, request: web.Request) -> web.Response:
         return web.json_response({"version": self.served.version, "path": self.served.path})
 
+    async def health(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "version": self.served.version})
+
     async def models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": self.served.version, "object": "model"}]})
 
@@ -165,6 +170,7 @@ def create_app(server: MEIServer) -> web.Application:
     app.router.add_get("/v1/models", server.models)
     app.router.add_post("/admin/load", server.load)
     app.router.add_get("/admin/version", server.version)
+    app.router.add_get("/health", server.health)
     return app
 
 

@@ -2,13 +2,15 @@
 
 ``episode`` and ``messages`` import neither verl nor rLLM; ``env`` (a ``BaseEnv``), ``workflow`` (a ``Workflow``)
 and ``flow`` (an ``AgentFlow`` and an ``Evaluator``, registered under rLLM's ``rllm.agents`` / ``rllm.evaluators``
-entry points) import rLLM through :func:`require_rllm`, which says how to install it when it is missing.
+entry points) import rLLM through :func:`require_rllm`, which says in one line how to install it when it is
+missing. ``engines`` imports neither either.
 """
 
 from __future__ import annotations
 
-import importlib
 from types import ModuleType
+
+from verl_ext.optional import optional_import
 
 INSTALL_HINT = (
     "rLLM is not installed, and it is not on the package index. Install it with this package in one environment "
@@ -18,10 +20,6 @@ INSTALL_HINT = (
 
 
 def require_rllm(module: str = "rllm") -> ModuleType:
-    """``import module`` (an rLLM module), or an ImportError that says how to install rLLM."""
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as e:
-        if e.name is not None and (e.name == "rllm" or e.name.startswith("rllm.")):
-            raise ImportError(f"{module} is needed here. {INSTALL_HINT}") from e
-        raise
+    """``import module`` (an rLLM module), or a one-line ``MissingDependency`` (an ImportError) that says how to
+    install rLLM."""
+    return optional_import(module, f"{module} is needed here. {INSTALL_HINT}")

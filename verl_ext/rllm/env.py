@@ -7,21 +7,29 @@ callable from async code too.
 
 Observations: ``reset`` gives the system prompt, the question, its images (PIL) and the tool schemas; ``step(text)``
 takes the assistant turn as text (Qwen's form; OpenAI-native calls: ``episode.assistant_text``) and gives the
-messages to append, in rLLM's engine form (``messages.engine_observation``: images as images on ``user`` messages).
+messages to append, in rLLM's engine form (``messages.engine_observation``: images as images on ``user`` messages),
+or with ``chat=True`` as OpenAI chat wants them (``engines``: native calls answered by ``tool`` messages with the
+ids ``step`` is given, images on ``user`` messages).
 The reward is 0 until the episode ends, then our verl reward managers' reward (``reward.outcome.score_turns``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from verl_ext.reward.judge import AnswerJudge
 from verl_ext.rllm import require_rllm
 from verl_ext.rllm.episode import SearchEpisode, SearchSettings, SearchTask
-from verl_ext.rllm.messages import engine_observation, engine_prompt, instruction
+from verl_ext.rllm.messages import (
+    answer_native_calls,
+    engine_observation,
+    engine_prompt,
+    instruction,
+    openai_observations,
+)
 from verl_ext.tools.client import ToolServerClient
 
 BaseEnv = require_rllm("rllm.environments.base.base_env").BaseEnv
@@ -32,9 +40,12 @@ T = TypeVar("T")
 class ToolServerEnv(BaseEnv):
     """One episode at a time; ``reset(task)`` closes the previous session and opens the next."""
 
-    def __init__(self, task: dict[str, Any] | None = None, protocol: str | None = None, **settings: Any) -> None:
+    def __init__(
+        self, task: dict[str, Any] | None = None, protocol: str | None = None, chat: bool = False, **settings: Any
+    ) -> None:
         self.task = task
         self.protocol = protocol
+        self.chat = chat
         self.settings_overrides = settings
         self._loop = asyncio.new_event_loop()
         self._client: ToolServerClient | None = None
@@ -80,8 +91,9 @@ class ToolServerEnv(BaseEnv):
             messages.append(instruction(ep.final_instruction))
         return messages
 
-    def step(self, action: Any) -> tuple[dict[str, Any], float, bool, dict[str, Any]]:
-        """``action``: the assistant turn's text (or an rLLM ``Action`` holding it)."""
+    def step(self, action: Any, call_ids: Sequence[str] = ()) -> tuple[dict[str, Any], float, bool, dict[str, Any]]:
+        """``action``: the assistant turn's text (or an rLLM ``Action`` holding it); ``call_ids``: the ids of its
+        native calls, which the observations answer in the chat form."""
         ep = self._require_episode()
         text = getattr(action, "action", action)
         if not isinstance(text, str):
@@ -90,7 +102,10 @@ class ToolServerEnv(BaseEnv):
         if observations is None:
             reward, info = self.finish()
             return {"messages": []}, reward, True, {**ep.summary(), "reward_info": info}
-        messages = [engine_observation(o) for o in observations]
+        if self.chat:
+            messages = openai_observations(answer_native_calls(observations, list(call_ids)), inline_images=False)
+        else:
+            messages = [engine_observation(o) for o in observations]
         if ep.final_turn:  # the next turn is the last: tools are disabled
             messages.append(instruction(ep.final_instruction))
         return {"messages": messages}, 0.0, False, {"turn": ep.turn, "register": list(ep.register)}

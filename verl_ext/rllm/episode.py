@@ -14,7 +14,7 @@ import base64
 import io
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -35,6 +35,15 @@ from verl_ext.tools.shards import server_urls
 # The dataset's ``agent_name`` column (data generation writes it) names the protocol of a row.
 PROTOCOL_OF_AGENT: dict[str, Protocol] = {"neos_search_agent": "neos", "modalsearch_react_agent": "modalsearch"}
 DEFAULT_URL = "http://127.0.0.1:8080"
+# Our termination reasons (verl_ext.rollout.record) as the names of rLLM's ``TerminationReason``.
+RLLM_TERMINATION: dict[str, str] = {
+    "answer": "ENV_DONE",
+    "agent_errors": "ENV_DONE",
+    "tool_errors": "ENV_DONE",
+    "max_turns": "MAX_TURNS_EXCEEDED",
+    "response_length": "MAX_RESPONSE_LENGTH_EXCEEDED",
+    "context": "MAX_PROMPT_LENGTH_EXCEEDED",
+}
 
 
 class SearchSettings(BaseModel):
@@ -85,7 +94,9 @@ class SearchTask:
     @classmethod
     def from_row(cls, row: Mapping[str, Any], base_dir: Path | None = None) -> SearchTask:
         """A row of our task parquet (verl's ``prompt``/``images``/``reward_model``/``extra_info`` columns) or of the
-        rLLM benchmark export (``question``, ``images`` as paths under ``base_dir``, ``ground_truth``)."""
+        rLLM benchmark export (``question``, ``images`` as paths under ``base_dir``, ``ground_truth``), as a plain
+        dict, an HF datasets row (images may be decoded PIL images) or a pandas row (list cells are numpy arrays)."""
+        row = plain(row)
         extra = row.get("extra_info") or {}
         question = row.get("question") or extra.get("question") or _prompt_text(row.get("prompt"))
         if not question:
@@ -99,8 +110,23 @@ class SearchTask:
         return cls(str(question), ground_truth, images, protocol, row.get("group_id"))
 
 
+def plain(value: Any) -> Any:
+    """``value`` as plain Python, recursively: a pandas row as a dict, numpy arrays and scalars (pandas' cells) as
+    lists and numbers, so that rows from pandas, HF datasets and dicts read alike (``array or []`` raises)."""
+    if hasattr(value, "to_dict"):  # a pandas Series
+        value = value.to_dict()
+    if hasattr(value, "tolist"):  # a numpy array or scalar
+        value = value.tolist()
+    if isinstance(value, Mapping):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
+
+
 def ground_truth_of(row: Mapping[str, Any]) -> Any:
     """The reference answer of a task row: ``ground_truth`` (benchmark export) or ``reward_model.ground_truth``."""
+    row = plain(row)
     ground_truth = row.get("ground_truth", (row.get("reward_model") or {}).get("ground_truth"))
     if ground_truth is None:
         raise ValueError("task row has no ground_truth (ground_truth or reward_model.ground_truth)")
@@ -118,9 +144,12 @@ def _prompt_text(prompt: Any) -> str:
 
 
 def _image_file(item: Any, base_dir: Path | None) -> bytes:
-    """An encoded image file from a parquet cell (``{"bytes": ...}``), raw bytes, a data URI or a path."""
+    """An encoded image file from a parquet cell (``{"bytes": ...}``), raw bytes, a data URI, a path or a PIL image
+    (HF datasets' ``Image`` feature decodes to one)."""
     if isinstance(item, Mapping):
         item = item.get("bytes") or item.get("path") or item.get("image")
+    if isinstance(item, Image.Image):
+        return png_bytes(item)
     if isinstance(item, bytes | bytearray):
         return bytes(item)
     if isinstance(item, str) and item.startswith("data:"):
@@ -286,27 +315,48 @@ class SearchEpisode:
             await self._session.close()
 
 
-def assistant_text(content: str | None, tool_calls: Sequence[Mapping[str, Any]] = ()) -> str:
-    """An assistant turn in Qwen's text form from an OpenAI-style message: the content, then each native call as
-    ``<tool_call>{"name", "arguments"}</tool_call>`` (arguments may arrive as a JSON string), so that both protocols'
-    parsers and the reward read one form whichever API produced the turn."""
-    parts = [content or ""]
+def native_calls(tool_calls: Iterable[Any]) -> list[dict[str, Any]]:
+    """A turn's native tool calls in OpenAI's dict form, ``{"id", "type": "function", "function": {"name",
+    "arguments"}}``, from whatever form an engine returned: OpenAI's objects (``ChatCompletionMessageFunctionToolCall``,
+    ``.function.name``; rLLM's ``OpenAIEngine`` in chat mode), rLLM's ``ToolCall`` (``.name``; its chat parsers, as
+    in ``VerlEngine``) or dicts of either shape. ``id`` is None where the engine gives none (calls parsed from text)."""
+    calls = []
     for call in tool_calls:
-        fn = call.get("function", call)
-        arguments = fn.get("arguments")
+        fn = _field(call, "function") or call
+        calls.append({"id": _field(call, "id"), "type": "function",
+                      "function": {"name": _field(fn, "name"), "arguments": _field(fn, "arguments")}})
+    return calls
+
+
+def _field(obj: Any, key: str) -> Any:
+    return obj.get(key) if isinstance(obj, Mapping) else getattr(obj, key, None)
+
+
+def assistant_text(content: str | None, tool_calls: Iterable[Any] = ()) -> str:
+    """An assistant turn in Qwen's text form from an OpenAI-style message: the content, then each native call (any
+    form ``native_calls`` reads) as ``<tool_call>{"name", "arguments"}</tool_call>`` (arguments may arrive as a JSON
+    string), so that both protocols' parsers and the reward read one form whichever API produced the turn."""
+    parts = [content or ""]
+    for call in native_calls(tool_calls):
+        fn = call["function"]
+        arguments = fn["arguments"]
         if isinstance(arguments, str):
             try:
                 arguments = json.loads(arguments)
             except json.JSONDecodeError:
                 pass  # the parser reports the malformed call to the policy
         parts.append(
-            "<tool_call>\n" + json.dumps({"name": fn.get("name"), "arguments": arguments}, ensure_ascii=False)
+            "<tool_call>\n" + json.dumps({"name": fn["name"], "arguments": arguments}, ensure_ascii=False)
             + "\n</tool_call>"
         )
     return "\n".join(p for p in parts if p)
 
 
-def png_data_uri(image: Image.Image) -> str:
+def png_bytes(image: Image.Image) -> bytes:
     buf = io.BytesIO()
     image.save(buf, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+    return buf.getvalue()
+
+
+def png_data_uri(image: Image.Image) -> str:
+    return "data:image/png;base64," + base64.b64encode(png_bytes(image)).decode("ascii")

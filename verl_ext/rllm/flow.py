@@ -21,12 +21,20 @@ import aiohttp
 from verl_ext.reward.judge import AnswerJudge, JudgeConfig, chat_message
 from verl_ext.reward.outcome import score_turns
 from verl_ext.rllm import require_rllm
-from verl_ext.rllm.episode import SearchEpisode, SearchSettings, SearchTask, assistant_text, ground_truth_of
+from verl_ext.rllm.episode import (
+    RLLM_TERMINATION,
+    SearchEpisode,
+    SearchSettings,
+    SearchTask,
+    assistant_text,
+    ground_truth_of,
+)
 from verl_ext.rllm.messages import answer_native_calls, instruction, openai_observations, openai_prompt
 from verl_ext.tools.client import ToolServerClient
 
 _types = require_rllm("rllm.types")
 _eval_types = require_rllm("rllm.eval.types")
+TerminationReason = require_rllm("rllm.workflows.workflow").TerminationReason
 Episode, Step, Trajectory = _types.Episode, _types.Step, _types.Trajectory
 EvalOutput, Signal = _eval_types.EvalOutput, _eval_types.Signal
 
@@ -69,7 +77,10 @@ class SearchAgentFlow:
                 await ep.close()
         record = {**ep.summary(), "turn_texts": list(ep.turn_texts), "question": search_task.question}
         trajectory = Trajectory(name=protocol, steps=steps, output=ep.answer or "", metadata={RECORD_KEY: record})
-        return Episode(trajectories=[trajectory], metadata={"termination_reason": ep.termination_reason})
+        # rLLM's flow engine records ENV_DONE for an episode without a reason: one that ran out of turns did not end
+        reason = TerminationReason[RLLM_TERMINATION.get(ep.termination_reason, "UNKNOWN")]
+        return Episode(trajectories=[trajectory], termination_reason=reason,
+                       metadata={"termination_reason": ep.termination_reason})
 
 
     @staticmethod

@@ -7,9 +7,10 @@ vision placeholders right after the role header, before the text; ``parse_tool``
 message whose text is wrapped in ``<tool_response>`` as ``parse_tool`` would wrap it: the same tokens as a tool
 turn, with the pictures where the parser puts them. An observation without images stays a ``tool`` message.
 
-OpenAI form (the gateway behind ``rllm eval``): images are ``image_url`` parts with data URIs, which chat APIs accept
-only in ``user`` messages; a native call's result is a ``tool`` message with its ``tool_call_id`` and any images it
-loaded follow in a ``user`` message.
+OpenAI form (the gateway behind ``rllm eval``; ``OpenAIEngine`` in chat mode, see ``engines``): images are
+``image_url`` parts with data URIs, which chat APIs accept only in ``user`` messages; a native call's result is a
+``tool`` message with its ``tool_call_id`` and any images it loaded follow in a ``user`` message. For
+``OpenAIEngine`` those user messages keep the images as an ``images`` list, which the engine encodes itself.
 """
 
 from __future__ import annotations
@@ -59,16 +60,17 @@ def answer_native_calls(observations: list[Observation], call_ids: list[str]) ->
     return [dataclasses.replace(error, call_id=i) for i in call_ids]
 
 
-def openai_observations(observations: list[Observation]) -> list[dict[str, Any]]:
+def openai_observations(observations: list[Observation], inline_images: bool = True) -> list[dict[str, Any]]:
+    """``inline_images``: images as ``image_url`` parts (data URIs); False: as the user message's ``images`` list."""
     messages: list[dict[str, Any]] = []
     for o in observations:
         if o.call_id is not None:  # the result of a native call
             messages.append({"role": "tool", "tool_call_id": o.call_id, "content": o.text})
             if o.images:
                 text = f"Images loaded by the call above, in order: {', '.join(o.refs)}."
-                messages.append({"role": "user", "content": [*_image_parts(o), {"type": "text", "text": text}]})
+                messages.append(_user_with_images(o, text, inline_images))
         elif o.images:
-            messages.append({"role": "user", "content": [*_image_parts(o), _text(tool_response(o.labelled_text()))]})
+            messages.append(_user_with_images(o, tool_response(o.labelled_text()), inline_images))
         else:
             messages.append({"role": "user", "content": tool_response(o.text)})
     return messages
@@ -83,9 +85,7 @@ def _image_part(image: Any) -> dict[str, Any]:
     return {"type": "image_url", "image_url": {"url": png_data_uri(image)}}
 
 
-def _image_parts(o: Observation) -> list[dict[str, Any]]:
-    return [_image_part(image) for _, image in o.images]
-
-
-def _text(text: str) -> dict[str, Any]:
-    return {"type": "text", "text": text}
+def _user_with_images(o: Observation, text: str, inline: bool) -> dict[str, Any]:
+    if not inline:
+        return {"role": "user", "content": text, "images": [image for _, image in o.images]}
+    return {"role": "user", "content": [*(_image_part(image) for _, image in o.images), {"type": "text", "text": text}]}

@@ -2,8 +2,11 @@
 
 Each turn: ``rollout_engine.get_model_response(messages, tools=...)`` (Neos passes its tools natively, ModalSearcher
 lists them in the system prompt), the turn's text to our ``ToolServerEnv`` (in the workflow's executor, since
-envs are synchronous), and the observation messages appended in rLLM's engine form, so tool images sit on ``user``
-messages where rLLM's Qwen parser renders them and ``process_image_data`` finds them. At the end the last step
+envs are synchronous), and the observation messages appended in the form the engine's route needs (``engines``):
+on the parser route rLLM's engine form, so tool images sit on ``user`` messages where rLLM's Qwen parser renders
+them and ``process_image_data`` finds them; on the chat route (``OpenAIEngine`` without a tokenizer) valid OpenAI
+chat, native calls answered by ``tool`` messages. An engine that cannot carry images is refused when the workflow is
+made, before any episode. At the end the last step
 carries our reward (answer judge; ModalSearcher's accuracy + format), so the trajectory reward, a sum of step
 rewards, is exactly it. One trajectory per episode, named after the protocol.
 
@@ -16,8 +19,9 @@ from __future__ import annotations
 from typing import Any
 
 from verl_ext.rllm import require_rllm
+from verl_ext.rllm.engines import message_route
 from verl_ext.rllm.env import ToolServerEnv
-from verl_ext.rllm.episode import assistant_text
+from verl_ext.rllm.episode import RLLM_TERMINATION, assistant_text, native_calls
 
 _workflow = require_rllm("rllm.workflows.workflow")
 _types = require_rllm("rllm.types")
@@ -27,21 +31,13 @@ Workflow, TerminationEvent, TerminationReason = (
 Episode, Step, Trajectory = _types.Episode, _types.Step, _types.Trajectory
 
 _WORKFLOW_KEYS = ("timeout", "gamma", "reward_bonus_coeff", "store")
-# Our termination reasons (verl_ext.rollout.record) as rLLM's.
-_RLLM_REASON = {
-    "answer": "ENV_DONE",
-    "agent_errors": "ENV_DONE",
-    "tool_errors": "ENV_DONE",
-    "max_turns": "MAX_TURNS_EXCEEDED",
-    "response_length": "MAX_RESPONSE_LENGTH_EXCEEDED",
-    "context": "MAX_PROMPT_LENGTH_EXCEEDED",
-}
 
 
 class SearchWorkflow(Workflow):
     def __init__(self, rollout_engine: Any, executor: Any, protocol: str | None = None, **kwargs: Any) -> None:
+        self.chat = message_route(rollout_engine) == "chat"  # first: an engine without images is refused here
         super().__init__(rollout_engine, executor, **{k: kwargs.pop(k) for k in _WORKFLOW_KEYS if k in kwargs})
-        self.env = ToolServerEnv(protocol=protocol, **kwargs)
+        self.env = ToolServerEnv(protocol=protocol, chat=self.chat, **kwargs)
 
     async def run(self, task: dict, uid: str, **kwargs: Any) -> Episode:
         # Rollouts of one task (uid "task_id:rollout_idx") form a group: ModalSearcher shares their tool results.
@@ -55,20 +51,17 @@ class SearchWorkflow(Workflow):
         reward, done, step_info = 0.0, False, {}
         try:
             while not done:
-                output = await self.rollout_engine.get_model_response(
-                    messages, tools=ep.native_tools or [], application_id=uid, **kwargs
-                )
-                calls = [{"name": c.name, "arguments": c.arguments} for c in output.tool_calls or []]
-                text = output.text if output.text is not None else assistant_text(output.content, calls)
-                assistant = {"role": "assistant", "content": output.content or "", "reasoning": output.reasoning or ""}
-                if calls:
-                    assistant["tool_calls"] = calls
+                tools = {"tools": ep.native_tools} if ep.native_tools else {}  # chat APIs refuse an empty list
+                output = await self.rollout_engine.get_model_response(messages, application_id=uid, **tools, **kwargs)
+                calls = native_calls(output.tool_calls or [])
+                text, assistant = self._assistant_turn(output, calls)
                 messages = [*messages, assistant]
                 trajectory.steps.append(
                     Step(chat_completions=messages, model_output=output, model_response=text,
                          thought=output.reasoning or "")
                 )
-                observation, reward, done, step_info = await self.run_in_executor(env.step, text)
+                call_ids = [c["id"] for c in calls if c["id"] is not None]
+                observation, reward, done, step_info = await self.run_in_executor(env.step, text, call_ids)
                 messages = [*messages, *observation["messages"]]
                 trajectory.steps[-1].observation = observation["messages"]
                 if not done and output.finish_reason == "length":
@@ -89,13 +82,27 @@ class SearchWorkflow(Workflow):
             trajectory.steps[-1].info.update(reward_info)
         trajectory.info.update(ep.summary())
         self.commit(trajectory=trajectory)
-        reason = reason or TerminationReason[_RLLM_REASON.get(ep.termination_reason, "UNKNOWN")]
+        reason = reason or TerminationReason[RLLM_TERMINATION.get(ep.termination_reason, "UNKNOWN")]
         episode = self.postprocess_episode(self.collect_trajectories(), reason)
         # rLLM's default calls any positive reward correct; ModalSearcher's format share alone is not.
         episode.is_correct = bool(reward_info.get("acc", 0.0))
         episode.info.update({"termination_reason": ep.termination_reason, "reward": reward, **reward_info})
         episode.metrics[f"{info['protocol']}_acc"] = float(episode.is_correct)
         return episode
+
+    def _assistant_turn(self, output: Any, calls: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+        """The turn as our parsers read it, and as the next request repeats it. On the parser route the engine's
+        text is the raw completion, calls included; on the chat route the server took the calls out of it, and the
+        message is plain OpenAI chat (rLLM's parsers re-render ``reasoning`` when told to; chat APIs take none)."""
+        assistant: dict[str, Any] = {"role": "assistant", "content": output.content or ""}
+        if self.chat:
+            text = assistant_text(output.text, calls)
+        else:
+            text = output.text if output.text is not None else assistant_text(output.content, calls)
+            assistant["reasoning"] = output.reasoning or ""
+        if calls:
+            assistant["tool_calls"] = calls
+        return text, assistant
 
     def _reset_env(self, task: dict, uid: str) -> tuple[dict, dict]:
         """Workflow.reset resets every BaseEnv attribute with the task (opening our session); runs in a thread."""

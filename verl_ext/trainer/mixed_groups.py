@@ -250,7 +250,10 @@ class MixedGroupReplayBuffer(ReplayBuffer):
         return {k: [key for _, key in sorted(v)] for k, v in outputs.items()}
 
     def _poll(self) -> bool:
-        """Report every trajectory that ended since the last poll (session order); False when none had."""
+        """Report every trajectory that ended since the last poll (session order); False when none had.
+
+        All of them, also those after the one that made the sampler ready: a completed success not reported would be
+        cancelled instead of kept for MEI, and a group that became eligible too is judged in case it is selected."""
         listing = self._listing()
         ended = sorted(
             (a.session_index, k) for k, a in self._in_flight.items() if listing.get(k, {}).get("status") in _ENDED
@@ -272,8 +275,6 @@ class MixedGroupReplayBuffer(ReplayBuffer):
                 status = self.sampler.abort(a.question_id, a.session_index)
             if status is GroupStatus.ELIGIBLE:
                 self._assess(a.question_id)
-            if self.sampler.ready():
-                break  # the rest stay in flight for the sampler and are cleared with the batch
         return True
 
     @staticmethod
