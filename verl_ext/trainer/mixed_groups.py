@@ -24,13 +24,13 @@ batch is ready and what it holds. This module is the verl layer around it:
   checkpoint) or done; ``prepare_step`` dispatches nothing (the buffer admits); the buffer's state (sampler state and
   the dataset rows of queued questions) is saved next to verl's checkpoint and restored on resume.
 
-Config (``trainer.v1.neos.sampler``): ``enable`` (default true; false: verl's plain on-policy batches of B questions
-x G, e.g. for a smoke run whose policy solves all or none), ``max_per_group``, ``window``, ``admission_limit`` (defaults: 1.5G, 2B, 2BG
-from ``SamplerConfig``), ``max_deferred`` (deferrals in one batch before the run stops with an error; default the
-training set's size) and ``poll_interval`` (seconds between TransferQueue polls, default 1.0). B is
-``data.train_batch_size`` (per ``parameter_sync_step``), G is ``actor_rollout_ref.rollout.n``. Rewards must be known
-at sampling time (a rule-based reward or ``reward.reward_model.enable_resource_pool``), and the agent-loop manager
-must be ``verl_ext.rollout.tq_worker.NeosAgentLoopManagerTQ``.
+Config (``trainer.v1.neos.sampler``): ``enable`` (default true; false: verl's plain on-policy batches of B questions x
+G, e.g. for a smoke run whose policy solves all or none), ``max_per_group``, ``window``, ``admission_limit`` (defaults:
+1.5G, 2B, 2BG from ``SamplerConfig``), ``max_deferred`` (deferrals in one batch before the run stops with an error;
+default the training set's size) and ``poll_interval`` (seconds between TransferQueue polls, default 1.0). B is
+``data.train_batch_size`` (per ``parameter_sync_step``), G is ``actor_rollout_ref.rollout.n``. Rewards must be known at
+sampling time (a rule-based reward or ``reward.reward_model.enable_resource_pool``), and the agent-loop manager must be
+``verl_ext.rollout.tq_worker.NeosAgentLoopManagerTQ``.
 
 A trajectory whose agent loop raises (tool server down at session open, a processor error) ends with no rows, with or
 without the sampler: it is counted per batch in ``neos_rollout/failed_sessions`` and ``.../failed_session_share``
