@@ -312,7 +312,17 @@ def kg_world_or_exit(args: argparse.Namespace) -> dict | None:
     if manifest["images_missing"]:
         print(f"warning: {images} lacks {manifest['images_missing']} of the files the dump's image statements "
               "name; those entities have no image", file=sys.stderr)
-    return {"images_missing": manifest["images_missing"], "image_downloads": fetched}
+    _warn_unlabelled(manifest["unlabelled_properties"], args.kg)
+    return {"images_missing": manifest["images_missing"], "image_downloads": fetched,
+            "malformed_entities": graph.malformed, "self_loops_dropped": manifest["self_loops_dropped"],
+            "unlabelled_properties": manifest["unlabelled_properties"]}
+
+
+def _warn_unlabelled(pids: list[str], dump: Path) -> None:
+    """Properties the world shows by id: their entities were not in the dump (or had no label in its languages)."""
+    if pids:
+        print(f"warning: {dump} has no label for {len(pids)} properties the world shows, shown as ids: "
+              f"{', '.join(pids[:10])}{' ...' if len(pids) > 10 else ''}", file=sys.stderr)
 
 
 def _misplaced_flag(args: argparse.Namespace) -> str | None:

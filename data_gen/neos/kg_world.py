@@ -13,17 +13,23 @@ hash), so a resumed run's task keys still match.
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import hashlib
 import io
 import json
 import os
 import shutil
+import sys
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 import resvg_py
 from PIL import Image as PILImage
+from tqdm import tqdm
 
 from data_gen.kg import Edge
 from data_gen.kg.wikidata import Subset, WikidataGraph, read_json_dump, read_truthy_ntriples
@@ -66,15 +72,47 @@ class KGWorldError(ValueError):
     """The dump or image directory cannot make a world; the message names the file or flag."""
 
 
-def read_graph(path: Path, subset: Subset = Subset()) -> WikidataGraph:
-    """A Wikidata dump file: truthy N-Triples (``.nt``, ``.nt.gz``) or JSON dump lines (``.json``, ``.json.gz``)."""
-    name = path.name.removesuffix(".gz")
+DECOMPRESSORS = {".gz": gzip.open, ".bz2": bz2.open}  # how Wikimedia compresses its dumps
+
+
+def read_graph(path: Path, subset: Subset = Subset(), progress: bool = True) -> WikidataGraph:
+    """A Wikidata dump file: truthy N-Triples (``.nt``) or the JSON dump (``.json``), each as published (plain,
+    ``.gz`` or ``.bz2``), streamed line by line: memory grows with the kept subgraph, not the file. ``progress``:
+    a bar on stderr over the bytes of the file as stored."""
+    compression = path.suffix if path.suffix in DECOMPRESSORS else ""
+    name = path.name.removesuffix(compression)
     if not name.endswith((".nt", ".json")):
-        raise KGWorldError(f"{path}: expected a truthy N-Triples (.nt) or JSON dump (.json) file, optionally .gz")
+        raise KGWorldError(f"{path}: expected a truthy N-Triples (.nt) or JSON dump (.json) file, optionally "
+                           ".gz or .bz2")
     read = read_truthy_ntriples if name.endswith(".nt") else read_json_dump
-    opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as lines:
+    with _dump_lines(path, compression, progress) as lines:
         return read(lines, subset, source=path.name)
+
+
+@contextmanager
+def _dump_lines(path: Path, compression: str, progress: bool) -> Iterator[IO[str]]:
+    """The dump's text, decompressed on the fly, its progress counted on the stored (compressed) bytes."""
+    with path.open("rb") as raw, tqdm(total=path.stat().st_size, unit="B", unit_scale=True, desc=path.name,
+                                      disable=not progress, file=sys.stderr) as bar:
+        counted = _Counted(raw, bar)
+        stream = DECOMPRESSORS[compression](counted) if compression else counted
+        with io.TextIOWrapper(stream, encoding="utf-8") as text:
+            yield text
+
+
+class _Counted(io.RawIOBase):
+    """A binary file whose reads advance a progress bar."""
+
+    def __init__(self, raw: IO[bytes], bar: tqdm) -> None:
+        self._raw, self._bar = raw, bar
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        n = self._raw.readinto(buffer)
+        self._bar.update(n or 0)
+        return n
 
 
 def write_world(graph: WikidataGraph, images_dir: Path | None, out: Path, source: Path) -> dict:
@@ -94,9 +132,9 @@ def write_world(graph: WikidataGraph, images_dir: Path | None, out: Path, source
         slugs.add(slug)
         entities[qid] = Entity(id=ids[qid], label=label, kind=kinds[qid], description=graph.descriptions.get(qid, ""),
                                aliases=list(graph.aliases.get(qid, [])), page_id=slug)
-    triples = [Triple(ids[s], p, ids[o]) for s, p, o in sorted(graph.triples) if s in ids and o in ids and p != "P31"]
-    relations = [Relation(p, PROPERTY_LABELS.get(p) or graph.labels.get(p, p), True)
-                 for p in sorted({t.p for t in triples})]
+    triples = [Triple(ids[s], p, ids[o]) for s, p, o in sorted(graph.triples)
+               if s in ids and o in ids and p != "P31" and s != o]  # "Portugal has Portugal as its ..." says nothing
+    relations = [Relation(p, _property_label(graph, p), True) for p in sorted({t.p for t in triples})]
     images, pixels, missing = _images(graph, entities, images_dir)
     if not images:  # no anchor or checkpoint is possible: a run would verify nothing
         raise KGWorldError(f"none of the {missing} image files the dump's flag/logo/map/image statements name is in "
@@ -124,8 +162,15 @@ def write_world(graph: WikidataGraph, images_dir: Path | None, out: Path, source
                           links=sorted(links[entity.id]), image_ids=shown[entity.id]))
     records = {"entities": sorted(entities.values(), key=lambda e: e.id), "pages": sorted(pages, key=lambda p: p.id),
                "images": images, "triples": triples, "relations": relations}
+    unlabelled = sorted(r.id for r in relations if r.label == r.id)
     return _write(out, records, pixels, {"source": source.name, "source_sha256": _file_sha256(source),
-                                         "images_missing": missing})
+                                         "images_missing": missing, "unlabelled_properties": unlabelled,
+                                         "self_loops_dropped": sum(s == o for s, _, o in graph.triples)})
+
+
+def _property_label(graph: WikidataGraph, pid: str) -> str:
+    """The built-in label (worded for the verbalizer), else the dump's own, else the id (counted as unlabelled)."""
+    return PROPERTY_LABELS.get(pid) or graph.labels.get(pid) or pid
 
 
 def _items(graph: WikidataGraph) -> set[str]:
@@ -210,6 +255,8 @@ def _write(out: Path, records: dict[str, list], pixels: dict[str, PILImage.Image
             kinds[entity.kind] += 1
         manifest = {"format_version": FORMAT_VERSION, "size": "kg", "content_hash": content.hexdigest(),
                     "adapters": [], "sources": [source], "images_missing": source["images_missing"],
+                    "unlabelled_properties": source["unlabelled_properties"],
+                    "self_loops_dropped": source["self_loops_dropped"],
                     "counts": {name: len(records[name]) for name in records}
                     | {"entities_by_kind": dict(sorted(kinds.items()))}}
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")

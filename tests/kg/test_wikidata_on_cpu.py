@@ -57,10 +57,14 @@ def test_the_loaded_kg_serves_the_synthesis_layer():
     assert with_literals.is_literal("FR") and not with_literals.is_literal("Q90")
 
 
-def test_a_bad_line_is_named_by_file_and_line(tmp_path):
+def test_a_bad_line_is_named_by_file_and_line(tmp_path, caplog):
+    """A malformed entity is skipped with a warning naming its line; past the threshold it is an error."""
     lines = (FIXTURES / "wikidata_dump.json").read_text().splitlines()
     lines[3] = lines[3][:40]
-    with pytest.raises(WikidataFormatError, match=r"^wikidata_dump\.json:4: not a Wikidata entity"):
-        read_json_dump(lines, source="wikidata_dump.json")
+    graph = read_json_dump(lines, source="wikidata_dump.json")
+    assert graph.malformed == 1 and ("Q142", "P36", "Q90") in graph.triples
+    assert "wikidata_dump.json:4: not a Wikidata entity" in caplog.text
+    with pytest.raises(WikidataFormatError, match=r"^wikidata_dump\.json:4: not a Wikidata entity.*more than 0"):
+        read_json_dump(lines, source="wikidata_dump.json", max_malformed=0)
     with pytest.raises(WikidataFormatError, match=r"^x\.nt:2: not an N-Triples statement"):
         read_truthy_ntriples(['<http://www.wikidata.org/entity/Q1> <p> "a" .', "garbage"], source="x.nt")
