@@ -21,8 +21,8 @@ def add_common_flags(p: argparse.ArgumentParser, unit: str, kg: bool = False) ->
                         help="a built offline world (python -m data_gen world build --size small --out DIR)")
     if kg:
         source.add_argument("--kg", type=Path, metavar="DUMP",
-                            help="a Wikidata dump instead of the world: truthy N-Triples (.nt) or JSON dump lines "
-                            "(.json), optionally .gz; its world is written to OUT/kg_world (see --kg-images)")
+                            help="a Wikidata dump instead of the world: truthy N-Triples (.nt) or the JSON dump "
+                            "(.json), plain, .gz or .bz2; its world is written to OUT/kg_world (see --kg-images)")
     p.add_argument("--out", required=True, type=Path, metavar="DIR",
                    help="output directory; created if missing, and a run into an existing one resumes from its "
                    "results.jsonl, redoing only what is missing")

@@ -78,7 +78,7 @@ DECOMPRESSORS = {".gz": gzip.open, ".bz2": bz2.open}  # how Wikimedia compresses
 def read_graph(path: Path, subset: Subset = Subset(), progress: bool = True) -> WikidataGraph:
     """A Wikidata dump file: truthy N-Triples (``.nt``) or the JSON dump (``.json``), each as published (plain,
     ``.gz`` or ``.bz2``), streamed line by line: memory grows with the kept subgraph, not the file. ``progress``:
-    a bar on stderr over the bytes of the file as stored."""
+    a bar over the bytes of the file as stored, when stderr is a terminal (a log keeps its one-line errors)."""
     compression = path.suffix if path.suffix in DECOMPRESSORS else ""
     name = path.name.removesuffix(compression)
     if not name.endswith((".nt", ".json")):
@@ -93,7 +93,7 @@ def read_graph(path: Path, subset: Subset = Subset(), progress: bool = True) -> 
 def _dump_lines(path: Path, compression: str, progress: bool) -> Iterator[IO[str]]:
     """The dump's text, decompressed on the fly, its progress counted on the stored (compressed) bytes."""
     with path.open("rb") as raw, tqdm(total=path.stat().st_size, unit="B", unit_scale=True, desc=path.name,
-                                      disable=not progress, file=sys.stderr) as bar:
+                                      disable=None if progress else True, file=sys.stderr) as bar:
         counted = _Counted(raw, bar)
         stream = DECOMPRESSORS[compression](counted) if compression else counted
         with io.TextIOWrapper(stream, encoding="utf-8") as text:

@@ -83,7 +83,8 @@ def test_the_kg_becomes_a_world_with_its_own_kinds_pages_and_images(kg_out):
 def test_tasks_against_the_kg_are_verified_by_the_expert_with_kg_answer_types(kg_out):
     stats = json.loads((kg_out / "stats.json").read_text())
     assert stats["verified"] >= 3 and stats["filters"]["expert"]["rejected"] == 0
-    assert stats["kg"] == {"images_missing": 0, "image_downloads": None}  # --kg-images: nothing downloaded
+    assert stats["kg"] == {"images_missing": 0, "image_downloads": None,  # --kg-images: nothing downloaded
+                           "malformed_entities": 0, "self_loops_dropped": 0, "unlabelled_properties": []}
     assert stats["tool_server"] == "offline, started for the world"
     # the KG's own kinds as answers: heads of state (person), capitals (city), currencies
     assert {"person", "city", "currency"} <= set(stats["diversity"]["answer_types"])
@@ -259,5 +260,6 @@ def test_kg_against_the_online_tool_server_with_images_from_a_commons_url(common
     assert not (out / "tool_server_cache").exists()  # no server of its own was started
     assert stats["mei_pairs"]["written"] > 0  # read from the external server's MEI log
     assert len(list((out / "kg_images").iterdir())) == 21
-    assert stats["kg"] == {"images_missing": 0, "image_downloads": {"fetched": 21}}
+    assert stats["kg"] == {"images_missing": 0, "image_downloads": {"fetched": 21}, "malformed_entities": 0,
+                           "self_loops_dropped": 0, "unlabelled_properties": []}
     assert World.load(out / "kg_world").manifest["content_hash"] == world.manifest["content_hash"]
