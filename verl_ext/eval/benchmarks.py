@@ -186,7 +186,8 @@ def _image_ref(value: Any, base: Path, where: tuple[Path, int, str]) -> ImageRef
             return ImageRef(data=_checked(bytes(data), where), path=value.get("path") or None)
         value = value.get("path") or value.get("url")
     if not isinstance(value, str) or not value.strip():
-        raise BenchmarkError(where[0], where[1], where[2], f"an image must be bytes, a path or a URL, got {show(value)}")
+        raise BenchmarkError(where[0], where[1], where[2],
+                             f"an image must be bytes, a path or a URL, got {show(value)}")
     if value.startswith("data:"):
         header, _, payload = value.partition(",")
         try:
@@ -203,7 +204,8 @@ def _image_ref(value: Any, base: Path, where: tuple[Path, int, str]) -> ImageRef
     except OSError:  # e.g. a base64 image read as a path: "File name too long"
         exists = False
     if not exists:
-        raise BenchmarkError(where[0], where[1], where[2], f"image file {show(value)} does not exist (looked in "
+        shown = value if len(value) <= 80 else show(value)
+        raise BenchmarkError(where[0], where[1], where[2], f"image file {shown} does not exist (looked in "
                              f"{base}; a base64 image needs a loader that reads base64, e.g. simplevqa)")
     _check_image(file, where, f"image file {value}")
     return ImageRef(path=str(file))
