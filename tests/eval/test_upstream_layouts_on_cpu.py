@@ -255,3 +255,15 @@ def test_cli_refuses_a_bad_benchmark_file_in_one_line_with_exit_2(tmp_path: Path
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "--bench" in lines[0] and f"{path}: field '<file>': no rows" in lines[0], done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_the_catch_all_vqa_loader_no_longer_drops_an_mmsearch_or_hr_mmsearch_image(tmp_path: Path) -> None:
+    """``vqa_jsonl`` also tries ``query_image``/``gt_answer``/``alternative_gt_answers``/``sample_id``: before, such a
+    file loaded with its images and alternatives silently dropped (or was refused for want of ``answer``)."""
+    (tmp_path / "q.png").write_bytes(_png())
+    row = {"sample_id": "s7", "query": "Which bridge?", "query_image": "q.png", "gt_answer": "Tower Bridge",
+           "alternative_gt_answers": ["London Tower Bridge"]}
+    path = _jsonl(tmp_path / "x.jsonl", [row])
+    [item] = BenchmarkSpec.parse(f"x=vqa_jsonl:{path}").load()
+    assert (item.item_id, item.images[0].path) == ("s7", str(tmp_path / "q.png"))
+    assert item.ground_truth == {"target": "Tower Bridge", "aliases": ["London Tower Bridge"]}

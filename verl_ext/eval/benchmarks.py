@@ -321,10 +321,10 @@ def tried(keys: tuple[str, ...]) -> str:
 
 
 _VQA_QUESTION = ("question", "query", "prompt")
-_VQA_IMAGES = ("images", "image", "image_path", "image_paths", "image_url", "image_urls")
-_VQA_ANSWER = ("answer", "gold_answer", "ground_truth")
-_VQA_ALIASES = ("aliases", "answer_aliases", "candidate_answers", "answers")
-_VQA_ID = ("id", "qid", "question_id", "data_id")
+_VQA_IMAGES = ("images", "image", "image_path", "image_paths", "image_url", "image_urls", "query_image")
+_VQA_ANSWER = ("answer", "gold_answer", "ground_truth", "gt_answer")
+_VQA_ALIASES = ("aliases", "answer_aliases", "candidate_answers", "answers", "alternative_gt_answers")
+_VQA_ID = ("id", "qid", "question_id", "data_id", "sample_id")
 
 
 def _items(name: str, path: Path, keys: dict[str, tuple[str, ...]],
