@@ -1,6 +1,9 @@
 """Benchmark registry: loaders that turn the layouts the field ships into one item type (no verl import).
 
-Layouts (``FORMATS``; ``--bench NAME=FORMAT:PATH`` picks one per benchmark):
+The public benchmarks each have a named loader of their upstream layout in :mod:`verl_ext.eval.upstream`
+(``mmsearch_r1``, ``mmsearch``, ``simplevqa``, ``hr_mmsearch``, ``livevqa``, ``browsecomp_vl``, ``sensenova_mars``);
+``KNOWN_BENCHMARKS`` maps each name to its loader. The catch-all layouts here (``FORMATS``; ``--bench
+NAME=FORMAT:PATH`` picks one per benchmark):
 
 - ``verl``: verl's RL parquet, as ``python -m data_gen neos|modalsearch`` writes its splits and as MMSearch-R1,
   FVQA and InfoSeek are distributed: ``prompt`` (chat messages; ``<image>`` placeholders are dropped, the question
@@ -9,11 +12,11 @@ Layouts (``FORMATS``; ``--bench NAME=FORMAT:PATH`` picks one per benchmark):
   candidate answers under ``reward_model.candidate_answers`` or ``extra_info.candidate_answers`` (a list, or one
   as JSON text), optional ``agent_name`` (picks the protocol), ``extra_info`` (``task_id``/``index`` name the item)
   and ``data_source``.
-- ``vqa_jsonl``: one JSON object per line as SimpleVQA, LiveVQA, MMSearch and BrowseComp-VL style sets ship them:
-  the question under ``question`` (or ``query``/``prompt``), images under ``images``/``image``/``image_path``/
-  ``image_url``/``image_urls`` (paths relative to the file, ``data:`` URLs, or http(s) URLs), the answer under
-  ``answer``/``gold_answer``/``ground_truth`` and aliases under ``aliases``/``answer_aliases``/``candidate_answers``/
-  ``answers``.
+- ``vqa_jsonl``: one JSON object per line (or parquet) of VQA-style exports: the question under ``question`` (or
+  ``query``/``prompt``), images under ``images``/``image``/``image_path``/``image_url``/``image_urls``/
+  ``query_image`` (paths relative to the file, ``data:`` URLs, or http(s) URLs), the answer under ``answer``/
+  ``gold_answer``/``ground_truth``/``gt_answer`` and aliases under ``aliases``/``answer_aliases``/
+  ``candidate_answers``/``answers``/``alternative_gt_answers``.
 - ``generic``: the documented minimal layout, JSONL or parquet, exactly these fields: ``id`` (optional),
   ``question``, ``images`` (list of paths or URLs, optional), ``answer``, ``aliases`` (optional), ``protocol``
   (optional: ``neos`` or ``modalsearch``).
