@@ -267,3 +267,15 @@ def test_the_catch_all_vqa_loader_no_longer_drops_an_mmsearch_or_hr_mmsearch_ima
     [item] = BenchmarkSpec.parse(f"x=vqa_jsonl:{path}").load()
     assert (item.item_id, item.images[0].path) == ("s7", str(tmp_path / "q.png"))
     assert item.ground_truth == {"target": "Tower Bridge", "aliases": ["London Tower Bridge"]}
+
+
+def test_base64_given_to_a_path_loader_is_one_short_line(tmp_path: Path) -> None:
+    """SimpleVQA's real-size base64 under ``vqa_jsonl`` (which reads paths): before, a raw ``[Errno 36] File name too
+    long`` pasting the whole blob; now one line with the value cut and the loader that reads base64 named."""
+    blob = base64.b64encode(b"\x89PNG" * 100000).decode()
+    path = _jsonl(tmp_path / "simplevqa.jsonl", [{"id": 1, "question": "q", "answer": "a", "image": blob}])
+    with pytest.raises(BenchmarkError) as err:
+        BenchmarkSpec.parse(f"s=vqa_jsonl:{path}").load()
+    message = str(err.value)
+    assert message.startswith(f"{path}:1: field 'image/0': image file 'iVBOR")
+    assert "e.g. simplevqa" in message and "\n" not in message and len(message) < 400
