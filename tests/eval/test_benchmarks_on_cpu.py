@@ -46,7 +46,7 @@ def test_mmsearch_r1_parquet_layout_with_candidate_answers(tmp_path: Path) -> No
                   {"prompt": [{"role": "user", "content": "Which bridge?"}], "images": [],
                    "reward_model": {"ground_truth": '["Tower Bridge"]'},
                    "extra_info": {"index": 2, "candidate_answers": ["London's Tower Bridge"]}}]).to_parquet(path)
-    beside, extra = BenchmarkSpec.parse(f"fvqa={path}").load()
+    beside, extra = BenchmarkSpec.parse(f"fvqa=verl:{path}").load()  # image-less rows: only the plain verl loader
     assert beside.ground_truth == {"target": "Eiffel Tower", "aliases": ["La tour Eiffel"]}
     assert extra.ground_truth == {"target": "Tower Bridge", "aliases": ["London's Tower Bridge"]}
 
@@ -66,7 +66,7 @@ def test_our_split_layout_names_its_protocol(tmp_path: Path) -> None:
 
 
 def test_vqa_jsonl_layouts(tmp_path: Path) -> None:
-    """SimpleVQA-style (image path relative to the file, answer + aliases) and BrowseComp-VL-style (URLs)."""
+    """The catch-all ``vqa_jsonl``: image path relative to the file, answer + aliases, URLs, data: URLs."""
     (tmp_path / "imgs").mkdir()
     (tmp_path / "imgs" / "a.png").write_bytes(_png())
     path = _jsonl(tmp_path / "simplevqa.jsonl", [
@@ -75,7 +75,7 @@ def test_vqa_jsonl_layouts(tmp_path: Path) -> None:
         {"id": "d", "question": "Which colour?", "image": f"data:image/png;base64,{base64.b64encode(_png()).decode()}",
          "answer": "red"},
     ])
-    first, second, inline = BenchmarkSpec.parse(f"simplevqa={path}").load()
+    first, second, inline = BenchmarkSpec.parse(f"simplevqa=vqa_jsonl:{path}").load()
     assert first.images[0].path == str(tmp_path / "imgs" / "a.png")
     assert first.ground_truth == {"target": "robin", "aliases": ["Robin"]}
     assert (second.item_id, second.question, second.images[0].path) == ("9", "Who painted it?",
@@ -138,7 +138,7 @@ def test_malformed_parquet_row_and_duplicate_ids(tmp_path: Path) -> None:
 
 def test_spec_parsing(tmp_path: Path) -> None:
     path = _jsonl(tmp_path / "x.jsonl", [{"question": "q", "answer": "a"}])
-    assert BenchmarkSpec.parse(f"livevqa={path}").format == KNOWN_BENCHMARKS["livevqa"] == "vqa_jsonl"
+    assert BenchmarkSpec.parse(f"livevqa={path}").format == KNOWN_BENCHMARKS["livevqa"] == "livevqa"
     with pytest.raises(ValueError, match="unknown format 'csv'"):
         BenchmarkSpec.parse(f"mine=csv:{path}")
     with pytest.raises(ValueError, match="expected NAME=FORMAT:PATH"):

@@ -1,6 +1,9 @@
 """Benchmark registry: loaders that turn the layouts the field ships into one item type (no verl import).
 
-Layouts (``FORMATS``; ``--bench NAME=FORMAT:PATH`` picks one per benchmark):
+The public benchmarks each have a named loader of their upstream layout in :mod:`verl_ext.eval.upstream`
+(``mmsearch_r1``, ``mmsearch``, ``simplevqa``, ``hr_mmsearch``, ``livevqa``, ``browsecomp_vl``, ``sensenova_mars``);
+``KNOWN_BENCHMARKS`` maps each name to its loader. The catch-all layouts here (``FORMATS``; ``--bench
+NAME=FORMAT:PATH`` picks one per benchmark):
 
 - ``verl``: verl's RL parquet, as ``python -m data_gen neos|modalsearch`` writes its splits and as MMSearch-R1,
   FVQA and InfoSeek are distributed: ``prompt`` (chat messages; ``<image>`` placeholders are dropped, the question
@@ -9,11 +12,11 @@ Layouts (``FORMATS``; ``--bench NAME=FORMAT:PATH`` picks one per benchmark):
   candidate answers under ``reward_model.candidate_answers`` or ``extra_info.candidate_answers`` (a list, or one
   as JSON text), optional ``agent_name`` (picks the protocol), ``extra_info`` (``task_id``/``index`` name the item)
   and ``data_source``.
-- ``vqa_jsonl``: one JSON object per line as SimpleVQA, LiveVQA, MMSearch and BrowseComp-VL style sets ship them:
-  the question under ``question`` (or ``query``/``prompt``), images under ``images``/``image``/``image_path``/
-  ``image_url``/``image_urls`` (paths relative to the file, ``data:`` URLs, or http(s) URLs), the answer under
-  ``answer``/``gold_answer``/``ground_truth`` and aliases under ``aliases``/``answer_aliases``/``candidate_answers``/
-  ``answers``.
+- ``vqa_jsonl``: one JSON object per line (or parquet) of VQA-style exports: the question under ``question`` (or
+  ``query``/``prompt``), images under ``images``/``image``/``image_path``/``image_url``/``image_urls``/
+  ``query_image`` (paths relative to the file, ``data:`` URLs, or http(s) URLs), the answer under ``answer``/
+  ``gold_answer``/``ground_truth``/``gt_answer`` and aliases under ``aliases``/``answer_aliases``/
+  ``candidate_answers``/``answers``/``alternative_gt_answers``.
 - ``generic``: the documented minimal layout, JSONL or parquet, exactly these fields: ``id`` (optional),
   ``question``, ``images`` (list of paths or URLs, optional), ``answer``, ``aliases`` (optional), ``protocol``
   (optional: ``neos`` or ``modalsearch``).
@@ -49,7 +52,13 @@ class BenchmarkError(ValueError):
 
     def __init__(self, path: Path, line: int | None, field_name: str, problem: str) -> None:
         where = f"{path}:{line}" if line is not None else str(path)
-        super().__init__(f"{where}: field {field_name!r}: {problem}")
+        super().__init__(" ".join(f"{where}: field {field_name!r}: {problem}".split()))  # one line, always
+
+
+def show(value: Any, limit: int = 80) -> str:
+    """``value`` for an error message: its repr, cut to ``limit`` characters (a base64 image is not pasted whole)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit - 1]}… ({len(text)} chars)"
 
 
 @dataclass(frozen=True)
@@ -72,15 +81,18 @@ class EvalItem:
     images: tuple[ImageRef, ...] = ()
     protocol: Protocol | None = None  # None: the run's --protocol
     extra: dict[str, Any] = field(default_factory=dict)
+    layout: str = field(default="", compare=False)  # what the loader detected, e.g. "parquet; image base64"
 
 
 Loader = Callable[[str, Path], Iterator[EvalItem]]
 FORMATS: dict[str, Loader] = {}
-# The public sets by the layout they ship in (none can be downloaded here; point --bench at your copy).
+# The public sets by the loader of the layout they ship in (none can be downloaded here; point --bench at your
+# copy). The named loaders live in verl_ext.eval.upstream, one per upstream layout.
 KNOWN_BENCHMARKS: dict[str, str] = {
     "neos": "verl", "modalsearch": "verl",  # our splits: python -m data_gen neos|modalsearch --out DIR
-    "mmsearch_r1": "verl", "fvqa": "verl", "infoseek": "verl",
-    "simplevqa": "vqa_jsonl", "livevqa": "vqa_jsonl", "mmsearch": "vqa_jsonl", "browsecomp_vl": "vqa_jsonl",
+    "mmsearch_r1": "mmsearch_r1", "fvqa": "mmsearch_r1", "infoseek": "mmsearch_r1",
+    "simplevqa": "simplevqa", "livevqa": "livevqa", "mmsearch": "mmsearch", "browsecomp_vl": "browsecomp_vl",
+    "hr_mmsearch": "hr_mmsearch", "sensenova_mars": "sensenova_mars",
 }
 
 
@@ -126,6 +138,8 @@ class BenchmarkSpec:
     @functools.cached_property
     def _items(self) -> tuple[EvalItem, ...]:
         items = tuple(FORMATS[self.format](self.name, self.path))
+        if not items:
+            raise BenchmarkError(self.path, None, "<file>", "no rows (the file is empty or holds only blank lines)")
         seen: set[str] = set()
         for item in items:
             if item.item_id in seen:
@@ -133,13 +147,25 @@ class BenchmarkSpec:
             seen.add(item.item_id)
         return items
 
+    def layouts(self) -> dict[str, int]:
+        """How many rows the loader read in each layout it detected (recorded in ``run.json``)."""
+        counts: dict[str, int] = {}
+        for item in self._items:
+            key = item.layout or self.format
+            counts[key] = counts.get(key, 0) + 1
+        return counts
 
-def _ground_truth(value: Any, aliases: Any, where: tuple[Path, int, str]) -> dict[str, Any]:
+    def pin(self) -> dict[str, Any]:
+        return {"format": self.format, "path": str(self.path), "layouts": self.layouts()}
+
+
+def _ground_truth(value: Any, aliases: Any, where: tuple[Path, int, str],
+                  keys: tuple[str, ...] = ()) -> dict[str, Any]:
     """``{"target", "aliases"}`` from any answer form ``reference_answers`` reads (a string, candidate answers,
     ``{"target", "aliases"}`` or that as JSON), plus extra aliases; the first form is the target."""
     forms = list(dict.fromkeys([*reference_answers(_json_list(value)), *reference_answers(_json_list(aliases))]))
     if not forms:
-        raise BenchmarkError(where[0], where[1], where[2], "no answer (empty or missing)")
+        raise BenchmarkError(where[0], where[1], where[2], f"no answer (empty or missing) {tried(keys or (where[2],))}")
     return {"target": forms[0], "aliases": forms[1:]}
 
 
@@ -163,7 +189,8 @@ def _image_ref(value: Any, base: Path, where: tuple[Path, int, str]) -> ImageRef
             return ImageRef(data=_checked(bytes(data), where), path=value.get("path") or None)
         value = value.get("path") or value.get("url")
     if not isinstance(value, str) or not value.strip():
-        raise BenchmarkError(where[0], where[1], where[2], f"an image must be bytes, a path or a URL, got {value!r}")
+        raise BenchmarkError(where[0], where[1], where[2],
+                             f"an image must be bytes, a path or a URL, got {show(value)}")
     if value.startswith("data:"):
         header, _, payload = value.partition(",")
         try:
@@ -175,8 +202,14 @@ def _image_ref(value: Any, base: Path, where: tuple[Path, int, str]) -> ImageRef
     if value.startswith(("http://", "https://")):
         return ImageRef(path=value)
     file = (base / value) if not Path(value).is_absolute() else Path(value)
-    if not file.is_file():
-        raise BenchmarkError(where[0], where[1], where[2], f"image file {value} does not exist (looked in {base})")
+    try:
+        exists = file.is_file()
+    except OSError:  # e.g. a base64 image read as a path: "File name too long"
+        exists = False
+    if not exists:
+        shown = value if len(value) <= 80 else show(value)
+        raise BenchmarkError(where[0], where[1], where[2], f"image file {shown} does not exist (looked in "
+                             f"{base}; a base64 image needs a loader that reads base64, e.g. simplevqa)")
     _check_image(file, where, f"image file {value}")
     return ImageRef(path=str(file))
 
@@ -227,8 +260,14 @@ def _parquet_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         yield number, row
 
 
+def is_parquet(path: Path) -> bool:
+    """By the file's magic bytes, not its name (MMSearch-R1 ships ``.pq``)."""
+    with path.open("rb") as fh:
+        return fh.read(4) == b"PAR1"
+
+
 def _rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    return _parquet_rows(path) if path.suffix == ".parquet" else json_lines(path)
+    return _parquet_rows(path) if is_parquet(path) else json_lines(path)
 
 
 def _question_of(prompt: Any, where: tuple[Path, int, str]) -> str:
@@ -280,18 +319,23 @@ def _first(row: Mapping[str, Any], keys: tuple[str, ...]) -> tuple[str, Any]:
     return keys[0], None
 
 
+def tried(keys: tuple[str, ...]) -> str:
+    return f"(tried {', '.join(keys)})"
+
+
 _VQA_QUESTION = ("question", "query", "prompt")
-_VQA_IMAGES = ("images", "image", "image_path", "image_paths", "image_url", "image_urls")
-_VQA_ANSWER = ("answer", "gold_answer", "ground_truth")
-_VQA_ALIASES = ("aliases", "answer_aliases", "candidate_answers", "answers")
-_VQA_ID = ("id", "qid", "question_id", "data_id")
+_VQA_IMAGES = ("images", "image", "image_path", "image_paths", "image_url", "image_urls", "query_image")
+_VQA_ANSWER = ("answer", "gold_answer", "ground_truth", "gt_answer")
+_VQA_ALIASES = ("aliases", "answer_aliases", "candidate_answers", "answers", "alternative_gt_answers")
+_VQA_ID = ("id", "qid", "question_id", "data_id", "sample_id")
 
 
-def _items(name: str, path: Path, keys: dict[str, tuple[str, ...]]) -> Iterator[EvalItem]:
-    for number, row in _rows(path):
+def _items(name: str, path: Path, keys: dict[str, tuple[str, ...]],
+           rows: Iterator[tuple[int, dict[str, Any]]] | None = None) -> Iterator[EvalItem]:
+    for number, row in rows if rows is not None else _rows(path):
         qkey, question = _first(row, keys["question"])
         if not isinstance(question, str) or not question.strip():
-            raise BenchmarkError(path, number, qkey, "missing or not a non-empty string")
+            raise BenchmarkError(path, number, qkey, f"missing or not a non-empty string {tried(keys['question'])}")
         akey, answer = _first(row, keys["answer"])
         _, aliases = _first(row, keys["aliases"])
         ikey, images = _first(row, keys["images"])
@@ -303,7 +347,7 @@ def _items(name: str, path: Path, keys: dict[str, tuple[str, ...]]) -> Iterator[
             benchmark=name,
             item_id=str(item_id) if item_id is not None else f"line{number}",
             question=question.strip(),
-            ground_truth=_ground_truth(answer, aliases, (path, number, akey)),
+            ground_truth=_ground_truth(answer, aliases, (path, number, akey), keys["answer"]),
             images=_image_refs(images, path.parent, (path, number, ikey)),
             protocol=protocol,
         )
@@ -316,8 +360,26 @@ def load_vqa_jsonl(name: str, path: Path) -> Iterator[EvalItem]:
     return _items(name, path, keys)
 
 
+GENERIC_KEYS = ("id", "question", "images", "answer", "aliases", "protocol")
+
+
 @register_format("generic")
 def load_generic(name: str, path: Path) -> Iterator[EvalItem]:
+    """The documented minimal layout, exactly: a key it does not know (a misspelt ``image``) is an error, not a
+    silently dropped field."""
     keys = {"question": ("question",), "answer": ("answer",), "aliases": ("aliases",), "images": ("images",),
             "id": ("id",)}
-    return _items(name, path, keys)
+
+    def checked() -> Iterator[tuple[int, dict[str, Any]]]:
+        for number, row in _rows(path):
+            unknown = sorted(set(row) - set(GENERIC_KEYS))
+            if unknown:
+                raise BenchmarkError(path, number, unknown[0], f"unknown key(s) {', '.join(map(show, unknown))}; "
+                                     f"generic knows {', '.join(GENERIC_KEYS)}")
+            yield number, row
+
+    return _items(name, path, keys, checked())
+
+
+# the named loaders of the upstream layouts register themselves on import
+from verl_ext.eval import upstream as _upstream  # noqa: E402,F401  (after the helpers it uses)

@@ -94,6 +94,7 @@ class RunConfig:
             "endpoints": {"policy": self.policy.chat.url, "judge": self.judge.url, "tool_server": self.tool_url},
             "protocols": {"default": self.default_protocol, "by_benchmark": self.bench_protocols},
             "judge_passes": self.judge_passes, "runs": self.runs,
+            "benchmarks": {spec.name: spec.pin() for spec in self.benches},  # each loader and the layouts it found
         }
 
     def protocol(self, item: EvalItem) -> Protocol:

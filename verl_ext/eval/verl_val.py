@@ -192,6 +192,7 @@ def run_pin(config: VerlValConfig, facts: RecipeFacts) -> dict[str, Any]:
         "endpoints": {"policy": f"verl validation (main_ppo +recipe={config.recipe})", "judge": config.judge.url,
                       "tool_server": config.tool_url},
         "judge_passes": config.judge_passes, "runs": config.runs,
+        "benchmarks": {spec.name: spec.pin() for spec in config.benches},  # each loader and the layouts it found
     }
 
 
