@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -245,19 +245,9 @@ def load_simplevqa(name: str, path: Path) -> Iterator[EvalItem]:
     Source: github.com/SimpleVQA/SimpleVQA at b94d1f3d05d7f488afcdcf95bfcd69bcb279111e
     (``data_engineering/vqa_request/simplevqa_request_lvlm_api_parallel.py``) and the dataset card."""
     container, rows = table(path)
-    for number, row in rows:
-        ikey, value = need(row, _SVQA_IMAGE, path, number, "image")
-        refs, kind = images(value, (path.parent,), (path, number, ikey))
-        qkey, question = need(row, ("question",), path, number, "question")
-        akey, answer = need(row, ("answer",), path, number, "answer")
-        _, item_id = pick(row, ("data_id", "id"))
-        yield EvalItem(
-            benchmark=name, item_id=str(item_id) if item_id is not None else f"line{number}",
-            question=_text(question, path, number, qkey),
-            ground_truth=_ground_truth(answer, None, (path, number, akey), ("answer",)), images=refs,
-            extra={k: row[k] for k in ("language", "original_category") if row.get(k) is not None},
-            layout=f"{container}; {ikey}: {kind}; answer {answer_form(answer)}",
-        )
+    yield from _one_image_items(name, path, container, rows, image_keys=_SVQA_IMAGE, question_keys=("question",),
+                                answer_keys=("answer",), id_keys=("data_id", "id"), bases=(path.parent,),
+                                extra_keys=("language", "original_category"))
 
 
 _HR_IMAGE = ("query_image", "image", "images")
@@ -278,17 +268,9 @@ def load_hr_mmsearch(name: str, path: Path) -> Iterator[EvalItem]:
         if isinstance(row.get("prompt"), list) and isinstance(row.get("reward_model"), Mapping):
             yield _mars_item(name, path, number, row, container)
             continue
-        ikey, value = need(row, _HR_IMAGE, path, number, "image column")
-        refs, kind = images(value, (path.parent,), (path, number, ikey))
-        qkey, question = need(row, _HR_QUESTION, path, number, "question")
-        akey, answer = need(row, _HR_ANSWER, path, number, "answer")
-        _, item_id = pick(row, ("id", "sample_id", "data_id"))
-        yield EvalItem(
-            benchmark=name, item_id=str(item_id) if item_id is not None else f"line{number}",
-            question=_text(question, path, number, qkey),
-            ground_truth=_ground_truth(answer, None, (path, number, akey), _HR_ANSWER), images=refs,
-            layout=f"{container}; {ikey}: {kind}; {akey} {answer_form(answer)}",
-        )
+        yield from _one_image_items(name, path, container, [(number, row)], image_keys=_HR_IMAGE,
+                                    question_keys=_HR_QUESTION, answer_keys=_HR_ANSWER,
+                                    id_keys=("id", "sample_id", "data_id"), bases=(path.parent,))
 
 
 def _image_dirs(path: Path) -> tuple[Path, ...]:
@@ -364,17 +346,28 @@ def load_browsecomp_vl(name: str, path: Path) -> Iterator[EvalItem]:
     ``ground_truth`` also tried). Source: github.com/Alibaba-NLP/WebAgent at 9ef32e9817eff419630641263340e5af46c24150
     (``WebAgent/WebWatcher/infer/scripts_eval/agent_eval.py``); the data file itself was not readable here."""
     container, rows = table(path)
-    bases = (path.parent, path.parent / "images")
+    yield from _one_image_items(name, path, container, rows, image_keys=_BCVL_IMAGE, question_keys=_BCVL_QUESTION,
+                                answer_keys=_BCVL_ANSWER, id_keys=("id", "qid", "question_id"),
+                                bases=(path.parent, path.parent / "images"))
+
+
+def _one_image_items(name: str, path: Path, container: str, rows: Iterable[tuple[int, Mapping[str, Any]]], *,
+                     image_keys: tuple[str, ...], question_keys: tuple[str, ...], answer_keys: tuple[str, ...],
+                     id_keys: tuple[str, ...], bases: tuple[Path, ...],
+                     extra_keys: tuple[str, ...] = ()) -> Iterator[EvalItem]:
+    """The items of a flat layout (image, question, answer and id columns, each under one of a few names), the
+    image required: SimpleVQA, HR-MMSearch, BrowseComp-VL."""
     for number, row in rows:
-        qkey, question = need(row, _BCVL_QUESTION, path, number, "question")
-        ikey, value = need(row, _BCVL_IMAGE, path, number, "image")
+        ikey, value = need(row, image_keys, path, number, "image column")
         refs, kind = images(value, bases, (path, number, ikey))
-        akey, answer = need(row, _BCVL_ANSWER, path, number, "answer")
-        _, item_id = pick(row, ("id", "qid", "question_id"))
+        qkey, question = need(row, question_keys, path, number, "question")
+        akey, answer = need(row, answer_keys, path, number, "answer")
+        _, item_id = pick(row, id_keys)
         yield EvalItem(
             benchmark=name, item_id=str(item_id) if item_id is not None else f"line{number}",
             question=_text(question, path, number, qkey),
-            ground_truth=_ground_truth(answer, None, (path, number, akey), _BCVL_ANSWER), images=refs,
+            ground_truth=_ground_truth(answer, None, (path, number, akey), answer_keys), images=refs,
+            extra={k: row[k] for k in extra_keys if row.get(k) is not None},
             layout=f"{container}; {ikey}: {kind}; {akey} {answer_form(answer)}",
         )
 

@@ -22,21 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from data_gen.common.usage import OneLineParser, positive_int
-from verl_ext.rllm.episode import PROTOCOL_OF_AGENT, SearchTask
+from verl_ext.rllm.episode import PROTOCOL_OF_AGENT, SearchTask, plain
 
 AGENT_OF_PROTOCOL = {"neos": "neos_search", "modalsearch": "modalsearch_react"}
 EVALUATOR_OF_PROTOCOL = {"neos": "neos_answer_judge", "modalsearch": "modalsearch_reward"}
-
-
-def _plain(value: Any) -> Any:
-    """Parquet cells as JSON values (numpy arrays to lists)."""
-    if hasattr(value, "tolist"):
-        value = value.tolist()
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
 
 
 def _suffix(data: bytes) -> str:
@@ -122,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         table = pd.read_parquet(args.tasks)
     except (OSError, ValueError) as e:  # not a parquet file
         p.error(f"--tasks: {args.tasks}: not a readable parquet file ({e})")
-    rows = [{k: _plain(v) for k, v in r.items()} for r in table.to_dict("records")]
+    rows = [plain(r) for r in table.to_dict("records")]
     try:
         summary = export(rows[: args.max_rows], args.out, name=args.name or args.out.name)
     except ValueError as e:  # a row that is no task, or rows mixing splits: the file is the bad input
