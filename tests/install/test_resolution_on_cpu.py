@@ -61,7 +61,7 @@ class Resolution:
 def resolve(requirements: list[str], python: str, glibc: str, tmp: Path) -> Resolution:
     """``uv pip compile`` of ``requirements`` for CPython ``python`` on manylinux ``glibc`` x86-64; installs nothing.
     Skips the calling test when the index cannot be reached."""
-    uv = shutil.which("uv") or shutil.which("uv", path=str(Path(sys.executable).parent))
+    uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")  # the locked one first
     if uv is None:
         pytest.skip("uv is not installed (the `test` extra brings it): the resolution tests need it")
     tmp.mkdir(parents=True, exist_ok=True)
