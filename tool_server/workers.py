@@ -34,6 +34,7 @@ import aiohttp
 from aiohttp import web
 
 from tool_server.app import read_call_body
+from tool_server.connections import GuardedAppRunner
 from tool_server.errors import ToolError
 from tool_server.limits import MAX_BODY_BYTES, BodyBudget
 from tool_server.loop import run, until_terminated
@@ -335,7 +336,7 @@ class Router:
 
 def serve_workers(args: argparse.Namespace, sock: socket.socket) -> int:
     """Load the world, fork ``args.workers`` workers, route on ``sock`` until interrupted."""
-    from tool_server.__main__ import LISTEN_BACKLOG, announce, load_world
+    from tool_server.__main__ import LISTEN_BACKLOG, announce, connection_limits, load_world
 
     world = load_world(args)
     world.wait_features()  # loaded before the fork: every worker shares the features instead of computing them
@@ -361,7 +362,7 @@ def serve_workers(args: argparse.Namespace, sock: socket.socket) -> int:
                         raise OSError(f"server process {procs.index(proc)} did not start")
             async def serve() -> None:
                 router = Router(procs, paths, bodies=BodyBudget(args.inflight_body_mib * 2**20))
-                runner = web.AppRunner(router.app(), access_log=None)
+                runner = GuardedAppRunner(router.app(), connection_limits(args), access_log=None)
                 await runner.setup()
                 await web.SockSite(runner, sock, backlog=LISTEN_BACKLOG).start()
                 announce(args, sock, world, f" {args.workers} workers")
