@@ -4,7 +4,8 @@ aiohttp's ``AppRunner`` keeps an idle connection for 3,630 s and accepts every c
 a 1,024 file limit made every new client fail with resets. Here a connection over the cap gets one 503 JSON answer
 and is closed at once (its file descriptor freed; the open connections keep working), one idle longer than the
 keep-alive timeout is closed, and one that started a request but has not finished its headers within the header
-timeout is cut (a client trickling a header byte at a time).
+timeout is cut (a client trickling a header byte at a time). aiohttp's own answers to requests it cannot parse (a bad
+request line, a header over its size limit) are our JSON error body, not its plain text.
 """
 
 from __future__ import annotations
@@ -13,9 +14,13 @@ import asyncio
 import json
 import logging
 from dataclasses import dataclass
+from http import HTTPStatus
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_request import BaseRequest
+
+from tool_server.errors import ToolError
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +54,22 @@ def _refusal(limit: int) -> bytes:
     return head.encode() + body
 
 
-class _HeaderTimedHandler(RequestHandler):
+# aiohttp's own error answers (a request it could not parse, a handler that failed or timed out) by status
+_AIOHTTP_ERROR_TYPES = {400: "bad_http_request", 413: "body_too_large", 500: "internal_error", 504: "timeout"}
+
+
+def _json_error(status: int, message: str | None) -> web.Response:
+    """Our error body for one of aiohttp's own error answers (it closes the connection, as aiohttp's does)."""
+    type_ = _AIOHTTP_ERROR_TYPES.get(status, "http_error")
+    error = ToolError(type_, message or HTTPStatus(status).phrase)  # clips a message quoting the client's bytes
+    response = web.json_response({"error": error.to_json()}, status=status)
+    response.force_close()
+    return response
+
+
+class _Handler(RequestHandler):
     """aiohttp's connection handler with a deadline on a request's headers, armed by its first bytes (aiohttp's own
-    keep-alive timer covers a connection that sends nothing)."""
+    keep-alive timer covers a connection that sends nothing), and JSON error bodies for aiohttp's own errors."""
 
     def __init__(self, manager: GuardedServer, *, header_timeout_s: float, **kwargs) -> None:
         super().__init__(manager, **kwargs)
@@ -66,6 +84,12 @@ class _HeaderTimedHandler(RequestHandler):
         elif self._header_deadline is None and self._idle():
             count = self._request_count
             self._header_deadline = self._loop.call_later(self._header_timeout_s, self._headers_late, count)
+
+    def handle_error(
+        self, request: BaseRequest, status: int = 500, exc: BaseException | None = None, message: str | None = None
+    ) -> web.StreamResponse:
+        super().handle_error(request, status, exc, message)  # its logging, and its refusal once bytes were sent
+        return _json_error(status, message if status < 500 else None)  # a 5xx message may hold a traceback
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._disarm()
@@ -95,7 +119,7 @@ class GuardedServer(web.Server):
         self.refused = 0
 
     def __call__(self) -> RequestHandler:
-        return _HeaderTimedHandler(
+        return _Handler(
             self, loop=self._loop, header_timeout_s=self.limits.header_timeout_s, **self._kwargs
         )
 

@@ -124,6 +124,20 @@ def merge_metrics(texts: list[str], less: Mapping[str, float] | None = None) -> 
     return "\n".join(out) + "\n"
 
 
+def _json_http_errors(handler):
+    """``handler`` with aiohttp's HTTP errors (a body over the 64 MiB limit: 413) answered as our JSON error body."""
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except web.HTTPException as e:
+            if e.status < 400:
+                raise
+            return _error(e.status, "body_too_large" if e.status == 413 else "http_error", e.reason)
+
+    return answer
+
+
 class Router:
     """``connect_retry_s``: how long a call waits for a live worker that accepts no connection before a 503
     ``worker_busy``."""
@@ -343,13 +357,14 @@ class Router:
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY_BYTES)
-        app.router.add_route("*", "/v1/sessions/{session_id}/call", self.call)
-        app.router.add_post("/v1/sessions", self._budgeted(self.create_session))
-        app.router.add_route("*", "/v1/sessions/{session_id}", self._budgeted(self.session))
-        app.router.add_get("/metrics", self.metrics)
-        app.router.add_get("/healthz", self.healthz)
-        app.router.add_route("*", "/admin/mei_version", self._budgeted(self.mei_version))
-        app.router.add_route("*", "/{tail:.*}", self._budgeted(self.other))
+        add, budgeted = app.router.add_route, lambda handler: _json_http_errors(self._budgeted(handler))
+        add("*", "/v1/sessions/{session_id}/call", _json_http_errors(self.call))
+        add("POST", "/v1/sessions", budgeted(self.create_session))
+        add("*", "/v1/sessions/{session_id}", budgeted(self.session))
+        add("GET", "/metrics", self.metrics)
+        add("GET", "/healthz", self.healthz)
+        add("*", "/admin/mei_version", budgeted(self.mei_version))
+        add("*", "/{tail:.*}", budgeted(self.other))  # last: also every other method of /metrics and /healthz
 
         async def close(app: web.Application) -> None:
             for client in self._clients:

@@ -85,3 +85,22 @@ def test_an_idle_connection_is_closed_after_the_keepalive_timeout(address):
         s.settimeout(KEEPALIVE_S + 5)
         assert _read_all(s) == b""
         assert KEEPALIVE_S - 0.5 < time.monotonic() - start < KEEPALIVE_S + 2
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [b"BAD\x01 / HTTP/1.1\r\nHost: x\r\n\r\n", b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+     b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"b" * 9000 + b"\r\n\r\n"],
+    ids=["bad-method", "long-line", "long-header"],
+)
+def test_a_request_aiohttp_cannot_parse_gets_our_json_error(address, request_bytes):
+    assert_json_400(address, request_bytes)
+
+
+def assert_json_400(address, request_bytes: bytes) -> None:
+    """The server answers ``request_bytes`` with a 4xx whose body is our JSON error, then closes."""
+    with _connect(address) as s:
+        s.sendall(request_bytes)
+        head, body = _read_all(s).split(b"\r\n\r\n", 1)
+    assert head.split(b" ", 2)[1].startswith(b"4") and b"application/json" in head, head
+    assert json.loads(body)["error"]["type"] == "bad_http_request"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import json
 import os
 import signal
 import uuid
@@ -383,6 +384,25 @@ def test_a_session_open_in_flight_when_its_worker_dies_is_opened_on_a_live_worke
             assert all(body["session_id"].startswith("s0_") for _, body in answers)
             async with http.get("/metrics") as r:
                 assert 'tool_server_router_events_total{event="create_reopened"} 2' in await r.text()
+
+    with served(small_world, *_args(small_world, tmp_path, 2)) as base:
+        asyncio.run(load(base))
+
+
+def test_the_router_answers_every_4xx_with_our_json_error(small_world, tmp_path):
+    async def load(base: str) -> None:
+        async with aiohttp.ClientSession(base) as http:
+            over = b"{" + b" " * (64 * 2**20) + b"}"  # over the 64 MiB body limit, under the router's body budget
+            async with http.post("/v1/sessions", data=over, headers={"Content-Type": "application/json"}) as r:
+                assert r.status == 413 and r.content_type == "application/json"
+                assert (await r.json())["error"]["type"] == "body_too_large"
+        host, port = base.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"BAD\x01 / HTTP/1.1\r\nHost: x\r\n\r\n")
+        head, body = (await asyncio.wait_for(reader.read(), 10)).split(b"\r\n\r\n", 1)
+        writer.close()
+        assert b" 400 " in head and b"application/json" in head, head
+        assert json.loads(body)["error"]["type"] == "bad_http_request"
 
     with served(small_world, *_args(small_world, tmp_path, 2)) as base:
         asyncio.run(load(base))
