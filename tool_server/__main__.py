@@ -30,7 +30,7 @@ from tool_server.connections import ConnectionLimits, GuardedAppRunner
 from tool_server.loop import run, until_terminated
 from tool_server.mei import MEIConfig, build_interface
 from tool_server.net import SafeFetcher
-from tool_server.offline.world import OfflineWorld
+from tool_server.offline.world import OfflineWorld, remove_stale_index_dirs
 from tool_server.online import BackendError, LensClient, ReaderClient
 from tool_server.online.public import PublicImages
 from tool_server.online.web import OnlineBackends
@@ -140,6 +140,9 @@ LISTEN_BACKLOG = 4096
 
 
 def load_world(args: argparse.Namespace) -> OfflineWorld:
+    """The world, after removing the index directories that servers killed outright left behind."""
+    for path in remove_stale_index_dirs():
+        logging.getLogger(__name__).info("removed %s, left by a server process that is gone", path)
     return OfflineWorld.load(args.world, cache_dir=args.cache_dir, search_processes=args.search_processes)
 
 
