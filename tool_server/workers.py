@@ -225,10 +225,12 @@ class Router:
     async def create_session(self, request: web.Request) -> web.Response:
         """The next live worker in turn opens it; one that refuses it for its share of a limit being full (the
         client's quota, the session cap, the image budget) passes it to the next, so the limits hold for the whole
-        server, not per worker. The last refusal is the answer when every worker refuses."""
+        server, not per worker; one that dies with the open in flight passes it on too. The last refusal is the answer when
+        every worker refuses."""
         body = await request.read()
         answer: web.Response | None = None
-        first, n = next(self._turn), len(self._procs)
+        n = len(self._procs)
+        first = next(self._turn) if n else 0
         for index in ((first + k) % n for k in range(n)):  # each worker once, whatever other opens take meanwhile
             if not self.alive(index):
                 continue
