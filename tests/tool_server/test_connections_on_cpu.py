@@ -26,8 +26,7 @@ def address(small_world, tmp_path_factory):
 
 
 def _connect(address) -> socket.socket:
-    s = socket.create_connection(address, timeout=5)
-    return s
+    return socket.create_connection(address, timeout=5)
 
 
 def _read_all(s: socket.socket) -> bytes:
