@@ -1,6 +1,6 @@
 """``python -m tool_server --world DIR [--host H] [--port P] [--session-ttl S] [--mei-endpoint URL]
 [--mei-log PATH] [--cache-dir DIR] [--redis-url URL] [--online [--public-base-url URL] [--allow-private-network]]
-[--no-uvloop]``: serve both protocols' tools over the offline world, or (``--online``) over the web as well.
+[--max-connections N] [--keepalive-s S] [--header-timeout-s S] [--no-uvloop]``: serve both protocols' tools over the offline world, or (``--online``) over the web as well.
 Runs on uvloop when it is installed (``--no-uvloop``: asyncio's own loop)."""
 
 from __future__ import annotations
@@ -26,10 +26,11 @@ from data_gen.common.usage import (
 from data_gen.world.store import WorldError
 from tool_server.app import ServerSettings, create_app
 from tool_server.cache import TieredCache
+from tool_server.connections import ConnectionLimits, GuardedAppRunner
 from tool_server.loop import run, until_terminated
 from tool_server.mei import MEIConfig, build_interface
 from tool_server.net import SafeFetcher
-from tool_server.offline.world import OfflineWorld
+from tool_server.offline.world import OfflineWorld, remove_stale_index_dirs
 from tool_server.online import BackendError, LensClient, ReaderClient
 from tool_server.online.public import PublicImages
 from tool_server.online.web import OnlineBackends
@@ -98,6 +99,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-private-network", action="store_true",
                    help="with --online: also fetch from private/loopback addresses (for replay servers in tests; never "
                    "in production, it lets the policy reach the server's own network)")
+    p.add_argument("--max-connections", type=positive_int, default=ConnectionLimits.max_connections, metavar="N",
+                   help="open client connections on --port; one over it gets 503 too_many_connections and is closed "
+                   "(keep it under the file limit, ulimit -n) (default: %(default)s)")
+    p.add_argument("--keepalive-s", type=positive_float, default=ConnectionLimits.keepalive_s, metavar="SECONDS",
+                   help="a client connection with no request for this long (from its start or its last answer) is "
+                   "closed (default: %(default)g)")
+    p.add_argument("--header-timeout-s", type=positive_float, default=ConnectionLimits.header_timeout_s,
+                   metavar="SECONDS", help="a request whose headers are not all received this long after their first "
+                   "byte has its connection closed (default: %(default)g)")
     p.add_argument("--no-uvloop", action="store_true",
                    help="run on asyncio's own event loop even when uvloop is installed")
     p.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
@@ -130,6 +140,9 @@ LISTEN_BACKLOG = 4096
 
 
 def load_world(args: argparse.Namespace) -> OfflineWorld:
+    """The world, after removing the index directories that servers killed outright left behind."""
+    for path in remove_stale_index_dirs():
+        logging.getLogger(__name__).info("removed %s, left by a server process that is gone", path)
     return OfflineWorld.load(args.world, cache_dir=args.cache_dir, search_processes=args.search_processes)
 
 
@@ -164,6 +177,13 @@ def server_settings(args: argparse.Namespace, *, share: int = 1, **extra) -> Ser
     )
 
 
+def connection_limits(args: argparse.Namespace) -> ConnectionLimits:
+    """The limits on the public port's client connections (the router's with --workers)."""
+    return ConnectionLimits(
+        max_connections=args.max_connections, keepalive_s=args.keepalive_s, header_timeout_s=args.header_timeout_s
+    )
+
+
 def announce(args: argparse.Namespace, sock: socket.socket, world: OfflineWorld, extra: str = "") -> None:
     """The line ``tool_server.launch.served`` (and an operator) waits for: address, world, mode."""
     host, port = sock.getsockname()[:2]
@@ -181,7 +201,7 @@ async def _serve(args: argparse.Namespace, sock: socket.socket) -> None:
     # the world and its indexes are millions of objects that live as long as the process: out of the collector's
     # sight, a full collection no longer walks them (it took ~9% of the CPU of an uncached search under load)
     gc.freeze()
-    runner = web.AppRunner(app, access_log=None)
+    runner = GuardedAppRunner(app, connection_limits(args), access_log=None)
     await runner.setup()
     site = web.SockSite(runner, sock, backlog=LISTEN_BACKLOG)
     await site.start()

@@ -6,8 +6,9 @@ pages). Each worker is the ordinary one-process server on a Unix socket, its ses
 router (this process) sends ``POST /v1/sessions`` to the live workers in turn and every later call of a session to
 the worker whose index its id names, so a session's register is always where its calls go. A worker that died
 turns its sessions' calls into ``worker_unavailable`` (503: the session is lost; the agent loop ends that episode as
-tool instability) while the other workers' sessions go on and new sessions avoid it. ``/metrics`` is the sum of the
-workers' series plus ``tool_server_workers{state}``; ``/healthz`` sums their sessions. An MEI version announcement
+tool instability) while the other workers' sessions go on and new sessions avoid it (a session open in flight when
+its worker dies is asked of a live one). ``/metrics`` is the sum of the workers' series (less the refusals a worker
+counted for a session open another worker then took) plus ``tool_server_workers{state}``; ``/healthz`` sums their sessions. An MEI version announcement
 (``POST /admin/mei_version``) goes to every live worker before it is answered, so a session opened on any worker after
 the trainer's announce is fixed to the new version.
 """
@@ -28,12 +29,14 @@ import socket
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 
 import aiohttp
 from aiohttp import web
 
 from tool_server.app import read_call_body
+from tool_server.connections import GuardedAppRunner
 from tool_server.errors import ToolError
 from tool_server.limits import MAX_BODY_BYTES, BodyBudget
 from tool_server.loop import run, until_terminated
@@ -46,6 +49,9 @@ _SESSION_WORKER = re.compile(r"^s([0-9]{1,4})_")  # ASCII and short: "\d+" took 
 _FORWARDED_HEADERS = ("Content-Type",)
 # a worker's share of a server-wide limit is full: another worker may still have room for the session
 _SHARE_FULL = frozenset({"session_quota", "too_many_sessions", "server_memory_full"})
+# a session open is asked of the next live worker: that one's share was full, or it died with the open in flight (the
+# session it may have begun died with it)
+_ASK_NEXT = _SHARE_FULL | {"worker_unavailable"}
 
 
 def _error(status: int, type_: str, message: str, field: str | None = None) -> web.Response:
@@ -87,8 +93,9 @@ def _worker_main(index: int, args: argparse.Namespace, world, path: str, ready, 
         world.close(wait=True)
 
 
-def merge_metrics(texts: list[str]) -> str:
-    """Prometheus text of several processes as one: every series summed, families kept together."""
+def merge_metrics(texts: list[str], less: Mapping[str, float] | None = None) -> str:
+    """Prometheus text of several processes as one: every series summed, families kept together; ``less``: what to
+    take off a series (the refusals one worker counted for a session open that another then answered)."""
     families: dict[str, list[str]] = {}  # family -> its HELP/TYPE lines then its series keys, first seen first
     values: dict[str, float] = {}
     for text in texts:
@@ -107,11 +114,28 @@ def merge_metrics(texts: list[str]) -> str:
                 families.setdefault(family, []).append(key)
                 values[key] = 0.0
             values[key] += float(value)
+    for key, n in (less or {}).items():
+        if key in values:
+            values[key] -= n
     out = []
     for lines in families.values():
         for item in lines:
             out.append(item if item.startswith("# ") else f"{item} {values[item]:g}")
     return "\n".join(out) + "\n"
+
+
+def _json_http_errors(handler):
+    """``handler`` with aiohttp's HTTP errors (a body over the 64 MiB limit: 413) answered as our JSON error body."""
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except web.HTTPException as e:
+            if e.status < 400:
+                raise
+            return _error(e.status, "body_too_large" if e.status == 413 else "http_error", e.reason)
+
+    return answer
 
 
 class Router:
@@ -125,8 +149,10 @@ class Router:
         self._connect_retry_s = connect_retry_s
         # connect_retries: connections a live worker did not accept at once; busy: calls refused after retrying for
         # connect_retry_s; broken_connections: calls whose connection broke while the worker lived on;
-        # create_passed_on: session opens a worker refused for its share of a limit, asked of the next
+        # create_passed_on: session opens a worker refused for its share of a limit, asked of the next;
+        # create_reopened: session opens in flight on a worker that died, asked of the next
         self.counters: Counter[str] = Counter()
+        self.refusals_passed_on: Counter[str] = Counter()  # by error type: counted by a worker, never seen by a client
         self._clients = [
             aiohttp.ClientSession(
                 "http://worker",
@@ -199,19 +225,31 @@ class Router:
     async def create_session(self, request: web.Request) -> web.Response:
         """The next live worker in turn opens it; one that refuses it for its share of a limit being full (the
         client's quota, the session cap, the image budget) passes it to the next, so the limits hold for the whole
-        server, not per worker. The last refusal is the answer when every worker refuses."""
+        server, not per worker; one that dies with the open in flight passes it on too. The last refusal is the answer when
+        every worker refuses."""
         body = await request.read()
         answer: web.Response | None = None
-        for _ in range(len(self._procs)):
-            index = next(self._turn)
+        n = len(self._procs)
+        first = next(self._turn) if n else 0
+        for index in ((first + k) % n for k in range(n)):  # each worker once, whatever other opens take meanwhile
             if not self.alive(index):
                 continue
-            if answer is not None:  # the previous worker's share was full
-                self.counters["create_passed_on"] += 1
+            if answer is not None:
+                self._passed_on(answer)
             answer = await self._forward(request, index, body)
-            if _error_type(answer) not in _SHARE_FULL:
+            if _error_type(answer) not in _ASK_NEXT:
                 return answer
         return answer or _error(503, "worker_unavailable", "no server process is running")
+
+    def _passed_on(self, answer: web.Response) -> None:
+        """Count a session open asked of the next worker: its share was full (that worker counted the refusal, which
+        the merged ``/metrics`` takes back: the client saw none), or it died with the open in flight."""
+        type_ = _error_type(answer)
+        if type_ in _SHARE_FULL:
+            self.counters["create_passed_on"] += 1
+            self.refusals_passed_on[type_] += 1
+        else:
+            self.counters["create_reopened"] += 1
 
     async def call(self, request: web.Request) -> web.Response:
         """A tool call, its body read here under the call limit: the worker refuses a larger one, but only after the
@@ -258,18 +296,22 @@ class Router:
 
     async def metrics(self, request: web.Request) -> web.Response:
         alive = sum(self.alive(i) for i in range(len(self._procs)))
-        text = merge_metrics(await self._gather("/metrics"))
+        passed_on = {f'tool_errors_total{{type="{t}"}}': n for t, n in self.refusals_passed_on.items()}
+        text = merge_metrics(await self._gather("/metrics"), less=passed_on)
         text += (
             "# HELP tool_server_workers Server processes behind the router.\n# TYPE tool_server_workers gauge\n"
             f'tool_server_workers{{state="alive"}} {alive}\ntool_server_workers{{state="dead"}} '
             f"{len(self._procs) - alive}\n"
             "# HELP tool_server_router_events_total Connections to live workers retried, calls refused busy, "
             "connections broken mid-call, session opens passed on by a worker whose share of a limit was full, "
-            "large bodies refused by the router's body budget (server_busy).\n"
+            "session opens in flight on a worker that died asked of another, large bodies refused by the router's body budget (server_busy).\n"
             "# TYPE tool_server_router_events_total counter\n"
             + "".join(
                 f'tool_server_router_events_total{{event="{k}"}} {self.counters[k]}\n'
-                for k in ("connect_retries", "busy", "broken_connections", "create_passed_on", "server_busy")
+                for k in (
+                    "connect_retries", "busy", "broken_connections", "create_passed_on", "create_reopened",
+                    "server_busy",
+                )
             )
         )
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
@@ -317,13 +359,14 @@ class Router:
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY_BYTES)
-        app.router.add_route("*", "/v1/sessions/{session_id}/call", self.call)
-        app.router.add_post("/v1/sessions", self._budgeted(self.create_session))
-        app.router.add_route("*", "/v1/sessions/{session_id}", self._budgeted(self.session))
-        app.router.add_get("/metrics", self.metrics)
-        app.router.add_get("/healthz", self.healthz)
-        app.router.add_route("*", "/admin/mei_version", self._budgeted(self.mei_version))
-        app.router.add_route("*", "/{tail:.*}", self._budgeted(self.other))
+        add, budgeted = app.router.add_route, lambda handler: _json_http_errors(self._budgeted(handler))
+        add("*", "/v1/sessions/{session_id}/call", _json_http_errors(self.call))
+        add("POST", "/v1/sessions", budgeted(self.create_session))
+        add("*", "/v1/sessions/{session_id}", budgeted(self.session))
+        add("GET", "/metrics", self.metrics)
+        add("GET", "/healthz", self.healthz)
+        add("*", "/admin/mei_version", budgeted(self.mei_version))
+        add("*", "/{tail:.*}", budgeted(self.other))  # last: also every other method of /metrics and /healthz
 
         async def close(app: web.Application) -> None:
             for client in self._clients:
@@ -335,7 +378,7 @@ class Router:
 
 def serve_workers(args: argparse.Namespace, sock: socket.socket) -> int:
     """Load the world, fork ``args.workers`` workers, route on ``sock`` until interrupted."""
-    from tool_server.__main__ import LISTEN_BACKLOG, announce, load_world
+    from tool_server.__main__ import LISTEN_BACKLOG, announce, connection_limits, load_world
 
     world = load_world(args)
     world.wait_features()  # loaded before the fork: every worker shares the features instead of computing them
@@ -361,7 +404,7 @@ def serve_workers(args: argparse.Namespace, sock: socket.socket) -> int:
                         raise OSError(f"server process {procs.index(proc)} did not start")
             async def serve() -> None:
                 router = Router(procs, paths, bodies=BodyBudget(args.inflight_body_mib * 2**20))
-                runner = web.AppRunner(router.app(), access_log=None)
+                runner = GuardedAppRunner(router.app(), connection_limits(args), access_log=None)
                 await runner.setup()
                 await web.SockSite(runner, sock, backlog=LISTEN_BACKLOG).start()
                 announce(args, sock, world, f" {args.workers} workers")

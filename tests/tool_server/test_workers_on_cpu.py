@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import json
 import os
 import signal
 import uuid
@@ -349,3 +350,59 @@ async def test_the_router_reads_only_ascii_worker_indexes_of_bounded_length(tmp_
     finally:
         for proc in procs:
             proc.kill()
+
+
+def test_merge_metrics_takes_off_what_it_is_told():
+    a = '# HELP e E.\n# TYPE e counter\ne{type="session_quota"} 3\n'
+    assert merge_metrics([a, a], less={'e{type="session_quota"}': 2, "absent": 1}).endswith('e{type="session_quota"} 4\n')
+
+
+def test_merged_metrics_count_each_session_quota_refusal_once(small_world, tmp_path):
+    async def load(base: str) -> None:
+        async with aiohttp.ClientSession(base) as http:
+            statuses = [(await _post(http, "/v1/sessions", {}))[0] for _ in range(5)]
+            assert statuses == [200, 200, 429, 429, 429]  # a quota of 2 split 1 and 1 between the workers
+            async with http.get("/metrics") as r:
+                text = await r.text()
+            assert 'tool_errors_total{type="session_quota"} 3\n' in text, text
+
+    with served(small_world, *_args(small_world, tmp_path, 2), "--max-sessions-per-client", "2") as base:
+        asyncio.run(load(base))
+
+
+def test_a_session_open_in_flight_when_its_worker_dies_is_opened_on_a_live_worker(small_world, tmp_path):
+    async def load(base: str) -> None:
+        async with aiohttp.ClientSession(base, connector=aiohttp.TCPConnector(limit=0)) as http:
+            async with http.get("/healthz") as r:
+                pids = (await r.json())["worker_pids"]
+            os.kill(pids[1], signal.SIGSTOP)  # the open sent to it waits, in flight
+            opens = [asyncio.create_task(_post(http, "/v1/sessions", {})) for _ in range(4)]
+            await asyncio.sleep(0.5)
+            os.kill(pids[1], signal.SIGKILL)
+            answers = await asyncio.wait_for(asyncio.gather(*opens), 20)
+            assert [status for status, _ in answers] == [200] * 4, answers
+            assert all(body["session_id"].startswith("s0_") for _, body in answers)
+            async with http.get("/metrics") as r:
+                assert 'tool_server_router_events_total{event="create_reopened"} 2' in await r.text()
+
+    with served(small_world, *_args(small_world, tmp_path, 2)) as base:
+        asyncio.run(load(base))
+
+
+def test_the_router_answers_every_4xx_with_our_json_error(small_world, tmp_path):
+    async def load(base: str) -> None:
+        async with aiohttp.ClientSession(base) as http:
+            over = b"{" + b" " * (64 * 2**20) + b"}"  # over the 64 MiB body limit, under the router's body budget
+            async with http.post("/v1/sessions", data=over, headers={"Content-Type": "application/json"}) as r:
+                assert r.status == 413 and r.content_type == "application/json"
+                assert (await r.json())["error"]["type"] == "body_too_large"
+        host, port = base.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"BAD\x01 / HTTP/1.1\r\nHost: x\r\n\r\n")
+        head, body = (await asyncio.wait_for(reader.read(), 10)).split(b"\r\n\r\n", 1)
+        writer.close()
+        assert b" 400 " in head and b"application/json" in head, head
+        assert json.loads(body)["error"]["type"] == "bad_http_request"
+
+    with served(small_world, *_args(small_world, tmp_path, 2)) as base:
+        asyncio.run(load(base))

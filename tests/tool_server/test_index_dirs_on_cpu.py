@@ -1,0 +1,56 @@
+"""The mapped reverse-search index directory a server killed outright leaves in the temp directory (~12 MB each kill
+-9) is removed when a server starts; those of live processes are left."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from tool_server.launch import start
+from tool_server.offline.world import INDEX_DIR_PREFIX, remove_stale_index_dirs
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_only_the_directories_of_gone_processes_are_removed(tmp_path):
+    gone = tmp_path / f"{INDEX_DIR_PREFIX}{_dead_pid()}-abc"
+    live = tmp_path / f"{INDEX_DIR_PREFIX}{os.getpid()}-abc"
+    unnamed = tmp_path / f"{INDEX_DIR_PREFIX}abc12345"  # no owner in its name: left alone
+    for path in (gone, live, unnamed):
+        path.mkdir()
+        (path / "table.npy").write_bytes(b"x")
+    assert remove_stale_index_dirs(tmp_path) == [gone]
+    assert not gone.exists() and live.exists() and unnamed.exists()
+
+
+def _index_dirs(tmp) -> set[str]:
+    return {p.name for p in tmp.glob(f"{INDEX_DIR_PREFIX}*")}
+
+
+def test_a_server_removes_the_index_directory_a_killed_one_left(small_world, tmp_path, monkeypatch):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))  # the servers' temp directory
+    argv = ["--world", str(small_world), "--port", "0", "--no-ocr", "--mei-log", str(tmp_path / "mei.jsonl"),
+            "--workers", "2", "--search-processes", "1"]  # the index is mapped before the workers fork
+    killed, _ = start(argv)
+    left = _index_dirs(tmp)
+    assert len(left) == 1 and left.pop().startswith(f"{INDEX_DIR_PREFIX}{killed.pid}-")
+    killed.send_signal(signal.SIGKILL)
+    killed.wait(timeout=30)
+    time.sleep(1.5)  # its workers notice their router is gone and exit
+    assert len(_index_dirs(tmp)) == 1  # left behind
+    proc, _ = start(argv)
+    try:
+        assert [name.startswith(f"{INDEX_DIR_PREFIX}{proc.pid}-") for name in _index_dirs(tmp)] == [True]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert _index_dirs(tmp) == set()
