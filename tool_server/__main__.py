@@ -1,7 +1,7 @@
-"""``python -m tool_server --world DIR [--host H] [--port P] [--session-ttl S] [--mei-endpoint URL]
-[--mei-log PATH] [--cache-dir DIR] [--redis-url URL] [--online [--public-base-url URL] [--allow-private-network]]
-[--max-connections N] [--keepalive-s S] [--header-timeout-s S] [--no-uvloop]``: serve both protocols' tools over the offline world, or (``--online``) over the web as well.
-Runs on uvloop when it is installed (``--no-uvloop``: asyncio's own loop)."""
+"""``python -m tool_server --world DIR [--host H] [--port P] [--session-ttl S] [--mei-endpoint URL] [--mei-log PATH]
+[--cache-dir DIR] [--redis-url URL] [--online [--public-base-url URL] [--allow-private-network]] [--max-connections N]
+[--keepalive-s S] [--header-timeout-s S] [--no-uvloop]``: serve both protocols' tools over the offline world, or
+(``--online``) over the web as well. Runs on uvloop when it is installed (``--no-uvloop``: asyncio's own loop)."""
 
 from __future__ import annotations
 

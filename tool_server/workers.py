@@ -6,11 +6,11 @@ pages). Each worker is the ordinary one-process server on a Unix socket, its ses
 router (this process) sends ``POST /v1/sessions`` to the live workers in turn and every later call of a session to
 the worker whose index its id names, so a session's register is always where its calls go. A worker that died
 turns its sessions' calls into ``worker_unavailable`` (503: the session is lost; the agent loop ends that episode as
-tool instability) while the other workers' sessions go on and new sessions avoid it (a session open in flight when
-its worker dies is asked of a live one). ``/metrics`` is the sum of the workers' series (less the refusals a worker
-counted for a session open another worker then took) plus ``tool_server_workers{state}``; ``/healthz`` sums their sessions. An MEI version announcement
-(``POST /admin/mei_version``) goes to every live worker before it is answered, so a session opened on any worker after
-the trainer's announce is fixed to the new version.
+tool instability) while the other workers' sessions go on and new sessions avoid it (a session open in flight when its
+worker dies is asked of a live one). ``/metrics`` is the sum of the workers' series (less the refusals a worker counted
+for a session open another worker then took) plus ``tool_server_workers{state}``; ``/healthz`` sums their sessions. An
+MEI version announcement (``POST /admin/mei_version``) goes to every live worker before it is answered, so a session
+opened on any worker after the trainer's announce is fixed to the new version.
 """
 
 from __future__ import annotations
@@ -225,8 +225,8 @@ class Router:
     async def create_session(self, request: web.Request) -> web.Response:
         """The next live worker in turn opens it; one that refuses it for its share of a limit being full (the
         client's quota, the session cap, the image budget) passes it to the next, so the limits hold for the whole
-        server, not per worker; one that dies with the open in flight passes it on too. The last refusal is the answer when
-        every worker refuses."""
+        server, not per worker; one that dies with the open in flight passes it on too. The last refusal is the answer
+        when every worker refuses."""
         body = await request.read()
         answer: web.Response | None = None
         n = len(self._procs)
@@ -304,7 +304,8 @@ class Router:
             f"{len(self._procs) - alive}\n"
             "# HELP tool_server_router_events_total Connections to live workers retried, calls refused busy, "
             "connections broken mid-call, session opens passed on by a worker whose share of a limit was full, "
-            "session opens in flight on a worker that died asked of another, large bodies refused by the router's body budget (server_busy).\n"
+            "session opens in flight on a worker that died asked of another, large bodies refused by the router's "
+            "body budget (server_busy).\n"
             "# TYPE tool_server_router_events_total counter\n"
             + "".join(
                 f'tool_server_router_events_total{{event="{k}"}} {self.counters[k]}\n'

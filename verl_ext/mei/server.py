@@ -214,8 +214,8 @@ async def announce(tool_server_url: str | Sequence[str], version: str, *, timeou
             raise RuntimeError(f"tool server at {url} refused MEI version {version}: HTTP {status} {str(body)[:200]}")
         if body.get("interface") != "model":
             raise RuntimeError(f"tool server at {url} answers MEI calls with the {body.get('interface')} "
-                               "interface, not a model MEI: trainer.v1.neos.mei.enable=true needs it started with --mei-endpoint "
-                               "<MEI server>/v1 (or set trainer.v1.neos.mei.enable=false)")
+                               "interface, not a model MEI: trainer.v1.neos.mei.enable=true needs it started with "
+                               "--mei-endpoint <MEI server>/v1 (or set trainer.v1.neos.mei.enable=false)")
 
     await asyncio.gather(*(one(url) for url in server_urls(tool_server_url)))
     return version
