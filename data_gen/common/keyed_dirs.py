@@ -24,6 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from data_gen.common.entry_lock import exclusive, hold_or_none
+
 KEEP_UNUSED_S = 7 * 24 * 3600.0  # a small world is ~20 MB, the tiny model ~40 MB: a week of them costs little
 
 
@@ -48,8 +50,7 @@ def use_keyed_dir(root: Path, family: str, key: str, build: Callable[[Path], Non
         os.utime(_lock_path(root, name))  # last use: other processes' pruning leaves it for keep_unused_s
         fcntl.flock(lock, fcntl.LOCK_SH)  # held from here on: nobody prunes it, built or half-built
         if not (path / ready).is_file():
-            with _open_lock(root, f"{name}.build") as building:  # one builder per key; the others wait, then find it
-                fcntl.flock(building, fcntl.LOCK_EX)
+            with exclusive(_lock_path(root, f"{name}.build")):  # one builder per key; the others wait, then find it
                 if not (path / ready).is_file():
                     prune_keyed_dirs(root, family, keep=key, keep_unused_s=keep_unused_s)
                     build(path)
@@ -79,11 +80,10 @@ def prune_keyed_dirs(root: Path, family: str, *, keep: str, keep_unused_s: float
         stamped = [lock_path] if lock_path.exists() else entries  # no lock file: built before locks, its build time
         if now - max((e.stat().st_mtime for e in stamped), default=0.0) < keep_unused_s:
             continue  # used recently: a checkout between test runs
-        with _open_lock(root, name) as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                continue  # in use or being built right now
+        lock = hold_or_none(lock_path)
+        if lock is None:
+            continue  # in use or being built right now
+        with lock:
             for entry in entries:
                 if entry.is_dir():
                     shutil.rmtree(entry, ignore_errors=True)
