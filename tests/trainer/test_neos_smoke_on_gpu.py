@@ -24,8 +24,9 @@ random MEI never writes valid JSON, so both are warm-started first, as in the pa
 
 It starts ``python -m verl_ext.mei.server`` (``NEOS_SMOKE_MEI`` as version v0) and ``python -m tool_server
 --mei-endpoint`` on the small world (``NEOS_SMOKE_WORLD``, default ``worlds/small``) on loopback, then the recipe with
-``NEOS_TOOL_SERVER_URL``, ``NEOS_MEI_*`` and ``NEOS_SMOKE_*`` pointing at them. Extra Hydra overrides for the run can
-be given in ``NEOS_SMOKE_OVERRIDES`` (space-separated), e.g. ``trainer.v1.neos.sampler.enable=true``. It prints
+``NEOS_TOOL_SERVER_URL``, ``NEOS_MEI_*`` and ``NEOS_SMOKE_*`` pointing at them. ``NEOS_SMOKE_MEI_ENGINE=vllm``
+serves the MEI with vLLM (``python -m verl_ext.mei.vllm_server``, checkpoints reloaded in place) instead. Extra
+Hydra overrides for the run can be given in ``NEOS_SMOKE_OVERRIDES`` (space-separated), e.g. ``trainer.v1.neos.sampler.enable=true``. It prints
 the MEI warm start's check (``warm_start.json`` beside ``NEOS_SMOKE_MEI``), each step's ``mei/*`` metrics (retained
 calls by source, selection counts, the update's loss and version) and the tool server's MEI outcomes (valid,
 repaired, fallback; invalid answers, timeouts), which say why calls fell back.
@@ -105,14 +106,19 @@ def test_three_policy_updates_and_one_mei_update(tmp_path, tiny_vl_model_dir, ve
     mei_port, tool_port = _free_port(), _free_port()
     mei_log = tmp_path / "mei" / "mei.jsonl"
     logs = {name: open(tmp_path / f"{name}.log", "w") for name in ("mei", "tools")}  # noqa: SIM115
-    mei = subprocess.Popen([sys.executable, "-m", "verl_ext.mei.server", "--model", str(mei_model), "--version", "v0",
-                            "--port", str(mei_port), "--max-new-tokens", "768"],
-                           env=env, stdout=logs["mei"], stderr=subprocess.STDOUT)
+    if os.environ.get("NEOS_SMOKE_MEI_ENGINE", "hf") == "vllm":  # the paper-scale engine, reloaded in place
+        mei_command = ["verl_ext.mei.vllm_server", "--model", str(mei_model), "--version", "v0", "--port",
+                       str(mei_port), "--max-new-tokens", "768", "--", "--gpu-memory-utilization", "0.12",
+                       "--max-model-len", "16384", "--enforce-eager", "--generation-config", "vllm"]
+    else:
+        mei_command = ["verl_ext.mei.server", "--model", str(mei_model), "--version", "v0", "--port", str(mei_port),
+                       "--max-new-tokens", "768"]
+    mei = subprocess.Popen([sys.executable, "-m", *mei_command], env=env, stdout=logs["mei"], stderr=subprocess.STDOUT)
     tools = subprocess.Popen([sys.executable, "-m", "tool_server", "--world", str(world), "--port", str(tool_port),
                               "--mei-endpoint", f"http://127.0.0.1:{mei_port}/v1", "--mei-log", str(mei_log),
                               "--no-ocr"], env=env, stdout=logs["tools"], stderr=subprocess.STDOUT)
     try:
-        _wait_ready(f"http://127.0.0.1:{mei_port}/admin/version", mei)
+        _wait_ready(f"http://127.0.0.1:{mei_port}/admin/version", mei, timeout_s=600)
         _wait_ready(f"http://127.0.0.1:{tool_port}/healthz", tools)
         env.update(NEOS_SMOKE_DATA=str(data), NEOS_SMOKE_MODEL=str(policy), NEOS_MEI_MODEL=str(mei_model),
                    NEOS_MEI_LOG=str(mei_log), NEOS_MEI_SERVER_URL=f"http://127.0.0.1:{mei_port}",

@@ -51,7 +51,8 @@ class Served:
     client: TransformersGenerateClient
 
 
-def _error(status: int, type_: str, message: str) -> web.Response:
+def error_response(status: int, type_: str, message: str) -> web.Response:
+    """The OpenAI-style error body every MEI server route answers with."""
     return web.json_response({"error": {"type": type_, "message": message}}, status=status)
 
 
@@ -96,6 +97,18 @@ async def complete(served: Served, messages: list[dict[str, Any]], sampling: dic
                       len(out.token_ids))
 
 
+async def load_request(request: web.Request) -> tuple[str, str] | web.Response:
+    """``POST /admin/load``'s body as ``(path, version)``, or the 400 answer to send."""
+    try:
+        body = await request.json()
+    except ValueError:
+        return error_response(400, "invalid_json", "the body is not JSON")
+    if not isinstance(body, dict) or not isinstance(body.get("path"), str) or not isinstance(
+            body.get("version"), str) or not body["version"]:
+        return error_response(400, "invalid_request", 'need {"path": str, "version": non-empty str}')
+    return body["path"], body["version"]
+
+
 class MEIServer:
     """The aiohttp application's state: the current checkpoint and how to load the next one."""
 
@@ -110,21 +123,21 @@ class MEIServer:
         try:
             body = await request.json()
         except ValueError:
-            return _error(400, "invalid_json", "the body is not JSON")
+            return error_response(400, "invalid_json", "the body is not JSON")
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
-            return _error(400, "invalid_request", "need a JSON object with a non-empty messages list")
+            return error_response(400, "invalid_request", "need a JSON object with a non-empty messages list")
         sampling: dict[str, Any] = {}
         for key, kind in (("temperature", float), ("top_p", float), ("max_tokens", int), ("seed", int)):
             value = body.get(key)
             if value is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                return _error(400, "invalid_request", f"{key} must be a non-negative number")
+                return error_response(400, "invalid_request", f"{key} must be a non-negative number")
             sampling[key] = kind(value)
         try:
             answer = await complete(served, body["messages"], sampling)
         except ChatInputError as e:
-            return _error(400, "invalid_messages", str(e))
+            return error_response(400, "invalid_messages", str(e))
         return web.json_response({
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",
@@ -137,24 +150,21 @@ class MEIServer:
         })
 
     async def load(self, request: web.Request) -> web.Response:
-        try:
-            body = await request.json()
-        except ValueError:
-            return _error(400, "invalid_json", "the body is not JSON")
-        if not isinstance(body, dict) or not isinstance(body.get("path"), str) or not isinstance(
-                body.get("version"), str) or not body["version"]:
-            return _error(400, "invalid_request", 'need {"path": str, "version": non-empty str}')
+        parsed = await load_request(request)
+        if isinstance(parsed, web.Response):
+            return parsed
+        path, version = parsed
         async with self._load_lock:
             loop = asyncio.get_running_loop()
             try:
                 served = await loop.run_in_executor(None, lambda: load_checkpoint(
-                    body["path"], body["version"], device=self._device, max_new_tokens=self._max_new_tokens))
+                    path, version, device=self._device, max_new_tokens=self._max_new_tokens))
             except (OSError, ValueError) as e:
-                return _error(400, "load_failed", f"{type(e).__name__}: {e}")
+                return error_response(400, "load_failed", f"{type(e).__name__}: {e}")
             previous, self.served = self.served.version, served
         return web.json_response({"version": served.version, "previous": previous})
 
-    async def version(self, request: web.Request) -> web.Response:
+    async def version_route(self, request: web.Request) -> web.Response:
         return web.json_response({"version": self.served.version, "path": self.served.path})
 
     async def health(self, request: web.Request) -> web.Response:
@@ -164,12 +174,13 @@ class MEIServer:
         return web.json_response({"object": "list", "data": [{"id": self.served.version, "object": "model"}]})
 
 
-def create_app(server: MEIServer) -> web.Application:
+def create_app(server: Any) -> web.Application:
+    """The MEI routes over ``server`` (:class:`MEIServer`, or the vLLM-backed one): same contract, either engine."""
     app = web.Application(client_max_size=256 * 1024**2)  # requests carry up to a few dozen inline images
     app.router.add_post("/v1/chat/completions", server.chat)
     app.router.add_get("/v1/models", server.models)
     app.router.add_post("/admin/load", server.load)
-    app.router.add_get("/admin/version", server.version)
+    app.router.add_get("/admin/version", server.version_route)
     app.router.add_get("/health", server.health)
     return app
 
