@@ -1,12 +1,14 @@
 """Streaming the ``--kg`` JSON dump reader: entities/s, MB/s and peak RSS per published compression, against the
 plain ``.json`` read in the same run (the baseline: what decompression costs on top of parsing).
 
-The dump is real Wikidata data repeated to ``--mb`` megabytes of text: every entity line of Wikidata-Toolkit's
-2015 dump sample and of the four API entities in ``tests/kg/fixtures/real`` (provenance in its README), unchanged,
-in the dump layout, round after round. Repeats carry the same ids, so the kept graph stops growing after the first
-round: peak RSS here is the reader's streaming cost, not a full dump's kept graph (which grows with the entities
-kept; see docs/benchmarks.md). Each read runs in its own process so its peak RSS is its own.
+The dump is the vendored real Wikidata sample (``data_gen/kg/samples``, provenance in its README: 1,704 entities of
+a December 2014 dump, unchanged), written in the dump layout round after round to ``--mb`` megabytes of text; one
+round (any ``--mb`` up to 16.9) is the sample itself. Repeats carry the same ids, so the kept graph stops growing
+after the first round: RSS past it is the reader's streaming cost, and the kept graph's own cost is the peak RSS
+over the process's RSS before the read (``kept``: the sample's 1,704 entities' labels and truthy triples). Each read
+runs in its own process so its peak RSS is its own.
 
+    PYTHONPATH=. .venv/bin/python bench/bench_kg_stream.py --mb 1      # the sample as published, once
     PYTHONPATH=. .venv/bin/python bench/bench_kg_stream.py              # ~100 MB of JSON text
 """
 
@@ -25,16 +27,14 @@ from pathlib import Path
 
 from data_gen.common.usage import OneLineParser, positive_float
 
-REAL = Path(__file__).parents[1] / "tests" / "kg" / "fixtures" / "real"
+SAMPLE = Path(__file__).parents[1] / "data_gen" / "kg" / "samples" / "wikidata-2014-sample.json.bz2"
 COMPRESS = {".json": None, ".json.gz": gzip.open, ".json.bz2": bz2.open}
 
 
 def real_entity_lines() -> list[str]:
-    """The real entities' JSON lines, as stored (trailing commas and the array brackets dropped)."""
-    texts = [gzip.decompress((REAL / "sample-dump-20150815.json.gz").read_bytes()).decode(),
-             (REAL / "wdtk_entities.json").read_text(encoding="utf-8")]
-    return [s for text in texts for s in (line.strip().rstrip(",") for line in text.splitlines())
-            if s not in ("", "[", "]")]
+    """The sample's entity lines, as stored (trailing commas and the array brackets dropped)."""
+    with bz2.open(SAMPLE, "rt", encoding="utf-8") as text:
+        return [s for s in (line.strip().rstrip(",") for line in text) if s not in ("", "[", "]")]
 
 
 def write_dumps(folder: Path, megabytes: float) -> tuple[int, int]:
@@ -65,17 +65,20 @@ def read_once(path: Path) -> None:
     """Child process: read ``path`` with the ``--kg`` reader, print seconds, peak RSS and what was kept."""
     from data_gen.neos.kg_world import read_graph
 
+    before_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # interpreter and imports
     start = time.perf_counter()
     graph = read_graph(path, progress=False)
     seconds = time.perf_counter() - start
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"seconds": seconds, "peak_mib": peak_kib / 1024, "triples": len(graph.triples),
+    print(json.dumps({"seconds": seconds, "peak_mib": peak_kib / 1024, "kept_mib": (peak_kib - before_kib) / 1024,
+                      "triples": len(graph.triples) + len(graph.literals), "labels": len(graph.labels),
                       "malformed": graph.malformed}))
 
 
 def parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="python bench/bench_kg_stream.py", description="Entities/s and peak RSS of the --kg JSON "
-                      "dump reader on real Wikidata entities repeated to a size, per compression, against plain .json.")
+                      "dump reader on the vendored real Wikidata sample repeated to a size, per compression, against "
+                      "plain .json.")
     p.add_argument("--mb", type=positive_float, default=100.0, metavar="MB",
                    help="megabytes of JSON text to stream (default: 100)")
     p.add_argument("--read", type=Path, help=argparse.SUPPRESS)  # the child's job
@@ -102,8 +105,9 @@ def main() -> None:
             rate = entities / r["seconds"]
             baseline = baseline or rate
             print(f"{suffix:10s} {path.stat().st_size / 1e6:7.1f} MB stored: {rate:9,.0f} entities/s, "
-                  f"{size / 1e6 / r['seconds']:6.1f} MB/s of text, peak RSS {r['peak_mib']:.0f} MiB, "
-                  f"{r['triples']:,} triples kept, {r['malformed']} malformed; {rate / baseline:.2f}x plain .json")
+                  f"{size / 1e6 / r['seconds']:6.1f} MB/s of text, peak RSS {r['peak_mib']:.0f} MiB "
+                  f"({r['kept_mib']:.1f} over the process before the read), {r['triples']:,} triples and "
+                  f"{r['labels']:,} labels kept, {r['malformed']} malformed; {rate / baseline:.2f}x plain .json")
 
 
 if __name__ == "__main__":

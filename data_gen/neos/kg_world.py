@@ -199,8 +199,11 @@ def _article(description: str) -> str:
 
 def _images(graph: WikidataGraph, entities: dict[str, Entity], images_dir: Path | None
             ) -> tuple[list[Image], dict[str, PILImage.Image], int]:
-    """Image records and pixels of the image statements whose files ``images_dir`` holds; how many it lacks."""
+    """Image records and pixels of the image statements whose files ``images_dir`` holds; how many it lacks. An
+    entity with several truthy values of one image property (two normal-rank P18s, as real dumps have) gets them
+    all: the first as ``p18_q64``, the next as ``p18_q64_2``, ..."""
     records, pixels, missing = [], {}, 0
+    taken: dict[str, int] = defaultdict(int)
     for qid, prop, file_name in sorted(graph.literals):
         if prop not in IMAGE_PROPERTIES or qid not in entities:
             continue
@@ -209,7 +212,9 @@ def _images(graph: WikidataGraph, entities: dict[str, Entity], images_dir: Path 
             missing += 1
             continue
         image = _load(path)
-        image_id = f"{prop.lower()}_{qid.lower()}"
+        base = f"{prop.lower()}_{qid.lower()}"
+        taken[base] += 1
+        image_id = base if taken[base] == 1 else f"{base}_{taken[base]}"
         entity = entities[qid]
         what = PROPERTY_LABELS.get(prop, "image").replace(" image", "")
         records.append(Image(id=image_id, url=image_url(image_id), file=f"images/kg/{image_id}.png",
