@@ -235,3 +235,19 @@ def test_a_dedicated_mei_pool_joins_verls_resource_pool_spec(tmp_path, monkeypat
     shared = NeosTrainer(compose("+recipe=neos_smoke"))
     shared._init_resource_pool_mgr()
     assert shared.resource_pool_manager.resource_pool_spec == {"global_pool": [1]}
+
+
+def test_serve_needs_the_dedicated_pool_and_is_off_by_default(tmp_path, monkeypatch):
+    """``serve.enable`` starts the MEI server on the MEI pool, so it refuses a shared pool up front; off (the
+    default), the trainer uses ``server_url`` as given."""
+    monkeypatch.setenv("NEOS_SMOKE_DATA", str(tmp_path))
+    monkeypatch.setenv("NEOS_SMOKE_MODEL", str(tmp_path))
+    trainer = NeosTrainer(compose("+recipe=neos_smoke", "++trainer.v1.neos.mei.server_url=http://mei:8010"))
+    cfg = trainer._mei_config()
+    assert trainer._start_mei_server(cfg, "/m") == "http://mei:8010"
+    on = NeosTrainer(compose("+recipe=neos_smoke", "++trainer.v1.neos.mei.serve.enable=true"))
+    with pytest.raises(ValueError, match="pool=dedicated"):
+        on._start_mei_server(on._mei_config(), "/m")
+    typo = NeosTrainer(compose("+recipe=neos_smoke", "++trainer.v1.neos.mei.serve.engnie=vllm"))
+    with pytest.raises(ValueError, match="engnie"):
+        typo._start_mei_server(typo._mei_config(), "/m")

@@ -20,14 +20,15 @@ otherwise).
 Placement (``pool``): ``shared`` (default) puts the MEI SFT workers on the policy's resource pool, their weights and
 Adam state offloaded to host memory between updates; ``dedicated`` gives them a Ray resource pool of their own,
 ``n_gpus_per_node`` x ``nnodes`` GPUs (the paper: 8 of 40 for MEI serving and SFT), added to verl's pool spec so
-verl's resource check counts it; the MEI server (``python -m verl_ext.mei.server``) is started on those GPUs beside
-the SFT workers.
+verl's resource check counts it; with ``serve.enable`` the trainer starts the MEI server (vLLM) on its first GPU
+beside the SFT workers.
 
 Config (``trainer.v1.neos.mei``): ``enable``, ``update_every`` (K, paper 10), ``log_path`` (the MEI log the tool
 server writes, ``--mei-log``), ``server_url`` (the MEI server), ``tool_server_url`` (default
 ``actor_rollout_ref.rollout.custom.neos_rollout.tool_server_url``), ``model_path`` (the initial MEI checkpoint),
 ``initial_version`` (the version the MEI server serves it as, default ``v0``), ``buffer_dir`` (default
-``<trainer.default_local_dir>/mei``), ``pool``, ``n_gpus_per_node``, ``nnodes``, ``train`` (``MEITrainSettings`` fields
+``<trainer.default_local_dir>/mei``), ``pool``, ``n_gpus_per_node``, ``nnodes``, ``serve`` (start the MEI server on
+the dedicated pool: ``verl_ext.mei.serving``), ``train`` (``MEITrainSettings`` fields
 other than ``model_path``; ``engine`` defaults to the policy's), ``max_skipped_updates`` (default 3: the run fails once
 that many due MEI updates in a row had no usable retained call; null lets it train on without MEI updates). At start
 every tool server must answer with a model MEI (``verl_ext.mei.server.announce`` refuses an extractive one). Resume: the
@@ -183,16 +184,34 @@ class MEICoEvolutionMixin:
         from transformers import AutoProcessor
 
         self.mei_processor = AutoProcessor.from_pretrained(self.mei_settings.model_path)
-        served = asyncio.run(resume_served_version(self.mei_buffer, cfg.server_url))
+        self.mei_server_url = self._start_mei_server(cfg, model_path)
+        served = asyncio.run(resume_served_version(self.mei_buffer, self.mei_server_url))
         if served is None:  # a fresh run: the MEI server must serve the initial checkpoint as the buffer's version
-            served = asyncio.run(served_version(cfg.server_url))
+            served = asyncio.run(served_version(self.mei_server_url))
             if served != self.mei_buffer.state.mei_version:
-                raise ValueError(f"the MEI server at {cfg.server_url} serves {served!r}, the run expects "
+                raise ValueError(f"the MEI server at {self.mei_server_url} serves {served!r}, the run expects "
                                  f"{self.mei_buffer.state.mei_version!r} (trainer.v1.neos.mei.initial_version)")
         asyncio.run(announce(self.mei_tool_server_url, served))
         log.info("MEI co-evolution on: version %s served and announced, K=%d, pool %s (%s, %d ranks), buffer %s",
                  served, self.mei_every, mei_placement(cfg), self.mei_settings.engine, self.mei_group.world_size,
                  buffer_dir)
+
+    def _start_mei_server(self, cfg: Any, model_path: str) -> str:
+        """``serve.enable``: the MEI server on the dedicated pool, started here (its address replaces
+        ``server_url``); otherwise ``server_url``, a server started outside the job."""
+        from verl_ext.mei.serving import ServeSettings, start_on_pool
+
+        serve = cfg.get("serve")
+        settings = ServeSettings.model_validate(OmegaConf.to_container(serve, resolve=True) if serve else {})
+        if not settings.enable:
+            return str(cfg.server_url)
+        if mei_placement(cfg) != "dedicated":
+            raise ValueError("trainer.v1.neos.mei.serve.enable=true starts the MEI server on the dedicated MEI pool: "
+                             "set trainer.v1.neos.mei.pool=dedicated, or start the server yourself (serve.enable=false)")
+        self.mei_server_actor, url = start_on_pool(self._mei_resource_pool(), settings, model_path,
+                                                   self.mei_buffer.state.mei_version, str(cfg.server_url))
+        log.info("MEI server (%s) started on the MEI pool at %s, serving %s", settings.engine, url, model_path)
+        return url
 
     def _actor_role(self) -> Any:
         from verl.trainer.ppo.utils import Role
@@ -284,7 +303,7 @@ class MEICoEvolutionMixin:
                            global_batch_size=self.mei_settings.global_batch_size,
                            micro_batch_size=self.mei_settings.micro_batch_size_per_gpu,
                            model_parallel_size=self.mei_settings.model_parallel_size)
-        served = asyncio.run(activate(self._mei_config().server_url, update.checkpoint_dir, version))
+        served = asyncio.run(activate(self.mei_server_url, update.checkpoint_dir, version))
         asyncio.run(announce(self.mei_tool_server_url, served))
         self.mei_buffer.mark_mei_update(served, end_offset=pending.end_offset, checkpoint=str(update.checkpoint_dir))
         metrics.update(update.metrics)
