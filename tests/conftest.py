@@ -250,3 +250,45 @@ def threaded_chat():
     loop.call_soon_threadsafe(loop.stop)
     thread.join()
     loop.close()
+
+
+@pytest.fixture(scope="session")
+def free_port():
+    """``free_port()``: a loopback TCP port free right now (for servers a test starts as subprocesses)."""
+    import socket
+
+    def pick() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    return pick
+
+
+@pytest.fixture(scope="session")
+def wait_ready():
+    """``wait_ready(url, proc, timeout_s=300)``: until ``url`` answers (any HTTP status below 500 counts), or raise
+    if ``proc`` exits first or the time runs out."""
+    import subprocess
+    import time
+    import urllib.error
+    import urllib.request
+
+    def wait(url: str, proc: subprocess.Popen, timeout_s: float = 300) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{url} exited with {proc.returncode}")
+            try:
+                with urllib.request.urlopen(url, timeout=5):
+                    return
+            except urllib.error.HTTPError as e:
+                if e.code < 500:
+                    return
+            except OSError:
+                pass
+            time.sleep(1)
+        raise TimeoutError(url)
+
+    return wait
+

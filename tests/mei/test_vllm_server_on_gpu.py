@@ -10,7 +10,6 @@ import base64
 import io
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -47,7 +46,7 @@ def _first_logprob(answer: dict) -> float:
     return answer["choices"][0]["logprobs"]["content"][0]["logprob"]
 
 
-def test_vllm_mei_reloads_a_checkpoint_in_place(tmp_path, tiny_vl_model_dir):
+def test_vllm_mei_reloads_a_checkpoint_in_place(tmp_path, tiny_vl_model_dir, free_port):
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     v1 = tmp_path / "v1"
@@ -57,9 +56,7 @@ def test_vllm_mei_reloads_a_checkpoint_in_place(tmp_path, tiny_vl_model_dir):
     model.save_pretrained(v1)
     AutoProcessor.from_pretrained(tiny_vl_model_dir).save_pretrained(v1)
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = open(tmp_path / "vllm_mei.log", "w")  # noqa: SIM115
     proc = subprocess.Popen([sys.executable, "-m", "verl_ext.mei.vllm_server", "--model", str(tiny_vl_model_dir),

@@ -232,3 +232,22 @@ def test_verl_validates_the_smoke_recipe_on_its_fsdp_engine(monkeypatch):
     job = compose_in_process("+recipe=neos_smoke")
     assert job.actor_rollout_ref.actor.strategy == "fsdp" and "megatron" not in job.actor_rollout_ref.actor
     validate_config(job, use_reference_policy=False, use_critic=False)
+
+
+def test_verl_validates_the_modalsearcher_smoke_recipe_and_it_keeps_the_papers_algorithm(monkeypatch):
+    """The one-GPU shrink changes sizes only: RLOO, token-mean, lr, the agent loop and its error rule stay the
+    paper's (ModalSearcher §4, Table 10), and verl's own validation accepts it on one GPU."""
+    from verl.utils.config import validate_config
+
+    monkeypatch.setenv("NEOS_SMOKE_DATA", "/data/smoke")
+    monkeypatch.setenv("NEOS_SMOKE_MODEL", "/models/tiny-vl")
+    from .test_recipe_resolution_on_cpu import compose_in_process
+
+    paper, job = compose_in_process("+recipe=modalsearcher"), compose_in_process("+recipe=modalsearcher_smoke")
+    for key in ("algorithm.adv_estimator", "actor_rollout_ref.actor.loss_agg_mode", "actor_rollout_ref.actor.optim.lr",
+                "actor_rollout_ref.rollout.name", "actor_rollout_ref.rollout.agent.default_agent_loop",
+                "actor_rollout_ref.rollout.custom.neos_rollout", "reward.reward_manager.name"):
+        assert OmegaConf.select(job, key) == OmegaConf.select(paper, key), key
+    assert job.algorithm.adv_estimator == "rloo_vectorized" and job.actor_rollout_ref.rollout.n >= 2
+    assert job.trainer.n_gpus_per_node == 1 and job.data.train_files == "/data/smoke/train.parquet"
+    validate_config(job, use_reference_policy=False, use_critic=False)

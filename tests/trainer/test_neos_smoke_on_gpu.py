@@ -55,10 +55,8 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -68,26 +66,8 @@ pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 300) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{url} exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=5):
-                return
-        except OSError:
-            time.sleep(1)
-    raise TimeoutError(url)
-
-
-def test_three_policy_updates_and_one_mei_update(tmp_path, tiny_vl_model_dir, verl_subprocess_env):
+def test_three_policy_updates_and_one_mei_update(tmp_path, tiny_vl_model_dir, verl_subprocess_env, free_port,
+                                                 wait_ready):
     import torch
 
     if not torch.cuda.is_available():
@@ -103,7 +83,7 @@ def test_three_policy_updates_and_one_mei_update(tmp_path, tiny_vl_model_dir, ve
         check = json.loads(warm_start.read_text()).get("check", {})
         print(f"MEI warm start check: valid answers {check.get('valid_answers')}/{check.get('checked')}")
     env = dict(verl_subprocess_env)
-    mei_port, tool_port = _free_port(), _free_port()
+    mei_port, tool_port = free_port(), free_port()
     mei_log = tmp_path / "mei" / "mei.jsonl"
     logs = {name: open(tmp_path / f"{name}.log", "w") for name in ("mei", "tools")}  # noqa: SIM115
     if os.environ.get("NEOS_SMOKE_MEI_ENGINE", "hf") == "vllm":  # the paper-scale engine, reloaded in place
@@ -118,8 +98,8 @@ def test_three_policy_updates_and_one_mei_update(tmp_path, tiny_vl_model_dir, ve
                               "--mei-endpoint", f"http://127.0.0.1:{mei_port}/v1", "--mei-log", str(mei_log),
                               "--no-ocr"], env=env, stdout=logs["tools"], stderr=subprocess.STDOUT)
     try:
-        _wait_ready(f"http://127.0.0.1:{mei_port}/admin/version", mei, timeout_s=600)
-        _wait_ready(f"http://127.0.0.1:{tool_port}/healthz", tools)
+        wait_ready(f"http://127.0.0.1:{mei_port}/admin/version", mei, timeout_s=600)
+        wait_ready(f"http://127.0.0.1:{tool_port}/healthz", tools)
         env.update(NEOS_SMOKE_DATA=str(data), NEOS_SMOKE_MODEL=str(policy), NEOS_MEI_MODEL=str(mei_model),
                    NEOS_MEI_LOG=str(mei_log), NEOS_MEI_SERVER_URL=f"http://127.0.0.1:{mei_port}",
                    NEOS_TOOL_SERVER_URL=f"http://127.0.0.1:{tool_port}")
