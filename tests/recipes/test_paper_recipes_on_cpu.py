@@ -232,3 +232,20 @@ def test_verl_validates_the_smoke_recipe_on_its_fsdp_engine(monkeypatch):
     job = compose_in_process("+recipe=neos_smoke")
     assert job.actor_rollout_ref.actor.strategy == "fsdp" and "megatron" not in job.actor_rollout_ref.actor
     validate_config(job, use_reference_policy=False, use_critic=False)
+
+
+def test_neos_routes_sticky_with_adaptive_admission_on_vllm_metrics(neos):
+    from verl_ext.rollout.admission_control import AdmissionSettings
+    from verl_ext.trainer.mixed_groups import admission_settings
+
+    rollout = neos["actor_rollout_ref"]["rollout"]
+    assert rollout["router_config_path"].endswith("routers/sticky.yaml")
+    assert rollout["disable_log_stats"] is False  # vLLM fills /metrics only with stats on
+    settings = admission_settings(OmegaConf.create(neos))
+    assert settings == AdmissionSettings() and settings.enable and settings.kv_target == 1.2
+    off = OmegaConf.create(neos)
+    off.trainer.v1.neos.sampler.adaptive_admission.enable = False
+    assert not admission_settings(off).enable
+    off.trainer.v1.neos.sampler.adaptive_admission.kv_target = 0
+    with pytest.raises(ValueError, match="adaptive_admission.kv_target"):
+        admission_settings(off)
