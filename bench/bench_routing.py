@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from data_gen.common.usage import OneLineParser, positive_float, positive_int, subset
+from verl_ext.rollout.admission_control import AdmissionController, AdmissionSettings, ReplicaSignals
 from verl_ext.rollout.routing import PrefixMirror, ReplicaCost, RouterSettings, TurnRouter
 from verl_ext.trainer.sampler import MixedGroupSampler, SamplerConfig
 
@@ -58,6 +59,8 @@ PREFIX_TOKENS = 1_310 + 400
 BLOCK = 256
 PREFILL_CHUNK = 8_192
 POLICIES = ("sticky", "least_loaded", "cache_aware", "cost_aware")
+ENGINES = ("reserve", "ondemand")
+WATERMARK = 0.01  # on-demand: a waiting request is admitted only with this share of the pool left free (vLLM's)
 EPS = 1e-9
 
 
@@ -71,12 +74,14 @@ class Shape:
     gen_median: float
     gen_sigma: float
     tool_median: float  # seconds, lognormal with sigma 1
+    slow_replica: float = 1.0  # replica r0's steps take this many times as long (a degraded or co-loaded replica)
 
 
 EXPERT = {"turns_median": 8, "obs_median": 323, "obs_sigma": 0.95, "gen_median": 300, "gen_sigma": 0.5}
 WORKLOADS = {
     "uniform": Shape(**EXPERT, turns_sigma=0.31, scale_sigma=0.0, tool_median=2.0),
     "skewed": Shape(**EXPERT, turns_sigma=0.8, scale_sigma=1.0, tool_median=2.0),
+    "degraded": Shape(**EXPERT, turns_sigma=0.31, scale_sigma=0.0, tool_median=2.0, slow_replica=3.0),
     # the paper's regime: hard questions, a thinking policy, MEI-processed pages and fetched images in the context
     "long": Shape(
         turns_median=16, turns_sigma=0.6, obs_median=1000, obs_sigma=1.0, scale_sigma=0.7, gen_median=1000,
@@ -129,6 +134,8 @@ class Replica:
     # trajectory -> the context length it left here: the engine caches the last partial block too (SGLang's radix
     # cache is per token, vLLM's blocks are 16 tokens), the 256-token keys of the model do not
     tails: dict = field(default_factory=dict)
+    slow: float = 1.0  # step-time factor (Shape.slow_replica on r0)
+    preemptions: int = 0  # on-demand engine: running requests evicted for room and recomputed
     busy_s: float = 0.0
     since: float = 0.0  # the running requests' state is exact at this time
     step_s: float = 0.0  # the current step time (0: idle)
@@ -184,11 +191,24 @@ def replica_cost(tp: int, kv_tokens: int | None) -> ReplicaCost:
 
 
 class Round:
-    def __init__(self, policy: str, args: argparse.Namespace, seed: int, shape: Shape) -> None:
+    def __init__(
+        self,
+        policy: str,
+        args: argparse.Namespace,
+        seed: int,
+        shape: Shape,
+        controller: AdmissionController | None = None,
+    ) -> None:
         self.args, self.cost = args, replica_cost(args.tp, args.kv_tokens)
         n = args.gpus // args.tp
         blocks = self.cost.kv_capacity_tokens // BLOCK
         self.replicas = {f"r{i}": Replica(f"r{i}", PrefixMirror(blocks)) for i in range(n)}
+        self.replicas["r0"].slow = shape.slow_replica
+        self.ondemand = args.engine == "ondemand"
+        if controller is None and args.adaptive:
+            controller = AdmissionController(self.admission_settings(args), args.in_flight, n)
+        self.controller = controller
+        self.limits: list[int] = []
         settings = RouterSettings(
             policy=policy,
             block_tokens=BLOCK,
@@ -215,6 +235,11 @@ class Round:
         self.kv_s = self.prefill_s = 0.0  # replica time spent reading KV in decode steps, and prefilling
         self.recompute_s = 0.0  # of the prefill time: recomputing trajectories' own earlier context
 
+    @staticmethod
+    def admission_settings(args: argparse.Namespace) -> AdmissionSettings:
+        given = {"kv_target": args.kv_target, "initial": args.initial_limit}
+        return AdmissionSettings(**{k: v for k, v in given.items() if v is not None})
+
     # events
     def push(self, at: float, kind: str, payload) -> None:
         self.seq += 1
@@ -223,7 +248,8 @@ class Round:
     def admit_trajectories(self) -> None:
         if self.args.plain and self.sampler.stats.admitted >= self.args.groups * self.args.group_size:
             return
-        for a in self.sampler.admit(self.args.in_flight - len(self.live)):
+        limit = self.controller.limit if self.controller else self.args.in_flight
+        for a in self.sampler.admit(max(0, limit - len(self.live))):
             traj = self.workload.trajectory(a.question_id, a.session_index)
             self.live[a.session_index] = traj
             self.arrive(traj)
@@ -237,6 +263,57 @@ class Round:
         self.advance(replica)
         replica.queue.append(Request(traj, traj.context, gen, self.now))
         self.replan(replica)
+
+    def control(self) -> None:
+        """Adaptive admission: the controller reads what vLLM's /metrics would show, then free slots are filled."""
+        signals = []
+        for replica in self.replicas.values():
+            self.advance(replica)
+            held = self.used(replica) if self.ondemand else replica.reserved
+            signals.append(
+                ReplicaSignals(
+                    running=len(replica.running),
+                    waiting=len(replica.queue),
+                    kv_usage=min(1.0, held / self.cost.kv_capacity_tokens),
+                    preemptions=replica.preemptions,
+                )
+            )
+        self.limits.append(self.controller.update(signals, self.now).limit)
+        self.push(self.now + self.controller.settings.interval_s, "control", None)
+        self.admit_trajectories()
+
+    @staticmethod
+    def used(replica: Replica) -> float:
+        """On-demand engine: KV blocks held now (every running request's prompt and what it generated so far)."""
+        return sum(r.context for r in replica.running)
+
+    def fits(self, replica: Replica, req: Request) -> bool:
+        cap = self.cost.kv_capacity_tokens
+        if self.ondemand:
+            return self.used(replica) + req.prompt <= cap * (1 - WATERMARK)
+        return replica.reserved + req.prompt + req.gen <= cap
+
+    def set_cache_room(self, replica: Replica) -> None:
+        """The prefix cache is the pool less the running generations (their prompts' blocks are cached, pinned)."""
+        held_gen = sum(r.generated for r in replica.running) if self.ondemand else replica.reserved_gen
+        replica.cache.capacity = max(1, int(self.cost.kv_capacity_tokens - held_gen) // BLOCK)
+        replica.cache.insert(())
+
+    def preempt(self, replica: Replica) -> None:
+        """On-demand engine, pool full: the last admitted running request gives its blocks back and waits at the
+        queue's head to be recomputed (vLLM's recompute preemption); its computed blocks stay in the prefix cache."""
+        while len(replica.running) > 1 and self.used(replica) >= self.cost.kv_capacity_tokens - 0.5:
+            req = replica.running.pop()
+            replica.reserved -= req.prompt + req.gen
+            replica.reserved_gen -= req.gen
+            done = int(req.generated)
+            if req.prefill_left <= 0:
+                req.traj.computed = max(req.traj.computed, req.prompt + done)
+                replica.cache.insert(req.traj.keys(req.prompt + done))
+            req.prompt, req.gen, req.generated, req.prefill_left = req.prompt + done, req.gen - done, 0.0, 0.0
+            req.queued_at = self.now
+            replica.queue.appendleft(req)
+            replica.preemptions += 1
 
     # the replica's fluid continuous batching
     def advance(self, replica: Replica) -> None:
@@ -262,7 +339,7 @@ class Round:
         while replica.queue:
             req = replica.queue[0]
             need = req.prompt + req.gen
-            if replica.running and replica.reserved + need > cost.kv_capacity_tokens:
+            if replica.running and not self.fits(replica, req):
                 break  # FCFS: the head waits for room
             replica.queue.popleft()
             self.waits.append(self.now - req.queued_at)
@@ -280,7 +357,7 @@ class Round:
             replica.reserved += need
             replica.reserved_gen += req.gen
             replica.running.append(req)
-            replica.cache.capacity = max(1, (cost.kv_capacity_tokens - replica.reserved_gen) // BLOCK)
+            self.set_cache_room(replica)
             replica.cache.insert(keys)
 
     def replan(self, replica: Replica) -> None:
@@ -295,13 +372,15 @@ class Round:
         replica.prefill_rate = min(PREFILL_CHUNK, prefill)
         context = sum(r.context for r in decoding)
         prefill_s = self.cost.prefill_s_per_token * replica.prefill_rate
-        replica.step_s = self.cost.step_s(context, len(decoding)) + prefill_s
+        replica.step_s = (self.cost.step_s(context, len(decoding)) + prefill_s) * replica.slow
         replica.kv_share = self.cost.decode_s_per_context_token * context / replica.step_s
         replica.prefill_share = prefill_s / replica.step_s
         steps = min((r.gen - r.generated for r in decoding), default=math.inf)
         head = next((r for r in replica.running if r.prefill_left > 0), None)
         if head is not None:
             steps = min(steps, head.prefill_left / replica.prefill_rate)
+        if self.ondemand and decoding:  # until the growing generations fill the pool
+            steps = min(steps, (self.cost.kv_capacity_tokens - self.used(replica)) / len(decoding))
         steps = min(max(steps, EPS), 256)  # re-plan at least every 256 steps: contexts grow
         self.push(self.now + steps * replica.step_s, "step", (replica, replica.version))
 
@@ -316,7 +395,7 @@ class Round:
             replica.running.remove(req)
             replica.reserved -= req.prompt + req.gen
             replica.reserved_gen -= req.gen
-            replica.cache.capacity = max(1, (self.cost.kv_capacity_tokens - replica.reserved_gen) // BLOCK)
+            self.set_cache_room(replica)
             traj = req.traj
             self.router.release(replica.rid, str(traj.idx))
             if traj.cancelled:
@@ -330,6 +409,9 @@ class Round:
                 self.push(self.now, "end", traj)
             else:
                 self.push(self.now + traj.tool_s[traj.turn - 1], "tool", (traj, obs))
+        if self.ondemand:
+            self.preempt(replica)
+            self.set_cache_room(replica)
         self.replan(replica)
 
     def end(self, traj: Trajectory) -> None:
@@ -347,13 +429,18 @@ class Round:
         self.admit_trajectories()
 
     def run(self) -> dict[str, float]:
-        self.admit_trajectories()
+        if self.controller:
+            self.control()
+        else:
+            self.admit_trajectories()
         while not self.done and self.events:
             self.now, _, kind, payload = heapq.heappop(self.events)
             if kind == "step":
                 self.step_done(*payload)
             elif kind == "end":
                 self.end(payload)
+            elif kind == "control":
+                self.control()
             else:
                 traj, obs = payload
                 traj.context += obs
@@ -375,7 +462,20 @@ class Round:
             "recomputed_share": self.recomputed / max(1, self.prefill),
             "started": self.sampler.stats.admitted,
             "moved": self.router.counters.get("moved", 0) + self.router.counters.get("rebalanced", 0),
+            "preemptions": sum(r.preemptions for r in self.replicas.values()),
+            "limit": statistics.fmean(self.limits) if self.limits else self.args.in_flight,
         }
+
+
+def run_round(policy: str, args: argparse.Namespace, seed: int, shape: Shape) -> dict[str, float]:
+    """One round; with adaptive admission the controller first runs a round of another seed (unless ``--cold``), as
+    in training every round but the first starts from the last round's state."""
+    controller = None
+    if args.adaptive and not args.cold:
+        warm_up = Round(policy, args, seed + 1_000, shape)
+        warm_up.run()
+        controller = warm_up.controller
+    return Round(policy, args, seed, shape, controller).run()
 
 
 def parser() -> argparse.ArgumentParser:
@@ -392,6 +492,18 @@ def parser() -> argparse.ArgumentParser:
                    help="trajectories per group (default: 8, Neos Table 12)")
     p.add_argument("--in-flight", type=positive_int, default=1024, metavar="N",
                    help="the sampler's admission limit (default: 1024, Neos Table 12)")
+    p.add_argument("--adaptive", action="store_true",
+                   help="adaptive admission (verl_ext.rollout.admission_control), --in-flight its upper bound")
+    p.add_argument("--cold", action="store_true",
+                   help="adaptive: measure the first round (default: a round after one of another seed)")
+    p.add_argument("--kv-target", type=positive_float, default=None, metavar="X",
+                   help="adaptive: AdmissionSettings.kv_target (default: its default)")
+    p.add_argument("--initial-limit", type=positive_int, default=None, metavar="N",
+                   help="adaptive: the first limit, as a later round starts from the last one's (default: --in-flight)")
+    p.add_argument("--engine", choices=ENGINES, default="reserve",
+                   help="reserve: a request is admitted when prompt + generation fit (the default); ondemand: when "
+                   "its prompt fits, blocks grow as it writes and a full pool preempts the last admitted request, "
+                   "recomputed later (vLLM's)")
     p.add_argument("--plain", action="store_true", help="one plain batch of groups x group-size, waited for in full")
     p.add_argument("--workloads", type=subset(tuple(WORKLOADS)), default=list(WORKLOADS), metavar="W,W",
                    help=f"comma-separated subset of {','.join(WORKLOADS)} (default: all)")
@@ -437,7 +549,7 @@ def main(argv: list[str] | None = None) -> int:
         base = None
         for policy in policies:
             t0 = time.perf_counter()
-            runs = [Round(policy, args, seed, shape).run() for seed in range(args.seeds)]
+            runs = [run_round(policy, args, seed, shape) for seed in range(args.seeds)]
             med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
             if policy == "sticky":
                 base = med["makespan_s"]

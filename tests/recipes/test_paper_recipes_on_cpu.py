@@ -251,3 +251,20 @@ def test_verl_validates_the_modalsearcher_smoke_recipe_and_it_keeps_the_papers_a
     assert job.algorithm.adv_estimator == "rloo_vectorized" and job.actor_rollout_ref.rollout.n >= 2
     assert job.trainer.n_gpus_per_node == 1 and job.data.train_files == "/data/smoke/train.parquet"
     validate_config(job, use_reference_policy=False, use_critic=False)
+
+
+def test_neos_routes_sticky_with_adaptive_admission_on_vllm_metrics(neos):
+    from verl_ext.rollout.admission_control import AdmissionSettings
+    from verl_ext.trainer.mixed_groups import admission_settings
+
+    rollout = neos["actor_rollout_ref"]["rollout"]
+    assert rollout["router_config_path"].endswith("routers/sticky.yaml")
+    assert rollout["disable_log_stats"] is False  # vLLM fills /metrics only with stats on
+    settings = admission_settings(OmegaConf.create(neos))
+    assert settings == AdmissionSettings() and settings.enable and settings.kv_target == 1.2
+    off = OmegaConf.create(neos)
+    off.trainer.v1.neos.sampler.adaptive_admission.enable = False
+    assert not admission_settings(off).enable
+    off.trainer.v1.neos.sampler.adaptive_admission.kv_target = 0
+    with pytest.raises(ValueError, match="adaptive_admission.kv_target"):
+        admission_settings(off)

@@ -11,12 +11,16 @@ replica is never chosen; a re-added one starts with an empty prefix cache), ``cl
 ``get_total_inflight`` while draining. It also probes every replica every ``health_check_interval_s`` (Ray's
 ``__ray_ready__``): a replica whose actor died or does not answer within ``health_check_timeout_s`` is marked down and
 skipped until a later probe succeeds. Methods are coroutines: the actor is an asyncio actor, one event loop, no locks.
+``get_status()["turn_latency_s"]`` is each replica's mean turn time (acquire to release, exponentially weighted): the
+adaptive admission's signal where the engine exports no KV metrics (``verl_ext.rollout.replica_signals``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections import defaultdict, deque
 from typing import Any
 
 import ray
@@ -24,6 +28,7 @@ import ray
 from verl_ext.rollout.routing import RouterSettings, TurnRouter, prefix_keys
 
 log = logging.getLogger(__name__)
+LATENCY_WEIGHT = 0.1  # of each new turn in a replica's mean turn time
 
 
 def _max_tokens(sampling_params: dict[str, Any] | None) -> int | None:
@@ -42,6 +47,8 @@ class TurnLoadBalancer:
         self.router = TurnRouter(self.settings, servers)
         self._probing: asyncio.Task[None] | None = None
         self.probe_failures = 0
+        self._started: dict[tuple[str, str], deque[float]] = defaultdict(deque)  # (replica, request id) -> starts
+        self.turn_latency_s: dict[str, float] = {}
 
     def _ensure_probing(self) -> None:
         """Started from the first call, inside the actor's event loop (the constructor runs outside it)."""
@@ -89,10 +96,18 @@ class TurnLoadBalancer:
         cached = self.settings.policy in ("cache_aware", "cost_aware")  # the policies that read the prefix mirrors
         keys = prefix_keys(ids, self.settings.block_tokens) if cached else []
         decision = self.router.route(request_id, keys, len(ids), _max_tokens(sampling_params))
+        self._started[(decision.replica, request_id)].append(time.monotonic())
         return decision.replica, self._handles[decision.replica]
 
     async def release_server(self, server_id: str, request_id: str | None = None) -> None:
         self.router.release(server_id, request_id or "")
+        started = self._started.get((server_id, request_id or ""))
+        if started:
+            took = time.monotonic() - started.popleft()
+            if not started:
+                del self._started[(server_id, request_id or "")]
+            mean = self.turn_latency_s.get(server_id)
+            self.turn_latency_s[server_id] = took if mean is None else mean + LATENCY_WEIGHT * (took - mean)
 
     async def add_servers(self, servers: dict[str, Any]) -> None:
         self._handles.update(servers)
@@ -121,6 +136,7 @@ class TurnLoadBalancer:
             "active_servers": len(await self.get_all_servers()),
             "registered_handles": list(self._handles),
             "probe_failures": self.probe_failures,
+            "turn_latency_s": dict(self.turn_latency_s),
             **status,
         }
 

@@ -26,10 +26,13 @@ batch is ready and what it holds. This module is the verl layer around it:
 
 Config (``trainer.v1.neos.sampler``): ``enable`` (default true; false: verl's plain on-policy batches of B questions x
 G, e.g. for a smoke run whose policy solves all or none), ``max_per_group``, ``window``, ``admission_limit`` (defaults:
-1.5G, 2B, 2BG from ``SamplerConfig``), ``max_deferred`` (deferrals in one batch before the run stops with an error;
-default the training set's size) and ``poll_interval`` (seconds between TransferQueue polls, default 1.0). B is
-``data.train_batch_size`` (per ``parameter_sync_step``), G is ``actor_rollout_ref.rollout.n``. Rewards must be known at
-sampling time (a rule-based reward or ``reward.reward_model.enable_resource_pool``), and the agent-loop manager must be
+1.5G, 2B, 2BG from ``SamplerConfig``), ``adaptive_admission`` (``AdmissionSettings``: the in-flight limit follows the
+replicas' KV usage, waiting and preempted requests, ``admission_limit`` its upper bound; ``enable: false`` keeps the
+constant; metrics ``neos_sampler/admission_limit``, ``.../preemptions``, ``.../admission_fallbacks``),
+``max_deferred`` (deferrals in one batch before the run stops with an error; default the training set's size) and
+``poll_interval`` (seconds between TransferQueue polls, default 1.0). B is ``data.train_batch_size`` (per
+``parameter_sync_step``), G is ``actor_rollout_ref.rollout.n``. Rewards must be known at sampling time (a rule-based
+reward or ``reward.reward_model.enable_resource_pool``), and the agent-loop manager must be
 ``verl_ext.rollout.tq_worker.NeosAgentLoopManagerTQ``.
 
 A trajectory whose agent loop raises (tool server down at session open, a processor error) ends with no rows, with or
@@ -59,6 +62,8 @@ from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 from verl.utils import tensordict_utils as tu
 
 from verl_ext.rollout.admission import SESSIONS_KEY, SUCCESS_THRESHOLD, TRAIN, admission_key
+from verl_ext.rollout.admission_control import AdmissionController, AdmissionSettings
+from verl_ext.rollout.replica_signals import ReplicaProbe
 from verl_ext.trainer.metrics import (
     DEFAULT_FAILED_SESSION_WARN_SHARE,
     failed_session_metrics,
@@ -76,9 +81,9 @@ _ENDED = ("finished", "failure")
 def mixed_group_settings(config: DictConfig, groups: int) -> tuple[SamplerConfig, float, int | None]:
     """``SamplerConfig`` (B = ``groups``, G = ``rollout.n``, the rest from ``trainer.v1.neos.sampler``), the poll
     interval and ``max_deferred`` (None: the training set's size, known once the dataloader exists)."""
-    options = (config.trainer.v1.get("neos") or {}).get("sampler") or {}
-    options = OmegaConf.to_container(options, resolve=True) if isinstance(options, DictConfig) else dict(options)
+    options = _sampler_options(config)
     options.pop("enable", None)
+    options.pop("adaptive_admission", None)
     max_deferred = options.pop("max_deferred", None)
     if max_deferred is not None and int(max_deferred) < 1:
         raise ValueError(f"trainer.v1.neos.sampler.max_deferred must be >= 1, got {max_deferred}")
@@ -87,6 +92,22 @@ def mixed_group_settings(config: DictConfig, groups: int) -> tuple[SamplerConfig
         raise ValueError(f"trainer.v1.neos.sampler.poll_interval must be > 0, got {poll_interval}")
     sampler = SamplerConfig(groups=groups, group_size=int(config.actor_rollout_ref.rollout.n), **options)
     return sampler, poll_interval, None if max_deferred is None else int(max_deferred)
+
+
+def _sampler_options(config: DictConfig) -> dict[str, Any]:
+    options = (config.trainer.v1.get("neos") or {}).get("sampler") or {}
+    return OmegaConf.to_container(options, resolve=True) if isinstance(options, DictConfig) else dict(options)
+
+
+def admission_settings(config: DictConfig) -> AdmissionSettings:
+    """``trainer.v1.neos.sampler.adaptive_admission`` (absent: the defaults, adaptive on)."""
+    given = _sampler_options(config).get("adaptive_admission") or {}
+    try:
+        return AdmissionSettings.model_validate(given)
+    except ValueError as exc:
+        first = exc.errors()[0] if hasattr(exc, "errors") else {"loc": (), "msg": str(exc)}
+        field_name = ".".join(str(p) for p in first["loc"])
+        raise ValueError(f"trainer.v1.neos.sampler.adaptive_admission.{field_name}: {first['msg']}") from None
 
 
 class RolloutControl(Protocol):
@@ -107,6 +128,7 @@ class RayRolloutControl:
 
     manager: Any
     checkpoint_manager: Any = None
+    probe: ReplicaProbe | None = None  # the replicas' state for adaptive admission (None: the limit stays constant)
     _turn: Iterator[int] = field(default_factory=itertools.count)
 
     def __post_init__(self) -> None:
@@ -154,9 +176,14 @@ class MixedGroupReplayBuffer(ReplayBuffer):
         poll_interval: float,
         max_deferred: int | None = None,
         failed_session_warn_share: float = DEFAULT_FAILED_SESSION_WARN_SHARE,
+        admission: AdmissionSettings | None = None,
         **replay_buffer_kwargs: Any,
     ) -> None:
         super().__init__(poll_interval=poll_interval, **replay_buffer_kwargs)
+        self.admission = admission or AdmissionSettings(enable=False)
+        self.controller: AdmissionController | None = None  # made in bind(), once the replicas are known
+        self._probe: ReplicaProbe | None = None
+        self._fallback_warned = False
         self.failed_session_warn_share = failed_session_warn_share
         self._next_rows = next_rows
         self.rows: dict[str, TensorDict] = {}  # question id (the row's uid) -> its one-row dataset batch
@@ -173,6 +200,23 @@ class MixedGroupReplayBuffer(ReplayBuffer):
     def bind(self, control: RolloutControl) -> None:
         """Connect the rollout side (the trainer does it in ``fit``, once the agent-loop manager exists)."""
         self.control = control
+        probe = getattr(control, "probe", None)
+        if self.admission.enable and probe is not None and probe.addresses:
+            self._probe = probe
+            self.controller = AdmissionController(
+                self.admission, self.sampler.config.admission_limit, len(probe.addresses)
+            )
+
+    def free_slots(self) -> int:
+        """Trajectories to start now: the adaptive limit (updated every ``interval_s``) or the constant, less those
+        in flight."""
+        limit = self.sampler.config.admission_limit
+        if self.controller is not None:
+            now = time.monotonic()
+            if self.controller.due(now):
+                self.controller.update(self._probe.signals(), now)
+            limit = self.controller.limit
+        return max(0, limit - len(self._in_flight))
 
     # ------------------------------------------------------------------ sample
 
@@ -185,7 +229,7 @@ class MixedGroupReplayBuffer(ReplayBuffer):
         if self.control is None:
             raise RuntimeError("MixedGroupReplayBuffer.bind() was not called: no rollout to dispatch to")
         while not self.sampler.ready():
-            self._dispatch(self.sampler.admit(self.sampler.config.admission_limit), global_steps)
+            self._dispatch(self.sampler.admit(self.free_slots()), global_steps)
             if self.sampler.exhausted():
                 raise RuntimeError("the question source cannot make another batch of mixed groups")
             if self.max_deferred is not None and self.sampler.stats.deferred >= self.max_deferred:
@@ -354,7 +398,29 @@ class MixedGroupReplayBuffer(ReplayBuffer):
         metrics.update(
             failed_session_metrics(stats.aborted, stats.finished + stats.aborted, self.failed_session_warn_share)
         )
+        metrics.update(self._admission_metrics())
         return metrics
+
+    def _admission_metrics(self) -> dict[str, float]:
+        """The batch's mean in-flight limit, preemptions and the controller's updates without a KV signal."""
+        if self.controller is None:
+            return {f"{METRIC_PREFIX}admission_limit": float(self.sampler.config.admission_limit)}
+        st = self.controller.take_stats()
+        fallbacks = st.updates - st.by_source["kv"]
+        share = self.controller.fallback_share()
+        if share > self.admission.fallback_warn_share and not self._fallback_warned:
+            self._fallback_warned = True
+            log.warning(
+                "adaptive admission: %.0f%% of its updates had no KV metrics from the replicas (%d scrape failures; "
+                "vLLM needs actor_rollout_ref.rollout.disable_log_stats=false): it follows turn latency or holds",
+                100 * share, self._probe.scrape_failures,
+            )
+        mean_limit = st.limit_sum / st.updates if st.updates else float(self.controller.limit)
+        return {
+            f"{METRIC_PREFIX}admission_limit": mean_limit,
+            f"{METRIC_PREFIX}preemptions": st.preemptions,
+            f"{METRIC_PREFIX}admission_fallbacks": float(fallbacks),
+        }
 
     # -------------------------------------------------------------- checkpoint
 
@@ -419,6 +485,7 @@ class MixedGroupSamplingMixin:
             poll_interval=poll_interval,
             max_deferred=max_deferred,
             failed_session_warn_share=failed_session_warn_share(config),
+            admission=admission_settings(config),
             trainer_mode=self.trainer_mode,
             trainer_config=config.trainer.v1.get(self.trainer_mode, {}),
             max_off_policy_threshold=sampler.max_off_policy_threshold,
@@ -458,8 +525,18 @@ class MixedGroupSamplingMixin:
 
     def fit(self, agent_loop_manager: Any) -> None:
         if self._mixed_groups():
-            self.replay_buffer.bind(RayRolloutControl(agent_loop_manager, getattr(self, "checkpoint_manager", None)))
+            control = RayRolloutControl(agent_loop_manager, getattr(self, "checkpoint_manager", None), self._probe())
+            self.replay_buffer.bind(control)
         return super().fit(agent_loop_manager)  # type: ignore[misc]
+
+    def _probe(self) -> ReplicaProbe | None:
+        """Every rollout replica's address and the load balancer, from verl's server managers."""
+        managers = self._rollout_server_managers()  # type: ignore[attr-defined]
+        addresses = [a for m in managers for a in (getattr(m, "server_addresses", None) or [])]
+        if not addresses:
+            log.warning("adaptive admission: no rollout replica addresses; the in-flight limit stays constant")
+            return None
+        return ReplicaProbe(addresses, getattr(managers[-1], "global_load_balancer", None))
 
     def _save_checkpoint(self) -> None:
         super()._save_checkpoint()  # type: ignore[misc]
