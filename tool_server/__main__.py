@@ -63,10 +63,10 @@ def parser() -> argparse.ArgumentParser:
                    help="request bodies read at once per process (the --workers router too), charged as their bytes "
                    "arrive; bodies over 1 MiB may take all but an eighth; one that does not fit is refused with 503 "
                    "server_busy, not queued (default: 256)")
-    p.add_argument("--body-grace-s", type=positive_float, default=BodyLimits.grace_s, metavar="SECONDS",
+    p.add_argument("--body-grace-s", type=positive_float, default=BodyLimits().grace_s, metavar="SECONDS",
                    help="a request body may start slower than --body-min-kib-per-s for this long; past it one that "
                    "falls behind is cut, 408 body_timeout (default: %(default)g)")
-    p.add_argument("--body-min-kib-per-s", type=positive_int, default=BodyLimits.min_rate_bps // 1024,
+    p.add_argument("--body-min-kib-per-s", type=positive_int, default=BodyLimits().min_rate_bps // 1024,
                    metavar="KIB", help="the minimum rate of a request body after --body-grace-s (default: %(default)s)")
     p.add_argument("--memory-budget-gib", type=positive_float, default=16.0, metavar="GIB",
                    help="client data one server holds, GiB (split evenly between --workers): session images and "

@@ -111,10 +111,29 @@ class VisualRegister:
             raise ToolError(
                 "register_full", f"{count} images to add but the visual register has room for {self.room()}"
             )
+        try:
+            self._take(count, nbytes)
+        except ToolError:
+            if not self._drop_pngs():  # kept PNGs only save work: pixels come first
+                raise
+            self._take(count, nbytes)
+
+    def _take(self, count: int, nbytes: int) -> None:
         self.check_bytes(count, nbytes)
         if self._admit is not None:
             self._admit(nbytes)
         self.bytes += nbytes
+
+    def _drop_pngs(self) -> int:
+        """Forget every kept PNG of this register, giving their bytes back; how many."""
+        freed = 0
+        for entry in self._images:
+            if entry._png is not None:
+                freed += len(entry._png)
+                entry._png = None
+        if freed:
+            self.release(freed)
+        return freed
 
     def release(self, nbytes: int) -> None:
         """Give back bytes a :meth:`reserve` took for images that were not appended after all."""
@@ -195,7 +214,7 @@ class SessionStore:
         self._max_images = max_images
         self._max_session_bytes = max_session_bytes
         self._memory = memory
-        self._client_bytes = None if memory is None else int(memory.limit_bytes * client_share)
+        self._client_bytes = None if memory is None or client_share >= 1 else int(memory.limit_bytes * client_share)
         self._min_idle_s = memory_min_idle_s
         self._id_prefix = id_prefix
         self._clock = clock
@@ -283,7 +302,8 @@ class SessionStore:
         if self._memory is None:
             self._charge(session.client, nbytes)
             return
-        if self.client_bytes[session.client] + nbytes > self._client_bytes:
+        client, share = session.client, self._client_bytes
+        if client is not None and share is not None and self.client_bytes[client] + nbytes > share:
             raise ToolError(
                 "client_quota",
                 f"client {quote(session.client)} holds {_mib(self.client_bytes[session.client])} of images, its share "
