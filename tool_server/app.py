@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from tool_server.bodies import BodyBudget, BodyLimits, unread_body
+from tool_server.bodies import BodyBudget, BodyLimits, close_after
 from tool_server.cache import TieredCache
 from tool_server.calls import CALL_FIELDS, CallMemo, check_keys, json_object, parse_call
 from tool_server.errors import ToolError
@@ -89,7 +89,7 @@ def _json_errors(handler: Handler) -> Handler:
         except ToolError as e:
             request.app[METRICS].error(e.type)
             response = web.json_response({"error": e.to_json()}, status=e.status)
-            if unread_body(request):  # refused or cut mid-body: closed, not drained for aiohttp's lingering time
+            if close_after(request, e):  # refused or cut mid-body
                 response.force_close()
             return response
         except web.HTTPException as e:

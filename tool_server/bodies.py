@@ -116,8 +116,13 @@ class BodyBudget:
             self._memory.give("bodies", n)
 
 
-def unread_body(request: web.BaseRequest) -> bool:
-    """Whether the request's body was left partly unread (refused or cut): its connection must be closed rather
-    than drained, which would let a stalled client hold it for aiohttp's lingering time."""
-    return not request.content.is_eof()
-
+def close_after(request: web.BaseRequest, error: ToolError) -> bool:
+    """Whether the answer to a request refused with ``error`` must close its connection: its body was left partly
+    unread. aiohttp then reads and discards the rest for up to its lingering time (10 s, no memory kept) so that a
+    client still sending gets the answer instead of a reset; a body cut for stalling sends nothing more, so its
+    connection is closed at once (aiohttp's lingering time, zero for this connection)."""
+    if request.content.is_eof():
+        return False
+    if error.type == "body_timeout":
+        request.protocol._lingering_time = 0.0
+    return True

@@ -35,7 +35,7 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
-from tool_server.bodies import BodyBudget, unread_body
+from tool_server.bodies import BodyBudget, close_after
 from tool_server.connections import GuardedAppRunner
 from tool_server.errors import ToolError
 from tool_server.limits import MAX_BODY_BYTES, MAX_CALL_BODY_BYTES
@@ -345,7 +345,7 @@ class Router:
         except ToolError as e:
             self.counters[e.type] += 1  # server_busy, client_quota, body_timeout: tool_server_router_events_total
             answer = _error(e.status, e.type, e.message, e.field)
-            if unread_body(request):
+            if close_after(request, e):
                 answer.force_close()
             return answer
         try:
