@@ -5,7 +5,6 @@ minimum rate cut; small bodies (tool calls) counted too; one client's bodies hel
 from __future__ import annotations
 
 import asyncio
-import json
 
 import pytest
 
@@ -61,98 +60,66 @@ async def server(world, tmp_path):
         await client.close()
 
 
-async def held_body(client, path: str, declared: int, sent: bytes, who: str = "attacker", chunked: bool = False):
-    """A raw connection that sends a request's headers and ``sent`` of its body, then nothing."""
-    reader, writer = await asyncio.open_connection(client.host, client.port)
-    length = b"Transfer-Encoding: chunked" if chunked else b"Content-Length: %d" % declared
-    writer.write(b"POST %s HTTP/1.1\r\nHost: x\r\nX-Client: %s\r\nContent-Type: application/json\r\n%s\r\n\r\n"
-                 % (path.encode(), who.encode(), length))
-    writer.write(b"%x\r\n%s\r\n" % (len(sent), sent) if chunked else sent)
-    await writer.drain()
-    return reader, writer
-
-
-async def until(predicate, bound_s: float = 20.0) -> None:
-    for _ in range(int(bound_s / 0.01)):
-        if predicate():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition not reached")
-
-
-async def answer_of(reader) -> tuple[int, dict, bool]:
-    """(status, JSON error body, whether the server closes the connection after it: ``Connection: close``)."""
-    head = await reader.readuntil(b"\r\n\r\n")
-    lines = head.lower().split(b"\r\n")
-    length = next(int(line.split(b":")[1]) for line in lines if line.startswith(b"content-length"))
-    body = json.loads(await reader.readexactly(length))
-    return int(head.split()[1]), body, b"connection: close" in lines
-
-
-async def closed(reader, bound_s: float) -> bool:
-    return await asyncio.wait_for(reader.read(1), bound_s) == b""
-
-
 def used(app) -> int:
     from tool_server.app import BODIES
 
     return app[BODIES].used
 
 
-async def test_a_declared_length_over_the_limit_is_413_before_a_byte_is_read(server):
+async def test_a_declared_length_over_the_limit_is_413_before_a_byte_is_read(server, raw_http):
     """Content-Length 255 MiB and 5 bytes sent: it was charged 255 MiB (over the per-body limit) until it closed."""
     app, client = await server()
-    reader, writer = await held_body(client, "/v1/sessions", 255 * MIB, b'{"gro')
-    status, body, closing = await answer_of(reader)
+    reader, writer = await raw_http.held_body(client, "/v1/sessions", 255 * MIB, b'{"gro')
+    status, body, closing = await raw_http.answer_of(reader)
     assert (status, body["error"]["type"], body["error"]["field"], closing) == (413, "body_too_large", "body", True)
     sid = (await (await client.post("/v1/sessions", json={})).json())["session_id"]
-    reader, writer = await held_body(client, f"/v1/sessions/{sid}/call", MIB + 1, b"{")
-    assert (await answer_of(reader))[:1] == (413,)  # a tool call over 1 MiB
+    reader, writer = await raw_http.held_body(client, f"/v1/sessions/{sid}/call", MIB + 1, b"{")
+    assert (await raw_http.answer_of(reader))[:1] == (413,)  # a tool call over 1 MiB
     assert used(app) == 0
 
 
-async def test_a_stalled_body_is_charged_what_it_sent_then_cut_and_counted(server):
+async def test_a_stalled_body_is_charged_what_it_sent_then_cut_and_counted(server, raw_http):
     """Declared 2 MiB, 100 kB sent: the budget holds 100 kB (not 2 MiB), an honest 2 MiB open passes beside it, and
     past the grace the stalled body is cut (408 body_timeout, connection closed) and counted."""
     app, client = await server(bodies=BodyLimits(inflight_bytes=5 * MIB, call_reserve_bytes=MIB // 2, grace_s=1.0))
-    reader, writer = await held_body(client, "/v1/sessions", 2 * MIB, b" " * 100_000)
-    await until(lambda: used(app) == 100_000)
+    reader, writer = await raw_http.held_body(client, "/v1/sessions", 2 * MIB, b" " * 100_000)
+    await raw_http.until(lambda: used(app) == 100_000)
     r = await client.post("/v1/sessions", data=_padded_session(2 * MIB), headers={"X-Client": "honest"})
     assert r.status == 200 and (await r.json())["session_id"]
-    status, body, closing = await answer_of(reader)
+    status, body, closing = await raw_http.answer_of(reader)
     assert (status, body["error"]["type"], closing) == (408, "body_timeout", True)
-    assert await closed(reader, 5)  # cut at once: not drained for aiohttp's 10 s lingering time
+    assert await raw_http.closed(reader, 5)  # cut at once: not drained for aiohttp's 10 s lingering time
     assert used(app) == 0
     metrics = await (await client.get("/metrics")).text()
     assert 'tool_errors_total{type="body_timeout"} 1' in metrics.splitlines()
     writer.close()
 
 
-async def test_large_bodies_leave_the_call_reserve_and_a_client_over_its_share_gets_429(server):
+async def test_large_bodies_leave_the_call_reserve_and_a_client_over_its_share_gets_429(server, raw_http):
     """3 MiB of bodies, 0.5 MiB of it for calls only, half per client. The attacker's third 0.7 MiB body passes its
     1.5 MiB share: 429 client_quota, connection closed; another client's session open and call still pass, and a
     1 MiB call fits beside large bodies holding all they may."""
     app, client = await server(bodies=BodyLimits(inflight_bytes=3 * MIB, call_reserve_bytes=MIB // 2))
-    held = [await held_body(client, "/v1/sessions", 2 * MIB, b" " * 700_000) for _ in range(2)]
-    await until(lambda: used(app) == 1_400_000)
-    reader, _ = (await held_body(client, "/v1/sessions", 2 * MIB, b" " * 700_000))
-    status, body, closing = await answer_of(reader)
+    held = [await raw_http.held_body(client, "/v1/sessions", 2 * MIB, b" " * 700_000) for _ in range(2)]
+    await raw_http.until(lambda: used(app) == 1_400_000)
+    reader, _ = (await raw_http.held_body(client, "/v1/sessions", 2 * MIB, b" " * 700_000))
+    status, body, closing = await raw_http.answer_of(reader)
     assert (status, body["error"]["type"], closing) == (429, "client_quota", True)
     assert used(app) == 1_400_000
     honest = {"X-Client": "honest"}
     r = await client.post("/v1/sessions", data=_padded_session(1_100_000), headers=honest)  # 2.5 MiB of large: fits
     sid = (await r.json())["session_id"]
-    big = await held_body(client, "/v1/sessions", 2 * MIB, b" " * 1_100_000, who="third")  # to the large limit
-    await until(lambda: used(app) == 2_500_000)
+    big = await raw_http.held_body(client, "/v1/sessions", 2 * MIB, b" " * 1_100_000, who="third")  # to the large limit
+    await raw_http.until(lambda: used(app) == 2_500_000)
     call = {"name": "TextSearch", "arguments": {"query": ["Paris"]}}
     r = await client.post(f"/v1/sessions/{sid}/call", json=call, headers=honest)  # the call reserve is left
     assert r.status == 200
     for _, writer in [*held, big]:
         writer.close()
-    await until(lambda: used(app) == 0)
+    await raw_http.until(lambda: used(app) == 0)
 
 
-async def test_the_workers_router_reads_bodies_within_its_own_budget():
+async def test_the_workers_router_reads_bodies_within_its_own_budget(raw_http):
     """The --workers router holds a body while it forwards it: charged as it arrives, over-limit declared lengths
     refused before reading (no worker needed to see it: without any, an admitted open is 503 worker_unavailable)."""
     from aiohttp.test_utils import TestClient, TestServer
@@ -165,8 +132,8 @@ async def test_the_workers_router_reads_bodies_within_its_own_budget():
         r = await client.post("/v1/sessions", data=_padded_session(MIB))
         assert (r.status, (await r.json())["error"]["type"]) == (503, "server_busy")
         router._bodies.used = 0
-        reader, writer = await held_body(client, "/v1/sessions", 65 * MIB, b"{")
-        assert (await answer_of(reader))[:1] == (413,)
+        reader, writer = await raw_http.held_body(client, "/v1/sessions", 65 * MIB, b"{")
+        assert (await raw_http.answer_of(reader))[:1] == (413,)
         writer.close()
         r = await client.post("/v1/sessions", data=_padded_session(2 * MIB))
         assert (r.status, (await r.json())["error"]["type"]) == (503, "worker_unavailable")
