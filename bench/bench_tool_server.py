@@ -6,8 +6,9 @@ rates of a replay.
 
 Servers run as subprocesses pinned to CPU 0; this process (the load generator: keep-alive HTTP/1.1 connections, one
 request in flight each, see :class:`Connection`) pins itself to CPU 1, so the two cores are split server/client.
-All traffic stays on loopback (127.0.0.1; the attack part's attacker connects from 127.0.0.2); every phase is bounded
-by a request count and a duration. ``--serve-baseline`` / ``--serve-trivial`` are the internal entry points of the comparison servers:
+All traffic stays on loopback (127.0.0.1; the attack part's attacker connects from 127.0.0.2); every phase is
+bounded by a request count and a duration. ``--serve-baseline`` / ``--serve-trivial`` are the internal entry points
+of the comparison servers:
 
 * baseline: FastAPI + uvicorn (Search-R1 ``retrieval_server.py`` style: a sync ``def`` endpoint on the threadpool,
   pydantic request model) doing the same BM25 search with our :class:`PageIndex` over the same world;

@@ -58,6 +58,35 @@ async def client(world, tmp_path):
         yield c
 
 
+@pytest.fixture
+async def serve(world, tmp_path):
+    """``await serve(**settings)`` -> (app, test client) of our app on the small world (memory cache level); the
+    ``X-Client`` header names the client to the per-client quotas."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from tool_server.app import ServerSettings, create_app
+    from tool_server.cache import TieredCache
+    from tool_server.mei import MEIConfig, build_interface
+
+    clients = []
+
+    async def make(**settings):
+        app = create_app(
+            world=world,
+            mei=build_interface(MEIConfig(log_path=tmp_path / f"mei{len(clients)}.jsonl", ocr=False)),
+            cache=TieredCache.from_config(memory_items=1000),
+            settings=ServerSettings(client_header="X-Client", **settings),
+        )
+        client = TestClient(TestServer(app))
+        await client.start_server()
+        clients.append(client)
+        return app, client
+
+    yield make
+    for client in clients:
+        await client.close()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -9,7 +9,6 @@ import io
 import threading
 
 import numpy as np
-import pytest
 from PIL import Image
 
 from tool_server.app import MEMORY, RUNNER, SESSIONS
@@ -34,33 +33,6 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-@pytest.fixture
-async def start(world, tmp_path):
-    from aiohttp.test_utils import TestClient, TestServer
-
-    from tool_server.app import ServerSettings, create_app
-    from tool_server.cache import TieredCache
-    from tool_server.mei import MEIConfig, build_interface
-
-    clients = []
-
-    async def make(**settings):
-        app = create_app(
-            world=world,
-            mei=build_interface(MEIConfig(log_path=tmp_path / f"mei{len(clients)}.jsonl", ocr=False)),
-            cache=TieredCache.from_config(memory_items=1000),
-            settings=ServerSettings(client_header="X-Client", **settings),
-        )
-        client = TestClient(TestServer(app))
-        await client.start_server()
-        clients.append(client)
-        return app, client
-
-    yield make
-    for client in clients:
-        await client.close()
-
-
 async def _open(client, who: str, images: list[str] = ()) -> tuple[int, dict]:
     r = await client.post("/v1/sessions", json={"images": list(images)}, headers={"X-Client": who})
     return r.status, await r.json()
@@ -77,10 +49,10 @@ def _within_budget(app) -> bool:
     return 0 <= memory.total <= memory.limit_bytes
 
 
-async def test_stalled_tool_call_bodies_are_bounded_and_the_honest_open_succeeds(start, raw_http):
+async def test_stalled_tool_call_bodies_are_bounded_and_the_honest_open_succeeds(serve, raw_http):
     """40 tool calls stalled after 100 kB each (issue: 1,500 just under 1 MiB took 2.7 GB, none counted): the
     attacker's bodies stop at its share of the body budget (429), the process's accounted bytes stay in budget."""
-    app, client = await start(memory_budget_bytes=16 * MIB, bodies=BodyLimits(inflight_bytes=2 * MIB,
+    app, client = await serve(memory_budget_bytes=16 * MIB, bodies=BodyLimits(inflight_bytes=2 * MIB,
                                                                               call_reserve_bytes=MIB // 4))
     status, opened = await _open(client, "attacker")
     path = f"/v1/sessions/{opened['session_id']}/call"
@@ -98,10 +70,10 @@ async def test_stalled_tool_call_bodies_are_bounded_and_the_honest_open_succeeds
     assert 'tool_errors_total{type="client_quota"} 30' in metrics.splitlines()
 
 
-async def test_kept_pngs_and_cache_entries_draw_from_the_memory_budget(start, world):
+async def test_kept_pngs_and_cache_entries_draw_from_the_memory_budget(serve, world):
     """A noise image's PNG kept for reuse is charged to the register (it was not: ~115 MB a session uncounted), the
     cache's memory level is charged its bytes, and images take room back from the cache before being refused."""
-    app, client = await start(memory_budget_bytes=4 * MIB, client_memory_share=1.0)
+    app, client = await serve(memory_budget_bytes=4 * MIB, client_memory_share=1.0)
     question = _png((600, 600), noise=True)
     assert png_as_is(question) and len(question) > MIB
     status, opened = await _open(client, "a", [_b64(question)])
@@ -121,10 +93,10 @@ async def test_kept_pngs_and_cache_entries_draw_from_the_memory_budget(start, wo
     assert app[MEMORY].used["images"] == app[SESSIONS].image_bytes
 
 
-async def test_a_client_over_its_image_share_gets_429_and_others_still_open(start):
+async def test_a_client_over_its_image_share_gets_429_and_others_still_open(serve):
     """One address filling the image budget kept every other at 503 server_memory_full; now it stops at its share
     (429 client_quota) and the others' opens succeed."""
-    app, client = await start(memory_budget_bytes=4 * MIB, client_memory_share=0.5)
+    app, client = await serve(memory_budget_bytes=4 * MIB, client_memory_share=0.5)
     image = _b64(_png((300, 300)))  # 360,000 bytes of pixels (its 1 kB PNG kept too)
     statuses = [(await _open(client, "hog", [image]))[0] for _ in range(8)]
     assert statuses == [200] * 5 + [429] * 3  # 5 x 361 kB within its 2 MiB share
@@ -132,7 +104,7 @@ async def test_a_client_over_its_image_share_gets_429_and_others_still_open(star
     assert _within_budget(app)
 
 
-async def test_image_work_is_placed_by_size(start, monkeypatch):
+async def test_image_work_is_placed_by_size(serve, monkeypatch):
     """Question images over 4 Mpx are decoded on large_image (all went to image, where 25 Mpx opens held another
     client's FetchImage 0.8 s), and so are the PNGs of crops over 4 Mpx (all went to encode, on every rollout's
     path); the small ones stay on the cheap pools."""
@@ -152,7 +124,7 @@ async def test_image_work_is_placed_by_size(start, monkeypatch):
 
     monkeypatch.setattr(app_module, "decode_base64_image", decoding)
     monkeypatch.setattr(sessions, "encode_png", encoding)
-    app, client = await start()
+    app, client = await serve()
     status, opened = await _open(client, "a", [_b64(_png((2100, 2000))), _b64(_png((100, 100)))])
     assert status == 200, opened
     sid = opened["session_id"]
@@ -164,8 +136,8 @@ async def test_image_work_is_placed_by_size(start, monkeypatch):
                        ("encode", "pool-large_image"), ("encode", "pool-encode")]
 
 
-async def test_a_world_image_fetched_with_pixels_is_sent_as_its_file(start, world):
-    app, client = await start()
+async def test_a_world_image_fetched_with_pixels_is_sent_as_its_file(serve, world):
+    app, client = await serve()
     image = next(im for im in world.world.images.values() if png_as_is(world.image_bytes(im.id)))
     status, opened = await _open(client, "a")
     status, fetched = await _call(client, "a", opened["session_id"], "FetchImage", {"urls": [image.url]}, True)
@@ -173,7 +145,7 @@ async def test_a_world_image_fetched_with_pixels_is_sent_as_its_file(start, worl
     assert base64.b64decode(fetched["images"][0]["png_base64"]) == world.image_bytes(image.id)
 
 
-async def test_large_image_work_cannot_be_queued_by_one_client_and_cheap_opens_go_on(start, monkeypatch, raw_http):
+async def test_large_image_work_cannot_be_queued_by_one_client_and_cheap_opens_go_on(serve, monkeypatch, raw_http):
     """One client's large-image jobs are bounded (429 past them), so it cannot queue the others' behind its own;
     small opens do not wait for the large pool while it is held."""
     from tool_server import app as app_module
@@ -187,7 +159,7 @@ async def test_large_image_work_cannot_be_queued_by_one_client_and_cheap_opens_g
         return decode(*args, **kwargs)
 
     monkeypatch.setattr(app_module, "decode_base64_image", held)
-    app, client = await start(client_heavy_jobs=1)
+    app, client = await serve(client_heavy_jobs=1)
     large, small = _b64(_png((2100, 2000))), _b64(_png((64, 48)))
     first = asyncio.create_task(_open(client, "hog", [large]))
     await raw_http.until(lambda: app[RUNNER].ctx.pools.heavy_jobs["hog"] == 1)

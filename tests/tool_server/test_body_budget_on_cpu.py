@@ -37,38 +37,15 @@ def _padded_session(n_bytes: int) -> bytes:
     return head + b" " * (n_bytes - len(head) - len(tail)) + tail
 
 
-@pytest.fixture
-async def server(world, tmp_path):
-    """``await server(**settings)`` -> (app, test client); ``X-Client`` names the client."""
-    from aiohttp.test_utils import TestClient, TestServer
-
-    from tool_server.app import ServerSettings, create_app
-    from tool_server.mei import MEIConfig, build_interface
-
-    clients = []
-
-    async def start(**settings):
-        mei = build_interface(MEIConfig(log_path=tmp_path / f"mei{len(clients)}.jsonl", ocr=False))
-        app = create_app(world=world, mei=mei, settings=ServerSettings(client_header="X-Client", **settings))
-        client = TestClient(TestServer(app))
-        await client.start_server()
-        clients.append(client)
-        return app, client
-
-    yield start
-    for client in clients:
-        await client.close()
-
-
 def used(app) -> int:
     from tool_server.app import BODIES
 
     return app[BODIES].used
 
 
-async def test_a_declared_length_over_the_limit_is_413_before_a_byte_is_read(server, raw_http):
+async def test_a_declared_length_over_the_limit_is_413_before_a_byte_is_read(serve, raw_http):
     """Content-Length 255 MiB and 5 bytes sent: it was charged 255 MiB (over the per-body limit) until it closed."""
-    app, client = await server()
+    app, client = await serve()
     reader, writer = await raw_http.held_body(client, "/v1/sessions", 255 * MIB, b'{"gro')
     status, body, closing = await raw_http.answer_of(reader)
     assert (status, body["error"]["type"], body["error"]["field"], closing) == (413, "body_too_large", "body", True)
@@ -78,10 +55,10 @@ async def test_a_declared_length_over_the_limit_is_413_before_a_byte_is_read(ser
     assert used(app) == 0
 
 
-async def test_a_stalled_body_is_charged_what_it_sent_then_cut_and_counted(server, raw_http):
+async def test_a_stalled_body_is_charged_what_it_sent_then_cut_and_counted(serve, raw_http):
     """Declared 2 MiB, 100 kB sent: the budget holds 100 kB (not 2 MiB), an honest 2 MiB open passes beside it, and
     past the grace the stalled body is cut (408 body_timeout, connection closed) and counted."""
-    app, client = await server(bodies=BodyLimits(inflight_bytes=5 * MIB, call_reserve_bytes=MIB // 2, grace_s=1.0))
+    app, client = await serve(bodies=BodyLimits(inflight_bytes=5 * MIB, call_reserve_bytes=MIB // 2, grace_s=1.0))
     reader, writer = await raw_http.held_body(client, "/v1/sessions", 2 * MIB, b" " * 100_000)
     await raw_http.until(lambda: used(app) == 100_000)
     r = await client.post("/v1/sessions", data=_padded_session(2 * MIB), headers={"X-Client": "honest"})
@@ -95,11 +72,11 @@ async def test_a_stalled_body_is_charged_what_it_sent_then_cut_and_counted(serve
     writer.close()
 
 
-async def test_large_bodies_leave_the_call_reserve_and_a_client_over_its_share_gets_429(server, raw_http):
+async def test_large_bodies_leave_the_call_reserve_and_a_client_over_its_share_gets_429(serve, raw_http):
     """3 MiB of bodies, 0.5 MiB of it for calls only, half per client. The attacker's third 0.7 MiB body passes its
     1.5 MiB share: 429 client_quota, connection closed; another client's session open and call still pass, and a
     1 MiB call fits beside large bodies holding all they may."""
-    app, client = await server(bodies=BodyLimits(inflight_bytes=3 * MIB, call_reserve_bytes=MIB // 2))
+    app, client = await serve(bodies=BodyLimits(inflight_bytes=3 * MIB, call_reserve_bytes=MIB // 2))
     held = [await raw_http.held_body(client, "/v1/sessions", 2 * MIB, b" " * 700_000) for _ in range(2)]
     await raw_http.until(lambda: used(app) == 1_400_000)
     reader, _ = (await raw_http.held_body(client, "/v1/sessions", 2 * MIB, b" " * 700_000))
