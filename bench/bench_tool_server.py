@@ -5,8 +5,10 @@ rates of a replay.
         [--full-world worlds/full]
 
 Servers run as subprocesses pinned to CPU 0; this process (the load generator: keep-alive HTTP/1.1 connections, one
-request in flight each, see :class:`Connection`) pins itself to CPU 1, so the two cores are split server/client. All traffic goes to 127.0.0.1 only; every phase is bounded by a request count and
-a duration. ``--serve-baseline`` / ``--serve-trivial`` are the internal entry points of the comparison servers:
+request in flight each, see :class:`Connection`) pins itself to CPU 1, so the two cores are split server/client.
+All traffic stays on loopback (127.0.0.1; the attack part's attacker connects from 127.0.0.2); every phase is
+bounded by a request count and a duration. ``--serve-baseline`` / ``--serve-trivial`` are the internal entry points
+of the comparison servers:
 
 * baseline: FastAPI + uvicorn (Search-R1 ``retrieval_server.py`` style: a sync ``def`` endpoint on the threadpool,
   pydantic request model) doing the same BM25 search with our :class:`PageIndex` over the same world;
@@ -243,9 +245,12 @@ class Connection(asyncio.Protocol):
         self._answer: asyncio.Future[tuple[int, bytes]] | None = None
 
     @classmethod
-    async def open(cls, base: str) -> Connection:
+    async def open(cls, base: str, local: str | None = None) -> Connection:
+        """``local``: the loopback address to connect from (another client to the server's per-client quotas)."""
         host, port = base.rsplit("/", 1)[1].rsplit(":", 1)
-        _, conn = await asyncio.get_running_loop().create_connection(lambda: cls(f"{host}:{port}"), host, int(port))
+        _, conn = await asyncio.get_running_loop().create_connection(
+            lambda: cls(f"{host}:{port}"), host, int(port), local_addr=(local, 0) if local else None
+        )
         return conn
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -973,6 +978,145 @@ async def _hol_round(args, wl: Workload, extra: tuple[str, ...]) -> dict:
     return {"alone": alone, "loaded": loaded, "heavy": heavy_result, "ratio": ratio}
 
 
+# ---------------------------------------------------------------------------------------------- attacks (issue 35)
+ATTACKER = "127.0.0.2"  # the attacks' loopback address: another client than the victims' 127.0.0.1
+ATTACKS = ("slow_bodies", "stalled_calls", "large_opens", "large_crops", "image_hog")
+
+
+def _png_b64(size: tuple[int, int], noise: bool = False) -> str:
+    import base64
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    w, h = size
+    if noise:
+        rgb = np.random.default_rng(0).integers(0, 256, (h, w, 3), dtype=np.uint8)
+    else:
+        x, y = np.meshgrid(np.arange(w, dtype=np.uint16), np.arange(h, dtype=np.uint16))
+        rgb = np.stack([x % 256, y % 256, (x + y) % 256], axis=-1).astype(np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(rgb).save(buf, format="PNG", compress_level=1)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+async def _held(base: str, path: str, head: bytes, sent: bytes) -> asyncio.StreamWriter:
+    """A raw attacker connection that sends a request's headers and ``sent`` of its body, then nothing."""
+    host, port = base.rsplit("/", 1)[1].rsplit(":", 1)
+    _, writer = await asyncio.open_connection(host, int(port), local_addr=(ATTACKER, 0))
+    writer.write(b"POST %b HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n%b\r\n\r\n%b"
+                 % (path.encode(), head, sent))
+    await writer.drain()
+    return writer
+
+
+async def _attack(name: str, base: str, until: asyncio.Event) -> None:
+    """Issue 35's attack ``name`` at small scale, from :data:`ATTACKER`, until ``until`` is set."""
+    import aiohttp
+
+    conn = aiohttp.TCPConnector(limit=0, local_addr=(ATTACKER, 0))
+    async with aiohttp.ClientSession(base_url=base, connector=conn) as http:
+        held: list[asyncio.StreamWriter] = []
+        if name == "slow_bodies":  # 255 MiB declared, 5 bytes sent; four 64 MiB; four chunked bodies held
+            while not until.is_set():
+                held += [await _held(base, "/v1/sessions", b"Content-Length: %d" % (255 * 2**20), b'{"gro')]
+                held += [await _held(base, "/v1/sessions", b"Content-Length: %d" % (64 * 2**20), b'{"group_id"')
+                         for _ in range(4)]
+                held += [await _held(base, "/v1/sessions", b"Transfer-Encoding: chunked", b"5\r\n{\"gro\r\n")
+                         for _ in range(4)]
+                await asyncio.sleep(1.0)
+        elif name == "stalled_calls":  # tool-call bodies stalled just under 1 MiB, 300 at once
+            sid = await _session(http)
+            chunk = b" " * (1000 * 1024)
+            head = b"Content-Length: %d" % (2**20 - 1)
+            held += await asyncio.gather(*(_held(base, f"/v1/sessions/{sid}/call", head, chunk) for _ in range(300)))
+            await until.wait()
+        else:
+            size, noise = {"large_opens": ((5000, 5000), False), "large_crops": ((4000, 3000), True),
+                           "image_hog": ((2000, 2000), False)}[name]
+            image = _png_b64(size, noise)
+
+            async def loop(w: int) -> None:
+                sid = None
+                while not until.is_set():
+                    if name == "large_crops" and sid is not None:
+                        body = {"name": "CropImage", "arguments": {"crop_config": {"img_1": [0, 0, 1000, 1000]}},
+                                "include_pixels": True}
+                        async with http.post(f"/v1/sessions/{sid}/call", json=body) as r:
+                            await r.read()
+                        continue
+                    async with http.post("/v1/sessions", json={"images": [image]}) as r:
+                        opened = await r.json()
+                    if name == "large_opens" and "session_id" in opened:
+                        async with http.delete(f"/v1/sessions/{opened['session_id']}"):
+                            pass
+                    elif name == "large_crops":
+                        sid = opened.get("session_id")
+                    elif name == "image_hog" and "error" in opened:  # its share is full: keep it touched
+                        await asyncio.sleep(0.5)
+
+            await asyncio.gather(*(loop(w) for w in range({"large_opens": 16, "large_crops": 3}.get(name, 1))))
+        for writer in held:
+            writer.close()
+
+
+async def _memory_bytes(http) -> int:
+    async with http.get("/metrics") as r:
+        text = await r.text()
+    return sum(int(float(line.rsplit(" ", 1)[1])) for line in text.splitlines()
+               if line.startswith("memory_budget_bytes{") and 'kind="limit"' not in line)
+
+
+async def part_attack(args, wl: Workload) -> dict:
+    """Victims (2 connections of 127.0.0.1: a session open with a small question image, FetchImage of a world image
+    with ``include_pixels`` as our rollout client sends it) alone, then under each of issue 35's attacks from
+    127.0.0.2 against one server (``--memory-budget-gib 1``); the victims' p50/p99 under attack / alone is the
+    figure, with their failures, the server's peak RSS and its accounted bytes after the attack."""
+    import aiohttp
+
+    n, phase_s = (200, 10.0) if args.quick else (600, 20.0)
+    srv = start_ours(args.world, 0, "--memory-budget-gib", "1", "--body-grace-s", "5")
+    small = _png_b64((64, 48))
+    out: dict = {}
+    try:
+        async with aiohttp.ClientSession(base_url=srv.base, connector=aiohttp.TCPConnector(limit=0)) as http:
+            await _wait_features(http)
+            rss0 = srv.rss()["VmRSS"]
+
+            def victim(w: int, i: int, sid: str):
+                if i % 2 == 0:
+                    return "/v1/sessions", {"images": [small]}
+                body = {"name": "FetchImage", "arguments": {"urls": [wl.image_urls[i % 8]]}, "include_pixels": True}
+                return f"/v1/sessions/{sid}/call", body
+
+            async def setup(w: int) -> str:
+                return await _session(http)
+
+            alone = await drive(srv.base, 2, n, phase_s, victim, setup)
+            print(f"victims alone        {_fmt(alone)}; RSS {rss0 / 2**20:.0f} MiB", flush=True)
+            out["alone"] = alone
+            for name in args.attacks:
+                until = asyncio.Event()
+                attack = asyncio.create_task(_attack(name, srv.base, until))
+                await asyncio.sleep(3.0)  # the attack in place
+                loaded = await drive(srv.base, 2, n, phase_s, victim, setup)
+                accounted = await _memory_bytes(http)
+                until.set()
+                await asyncio.wait_for(attack, 120)
+                rss = srv.rss()
+                ratio = {k: loaded[k] / alone[k] for k in ("p50_ms", "p99_ms")}
+                out[name] = {**loaded, "ratio": ratio, "rss_peak": rss["VmHWM"], "rss_after": rss["VmRSS"],
+                             "accounted": accounted}
+                print(f"victims {name:<13}{_fmt(loaded)}; p50 x{ratio['p50_ms']:.2f} p99 x{ratio['p99_ms']:.2f}; "
+                      f"accounted {accounted / 2**20:.0f} MiB, RSS peak {rss['VmHWM'] / 2**20:.0f} MiB, after "
+                      f"{rss['VmRSS'] / 2**20:.0f} MiB", flush=True)
+                await asyncio.sleep(6.0)  # stalled bodies cut, connections gone
+    finally:
+        srv.stop()
+    return out
+
+
 async def part_parse(args, wl_unused) -> dict:
     """Fetched pages read by :mod:`tool_server.online.markup` against the standard library's ``HTMLParser`` (a subclass
     that does nothing: its own scanning is what is timed) on pages a site may serve: process CPU seconds, best of 3.
@@ -1020,7 +1164,8 @@ def parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="python bench/bench_tool_server.py", description="Tool-server benchmark: throughput and "
                       "latency per tool, a FastAPI baseline, asyncio against uvloop, memory, cache hit rates of a "
                       "replay, head-of-line blocking and scaling over worker processes; loopback only.")
-    p.add_argument("--part", choices=["throughput", "baseline", "loops", "rss", "replay", "hol", "scale", "parse", "all"],
+    p.add_argument("--part", choices=["throughput", "baseline", "loops", "rss", "replay", "hol", "scale", "parse",
+                                      "attack", "all"],
                    default="all", help="which measurement; all = throughput, baseline, rss and replay (default: all)")
     p.add_argument("--workers", type=int_list, default=[1, 2, 4], metavar="N,N",
                    help="--part scale: server worker processes to compare (default: 1,2,4)")
@@ -1036,6 +1181,8 @@ def parser() -> argparse.ArgumentParser:
                    default=[name for name, _ in HOL_SERVERS], metavar="NAME,NAME",
                    help="--part hol: the server configurations to measure (threads: --search-processes 0; processes: "
                    "the default; workers: --workers 2) (default: all three)")
+    p.add_argument("--attacks", type=subset(list(ATTACKS)), default=list(ATTACKS), metavar="NAME,NAME",
+                   help=f"--part attack: the attacks to run (default: {','.join(ATTACKS)})")
     p.add_argument("--quick", action="store_true", help="small request counts, short phases")
     p.add_argument("--world", type=Path, default=ROOT / "worlds" / "small", metavar="DIR",
                    help="a built small world (default: worlds/small of the checkout)")
@@ -1079,6 +1226,7 @@ def main(argv: list[str] | None = None) -> int:
         "hol": part_hol,
         "scale": part_scale,
         "parse": part_parse,
+        "attack": part_attack,
     }
     results = {}
     for part in parts:

@@ -22,9 +22,11 @@ from data_gen.common.usage import (
     port,
     positive_float,
     positive_int,
+    share,
 )
 from data_gen.world.store import WorldError
 from tool_server.app import ServerSettings, create_app
+from tool_server.bodies import BodyLimits
 from tool_server.cache import TieredCache
 from tool_server.connections import ConnectionLimits, GuardedAppRunner
 from tool_server.loop import run, until_terminated
@@ -58,12 +60,21 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--session-image-mib", type=positive_int, default=512, metavar="MIB",
                    help="decoded image memory of one session's visual register, MiB (default: 512)")
     p.add_argument("--inflight-body-mib", type=positive_int, default=256, metavar="MIB",
-                   help="request bodies over 1 MiB (session opens with question images, up to 64 MiB each) read and "
-                   "decoded at once per process, MiB; one that does not fit is refused with 503 server_busy, not "
-                   "queued (default: 256)")
-    p.add_argument("--image-budget-gib", type=positive_float, default=16.0, metavar="GIB",
-                   help="decoded image memory of every session together, GiB (split evenly between --workers); least "
-                   "recently used idle sessions are evicted first (default: 16)")
+                   help="request bodies read at once per process (the --workers router too), charged as their bytes "
+                   "arrive; bodies over 1 MiB may take all but an eighth; one that does not fit is refused with 503 "
+                   "server_busy, not queued (default: 256)")
+    p.add_argument("--body-grace-s", type=positive_float, default=BodyLimits().grace_s, metavar="SECONDS",
+                   help="a request body may start slower than --body-min-kib-per-s for this long; past it one that "
+                   "falls behind is cut, 408 body_timeout (default: %(default)g)")
+    p.add_argument("--body-min-kib-per-s", type=positive_int, default=BodyLimits().min_rate_bps // 1024,
+                   metavar="KIB", help="the minimum rate of a request body after --body-grace-s (default: %(default)s)")
+    p.add_argument("--memory-budget-gib", type=positive_float, default=16.0, metavar="GIB",
+                   help="client data one server holds, GiB (split evenly between --workers): session images and "
+                   "their PNGs, the result cache's memory level, request bodies; the cache gives entries back, then "
+                   "least recently used idle sessions are evicted (default: 16)")
+    p.add_argument("--client-share", type=share, default=0.5, metavar="FRACTION",
+                   help="of the memory budget and of the body budget, what one client address may hold; past it "
+                   "that client gets 429 client_quota (default: %(default)g)")
     p.add_argument("--max-sessions-per-client", type=positive_int, default=10_000, metavar="N",
                    help="open sessions of one client address, over all --workers (default: 10000)")
     p.add_argument("--mei-endpoint", default=None, metavar="URL",
@@ -171,10 +182,18 @@ def server_settings(args: argparse.Namespace, *, share: int = 1, **extra) -> Ser
         max_sessions=-(-ServerSettings().max_sessions // share),
         max_sessions_per_client=-(-args.max_sessions_per_client // share),
         max_session_image_bytes=args.session_image_mib * 2**20,
-        max_server_image_bytes=int(args.image_budget_gib * 2**30) // share,
-        max_inflight_body_bytes=args.inflight_body_mib * 2**20,  # not split: the router's own budget bounds them all
+        memory_budget_bytes=int(args.memory_budget_gib * 2**30) // share,
+        client_memory_share=args.client_share,
+        bodies=body_limits(args),  # not split: the router's own budget bounds them all
         **extra,
     )
+
+
+def body_limits(args: argparse.Namespace) -> BodyLimits:
+    """The bounds on request bodies of one process (the router's with --workers)."""
+    inflight = args.inflight_body_mib * 2**20
+    return BodyLimits(inflight_bytes=inflight, call_reserve_bytes=inflight // 8, client_share=args.client_share,
+                      grace_s=args.body_grace_s, min_rate_bps=args.body_min_kib_per_s * 1024)
 
 
 def connection_limits(args: argparse.Namespace) -> ConnectionLimits:

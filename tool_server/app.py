@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from tool_server.bodies import BodyBudget, BodyLimits, close_after
 from tool_server.cache import TieredCache
 from tool_server.calls import CALL_FIELDS, CallMemo, check_keys, json_object, parse_call
 from tool_server.errors import ToolError
@@ -23,24 +24,28 @@ from tool_server.limits import (
     MAX_BODY_BYTES,
     MAX_CALL_BODY_BYTES,
     MAX_GROUP_ID_CHARS,
-    MAX_INFLIGHT_BODY_BYTES,
     MAX_URL_CHARS,
     MAX_VERSION_CHARS,
-    BodyBudget,
     check_text,
     quote,
 )
 from tool_server.loop import loop_name
+from tool_server.memory import MemoryBudget
 from tool_server.mei.schema import EvidenceInterface
 from tool_server.metrics import Metrics
-from tool_server.offline.pixels import DEFAULT_MAX_PIXELS, decode_base64_image, set_pil_pixel_limit
+from tool_server.offline.pixels import (
+    DEFAULT_MAX_PIXELS,
+    decode_base64_image,
+    probe_base64_size,
+    set_pil_pixel_limit,
+)
 from tool_server.offline.world import OfflineWorld
 from tool_server.online.public import PUBLIC_PATH
 from tool_server.online.web import OnlineBackends
-from tool_server.pools import Pools
+from tool_server.pools import CLIENT, Pools, decode_cost, encode_cost
 from tool_server.protocol import PROTOCOL_OF, tool_schemas
-from tool_server.sessions import SessionStore
-from tool_server.tools import ToolContext, ToolRunner
+from tool_server.sessions import Session, SessionStore, pixel_bytes
+from tool_server.tools import Observation, ToolContext, ToolRunner
 from tool_server.tools.ops import load_image
 
 log = logging.getLogger(__name__)
@@ -56,12 +61,14 @@ class ServerSettings:
     max_register_images: int = 512
     max_sessions_per_client: int = 10_000  # a tenth of the server: one client cannot take every session
     max_session_image_bytes: int = 512 * 2**20  # decoded pixels of one register (a 25 Mpx image is 100 MB)
-    max_server_image_bytes: int = 16 * 2**30  # of every register together
+    memory_budget_bytes: int = 16 * 2**30  # registers, their PNGs, the cache's memory level, bodies (memory.py)
+    client_memory_share: float = 0.5  # of the memory budget, one client's registers
+    client_heavy_jobs: int = 8  # one client's jobs queued or running on the large_image pool (pools.Pools)
     memory_min_idle_s: float = 60.0  # a session idle this long may be evicted to make room for another's images
     session_id_prefix: str = "s_"
     client_header: str | None = None  # behind the --workers router: the header naming the client's address
     max_pixels: int = DEFAULT_MAX_PIXELS
-    max_inflight_body_bytes: int = MAX_INFLIGHT_BODY_BYTES  # large request bodies read at once (BodyBudget)
+    bodies: BodyLimits = BodyLimits()  # request bodies read at once, their deadline and minimum rate
 
 
 def _error(status: int, type_: str, message: str, field: str | None = None) -> web.Response:
@@ -81,7 +88,10 @@ def _json_errors(handler: Handler) -> Handler:
             return await handler(request)
         except ToolError as e:
             request.app[METRICS].error(e.type)
-            return web.json_response({"error": e.to_json()}, status=e.status)
+            response = web.json_response({"error": e.to_json()}, status=e.status)
+            if close_after(request, e):  # refused or cut mid-body
+                response.force_close()
+            return response
         except web.HTTPException as e:
             if e.status < 400:
                 raise
@@ -131,6 +141,7 @@ async def metrics(request: web.Request) -> web.Response:
         sessions=len(sessions),
         evicted=dict(sessions.evictions),
         image_bytes=sessions.image_bytes,
+        memory=request.app[MEMORY],
         search_restarts=request.app[WORLD].search_restarts,
         online=online.counters() if online is not None else None,
     )
@@ -144,8 +155,14 @@ async def tools(request: web.Request) -> web.Response:
     return web.json_response({"tools": tool_schemas(protocol)})
 
 
-async def create_session(request: web.Request) -> web.Response:
-    body = json_object(await request.read(), optional=True)
+def client_of(request: web.BaseRequest) -> str | None:
+    """The client a quota is kept for: its address, or behind the ``--workers`` router the one it names."""
+    header = request.app[SETTINGS].client_header
+    return (request.headers.get(header) if header else None) or request.remote
+
+
+async def create_session(request: web.Request, raw: bytes) -> web.Response:
+    body = json_object(raw, optional=True)
     check_keys(body, {"images", "group_id", "mei_version"})
     images, group_id = body.get("images", []), body.get("group_id")
     mei_version = body.get("mei_version", request.app[RUNNER].ctx.mei.version)
@@ -165,26 +182,47 @@ async def create_session(request: web.Request) -> web.Response:
             check_text(item, MAX_URL_CHARS, f"images/{i}")
     ctx = request.app[RUNNER].ctx
     store: SessionStore = request.app[SESSIONS]
-    client = request.headers.get(settings.client_header) if settings.client_header else None
-    session = store.create(group_id, mei_version, client=client or request.remote)
+    client = client_of(request)
+    CLIENT.set(client)  # this request's task: the heavy pools count its jobs
+    session = store.create(group_id, mei_version, client=client)
     try:
         for i, item in enumerate(images):
             if item.startswith(("http://", "https://")):
-                pixels, source = (await load_image(ctx, item, f"images/{i}"))[1], item
+                pixels = (await load_image(ctx, item, f"images/{i}"))[1]
+                # taken from the session's and the server's budgets as each is decoded (store.get: still there)
+                store.get(session.id).register.append(pixels, item)
             else:
-                pixels = await ctx.pools.run(
-                    "image", decode_base64_image, item, max_pixels=settings.max_pixels, field=f"images/{i}"
-                )
-                source = "question"
-            # each image is taken from the session's and the server's budgets as it is decoded, so concurrent opens
-            # hold at most one image each beyond what the budgets admitted (store.get: still there, and in use)
-            store.get(session.id).register.append(pixels, source)
+                await _question_image(ctx, store.get(session.id), item, f"images/{i}", settings.max_pixels)
     except BaseException:
         store.discard(session.id)
         raise
     return web.json_response(
         {"session_id": session.id, "images": session.register.refs(), "mei_version": session.mei_version}
     )
+
+
+async def _question_image(ctx: ToolContext, session: Session, item: str, field: str, max_pixels: int) -> None:
+    """Decode a base64 question image into ``session``'s register on the pool its header's size calls for (> 4 Mpx:
+    ``large_image``; they all went to ``image``, where 16 clients' 25 Mpx opens held another's FetchImage 0.8 s),
+    its pixels taken from the budgets before it is decoded; a PNG of exactly its pixels is kept to be sent as is."""
+    size = probe_base64_size(item)
+    register = session.register
+    held = pixel_bytes(*size) if size is not None and size[0] * size[1] <= max_pixels else 0
+    register.reserve(1, held)  # the register's room too: nothing else appends to a session not yet returned
+    try:
+        pixels, png = await ctx.pools.run(
+            decode_cost(size), decode_base64_image, item, max_pixels=max_pixels, field=field
+        )
+        actual = pixel_bytes(pixels.width, pixels.height)
+        if actual > held:
+            register.reserve(0, actual - held)
+        held = actual
+    except BaseException:
+        register.release(held)
+        raise
+    entry = register.append_reserved(pixels, "question")
+    if png is not None:
+        register.keep_png(entry, png)
 
 
 def _check_version(version: object, field: str) -> None:
@@ -194,7 +232,7 @@ def _check_version(version: object, field: str) -> None:
     check_text(version, MAX_VERSION_CHARS, field)
 
 
-async def mei_version(request: web.Request) -> web.Response:
+async def mei_version(request: web.Request, raw: bytes) -> web.Response:
     """``GET``: the active MEI version. ``POST {"version": V}``: a checkpoint was activated behind the MEI endpoint;
     sessions created from now on are fixed to V (the trainer calls it right after the MEI server loads V). Both answer
     ``interface``: ``model`` (``--mei-endpoint``) or ``extractive``, so a trainer can refuse to co-evolve with a tool
@@ -202,7 +240,7 @@ async def mei_version(request: web.Request) -> web.Response:
     mei = request.app[RUNNER].ctx.mei
     previous = mei.version
     if request.method == "POST":
-        body = json_object(await request.read(), optional=False)
+        body = json_object(raw, optional=False)
         check_keys(body, {"version"})
         version = body.get("version")
         _check_version(version, "version")
@@ -216,27 +254,21 @@ async def delete_session(request: web.Request) -> web.Response:
     return web.json_response({"deleted": request.match_info["session_id"]})
 
 
-async def read_call_body(request: web.Request) -> bytes:
-    """The body of a tool call, refused past :data:`MAX_CALL_BODY_BYTES` before more than that is read."""
-    if request.content_length is not None and request.content_length > MAX_CALL_BODY_BYTES:
-        raise ToolError(
-            "body_too_large", f"{request.content_length} bytes; a tool call is at most {MAX_CALL_BODY_BYTES}", "body"
-        )
-    if request.content_length is not None:
-        return await request.read()  # the common case, and aiohttp's cheapest read
-    body = bytearray()
-    async for chunk in request.content.iter_any():
-        body += chunk
-        if len(body) > MAX_CALL_BODY_BYTES:
-            raise ToolError("body_too_large", f"a tool call is at most {MAX_CALL_BODY_BYTES} bytes", "body")
-    return bytes(body)
-
-
 async def call_tool(request: web.Request) -> web.Response:
     start = time.perf_counter()
     app = request.app
     session = app[SESSIONS].get(request.match_info["session_id"])
-    raw = await read_call_body(request)
+    client = client_of(request)
+    CLIENT.set(client)  # this request's task: the heavy pools count its jobs
+    raw = await app[BODIES].receive(request, MAX_CALL_BODY_BYTES, client)
+    try:
+        return await _answer_call(request, session, raw, start)
+    finally:
+        app[BODIES].release(len(raw), client)
+
+
+async def _answer_call(request: web.Request, session, raw: bytes, start: float) -> web.Response:
+    app = request.app
     call = app[CALLS].get(raw)
     if call is None:
         body = json_object(raw, optional=False)
@@ -253,8 +285,8 @@ async def call_tool(request: web.Request) -> web.Response:
     try:
         observation = await app[RUNNER].run(session, call)
         cached = observation.cached
-        if call.include_pixels and getattr(observation, "images", None):  # PNG encoding: the encode pool's work
-            body = await app[RUNNER].ctx.pools.run("encode", observation.body, include_pixels=True)
+        if call.include_pixels and getattr(observation, "images", None):
+            body = await _with_pixels(app[RUNNER].ctx, session, observation)
         else:
             body = observation.body(include_pixels=call.include_pixels)
         return web.Response(body=body, content_type="application/json")
@@ -268,6 +300,18 @@ async def call_tool(request: web.Request) -> web.Response:
         app[METRICS].observe(call.name, status, time.perf_counter() - start, cached=cached)
 
 
+async def _with_pixels(ctx: ToolContext, session: Session, observation: Observation) -> bytes:
+    """The ``include_pixels`` answer, encoded on the pool of its largest image (``encode``, or ``large_image`` past
+    4 Mpx); the PNGs are kept on their register entries while the budgets have room (a crop asked again with pixels
+    is not encoded again)."""
+    largest = max(observation.images, key=lambda e: e.pixels)
+    cost = encode_cost(largest.width, largest.height)
+    body, pngs = await ctx.pools.run(cost, observation.with_pixels, ctx.world)
+    for entry, png in zip(observation.images, pngs):
+        session.register.keep_png(entry, png)
+    return body
+
+
 WORLD = web.AppKey("world", OfflineWorld)
 SESSIONS = web.AppKey("sessions", SessionStore)
 RUNNER = web.AppKey("runner", ToolRunner)
@@ -276,14 +320,19 @@ METRICS = web.AppKey("metrics", Metrics)
 SETTINGS = web.AppKey("settings", ServerSettings)
 CALLS = web.AppKey("calls", CallMemo)
 BODIES = web.AppKey("bodies", BodyBudget)
+MEMORY = web.AppKey("memory", MemoryBudget)
 
 
-def _budgeted(handler: Handler) -> Handler:
-    """A handler that may read a large body (up to ``MAX_BODY_BYTES``) runs within the process's body budget."""
+def _with_body(handler: Callable[[web.Request, bytes], Awaitable[web.StreamResponse]]) -> Handler:
+    """A handler given its request's body (up to ``MAX_BODY_BYTES``), read within the process's body budget."""
 
     async def answer(request: web.Request) -> web.StreamResponse:
-        with request.app[BODIES].hold(request.content_length, request.body_exists):
-            return await handler(request)
+        client = client_of(request)
+        raw = await request.app[BODIES].receive(request, MAX_BODY_BYTES, client)
+        try:
+            return await handler(request, raw)
+        finally:
+            request.app[BODIES].release(len(raw), client)
 
     return answer
 
@@ -299,7 +348,11 @@ def create_app(
     """The server; ``online`` backends (closed with the app) answer web search and non-world URLs."""
     set_pil_pixel_limit(settings.max_pixels)
     app = web.Application(client_max_size=MAX_BODY_BYTES)
-    app[BODIES] = BodyBudget(settings.max_inflight_body_bytes)
+    memory = MemoryBudget(settings.memory_budget_bytes)
+    if cache is not None:
+        cache.attach(memory)  # its memory level gives entries back first when images or bodies need the room
+    app[MEMORY] = memory
+    app[BODIES] = BodyBudget(settings.bodies, memory)
     app[WORLD] = world
     app[SESSIONS] = SessionStore(
         ttl_s=settings.session_ttl_s,
@@ -307,11 +360,13 @@ def create_app(
         max_sessions_per_client=settings.max_sessions_per_client,
         max_images=settings.max_register_images,
         max_session_bytes=settings.max_session_image_bytes,
-        max_server_bytes=settings.max_server_image_bytes,
+        memory=memory,
+        client_share=settings.client_memory_share,
         memory_min_idle_s=settings.memory_min_idle_s,
         id_prefix=settings.session_id_prefix,
     )
     pools = online.pools if online is not None else Pools()  # one set of pools for the whole process
+    pools.client_heavy_jobs = settings.client_heavy_jobs
     app[RUNNER] = ToolRunner(
         ToolContext(world=world, mei=mei, max_pixels=settings.max_pixels, online=online, pools=pools), cache
     )
@@ -324,10 +379,10 @@ def create_app(
     router.add_get("/healthz", wrap(healthz))
     router.add_get("/metrics", wrap(metrics))
     router.add_get("/v1/tools", wrap(tools))
-    router.add_post("/v1/sessions", wrap(_budgeted(create_session)))
+    router.add_post("/v1/sessions", wrap(_with_body(create_session)))
     router.add_delete("/v1/sessions/{session_id}", wrap(delete_session))
-    router.add_get("/admin/mei_version", wrap(mei_version))
-    router.add_post("/admin/mei_version", wrap(_budgeted(mei_version)))
+    router.add_get("/admin/mei_version", wrap(_with_body(mei_version)))
+    router.add_post("/admin/mei_version", wrap(_with_body(mei_version)))
     if online is not None and online.public is not None:  # query images for the reverse-image API
         router.add_get(PUBLIC_PATH + "{name}", wrap(online.public.handle))
     router.add_route("*", "/{tail:.*}", wrap(_no_route))  # last: what no other route takes

@@ -31,6 +31,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import orjson
 
 from tool_server.coalesce import RedisLeases
+from tool_server.memory import MemoryBudget
 
 log = logging.getLogger(__name__)
 
@@ -103,25 +104,81 @@ class LRU(Generic[K, V]):
 
 
 class MemoryLevel:
+    """The process-memory level: at most ``max_items`` entries and, once :meth:`attach` ed to the process's
+    :class:`~tool_server.memory.MemoryBudget`, only the bytes that budget grants (each entry charged its value, its
+    key and :data:`ENTRY_OVERHEAD`). It was bounded by entries only: ~2.7 GB per process when full of large
+    TextSearch answers. A value that finds no room is not kept here (counted in ``not_kept``); the lower levels
+    still store it. The budget reclaims entries, least recently used first, when images or bodies need the room."""
+
     name = "memory"
     errors: tuple[type[BaseException], ...] = ()
+    ENTRY_OVERHEAD = 200  # the key's str object, the ordered dict's entry and links, the bytes object's header
 
     def __init__(self, max_items: int) -> None:
         if max_items < 1:
             raise ValueError(f"memory_items must be >= 1, got {max_items}")
-        self._items: LRU[str, bytes] = LRU(max_items)
+        self._items: OrderedDict[str, bytes] = OrderedDict()
+        self._max = max_items
+        self._budget: MemoryBudget | None = None
+        self.bytes = 0
+        self.not_kept = 0
+
+    def attach(self, budget: MemoryBudget) -> None:
+        """Draw from ``budget`` from now on (the level must be empty) and give it entries back when it needs room."""
+        if self._items:
+            raise ValueError("attach the memory level to a budget before it holds entries")
+        self._budget = budget
+        budget.add_reclaimer(self.reclaim)
+
+    @classmethod
+    def _cost(cls, key: str, value: bytes) -> int:
+        return len(key) + len(value) + cls.ENTRY_OVERHEAD
 
     def lookup(self, key: str) -> bytes | None:
-        return self._items.get(key)
+        value = self._items.get(key)
+        if value is not None:
+            self._items.move_to_end(key)
+        return value
 
     async def get(self, key: str) -> bytes | None:
-        return self._items.get(key)
+        return self.lookup(key)
+
+    def _pop_oldest(self) -> int:
+        key, value = self._items.popitem(last=False)
+        cost = self._cost(key, value)
+        self.bytes -= cost
+        if self._budget is not None:
+            self._budget.give("cache", cost)
+        return cost
+
+    def reclaim(self, need: int) -> int:
+        """Drop least recently used entries until ``need`` bytes are freed or none is left; the bytes freed."""
+        freed = 0
+        while freed < need and self._items:
+            freed += self._pop_oldest()
+        return freed
 
     async def set(self, key: str, value: bytes) -> None:
-        self._items.put(key, value)
+        if key in self._items:  # replaced: the old value's bytes go back first
+            self._items.move_to_end(key, last=False)
+            self._pop_oldest()
+        cost = self._cost(key, value)
+        while len(self._items) >= self._max:
+            self._pop_oldest()
+        if self._budget is not None:
+            while not self._budget.take("cache", cost, reclaim=False):
+                if not self._items:  # the rest of the budget is held by images and bodies
+                    self.not_kept += 1
+                    return
+                self._pop_oldest()
+        self._items[key] = value
+        self.bytes += cost
+
+    def __len__(self) -> int:
+        return len(self._items)
 
     async def close(self) -> None:
-        self._items.clear()
+        self.reclaim(self.bytes)
 
 
 class DiskLevel:
@@ -350,10 +407,17 @@ class TieredCache:
                 await self._set_level(level, key, value)
         return value
 
+    def attach(self, budget: MemoryBudget) -> None:
+        """The memory level draws from the process's memory budget (:meth:`MemoryLevel.attach`)."""
+        if self._memory is not None:
+            self._memory.attach(budget)
+
     def stats(self) -> dict[str, dict[str, float]]:
         """Per level: ``hits``, ``misses``, ``errors``, ``sets`` and summed ``get_latency_s`` / ``set_latency_s``;
         with leases, the shared level's ``lease_<event>`` counts too (:mod:`tool_server.coalesce`)."""
         stats = {name: dict(s) for name, s in self._stats.items()}
+        if self._memory is not None:
+            stats[MemoryLevel.name]["not_kept"] = self._memory.not_kept
         if self._leases is not None:
             stats[self._levels[-1].name].update({f"lease_{e}": n for e, n in self._leases.events.items()})
         return stats

@@ -20,8 +20,10 @@ STATUS = {
     "too_many_sessions": 429,
     "session_quota": 429,  # one client holds its share of the server's sessions
     "session_memory_full": 409,  # one session's images hold its pixel budget
-    "server_memory_full": 503,  # the server's image budget is held by sessions too recently used to evict
-    "server_busy": 503,  # the large request bodies being read at once fill their budget (limits.BodyBudget)
+    "server_memory_full": 503,  # the process's memory budget is held by sessions too recently used to evict
+    "server_busy": 503,  # the request bodies being read at once fill their budget (bodies.BodyBudget)
+    "body_timeout": 408,  # a body fell behind the minimum rate (bodies.BodyBudget); its connection is closed
+    "client_quota": 429,  # one client holds its share of bodies, image memory or heavy work; the others go on
     # online mode (tool_server.online.web)
     "blocked_url": 403,
     "too_large": 413,

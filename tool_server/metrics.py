@@ -6,6 +6,8 @@ from bisect import bisect_left
 from collections import Counter, defaultdict
 from itertools import accumulate
 
+from tool_server.memory import MemoryBudget
+
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -40,6 +42,7 @@ class Metrics:
         sessions: int,
         evicted: dict[str, int],
         image_bytes: int = 0,
+        memory: MemoryBudget | None = None,
         search_restarts: int = 0,
         online: dict[str, int] | None = None,
     ) -> str:
@@ -95,6 +98,17 @@ class Metrics:
             "# TYPE sessions_evicted_total counter",
         ]
         out += [f'sessions_evicted_total{{reason="{r}"}} {evicted.get(r, 0)}' for r in ("idle", "memory")]
+        if memory is not None:
+            kinds = ("images", "cache", "bodies")
+            out += [
+                "# HELP memory_budget_bytes The process's memory budget (kind=limit) and what each kind holds of it.",
+                "# TYPE memory_budget_bytes gauge",
+                f'memory_budget_bytes{{kind="limit"}} {memory.limit_bytes}',
+                *(f'memory_budget_bytes{{kind="{k}"}} {memory.used[k]}' for k in kinds),
+                "# HELP memory_refused_total Charges the memory budget refused after reclaiming, by kind.",
+                "# TYPE memory_refused_total counter",
+                *(f'memory_refused_total{{kind="{k}"}} {memory.refused[k]}' for k in kinds),
+            ]
         out += [
             "# HELP reverse_search_restarts_total Reverse-search processes found dead and replaced.",
             "# TYPE reverse_search_restarts_total counter",

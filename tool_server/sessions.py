@@ -4,10 +4,13 @@ A session's register holds the question images as ``img_1..img_k``; FetchImage/C
 ``img_{k+1}, ...`` in request order. Ids never change and stay valid for the life of the session, so a late crop of
 ``img_1`` is legal. Nothing is shared between sessions.
 
-Bounded resources: a register holds at most ``max_images`` images and ``max_session_bytes`` of decoded pixels; all
-registers together at most ``max_server_bytes``, and to make room the least recently used sessions idle for at least
-``memory_min_idle_s`` are evicted first (a session in the middle of its episode is never evicted for memory; the
-call that finds none to evict gets ``server_memory_full``). Sessions idle for longer than the TTL expire. The store
+Bounded resources: a register holds at most ``max_images`` images and ``max_session_bytes`` of decoded pixels and
+kept PNG encodings; all registers draw from the process's :class:`~tool_server.memory.MemoryBudget`, which reclaims
+the result cache's memory level first; then the least recently used sessions idle for at least
+``memory_min_idle_s`` are evicted (a session in the middle of its episode is never evicted for memory; the call that
+finds none to evict gets ``server_memory_full``). One client's registers hold at most ``client_share`` of the budget
+(429 ``client_quota`` past it): 25 sessions from one address, touched every 10 s, once kept every other at 503.
+Sessions idle for longer than the TTL expire. The store
 keeps its sessions in order of last use, so expiry and memory eviction pop the oldest in O(1) each; a client (its
 address) holds at most ``max_sessions_per_client`` sessions, so one client cannot take every other's.
 """
@@ -26,6 +29,7 @@ from PIL import Image
 
 from tool_server.errors import ToolError
 from tool_server.limits import quote
+from tool_server.memory import MemoryBudget
 from tool_server.offline.pixels import encode_png
 
 log = logging.getLogger(__name__)
@@ -49,10 +53,14 @@ class RegisteredImage:
     def height(self) -> int:
         return self.image.height
 
+    @property
+    def pixels(self) -> int:
+        return self.image.width * self.image.height
+
     def png(self) -> bytes:
-        if self._png is None:
-            self._png = encode_png(self.image)
-        return self._png
+        """Its PNG: the kept one (:meth:`VisualRegister.keep_png`), else encoded now (not kept: a kept PNG is
+        charged to the budgets, which only the event loop may do)."""
+        return self._png if self._png is not None else encode_png(self.image)
 
 
 def pixel_bytes(width: int, height: int) -> int:
@@ -103,10 +111,29 @@ class VisualRegister:
             raise ToolError(
                 "register_full", f"{count} images to add but the visual register has room for {self.room()}"
             )
+        try:
+            self._take(count, nbytes)
+        except ToolError:
+            if not self._drop_pngs():  # kept PNGs only save work: pixels come first
+                raise
+            self._take(count, nbytes)
+
+    def _take(self, count: int, nbytes: int) -> None:
         self.check_bytes(count, nbytes)
         if self._admit is not None:
             self._admit(nbytes)
         self.bytes += nbytes
+
+    def _drop_pngs(self) -> int:
+        """Forget every kept PNG of this register, giving their bytes back; how many."""
+        freed = 0
+        for entry in self._images:
+            if entry._png is not None:
+                freed += len(entry._png)
+                entry._png = None
+        if freed:
+            self.release(freed)
+        return freed
 
     def release(self, nbytes: int) -> None:
         """Give back bytes a :meth:`reserve` took for images that were not appended after all."""
@@ -123,6 +150,18 @@ class VisualRegister:
         entry = RegisteredImage(f"img_{len(self._images) + 1}", image, source)
         self._images.append(entry)
         return entry
+
+    def keep_png(self, entry: RegisteredImage, png: bytes) -> bool:
+        """Keep ``entry``'s encoded PNG for its next ``include_pixels`` answer if its bytes fit the session's and the
+        server's budgets (a PNG of noise can be larger than its pixels); else it is encoded again when asked."""
+        if entry._png is not None:
+            return True
+        try:
+            self.reserve(0, len(png))
+        except ToolError:
+            return False
+        entry._png = png
+        return True
 
     def get(self, ref: str, field: str | None = None) -> RegisteredImage:
         digits = ref[4:] if ref.startswith("img_") else ""
@@ -158,12 +197,15 @@ class SessionStore:
         max_sessions_per_client: int | None = None,
         max_images: int = 512,
         max_session_bytes: int | None = None,
-        max_server_bytes: int | None = None,
+        memory: MemoryBudget | None = None,
+        client_share: float = 1.0,
         memory_min_idle_s: float = 60.0,
         id_prefix: str = "s_",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``id_prefix`` starts every session id (``s3_``: worker 3's, which the ``--workers`` router reads)."""
+        """``id_prefix`` starts every session id (``s3_``: worker 3's, which the ``--workers`` router reads);
+        ``memory``: the process's budget the registers draw from (None: unbounded); ``client_share``: the fraction of
+        it one client's registers may hold."""
         if ttl_s <= 0:
             raise ValueError(f"session TTL must be > 0, got {ttl_s}")
         self.ttl_s = ttl_s
@@ -171,12 +213,14 @@ class SessionStore:
         self._max_per_client = max_sessions_per_client
         self._max_images = max_images
         self._max_session_bytes = max_session_bytes
-        self._max_server_bytes = max_server_bytes
+        self._memory = memory
+        self._client_bytes = None if memory is None or client_share >= 1 else int(memory.limit_bytes * client_share)
         self._min_idle_s = memory_min_idle_s
         self._id_prefix = id_prefix
         self._clock = clock
         self._sessions: OrderedDict[str, Session] = OrderedDict()  # least recently used first
         self._per_client: Counter[str] = Counter()
+        self.client_bytes: Counter[str | None] = Counter()  # image bytes held, by client
         self.image_bytes = 0  # held by every register together
         self.evictions: Counter[str] = Counter()  # by reason: "idle" (TTL), "memory" (server budget)
 
@@ -236,7 +280,7 @@ class SessionStore:
 
     def _drop(self, session_id: str, reason: str | None) -> None:
         session = self._sessions.pop(session_id)
-        self.image_bytes -= session.register.bytes
+        self._uncharge(session.client, session.register.bytes)
         if session.client is not None:
             self._per_client[session.client] -= 1
             if not self._per_client[session.client]:
@@ -245,35 +289,55 @@ class SessionStore:
             self.evictions[reason] += 1
 
     def _admit(self, session_id: str, nbytes: int) -> None:
-        """Take ``nbytes`` of the server's image budget for ``session_id``, evicting least recently used sessions
-        idle for ``memory_min_idle_s`` or more to make room; ``server_memory_full`` if that is not enough."""
-        if session_id not in self._sessions:  # evicted while its call ran: its bytes would never be given back
+        """Take ``nbytes`` of the memory budget for ``session_id``: within its client's share (else 429
+        ``client_quota``), reclaiming the cache's memory level, then evicting least recently used sessions idle for
+        ``memory_min_idle_s`` or more to make room; ``server_memory_full`` if that is not enough."""
+        session = self._sessions.get(session_id)
+        if session is None:  # evicted while its call ran: its bytes would never be given back
             raise ToolError(
                 "unknown_session",
                 f"session {quote(session_id)} was evicted or deleted while this call ran; open a new one",
                 "session_id",
             )
-        if self._max_server_bytes is None:
-            self.image_bytes += nbytes
+        if self._memory is None:
+            self._charge(session.client, nbytes)
             return
-        cutoff = self._clock() - self._min_idle_s
-        while self.image_bytes + nbytes > self._max_server_bytes and self._sessions:
-            oldest = next(iter(self._sessions.values()))
-            if oldest.last_used > cutoff or oldest.id == session_id:
-                break
-            self._drop(oldest.id, "memory")
-        if self.image_bytes + nbytes > self._max_server_bytes:
+        client, share = session.client, self._client_bytes
+        if client is not None and share is not None and self.client_bytes[client] + nbytes > share:
             raise ToolError(
-                "server_memory_full",
-                f"the server's image memory ({_mib(self._max_server_bytes)}) is held by sessions used in the last "
-                f"{self._min_idle_s:g} s; retry later",
+                "client_quota",
+                f"client {quote(session.client)} holds {_mib(self.client_bytes[session.client])} of images, its share "
+                f"{_mib(self._client_bytes)} of the server's memory; delete finished sessions",
             )
+        cutoff = self._clock() - self._min_idle_s
+        while not self._memory.take("images", nbytes):
+            oldest = next(iter(self._sessions.values()), None)
+            if oldest is None or oldest.last_used > cutoff or oldest.id == session_id:
+                raise ToolError(
+                    "server_memory_full",
+                    f"the server's memory ({_mib(self._memory.limit_bytes)}) is held by sessions used in the last "
+                    f"{self._min_idle_s:g} s and by request bodies; retry later",
+                )
+            self._drop(oldest.id, "memory")
+        self._charge(session.client, nbytes)
+
+    def _charge(self, client: str | None, nbytes: int) -> None:
         self.image_bytes += nbytes
+        self.client_bytes[client] += nbytes
+
+    def _uncharge(self, client: str | None, nbytes: int) -> None:
+        self.image_bytes -= nbytes
+        self.client_bytes[client] -= nbytes
+        if not self.client_bytes[client]:
+            del self.client_bytes[client]
+        if self._memory is not None:
+            self._memory.give("images", nbytes)
 
     def _give_back(self, session_id: str, nbytes: int) -> None:
         """Bytes ``session_id`` reserved and did not use; a session dropped since gave back all it held already."""
-        if session_id in self._sessions:
-            self.image_bytes -= nbytes
+        session = self._sessions.get(session_id)
+        if session is not None:
+            self._uncharge(session.client, nbytes)
 
     def evict_idle(self) -> int:
         """Expire sessions idle longer than the TTL: the oldest first, stopping at the first fresh one."""

@@ -35,10 +35,10 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
-from tool_server.app import read_call_body
+from tool_server.bodies import BodyBudget, close_after
 from tool_server.connections import GuardedAppRunner
 from tool_server.errors import ToolError
-from tool_server.limits import MAX_BODY_BYTES, BodyBudget
+from tool_server.limits import MAX_BODY_BYTES, MAX_CALL_BODY_BYTES
 from tool_server.loop import run, until_terminated
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ CLIENT_HEADER = "X-Neos-Client"  # the router names the client's address to the 
 _SESSION_WORKER = re.compile(r"^s([0-9]{1,4})_")  # ASCII and short: "\d+" took "s١_" and 5,000 digits (int() raised)
 _FORWARDED_HEADERS = ("Content-Type",)
 # a worker's share of a server-wide limit is full: another worker may still have room for the session
-_SHARE_FULL = frozenset({"session_quota", "too_many_sessions", "server_memory_full"})
+_SHARE_FULL = frozenset({"session_quota", "too_many_sessions", "server_memory_full", "client_quota"})
 # a session open is asked of the next live worker: that one's share was full, or it died with the open in flight (the
 # session it may have begun died with it)
 _ASK_NEXT = _SHARE_FULL | {"worker_unavailable"}
@@ -167,11 +167,9 @@ class Router:
     def alive(self, index: int) -> bool:
         return self._procs[index].is_alive()
 
-    async def _forward(self, request: web.Request, index: int, body: bytes | None = None) -> web.Response:
+    async def _forward(self, request: web.Request, index: int, body: bytes) -> web.Response:
         headers = {h: request.headers[h] for h in _FORWARDED_HEADERS if h in request.headers}
         headers[CLIENT_HEADER] = request.remote or ""
-        if body is None:
-            body = await request.read()
         deadline = time.monotonic() + self._connect_retry_s
         delay = 0.01
         while True:
@@ -222,12 +220,11 @@ class Router:
             f"server process {index} holding this session has stopped; the session is lost, open a new one",
         )
 
-    async def create_session(self, request: web.Request) -> web.Response:
+    async def create_session(self, request: web.Request, body: bytes) -> web.Response:
         """The next live worker in turn opens it; one that refuses it for its share of a limit being full (the
         client's quota, the session cap, the image budget) passes it to the next, so the limits hold for the whole
         server, not per worker; one that dies with the open in flight passes it on too. The last refusal is the answer
         when every worker refuses."""
-        body = await request.read()
         answer: web.Response | None = None
         n = len(self._procs)
         first = next(self._turn) if n else 0
@@ -254,13 +251,9 @@ class Router:
     async def call(self, request: web.Request) -> web.Response:
         """A tool call, its body read here under the call limit: the worker refuses a larger one, but only after the
         router had read and held all of it (up to the 64 MiB of a session open)."""
-        try:
-            body = await read_call_body(request)
-        except ToolError as e:
-            return _error(e.status, e.type, e.message, e.field)
-        return await self.session(request, body)
+        return await self._with_body(request, MAX_CALL_BODY_BYTES, self.session)
 
-    async def session(self, request: web.Request, body: bytes | None = None) -> web.Response:
+    async def session(self, request: web.Request, body: bytes) -> web.Response:
         sid = request.match_info["session_id"]
         m = _SESSION_WORKER.match(sid)
         if m is None or int(m.group(1)) >= len(self._procs):
@@ -270,15 +263,14 @@ class Router:
             return self._lost(index)
         return await self._forward(request, index, body)
 
-    async def mei_version(self, request: web.Request) -> web.Response:
+    async def mei_version(self, request: web.Request, body: bytes) -> web.Response:
         """``POST``: the announcement to every live worker, answered once all have it (the first refusal, e.g. a bad
         version, is the answer); ``GET``: the first live worker's answer (all hold the same version)."""
         live = [i for i in range(len(self._procs)) if self.alive(i)]
         if not live:
             return _error(503, "worker_unavailable", "no server process is running")
         if request.method != "POST":
-            return await self._forward(request, live[0])
-        body = await request.read()
+            return await self._forward(request, live[0], body)
         async with self._announcing:
             answers = await asyncio.gather(*(self._forward(request, i, body) for i in live))
         return next((a for a in answers if a.status != 200), answers[0])
@@ -304,14 +296,15 @@ class Router:
             f"{len(self._procs) - alive}\n"
             "# HELP tool_server_router_events_total Connections to live workers retried, calls refused busy, "
             "connections broken mid-call, session opens passed on by a worker whose share of a limit was full, "
-            "session opens in flight on a worker that died asked of another, large bodies refused by the router's "
-            "body budget (server_busy).\n"
+            "session opens in flight on a worker that died asked of another, bodies refused by the router's "
+            "body budget (server_busy, client_quota), cut for falling behind its minimum rate (body_timeout) or over "
+            "their limit (body_too_large).\n"
             "# TYPE tool_server_router_events_total counter\n"
             + "".join(
                 f'tool_server_router_events_total{{event="{k}"}} {self.counters[k]}\n'
                 for k in (
                     "connect_retries", "busy", "broken_connections", "create_passed_on", "create_reopened",
-                    "server_busy",
+                    "server_busy", "client_quota", "body_timeout", "body_too_large",
                 )
             )
         )
@@ -333,9 +326,8 @@ class Router:
             }
         )
 
-    async def other(self, request: web.Request) -> web.Response:
+    async def other(self, request: web.Request, body: bytes) -> web.Response:
         """Tool schemas, public images (held by whichever worker runs that search): the first non-404 answer."""
-        body = await request.read()
         answer = _error(503, "worker_unavailable", "no server process is running")
         for index in range(len(self._procs)):
             if self.alive(index):
@@ -344,17 +336,26 @@ class Router:
                     return answer
         return answer
 
-    def _budgeted(self, handler):
-        """``handler`` within the router's body budget: a large body is refused before it is read when it does not
-        fit (503 ``server_busy``), and counted until the workers have answered."""
+    async def _with_body(self, request: web.Request, max_bytes: int, handler) -> web.Response:
+        """``handler(request, body)``, the body read within the router's body budget (``bodies.BodyBudget``: charged
+        as it arrives, refused past its limit or share, cut when it stalls) and held until the workers answered."""
+        client = request.remote
+        try:
+            body = await self._bodies.receive(request, max_bytes, client)
+        except ToolError as e:
+            self.counters[e.type] += 1  # server_busy, client_quota, body_timeout: tool_server_router_events_total
+            answer = _error(e.status, e.type, e.message, e.field)
+            if close_after(request, e):
+                answer.force_close()
+            return answer
+        try:
+            return await handler(request, body)
+        finally:
+            self._bodies.release(len(body), client)
 
+    def _budgeted(self, handler):
         async def answer(request: web.Request) -> web.Response:
-            try:
-                with self._bodies.hold(request.content_length, request.body_exists):
-                    return await handler(request)
-            except ToolError as e:
-                self.counters[e.type] += 1  # server_busy: tool_server_router_events_total
-                return _error(e.status, e.type, e.message, e.field)
+            return await self._with_body(request, MAX_BODY_BYTES, handler)
 
         return answer
 
@@ -379,7 +380,7 @@ class Router:
 
 def serve_workers(args: argparse.Namespace, sock: socket.socket) -> int:
     """Load the world, fork ``args.workers`` workers, route on ``sock`` until interrupted."""
-    from tool_server.__main__ import LISTEN_BACKLOG, announce, connection_limits, load_world
+    from tool_server.__main__ import LISTEN_BACKLOG, announce, body_limits, connection_limits, load_world
 
     world = load_world(args)
     world.wait_features()  # loaded before the fork: every worker shares the features instead of computing them
@@ -404,7 +405,7 @@ def serve_workers(args: argparse.Namespace, sock: socket.socket) -> int:
                     if not proc.is_alive() or time.monotonic() > deadline:
                         raise OSError(f"server process {procs.index(proc)} did not start")
             async def serve() -> None:
-                router = Router(procs, paths, bodies=BodyBudget(args.inflight_body_mib * 2**20))
+                router = Router(procs, paths, bodies=BodyBudget(body_limits(args)))
                 runner = GuardedAppRunner(router.app(), connection_limits(args), access_log=None)
                 await runner.setup()
                 await web.SockSite(runner, sock, backlog=LISTEN_BACKLOG).start()

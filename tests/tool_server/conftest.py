@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import shutil
 import socket
 import subprocess
 import time
+import types
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -55,6 +58,35 @@ async def client(world, tmp_path):
         yield c
 
 
+@pytest.fixture
+async def serve(world, tmp_path):
+    """``await serve(**settings)`` -> (app, test client) of our app on the small world (memory cache level); the
+    ``X-Client`` header names the client to the per-client quotas."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from tool_server.app import ServerSettings, create_app
+    from tool_server.cache import TieredCache
+    from tool_server.mei import MEIConfig, build_interface
+
+    clients = []
+
+    async def make(**settings):
+        app = create_app(
+            world=world,
+            mei=build_interface(MEIConfig(log_path=tmp_path / f"mei{len(clients)}.jsonl", ocr=False)),
+            cache=TieredCache.from_config(memory_items=1000),
+            settings=ServerSettings(client_header="X-Client", **settings),
+        )
+        client = TestClient(TestServer(app))
+        await client.start_server()
+        clients.append(client)
+        return app, client
+
+    yield make
+    for client in clients:
+        await client.close()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -93,3 +125,42 @@ def redis_url():
         client.close()
         proc.terminate()
         proc.wait(timeout=10)
+
+
+async def held_body(client, path: str, declared: int, sent: bytes, who: str = "attacker", chunked: bool = False):
+    """A raw connection that sends a request's headers and ``sent`` of its body, then nothing."""
+    reader, writer = await asyncio.open_connection(client.host, client.port)
+    length = b"Transfer-Encoding: chunked" if chunked else b"Content-Length: %d" % declared
+    writer.write(b"POST %s HTTP/1.1\r\nHost: x\r\nX-Client: %s\r\nContent-Type: application/json\r\n%s\r\n\r\n"
+                 % (path.encode(), who.encode(), length))
+    writer.write(b"%x\r\n%s\r\n" % (len(sent), sent) if chunked else sent)
+    await writer.drain()
+    return reader, writer
+
+
+async def until(predicate, bound_s: float = 20.0) -> None:
+    for _ in range(int(bound_s / 0.01)):
+        if predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not reached")
+
+
+async def answer_of(reader) -> tuple[int, dict, bool]:
+    """(status, JSON error body, whether the server closes the connection after it: ``Connection: close``)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.lower().split(b"\r\n")
+    length = next(int(line.split(b":")[1]) for line in lines if line.startswith(b"content-length"))
+    body = json.loads(await reader.readexactly(length))
+    return int(head.split()[1]), body, b"connection: close" in lines
+
+
+async def closed(reader, bound_s: float) -> bool:
+    return await asyncio.wait_for(reader.read(1), bound_s) == b""
+
+
+@pytest.fixture
+def raw_http() -> types.SimpleNamespace:
+    """Raw HTTP/1.1 on loopback for the attack tests: a request whose body stops arriving, its answer read by hand
+    (aiohttp's client would not send half a body), and a bounded wait for a condition."""
+    return types.SimpleNamespace(held_body=held_body, answer_of=answer_of, closed=closed, until=until)

@@ -1,58 +1,34 @@
-"""The large request bodies a process reads at once are bounded: each body has its own limit (64 MiB, a session open
-with question images), but one client sending many at once would hold all of them, and their decoded copies."""
+"""Request bodies are read within budgets (``tool_server.bodies``): charged by the bytes that arrived, never by the
+declared length; a declared length over the limit refused before a byte is read; a body that falls behind the
+minimum rate cut; small bodies (tool calls) counted too; one client's bodies held to its share."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 
 import pytest
 
-from tool_server.errors import ToolError
-from tool_server.limits import MAX_BODY_BYTES, MAX_CALL_BODY_BYTES, MAX_INFLIGHT_BODY_BYTES, BodyBudget
+from tool_server.bodies import BodyBudget, BodyLimits
+from tool_server.limits import MAX_BODY_BYTES, MAX_CALL_BODY_BYTES
 
 MIB = 2**20
-
-
-def test_a_body_that_does_not_fit_is_refused_and_small_ones_always_pass():
-    budget = BodyBudget(limit_bytes=3 * MIB)
-    with budget.hold(2 * MIB):
-        assert budget.used == 2 * MIB
-        with pytest.raises(ToolError) as refused:
-            with budget.hold(2 * MIB):
-                pass
-        assert (refused.value.type, refused.value.status, refused.value.field) == ("server_busy", 503, "body")
-        with budget.hold(1 * MIB):  # exactly the call limit: not counted
-            assert budget.used == 2 * MIB
-        with budget.hold(None, has_body=False):  # a GET
-            assert budget.used == 2 * MIB
-        with pytest.raises(ToolError):  # 2 MiB + (1 MiB + 1 byte) passes 3 MiB
-            with budget.hold(MIB + 1):
-                pass
-    assert budget.used == 0
-
-
-def test_the_budget_counts_a_body_of_unknown_length_as_the_largest_and_gives_it_back():
-    budget = BodyBudget(limit_bytes=MAX_BODY_BYTES + 2 * MIB)
-    with budget.hold(None):  # chunked: up to MAX_BODY_BYTES
-        assert budget.used == MAX_BODY_BYTES
-        with budget.hold(2 * MIB):
-            assert budget.used == MAX_BODY_BYTES + 2 * MIB
-    with pytest.raises(ValueError):  # an error inside gives the bytes back too
-        with budget.hold(3 * MIB):
-            raise ValueError
-    assert budget.used == 0
+KIB = 2**10
 
 
 def test_shipped_defaults():
     from tool_server.__main__ import parser, server_settings
     from tool_server.app import ServerSettings
 
-    assert MAX_INFLIGHT_BODY_BYTES == 256 * MIB and MAX_CALL_BODY_BYTES == MIB and MAX_BODY_BYTES == 64 * MIB
-    assert ServerSettings().max_inflight_body_bytes == 256 * MIB
+    assert MAX_CALL_BODY_BYTES == MIB and MAX_BODY_BYTES == 64 * MIB
+    limits = BodyLimits()
+    assert (limits.inflight_bytes, limits.call_reserve_bytes, limits.client_share) == (256 * MIB, 32 * MIB, 0.5)
+    assert (limits.grace_s, limits.min_rate_bps) == (10.0, MIB)
+    assert ServerSettings().bodies == limits
     args = parser().parse_args(["--world", "w"])
-    assert args.inflight_body_mib == 256
-    assert server_settings(args, share=4).max_inflight_body_bytes == 256 * MIB  # not split between --workers
+    assert server_settings(args, share=4).bodies == limits  # not split between --workers: the router's bounds all
+    args = parser().parse_args(["--world", "w", "--inflight-body-mib", "64", "--body-grace-s", "2",
+                                "--body-min-kib-per-s", "100", "--client-share", "0.25"])
+    assert server_settings(args).bodies == BodyLimits(64 * MIB, 8 * MIB, 0.25, 2.0, 100 * KIB)
 
 
 def _padded_session(n_bytes: int) -> bytes:
@@ -61,66 +37,88 @@ def _padded_session(n_bytes: int) -> bytes:
     return head + b" " * (n_bytes - len(head) - len(tail)) + tail
 
 
-async def test_a_session_open_that_does_not_fit_beside_one_being_read_gets_503_server_busy(world, tmp_path):
-    """One body is held half sent on a raw connection; a second one that would pass the budget is refused at once,
-    before its body is read; once the first has been answered the same request succeeds."""
-    from aiohttp.test_utils import TestClient, TestServer
-
-    from tool_server.app import ServerSettings, create_app
-    from tool_server.mei import MEIConfig, build_interface
-
-    mei = build_interface(MEIConfig(log_path=tmp_path / "mei.jsonl", ocr=False))
-    app = create_app(world=world, mei=mei, settings=ServerSettings(max_inflight_body_bytes=3 * MIB))
-    body = _padded_session(2 * MIB)
-    async with TestClient(TestServer(app)) as client:
-        reader, writer = await asyncio.open_connection(client.host, client.port)
-        writer.write(b"POST /v1/sessions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body[: MIB])
-        await writer.drain()
-        for _ in range(200):  # until the server has taken the first body's bytes from the budget
-            if _used(app):
-                break
-            await asyncio.sleep(0.01)
-        r = await client.post("/v1/sessions", data=body)
-        answer = await r.json()
-        assert (r.status, answer["error"]["type"], answer["error"]["field"]) == (503, "server_busy", "body")
-        assert (await client.post("/v1/sessions", data=_padded_session(MIB))).status == 200  # a 1 MiB body passes
-        writer.write(body[MIB:])
-        await writer.drain()
-        status_line = await reader.readline()
-        assert status_line.split()[1] == b"200"
-        writer.close()
-        r = await client.post("/v1/sessions", data=body)
-        assert r.status == 200 and json.loads(await r.read())["session_id"]
-        assert _used(app) == 0
-        metrics = await (await client.get("/metrics")).text()
-        assert 'tool_errors_total{type="server_busy"} 1' in metrics.splitlines()
-
-
-def _used(app) -> int:
+def used(app) -> int:
     from tool_server.app import BODIES
 
     return app[BODIES].used
 
 
-async def test_the_workers_router_refuses_a_body_that_does_not_fit_before_reading_it():
-    """The --workers router holds a session open's body while it forwards it: its own budget refuses the next one
-    (no worker needed to see it: without any, an admitted open would be 503 worker_unavailable)."""
+async def test_a_declared_length_over_the_limit_is_413_before_a_byte_is_read(serve, raw_http):
+    """Content-Length 255 MiB and 5 bytes sent: it was charged 255 MiB (over the per-body limit) until it closed."""
+    app, client = await serve()
+    reader, writer = await raw_http.held_body(client, "/v1/sessions", 255 * MIB, b'{"gro')
+    status, body, closing = await raw_http.answer_of(reader)
+    assert (status, body["error"]["type"], body["error"]["field"], closing) == (413, "body_too_large", "body", True)
+    sid = (await (await client.post("/v1/sessions", json={})).json())["session_id"]
+    reader, writer = await raw_http.held_body(client, f"/v1/sessions/{sid}/call", MIB + 1, b"{")
+    assert (await raw_http.answer_of(reader))[:1] == (413,)  # a tool call over 1 MiB
+    assert used(app) == 0
+
+
+async def test_a_stalled_body_is_charged_what_it_sent_then_cut_and_counted(serve, raw_http):
+    """Declared 2 MiB, 100 kB sent: the budget holds 100 kB (not 2 MiB), an honest 2 MiB open passes beside it, and
+    past the grace the stalled body is cut (408 body_timeout, connection closed) and counted."""
+    app, client = await serve(bodies=BodyLimits(inflight_bytes=5 * MIB, call_reserve_bytes=MIB // 2, grace_s=1.0))
+    reader, writer = await raw_http.held_body(client, "/v1/sessions", 2 * MIB, b" " * 100_000)
+    await raw_http.until(lambda: used(app) == 100_000)
+    r = await client.post("/v1/sessions", data=_padded_session(2 * MIB), headers={"X-Client": "honest"})
+    assert r.status == 200 and (await r.json())["session_id"]
+    status, body, closing = await raw_http.answer_of(reader)
+    assert (status, body["error"]["type"], closing) == (408, "body_timeout", True)
+    assert await raw_http.closed(reader, 5)  # cut at once: not drained for aiohttp's 10 s lingering time
+    assert used(app) == 0
+    metrics = await (await client.get("/metrics")).text()
+    assert 'tool_errors_total{type="body_timeout"} 1' in metrics.splitlines()
+    writer.close()
+
+
+async def test_large_bodies_leave_the_call_reserve_and_a_client_over_its_share_gets_429(serve, raw_http):
+    """3 MiB of bodies, 0.5 MiB of it for calls only, half per client. The attacker's third 0.7 MiB body passes its
+    1.5 MiB share: 429 client_quota, connection closed; another client's session open and call still pass, and a
+    1 MiB call fits beside large bodies holding all they may."""
+    app, client = await serve(bodies=BodyLimits(inflight_bytes=3 * MIB, call_reserve_bytes=MIB // 2))
+    held = [await raw_http.held_body(client, "/v1/sessions", 2 * MIB, b" " * 700_000) for _ in range(2)]
+    await raw_http.until(lambda: used(app) == 1_400_000)
+    reader, _ = (await raw_http.held_body(client, "/v1/sessions", 2 * MIB, b" " * 700_000))
+    status, body, closing = await raw_http.answer_of(reader)
+    assert (status, body["error"]["type"], closing) == (429, "client_quota", True)
+    assert used(app) == 1_400_000
+    honest = {"X-Client": "honest"}
+    r = await client.post("/v1/sessions", data=_padded_session(1_100_000), headers=honest)  # 2.5 MiB of large: fits
+    sid = (await r.json())["session_id"]
+    big = await raw_http.held_body(client, "/v1/sessions", 2 * MIB, b" " * 1_100_000, who="third")  # to the large limit
+    await raw_http.until(lambda: used(app) == 2_500_000)
+    call = {"name": "TextSearch", "arguments": {"query": ["Paris"]}}
+    r = await client.post(f"/v1/sessions/{sid}/call", json=call, headers=honest)  # the call reserve is left
+    assert r.status == 200
+    for _, writer in [*held, big]:
+        writer.close()
+    await raw_http.until(lambda: used(app) == 0)
+
+
+async def test_the_workers_router_reads_bodies_within_its_own_budget(raw_http):
+    """The --workers router holds a body while it forwards it: charged as it arrives, over-limit declared lengths
+    refused before reading (no worker needed to see it: without any, an admitted open is 503 worker_unavailable)."""
     from aiohttp.test_utils import TestClient, TestServer
 
     from tool_server.workers import Router
 
-    router = Router([], [], bodies=BodyBudget(limit_bytes=3 * MIB))
+    router = Router([], [], bodies=BodyBudget(BodyLimits(inflight_bytes=5 * MIB, call_reserve_bytes=MIB // 2)))
     async with TestClient(TestServer(router.app())) as client:
-        with router._bodies.hold(2 * MIB):
-            r = await client.post("/v1/sessions", data=_padded_session(2 * MIB))
-            assert (r.status, (await r.json())["error"]["type"]) == (503, "server_busy")
-            r = await client.post("/admin/mei_version", data=_padded_session(2 * MIB))
-            assert (r.status, (await r.json())["error"]["type"]) == (503, "server_busy")
+        router._bodies.used = 4 * MIB  # bodies being read: a 1 MiB large body does not fit the 4.5 MiB large part
+        r = await client.post("/v1/sessions", data=_padded_session(MIB))
+        assert (r.status, (await r.json())["error"]["type"]) == (503, "server_busy")
+        router._bodies.used = 0
+        reader, writer = await raw_http.held_body(client, "/v1/sessions", 65 * MIB, b"{")
+        assert (await raw_http.answer_of(reader))[:1] == (413,)
+        writer.close()
         r = await client.post("/v1/sessions", data=_padded_session(2 * MIB))
         assert (r.status, (await r.json())["error"]["type"]) == (503, "worker_unavailable")
         metrics = await (await client.get("/metrics")).text()
-    assert 'tool_server_router_events_total{event="server_busy"} 2' in metrics.splitlines()
+    lines = metrics.splitlines()
+    assert 'tool_server_router_events_total{event="server_busy"} 1' in lines
+    assert 'tool_server_router_events_total{event="body_too_large"} 1' in lines
+    assert router._bodies.used == 0
 
 
 async def test_the_client_sends_a_busy_session_open_again_with_backoff(loopback):

@@ -212,13 +212,13 @@ async def test_session_image_budget_and_client_quota_over_http(make_client):
     assert f"session_image_bytes {4 * 300 * 300 * 2}" in text
 
 
-async def test_question_images_are_taken_from_the_server_budget_as_they_are_decoded(make_client, monkeypatch):
-    """Room on the server for two 300x300 images: an open with four is refused after decoding the third, and holds
-    nothing. Only the session's budget was checked while decoding: concurrent opens each decoded up to 512 MiB
-    before the server's budget was asked, so the server budget bounded nothing while they decoded."""
+async def test_question_images_are_taken_from_the_server_budget_before_they_are_decoded(make_client, monkeypatch):
+    """Room on the server for two 300x300 images (and the request body): an open with four is refused before
+    decoding the third (its header gives its size), and holds nothing. Only the session's budget was once checked
+    while decoding: concurrent opens each decoded up to 512 MiB before the server's budget was asked."""
     from tool_server import app as app_module
 
-    client = await make_client(max_server_image_bytes=4 * 300 * 300 * 2)
+    client = await make_client(memory_budget_bytes=4 * 300 * 300 * 2 + 2**16, client_memory_share=1.0)  # + the body
     decoded: list[int] = []
     decode = app_module.decode_base64_image
 
@@ -229,7 +229,7 @@ async def test_question_images_are_taken_from_the_server_budget_as_they_are_deco
     monkeypatch.setattr(app_module, "decode_base64_image", counted)
     images = [_png_b64((300, 300), (i, 0, 0)) for i in range(4)]
     status, body = await _json(await client.post("/v1/sessions", json={"images": images}))
-    assert (status, body["error"]["type"], len(decoded)) == (503, "server_memory_full", 3)
+    assert (status, body["error"]["type"], len(decoded)) == (503, "server_memory_full", 2)
     text = await (await client.get("/metrics")).text()
     assert "sessions_active 0" in text and "session_image_bytes 0" in text
     status, body = await _json(await client.post("/v1/sessions", json={"images": images[:2]}))

@@ -8,6 +8,7 @@ import pytest
 from PIL import Image
 
 from tool_server.errors import ToolError
+from tool_server.memory import MemoryBudget
 from tool_server.offline.pixels import box_to_pixels, decode_image, set_pil_pixel_limit
 from tool_server.sessions import SessionStore
 
@@ -116,7 +117,7 @@ def test_a_sessions_image_memory_is_bounded_in_bytes():
 
 def test_the_server_budget_evicts_least_recently_used_idle_sessions_first():
     clock = FakeClock()
-    store = SessionStore(max_server_bytes=4 * 300, memory_min_idle_s=30, clock=clock)
+    store = SessionStore(memory=MemoryBudget(4 * 300), memory_min_idle_s=30, clock=clock)
     a, b, c = store.create(), store.create(), store.create()
     for s in (a, b, c):
         s.register.append(_image(10, 10), "q")  # 400 bytes each: the server is full
@@ -189,14 +190,14 @@ def test_shipped_session_defaults():
 
     s = ServerSettings()
     assert (s.max_sessions, s.max_sessions_per_client, s.max_register_images) == (100_000, 10_000, 512)
-    assert (s.max_session_image_bytes, s.max_server_image_bytes) == (512 * 2**20, 16 * 2**30)
+    assert (s.max_session_image_bytes, s.memory_budget_bytes, s.client_memory_share) == (512 * 2**20, 16 * 2**30, 0.5)
 
 
 def test_a_session_evicted_while_its_call_ran_takes_no_bytes_it_cannot_give_back():
     """A call that outlives its session's idle time (a slow fetch) can see it evicted for another's images; its images
     were then added to the server's total and never subtracted (the session was gone): the budget shrank for good."""
     clock = FakeClock()
-    store = SessionStore(max_server_bytes=4 * 300, memory_min_idle_s=30, clock=clock)
+    store = SessionStore(memory=MemoryBudget(4 * 300), memory_min_idle_s=30, clock=clock)
     slow, other = store.create(), store.create()
     slow.register.append(_image(10, 10), "q")
     clock.now += 60  # slow's call started 60 s ago and is still fetching
@@ -222,7 +223,7 @@ async def test_fetch_image_charges_each_image_as_it_is_decoded_and_gives_back_wh
     from tool_server.tools import neos
     from tool_server.tools.base import Call
 
-    store = SessionStore(max_images=2, max_server_bytes=4 * 10_000)
+    store = SessionStore(max_images=2, memory=MemoryBudget(4 * 10_000))
     session = store.create()
     gate = asyncio.Event()
 

@@ -247,11 +247,11 @@ def test_workers_split_the_servers_image_budget_session_cap_and_client_quota():
     """Each worker holds its own sessions: with the whole budget each, --workers 4 held 4 x 16 GiB of images."""
     from tool_server.__main__ import parser, server_settings
 
-    args = parser().parse_args(["--world", "w", "--workers", "4", "--image-budget-gib", "16",
+    args = parser().parse_args(["--world", "w", "--workers", "4", "--memory-budget-gib", "16",
                                 "--max-sessions-per-client", "10"])
     one, each = server_settings(args), server_settings(args, share=4)
-    assert (one.max_server_image_bytes, one.max_sessions, one.max_sessions_per_client) == (16 * 2**30, 100_000, 10)
-    assert (each.max_server_image_bytes, each.max_sessions, each.max_sessions_per_client) == (4 * 2**30, 25_000, 3)
+    assert (one.memory_budget_bytes, one.max_sessions, one.max_sessions_per_client) == (16 * 2**30, 100_000, 10)
+    assert (each.memory_budget_bytes, each.max_sessions, each.max_sessions_per_client) == (4 * 2**30, 25_000, 3)
     assert each.max_session_image_bytes == one.max_session_image_bytes == 512 * 2**20  # a session is on one worker
 
 

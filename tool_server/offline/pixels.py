@@ -60,14 +60,55 @@ def open_flattened(source: bytes | str | os.PathLike[str]) -> Image.Image:
         return flattened(image)
 
 
-def decode_base64_image(text: str, *, max_pixels: int, field: str) -> Image.Image:
-    """Base64 (optionally a ``data:image/...;base64,`` URL) -> RGB image."""
-    payload = text.split(",", 1)[1] if text.startswith("data:") and "," in text else text
+def _payload(text: str) -> str:
+    return text.split(",", 1)[1] if text.startswith("data:") and "," in text else text
+
+
+def decode_base64_image(text: str, *, max_pixels: int, field: str) -> tuple[Image.Image, bytes | None]:
+    """Base64 (optionally a ``data:image/...;base64,`` URL) -> RGB image, and the bytes when they are a PNG of exactly
+    those pixels (:func:`png_as_is`: an ``include_pixels`` answer sends them instead of encoding them again)."""
     try:
-        raw = base64.b64decode(payload, validate=True)
+        raw = base64.b64decode(_payload(text), validate=True)
     except (binascii.Error, ValueError):
         raise ToolError("bad_image", "not valid base64 image data (nor a world image URL)", field) from None
-    return decode_image(raw, max_pixels=max_pixels, field=field)
+    image = decode_image(raw, max_pixels=max_pixels, field=field)
+    return image, raw if png_as_is(raw) else None
+
+
+PROBE_CHARS = 65_536  # of base64: the header of a PNG, or of a JPEG with up to ~48 kB of metadata before its frame
+
+
+def probe_size(data: bytes) -> tuple[int, int] | None:
+    """(width, height) from an encoded image's header, no pixel decoded (~50 us); None when it cannot be read."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data)) as image:
+                return image.size
+    except (Image.DecompressionBombError, OSError, SyntaxError, ValueError):
+        return None
+
+
+def probe_base64_size(text: str) -> tuple[int, int] | None:
+    """:func:`probe_size` of a base64 image from its first :data:`PROBE_CHARS` characters (decoding all of a 64 MiB
+    body to learn its size would take the event loop ~50 ms)."""
+    head = _payload(text)[:PROBE_CHARS]
+    try:
+        return probe_size(base64.b64decode(head[: len(head) // 4 * 4], validate=True))
+    except (binascii.Error, ValueError):
+        return None
+
+
+def png_as_is(data: bytes) -> bool:
+    """Whether ``data`` is an 8-bit RGB PNG without transparency: the PNG of its own decoded pixels, which an
+    answer can send as they are."""
+    if not data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return False
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            return image.mode == "RGB" and "transparency" not in image.info
+    except (Image.DecompressionBombError, OSError, SyntaxError, ValueError):
+        return False
 
 
 def encode_png(image: Image.Image) -> bytes:

@@ -29,15 +29,19 @@ from PIL import Image as PILImage
 from tool_server.errors import ToolError
 from tool_server.mei.schema import ImageView, PageView
 from tool_server.net import BlockedURL, FetchError, FetchResult, ImageDecodeError, SafeFetcher, decode_image
-from tool_server.offline.pixels import flattened
+from tool_server.offline.pixels import flattened, probe_size
 from tool_server.offline.world import resource_id
 from tool_server.online.clients import ImageResult, LensClient, PageResult, ReaderClient, SerpClient
 from tool_server.online.http import BackendError
 from tool_server.online.markup import markdown_images, read_html
 from tool_server.online.public import PublicImages
-from tool_server.pools import Pools
+from tool_server.pools import Pools, decode_cost
 
 log = logging.getLogger(__name__)
+
+def _decoded(data: bytes, max_pixels: int) -> PILImage.Image:
+    return flattened(decode_image(data, max_pixels))
+
 
 PAGE_TYPES = ("text/html", "application/xhtml+xml", "text/plain", "text/markdown")
 PAGE_TEXT_CHARS = 200_000  # of a page's visible text handed to MEI
@@ -162,11 +166,10 @@ class OnlineBackends:
         result = await self._fetch(url, field)
         if not result.content_type.startswith("image/"):
             raise ToolError("unsupported_content", f"{url} is {result.content_type}, not an image", field)
-        try:
-            image = await self.pools.run("image", decode_image, result.body, max_pixels)
+        try:  # placed by the size its header gives; flattened there too (a 25 Mpx convert is not loop work)
+            return await self.pools.run(decode_cost(probe_size(result.body)), _decoded, result.body, max_pixels)
         except ImageDecodeError as e:
             raise _tool_error(e, field) from None
-        return flattened(image)
 
     async def web_search(self, query: str, field: str) -> list[dict[str, str]]:
         try:

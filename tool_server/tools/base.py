@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from tool_server.mei.schema import EvidenceInterface, ImageView, MEICall, MEIContext
+from tool_server.offline.pixels import png_as_is
 from tool_server.offline.world import OfflineWorld
 from tool_server.online.web import OnlineBackends
 from tool_server.pools import Pools
@@ -34,20 +35,27 @@ class Observation:
     cached: bool = False
     _encoded: bytes | None = field(default=None, repr=False, compare=False)  # to_cache(), encoded once
 
-    def to_json(self, *, include_pixels: bool) -> dict[str, Any]:
+    def to_json(self, *, include_pixels: bool, pngs: list[bytes] | None = None) -> dict[str, Any]:
+        """``pngs``: the images' PNGs when ``include_pixels`` (:func:`answer_pngs`), else each is encoded here."""
         images = []
-        for entry in self.images:
+        for i, entry in enumerate(self.images):
             item: dict[str, Any] = {"ref": entry.ref, "width": entry.width, "height": entry.height}
             if include_pixels:
-                item["png_base64"] = base64.b64encode(entry.png()).decode("ascii")
+                item["png_base64"] = base64.b64encode(pngs[i] if pngs else entry.png()).decode("ascii")
             images.append(item)
         return {"text": self.text, "images": images, "records": self.records, "mei": self.mei, "cached": self.cached}
 
-    def body(self, *, include_pixels: bool) -> bytes:
+    def body(self, *, include_pixels: bool, pngs: list[bytes] | None = None) -> bytes:
         """The HTTP response body: :meth:`to_json`, encoded."""
         if not self.images:
             return _image_free_body(self.to_cache(), self.cached)
-        return orjson.dumps(self.to_json(include_pixels=include_pixels), option=orjson.OPT_SERIALIZE_NUMPY)
+        return orjson.dumps(self.to_json(include_pixels=include_pixels, pngs=pngs), option=orjson.OPT_SERIALIZE_NUMPY)
+
+    def with_pixels(self, world: OfflineWorld) -> tuple[bytes, list[bytes]]:
+        """The ``include_pixels`` body and the PNG of each image (pool work: encoding): the kept PNG, or the world
+        file of a fetched world image when it is :func:`~tool_server.offline.pixels.png_as_is`, else encoded now."""
+        pngs = [entry._png or _world_png(world, entry) or entry.png() for entry in self.images]
+        return self.body(include_pixels=True, pngs=pngs), pngs
 
     def to_cache(self) -> bytes:
         if self.images:
@@ -57,6 +65,15 @@ class Observation:
                 {"text": self.text, "records": self.records, "mei": self.mei}, option=orjson.OPT_SERIALIZE_NUMPY
             )
         return self._encoded
+
+
+def _world_png(world: OfflineWorld, entry: RegisteredImage) -> bytes | None:
+    """The file of the world image ``entry`` was fetched from, when it is the PNG of its pixels as they are."""
+    record = world.image(entry.source) if entry.source.startswith(("http://", "https://")) else None
+    if record is None or (record.width, record.height) != (entry.width, entry.height):
+        return None
+    data = world.image_bytes(record.id)
+    return data if png_as_is(data) else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from tool_server.errors import ToolError
 from tool_server.offline.pixels import box_to_pixels, encode_png
 from tool_server.offline.world import resource_id
-from tool_server.pools import image_cost
+from tool_server.pools import encode_cost, image_cost
 from tool_server.tools.base import Call, Observation, ToolContext, clip
 from tool_server.tools.ops import (
     is_image_url,
@@ -93,7 +93,7 @@ async def i2i_search(ctx: ToolContext, call: Call) -> Observation:
             raise ToolError("invalid_arguments", str(e), "arguments/region") from None
         pixels = await ctx.pools.run(image_cost(pixels.width, pixels.height), pixels.crop, box)
         label, url = f"{label} region {region}", None  # a crop is at no URL
-    png = await ctx.pools.run("encode", encode_png, pixels)
+    png = await ctx.pools.run(encode_cost(pixels.width, pixels.height), encode_png, pixels)
     candidates, mei = await reverse_search(
         ctx, call, label, (pixels, png, url), "find the source of this image", "i2i_search", "arguments/image"
     )

@@ -12,7 +12,7 @@ from typing import Any
 
 from tool_server.errors import ToolError
 from tool_server.offline.pixels import box_to_pixels, encode_png
-from tool_server.pools import image_cost
+from tool_server.pools import encode_cost, image_cost
 from tool_server.protocol import MAX_BOXES_TOTAL
 from tool_server.sessions import pixel_bytes
 from tool_server.tools.base import Call, Observation, ToolContext, item_error
@@ -104,11 +104,13 @@ async def reverse_image_search(ctx: ToolContext, call: Call) -> Observation:
         field = f"arguments/image_token/{i}" if entry is not None else f"arguments/image_url/{i - len(tokens)}"
         try:
             if entry is not None:
-                png = await ctx.pools.run("encode", entry.png)
+                png = await ctx.pools.run(encode_cost(entry.width, entry.height), entry.png)
                 image = (entry.image, png, query_url(entry.source))
             else:
                 image_id, pixels = await load_image(ctx, label, field)
-                png = ctx.world.image_bytes(image_id) if image_id else await ctx.pools.run("encode", encode_png, pixels)
+                png = ctx.world.image_bytes(image_id) if image_id else await ctx.pools.run(
+                    encode_cost(pixels.width, pixels.height), encode_png, pixels
+                )
                 image = (pixels, png, label)
             candidates, mei = await reverse_search(ctx, call, label, image, args["goal"], "ReverseImageSearch", field)
         except ToolError as e:
@@ -196,12 +198,19 @@ async def crop_image(ctx: ToolContext, call: Call) -> Observation:
             "arguments/crop_config",
         )
     nbytes = sum(pixel_bytes(px[2] - px[0], px[3] - px[1]) for _, _, px in plan)
-    register.check_bytes(len(plan), nbytes)  # before the crops take the memory
-    cost = image_cost(max((e.width * e.height for e, _, _ in plan), default=0), 1)  # a crop reads its source
-    crops = await ctx.pools.run(cost, lambda: [entry.image.crop(px) for entry, _, px in plan])
+    register.reserve(len(plan), nbytes)  # before the crops take the memory (they were made first, outside it)
+    try:
+        cost = image_cost(max((e.width * e.height for e, _, _ in plan), default=0), 1)  # a crop reads its source
+        crops = await ctx.pools.run(cost, lambda: [entry.image.crop(px) for entry, _, px in plan])
+    except BaseException:
+        register.release(nbytes)
+        raise
     records, images, lines = [], [], []
     async with call.session.lock:
-        register.reserve(len(plan), nbytes)
+        if register.room() < len(plan):  # another call of the session appended meanwhile
+            register.release(nbytes)
+            raise ToolError("register_full", f"{len(plan)} images to add but the visual register has room for "
+                            f"{register.room()}")
         for (entry, box, px), pixels in zip(plan, crops):
             crop = register.append_reserved(pixels, f"{entry.ref}{box}")
             images.append(crop)

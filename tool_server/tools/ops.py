@@ -18,6 +18,7 @@ from tool_server.limits import quote
 from tool_server.mei.schema import ImageView, PageView
 from tool_server.offline.lexical import TextHit
 from tool_server.online.clients import ImageResult
+from tool_server.pools import image_cost
 from tool_server.tools.base import MAX_PAGE_IMAGES, Call, ToolContext, mei_entry, world_image_view
 
 INLINE_SEARCH_BATCH = 4
@@ -99,7 +100,8 @@ async def load_world_image(ctx: ToolContext, url: str, field: str) -> tuple[str,
     image = ctx.world.image(url)
     if image is None:
         raise _unreachable(ctx, url, "image", field)
-    pixels = await ctx.pools.run("image", ctx.world.load_pixels, image.id, max_pixels=ctx.max_pixels, field=field)
+    cost = image_cost(image.width, image.height)  # the world records every image's size
+    pixels = await ctx.pools.run(cost, ctx.world.load_pixels, image.id, max_pixels=ctx.max_pixels, field=field)
     return image.id, pixels
 
 
