@@ -122,12 +122,13 @@ async def test_the_workers_router_reads_bodies_within_its_own_budget(raw_http):
 
 
 async def test_the_client_sends_a_busy_session_open_again_with_backoff(loopback):
-    """Two 503 server_busy, then the session: the open succeeds after two retries; other 503s are raised at once."""
+    """A 503 server_busy and a 429 client_quota, then the session: the open succeeds after two retries; other
+    refusals are raised at once."""
     from aiohttp import web
 
     from verl_ext.tools.client import ToolServerClient, ToolServerUnavailable
 
-    answers = [(503, "server_busy"), (503, "server_busy"), (200, None), (503, "server_memory_full")]
+    answers = [(503, "server_busy"), (429, "client_quota"), (200, None), (503, "server_memory_full")]
     seen: list[float] = []
 
     async def handler(request: web.Request) -> web.Response:

@@ -21,6 +21,7 @@ from PIL import Image
 
 
 BUSY_FIRST_DELAY_S, BUSY_MAX_DELAY_S = 0.05, 2.0  # backoff of a session open the server is too busy to read
+RETRY_LATER = frozenset({"server_busy", "client_quota"})  # refusals that say "retry later", not "never"
 
 
 class ToolServerError(Exception):
@@ -83,7 +84,7 @@ class ToolServerClient:
         self._timeout = aiohttp.ClientTimeout(total=timeout_s, connect=connect_timeout_s)
         self._http: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.busy_retries = 0  # session opens sent again after a 503 server_busy
+        self.busy_retries = 0  # session opens sent again after a 503 server_busy or a 429 client_quota
 
     async def __aenter__(self) -> Self:
         return self
@@ -111,8 +112,9 @@ class ToolServerClient:
 
     async def open_session(self, images: Sequence[str] = (), group_id: str | None = None) -> SessionInfo:
         """``images``: world image URLs or base64-encoded images; they become img_1.. in order. A 503 ``server_busy``
-        (the server reads only so many large bodies at once, and refuses the rest before reading them) is sent again
-        with exponential backoff until the client's timeout, then raised."""
+        (the server reads only so many large bodies at once, and refuses the rest before reading them) or a 429
+        ``client_quota`` (this client holds its share of the server's bodies or images) is sent again with
+        exponential backoff until the client's timeout, then raised."""
         body: dict[str, Any] = {"images": list(images)}
         if group_id is not None:
             body["group_id"] = group_id
@@ -121,8 +123,8 @@ class ToolServerClient:
             try:
                 data = await self._request("POST", "/v1/sessions", json=body)
                 return SessionInfo(data["session_id"], list(data["images"]))
-            except ToolServerUnavailable as e:
-                if e.type != "server_busy" or time.monotonic() + delay > deadline:
+            except (ToolServerUnavailable, ToolCallError) as e:
+                if e.type not in RETRY_LATER or time.monotonic() + delay > deadline:
                     raise
             self.busy_retries += 1
             await asyncio.sleep(delay)
