@@ -30,7 +30,7 @@ from pathlib import Path
 
 import aiohttp
 
-from data_gen.common.cli import add_common_flags, counts_work, progress, report_output, world_or_exit
+from data_gen.common.cli import counts_work, progress, report_output, world_or_exit
 from data_gen.common.episode import Expert
 from data_gen.common.export import hash_unit
 from data_gen.common.llm import SyncChat
@@ -54,8 +54,8 @@ from tool_server.launch import served
 from verl_ext.reward.judge import JudgeConfig
 from verl_ext.tools.client import ToolServerClient, ToolServerUnavailable
 
-FILTERS = ("text_only", "ambiguous_hop", "image_detour", "terminal_text", "terminal_image", "source_colours",
-           "start_description", "leak", "grammar", *SHARE_FILTERS, "expert")
+FILTERS = ("text_only", "named_start_image", "ambiguous_hop", "image_detour", "terminal_text", "terminal_image",
+           "source_colours", "start_description", "leak", "grammar", *SHARE_FILTERS, "expert")
 SEED_KINDS = frozenset({"country", "city", "subdivision", "us_state", "brand", "stamp", "synset", "article",
                         "language", "currency"})
 BENCHMARK_SEED_SHARE = 0.1
@@ -129,6 +129,7 @@ async def run(args: argparse.Namespace, url: str, world: World | None = None) ->
         writer = QuestionWriter(world, kg, seed=args.seed, wording=wording, text_only=args.text_only)
         report["question_wording"] = writer.wording.name
         await _sample(args, url, world, kg, plan, quotas, log, writer, report)
+        report["terminal_facts_not_asked"] = dict(writer.counts)
         if wording is not None:
             report["llm_wording"] = wording.usage.report()
     log.close()
