@@ -12,6 +12,8 @@ the path (the question's composed hops are walked through their supporting image
   neighbour, ``read_url`` of its page, which must name the start, then the start's own page, which must name every
   clue) or by a quoted sentence (``t2t_search`` of its words must return the start's page);
 - text -> text: the article read must mention the target; ``t2t_search`` of the target's name must return its page;
+  a flag clue ("whose national flag is mostly red and white and ...") first has it fetch (``t2i_search``,
+  ``read_url``) the flag of every candidate the article names and read its colours: only the target's may match;
 - text -> image: ``t2i_search`` of "<kind> of <source>" must return the image; ``read_url`` loads its pixels;
 - image -> text: ``read_url`` of the image's source page (listed beside the image in the search result) must mention
   the target, whose page a ``t2t_search`` then finds;
@@ -37,8 +39,8 @@ from PIL import Image as PILImage
 from data_gen.common.episode import Episode, call_text, expert_episode, found
 from data_gen.modalsearch.answerers import VISUAL_QUESTIONS
 from data_gen.common.teacher import Brief
-from data_gen.modalsearch.relations import relative
-from data_gen.modalsearch.schema import PathNode, Task
+from data_gen.modalsearch.relations import clue_colours, colour_words, listed, reading_of, relative
+from data_gen.modalsearch.schema import PathHop, PathNode, Task
 from data_gen.neos.observer import colour_shares
 from data_gen.world.store import World
 from verl_ext.rollout.record import TrajectoryRecord
@@ -92,13 +94,20 @@ class ModalSearchExpert:
             if failed:
                 return failed
             last_text = seen.last
+        hops = {h.target: h for h in task.hops}
         relations = {h.target: h.relation for h in task.hops}
         for prev, node in zip(nodes, nodes[1:]):
             if prev.kind == "text" and node.kind == "text":
                 if not _mentions(last_text, node):
                     return f"the article on {prev.name} does not mention {node.name}"
-                last_text = await self._search_and_read(episode, seen, node, self._choice(
-                    seen, prev, node, relations.get(node.id, ""), last_text))
+                hop = hops.get(node.id)
+                if hop is not None and hop.peers:
+                    failed, reasoning = await self._flag_choice(episode, seen, prev, node, hop, last_text)
+                    if failed:
+                        return failed
+                else:
+                    reasoning = self._choice(seen, prev, node, relations.get(node.id, ""), last_text)
+                last_text = await self._search_and_read(episode, seen, node, reasoning)
                 if last_text is None:
                     return f"text search did not find the page of {node.name}"
             elif node.kind == "image":
@@ -172,6 +181,42 @@ class ModalSearchExpert:
         rest = f", the other {len(shown) - 1} differ" if len(shown) > 1 else ""
         return pixels[best["url"]], (f"{reasoning} Only \u201c{best['caption']}\u201d matches the question's "
                                      f"image{rest}; its page is {best.get('page_title')}. ")
+
+    async def _flag_choice(self, episode: Episode, seen: Seen, prev: PathNode, node: PathNode, hop: PathHop,
+                           article: str) -> tuple[str, str]:
+        """A flag clue: fetch each candidate's national flag (every one the article names) and read its colours;
+        only the target's may read as the clue says. (why it failed or '', the reasoning of the next search)."""
+        clue = clue_colours(hop.relation)
+        if clue is None:
+            return f"no flag colours in {hop.relation!r}", ""
+        missing = [p for p in hop.peers if not found(p, article)]
+        if missing:
+            return f"the article on {prev.name} does not name the candidate {missing[0]}", ""
+        reasoning = (f"The article on {prev.name} names {len(hop.peers)} candidates for the {node.noun}, "
+                     f"{listed(hop.peers)}; the question wants the one whose national flag is mostly "
+                     f"{colour_words(clue)}, so I look at each one's flag. ")
+        matching = []
+        for peer in hop.peers:
+            result = await _call(episode, seen, "t2i_search", {"query": f"national flag of {peer}"},
+                                 f"{reasoning}I search for the national flag of {peer}.")
+            record = next((r for r in (result.records if result else []) if r.get("page_title") == peer
+                           and str(r.get("caption", "")).startswith("Flag of")), None)
+            if record is None:
+                return f"image search did not find the flag of {peer}", ""
+            loaded = await self._pixels(episode, seen, record["url"], (
+                f"The result captioned \u201c{record['caption']}\u201d, on the page of {peer}, is its flag; I load it "
+                "to see its colours."))
+            if loaded is None:
+                return f"could not load {record['url']}", ""
+            with PILImage.open(io.BytesIO(loaded)) as im:
+                reading = reading_of(im)
+            words = colour_words(reading) if reading else "no colour clearly"
+            if reading == clue:
+                matching.append(peer)
+            reasoning = f"{peer}'s flag is mostly {words}: {'as' if reading == clue else 'not as'} the clue says. "
+        if matching != [node.name]:
+            return f"the flags of {matching or 'none'} read as the clue, not just {node.name}'s", ""
+        return "", f"{reasoning}Only {node.name}'s flag is mostly {colour_words(clue)}; I search for its page."
 
     async def _find_start(self, episode: Episode, seen: Seen, task: Task) -> str:
         """A text start, found as a policy can: the question describes it by neighbours it names (search one, read

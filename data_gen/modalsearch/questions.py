@@ -53,7 +53,7 @@ from data_gen.modalsearch.answerers import (
 )
 from data_gen.modalsearch.facts import DATED, QUANTITIES, conflicting, dated_scope
 from data_gen.modalsearch.graph import Graph, Node
-from data_gen.modalsearch.relations import NOUNS, RELATIVE, kg_phrase, relative
+from data_gen.modalsearch.relations import NOUNS, RELATIVE, kg_phrase, listed, relative
 from data_gen.modalsearch.sampler import Path
 from data_gen.neos.observer import NAMED_SOURCES, SHADE_OF
 from data_gen.neos.open_world import OPEN_WORLD
@@ -133,9 +133,11 @@ def path_key(graph_name: str, path: Path) -> str:
 def modality(graph: Graph, path: Path) -> tuple[str, Label]:
     kinds = [graph.nodes[n].kind for n in path.nodes]
     pattern = "-".join("I" if k == "image" else "T" for k in kinds)
-    if "image" not in kinds:
+    if "image" not in kinds and not any(e.relation.peers for e in path.edges):
         return pattern, "text_only"
-    return pattern, "search_required" if "image" in kinds[1:] else "input_only"
+    # new visual evidence mid-search: an image after the start, or the flags a flag clue makes the solver fetch
+    return pattern, "search_required" if "image" in kinds[1:] or any(e.relation.peers for e in path.edges) \
+        else "input_only"
 
 
 def compose(graph: Graph, path: Path) -> list[PathHop]:
@@ -154,7 +156,7 @@ def compose(graph: Graph, path: Path) -> list[PathHop]:
             i += 2
             continue
         hops.append(PathHop(source=e.source, target=e.target, kind=e.kind, relation=e.relation.phrase,
-                            relation_source=e.relation.source))
+                            relation_source=e.relation.source, peers=list(e.relation.peers)))
         i += 1
     return hops
 
@@ -432,7 +434,7 @@ class QuestionWriter:
                     neighbour = self.world.entities[f.neighbour].label if f.neighbour in self.world.entities \
                         else f.neighbour
                     neighbours.setdefault(kg_phrase(f.relation, label, not f.outgoing), []).append(neighbour)
-                clauses = [phrase.replace("{x}", _listed(names)) for phrase, names in neighbours.items()]
+                clauses = [phrase.replace("{x}", listed(names)) for phrase, names in neighbours.items()]
                 clauses = [c if RELATIVE.match(c) else f"that {c}" for c in clauses]
                 return f"the {noun} {' and '.join(clauses)}", [n for names in neighbours.values() for n in names]
         lead = self._masked_lead(node.ref, node.name)
@@ -455,10 +457,6 @@ class QuestionWriter:
         if self._leads is None:
             self._leads = Counter(filter(None, (self._masked_lead(p.id, p.title) for p in self.world.pages.values())))
         return self._leads
-
-
-def _listed(names: list[str]) -> str:
-    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def _entity_forms(world: World, entity_id: str) -> list[str]:

@@ -36,6 +36,7 @@ class PathHop(_Model):
     relation: str  # the target described from {x}
     relation_source: str
     via: str | None = None
+    peers: list[str] = Field(default_factory=list)  # a flag clue's candidates, whose flags a solver compares
 
 
 class Terminal(_Model):
