@@ -30,7 +30,7 @@ from pathlib import Path
 
 import aiohttp
 
-from data_gen.common.cli import add_common_flags, counts_work, progress, report_output, world_or_exit
+from data_gen.common.cli import counts_work, progress, report_output, world_or_exit
 from data_gen.common.episode import Expert
 from data_gen.common.export import hash_unit
 from data_gen.common.llm import SyncChat
@@ -44,23 +44,24 @@ from data_gen.modalsearch.expert import ModalSearchExpert, teacher_brief
 from data_gen.modalsearch.export import check_exportable, export, mei_pairs
 from data_gen.modalsearch.graph import Graph
 from data_gen.modalsearch.llm import LLMRelationProposer, LLMWording
-from data_gen.modalsearch.questions import QuestionWriter, Rejection, path_key
-from data_gen.modalsearch.relations import OfflineRelationProposer
-from data_gen.modalsearch.sampler import HOP_SHARES, PathSampler, depth_towards
+from data_gen.modalsearch.questions import QuestionWriter, Rejection, modality, path_key
+from data_gen.modalsearch.relations import CLUE, OfflineRelationProposer
+from data_gen.modalsearch.sampler import HOP_SHARES, SEARCH_REQUIRED_SHARE, PathSampler, depth_towards
 from data_gen.modalsearch.schema import Outcome
 from data_gen.modalsearch.visual import ToolServerImageSearch
+from data_gen.neos.observer import NAMED_SOURCES
 from data_gen.world.store import World
 from tool_server.launch import served
 from verl_ext.reward.judge import JudgeConfig
 from verl_ext.tools.client import ToolServerClient, ToolServerUnavailable
 
-FILTERS = ("text_only", "ambiguous_hop", "image_detour", "terminal_text", "terminal_image", "source_colours",
-           "start_description", "leak", "grammar", *SHARE_FILTERS, "expert")
+FILTERS = ("text_only", "named_start_image", "ambiguous_hop", "image_detour", "terminal_text", "terminal_image",
+           "source_colours", "start_description", "leak", "grammar", *SHARE_FILTERS, "expert")
 SEED_KINDS = frozenset({"country", "city", "subdivision", "us_state", "brand", "stamp", "synset", "article",
                         "language", "currency"})
 BENCHMARK_SEED_SHARE = 0.1
 BENCHMARK_SHARE = 0.1  # of --limit
-GRAPH_VERSION = 3  # part of a saved graph's fingerprint: bump when expansion changes what a graph holds
+GRAPH_VERSION = 4  # part of a saved graph's fingerprint: bump when expansion changes what a graph holds
 OUTPUT_FILES = ["train.parquet", "rl.parquet", "benchmark.parquet", "sft.parquet", "sft.jsonl", "references.jsonl",
                 "mei_sft.jsonl", "stats.json", "plots/", "results.jsonl"]
 
@@ -129,6 +130,7 @@ async def run(args: argparse.Namespace, url: str, world: World | None = None) ->
         writer = QuestionWriter(world, kg, seed=args.seed, wording=wording, text_only=args.text_only)
         report["question_wording"] = writer.wording.name
         await _sample(args, url, world, kg, plan, quotas, log, writer, report)
+        report["terminal_facts_not_asked"] = dict(writer.counts)
         if wording is not None:
             report["llm_wording"] = wording.usage.report()
     log.close()
@@ -163,8 +165,10 @@ async def _sample(args: argparse.Namespace, url: str, world: World, kg: KG, plan
             graph, info = await _graph(builder, name, seeds, blocked, args.out, fingerprint)
             report["graphs"][name] = info
             blocked = frozenset(graph.nodes)
-            sampler = PathSampler(graph, random.Random(f"{args.seed}:{name}:paths"))
-            verified = draws = 0
+            named = frozenset(n for n, node in graph.nodes.items()
+                              if node.kind == "image" and world.images[node.ref].source in NAMED_SOURCES)
+            sampler = PathSampler(graph, random.Random(f"{args.seed}:{name}:paths"), excluded_starts=named)
+            verified = draws = searched = 0
             hops: Counter[int] = Counter()
             depths = random.Random(f"{args.seed}:{name}:depths")
             bar = progress(quotas[name], 0, args.attempts, f"modalsearch {name}", "draw")
@@ -174,7 +178,8 @@ async def _sample(args: argparse.Namespace, url: str, world: World, kg: KG, plan
                     break
                 draws += 1
                 bar.update(1 if counts_work(quotas[name]) else 0)
-                path = sampler.sample(depth_towards(HOP_SHARES, hops, depths))
+                path = sampler.sample(depth_towards(HOP_SHARES, hops, depths),
+                                      visual=searched < SEARCH_REQUIRED_SHARE * (verified + 1))
                 if path is None:
                     continue
                 key = path_key(name, path)
@@ -187,6 +192,7 @@ async def _sample(args: argparse.Namespace, url: str, world: World, kg: KG, plan
                     sampler.accept(path)
                     verified += 1
                     hops[path.hops] += 1
+                    searched += modality(graph, path)[1] == "search_required"
                     bar.update(0 if counts_work(quotas[name]) else 1)
                 bar.set_postfix(verified=verified, draws=draws)
             bar.close()
@@ -217,6 +223,9 @@ def statistics(outcomes: Sequence[Outcome], run_report: dict) -> dict:
         "hops": dict(sorted(Counter(len(t.nodes) - 1 for t in verified).items())),
         "modality_path_types": dict(Counter(t.modality for t in verified).most_common()),
         "labels": dict(Counter(t.label for t in verified).most_common()),
+        # new visual evidence fetched mid-search (App. C.1: 57.6% of the paper's generated data)
+        "search_required_share": round(sum(t.label == "search_required" for t in verified) / max(1, len(verified)),
+                                       4),
         "answer_types": dict(Counter(t.answer_type for t in verified).most_common()),
         "terminal_modality": dict(Counter(t.terminal.modality for t in verified).most_common()),
         "by_graph": dict(Counter(t.graph for t in verified)),
@@ -227,14 +236,14 @@ def statistics(outcomes: Sequence[Outcome], run_report: dict) -> dict:
     }
 
 
-_NAME_CLUE = re.compile("^whose name begins with \u201c.\u201d and (?:that )?")
+
 _QUOTED = re.compile(" \u201c[^\u201d]*\u201d")
 
 
 def relation_type(phrase: str) -> str:
     """A hop's relation without what varies per question: the name clue ("whose name begins with “G” and that is
     part of {x}" is "is part of {x}") and a context template's quoted sentence."""
-    return _QUOTED.sub("", _NAME_CLUE.sub("", phrase))
+    return _QUOTED.sub("", CLUE.sub("", phrase))
 
 
 def plots(stats: dict, out: Path) -> list[str]:

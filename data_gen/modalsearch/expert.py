@@ -2,16 +2,26 @@
 ModalSearcher tool calls (``t2t_search``, ``t2i_search``, ``i2i_search``, ``read_url``) against the tool server and
 answers only with what it retrieved. Its successful episodes are the SFT trajectories and success references.
 
-Per node of the path (the question's composed hops are walked through their supporting images):
+It opens only what a policy could: the question's image, pages and images a search it made returned. Per node of
+the path (the question's composed hops are walked through their supporting images):
 
-- image start: ``i2i_search`` of the input image must return its source page;
-- text -> text: ``read_url`` of the source article must mention the target, ``t2t_search`` of the target's name
-  must return the target's page;
-- text -> image: ``t2i_search`` of the image's description must return the image; ``read_url`` loads its pixels;
-- image -> text: ``read_url`` of the image's source page (found by ``i2i_search`` for a loaded image) must mention
-  the target;
+- image start: ``i2i_search`` of the input image; every result the search says looks like it (``exact_match`` or
+  ``visual_match``) is loaded with ``read_url`` and its colours compared with the question image's, the comparison
+  in the next turn's reasoning; the one that matches, and only it, must be the start image;
+- text start: the question describes it (``Task.start_clues``); by a neighbour it names (``t2t_search`` of the
+  neighbour, ``read_url`` of its page, which must name the start, then the start's own page, which must name every
+  clue) or by a quoted sentence (``t2t_search`` of its words must return the start's page);
+- text -> text: the article read must mention the target; ``t2t_search`` of the target's name must return its page;
+  a flag clue ("whose national flag is mostly red and white and ...") first has it fetch (``t2i_search``,
+  ``read_url``) the flag of every candidate the article names and read its colours: only the target's may match;
+- text -> image: ``t2i_search`` of "<kind> of <source>" must return the image; ``read_url`` loads its pixels;
+- image -> text: ``read_url`` of the image's source page (listed beside the image in the search result) must mention
+  the target, whose page a ``t2t_search`` then finds;
 - terminal: a text answer must be stated in the last article read; an image answer must be read from the pixels
   ``read_url`` returned (``answerers.PixelAnswerer``).
+
+``data_gen.modalsearch.replay.unexplained`` checks a trajectory for anything its calls and reasoning use that the
+question and the observations before them do not explain.
 
 Every turn is written as the ``modalsearch_react_agent`` loop parses a policy's: ``<think>`` with a short reasoning,
 then one ``<tool_call>`` or the ``<answer>``. The reasoning is grounded in what the episode has observed: it names an
@@ -29,8 +39,8 @@ from PIL import Image as PILImage
 from data_gen.common.episode import Episode, call_text, expert_episode, found
 from data_gen.modalsearch.answerers import VISUAL_QUESTIONS
 from data_gen.common.teacher import Brief
-from data_gen.modalsearch.relations import relative
-from data_gen.modalsearch.schema import PathNode, Task
+from data_gen.modalsearch.relations import clue_colours, colour_words, listed, reading_of, relative
+from data_gen.modalsearch.schema import PathHop, PathNode, Task
 from data_gen.neos.observer import colour_shares
 from data_gen.world.store import World
 from verl_ext.rollout.record import TrajectoryRecord
@@ -40,16 +50,20 @@ from verl_ext.tools.client import ToolServerClient
 class ModalSearchExpert:
     """``world``: where the expert reads which names in an article are candidates of the kind a hop asks for (the
     countries a region's article lists), so its reasoning weighs them against the question's clue before it
-    commits; without it the reasoning names only the target."""
+    commits, the question image's pixels (the input a policy sees), and page titles to URLs (a clue's page is
+    opened only from a search result that lists it)."""
 
     name = "programmatic_path_expert"
 
-    def __init__(self, client: ToolServerClient, world: World | None = None) -> None:
+    def __init__(self, client: ToolServerClient, world: World) -> None:
         self.client = client
+        self.image_path = world.image_path
         self._labels: dict[str, list[str]] = {}
-        for entity in (world.entities.values() if world else ()):
+        for entity in world.entities.values():
             self._labels.setdefault(entity.kind, []).append(entity.label)
-        self._kinds = {e.id: e.kind for e in world.entities.values()} if world else {}
+        self._kinds = {e.id: e.kind for e in world.entities.values()}
+        self._pages = {p.title: PathNode(id=p.id, kind="text", name=p.title, noun="", url=p.url)
+                       for p in world.pages.values()}
 
     async def solve(self, task: Task) -> tuple[bool, TrajectoryRecord, str]:
         """(solved, trajectory, why it failed or '')."""
@@ -64,44 +78,61 @@ class ModalSearchExpert:
         seen = Seen(task.question)
         last_text = ""
         loaded: bytes | None = None
+        after = ""  # what the last comparison decided, said in the next turn's reasoning
         if nodes[0].kind == "image":
             found_page = await _call(episode, seen, "i2i_search", {"image": refs[0]},
                                      "I cannot name what the question's image shows yet; a reverse image search "
                                      "should find the page that carries it.")
-            if found_page is None or nodes[0].source_page_url not in found_page.text:
-                return "reverse search did not reach the start image's source page"
-            loaded = await self._pixels(episode, seen, nodes[0], "The reverse search found where the image comes "
-                                        "from; I load it at full size to look at it closely.")
+            if found_page is None:
+                return "reverse search failed"
+            chosen = await self._compare(episode, seen, task, found_page.records)
+            if isinstance(chosen, str):
+                return chosen
+            loaded, after = chosen
         else:
-            last_text = await self._read(episode, seen, nodes[0].url, f"The question starts from "
-                                         f"{seen.named(nodes[0].name, 'an article')}; I read it.")
+            failed = await self._find_start(episode, seen, task)
+            if failed:
+                return failed
+            last_text = seen.last
+        hops = {h.target: h for h in task.hops}
         relations = {h.target: h.relation for h in task.hops}
         for prev, node in zip(nodes, nodes[1:]):
             if prev.kind == "text" and node.kind == "text":
                 if not _mentions(last_text, node):
                     return f"the article on {prev.name} does not mention {node.name}"
-                result = await _call(episode, seen, "t2t_search", {"query": node.name},
-                                     self._choice(seen, prev, node, relations.get(node.id, ""), last_text))
-                if result is None or node.url not in result.text:
+                hop = hops.get(node.id)
+                if hop is not None and hop.peers:
+                    failed, reasoning = await self._flag_choice(episode, seen, prev, node, hop, last_text)
+                    if failed:
+                        return failed
+                else:
+                    reasoning = self._choice(seen, prev, node, relations.get(node.id, ""), last_text)
+                last_text = await self._search_and_read(episode, seen, node, reasoning)
+                if last_text is None:
                     return f"text search did not find the page of {node.name}"
-                last_text = await self._read(episode, seen, node.url, f"The search lists the page of {node.name}; I "
-                                             "read it for the next clue.")
             elif node.kind == "image":
-                result = await _call(episode, seen, "t2i_search", {"query": node.description}, (
+                result = await _call(episode, seen, "t2i_search", {"query": f"{node.noun} of {prev.name}"}, (
                     f"The question's next clue is the {node.noun} of {seen.named(prev.name, 'the last entity')}; I "
                     "search images for it."))
                 if result is None or node.url not in result.text:
                     return f"image search did not find {node.url}"
-                loaded = await self._pixels(episode, seen, node, (
+                loaded = await self._pixels(episode, seen, node.url, (
                     f"Of the images the search lists, the one captioned \u201c{node.name}\u201d is the {node.noun} "
-                    "the clue means (the others show other entities); I load its pixels to see what it shows."))
+                    f"of {prev.name} (the others show other entities or other kinds of image); I load its pixels to "
+                    "see what it shows."))
             else:  # image -> text: the image's source page states the link
                 page_text = await self._read(episode, seen, prev.source_page_url, (
-                    "The image I looked at does not say by itself what it depicts; the page that carries it should."))
+                    f"{after}The image does not say by itself what it depicts; the page that carries it should."))
+                after = ""
                 if not _mentions(page_text, node) and prev.source_page_url != node.url:
                     return f"the source page of {prev.name} does not mention {node.name}"
-                last_text = page_text if prev.source_page_url == node.url else await self._read(
-                    episode, seen, node.url, f"That page names {node.name}; I read its own page.")
+                if prev.source_page_url == node.url:
+                    last_text = page_text
+                else:
+                    last_text = await self._search_and_read(episode, seen, node, (
+                        f"That page names {node.name}; I search for its own page."))
+                    if last_text is None:
+                        return f"text search did not find the page of {node.name}"
         if task.terminal.modality == "text":
             if not any(found(a, last_text) for a in (task.answer, *task.aliases)):
                 return "the last article read does not state the answer"
@@ -114,6 +145,118 @@ class ModalSearchExpert:
         with PILImage.open(io.BytesIO(loaded)) as im:
             read = ask[2](colour_shares(im))
         return "" if read == task.answer else f"the fetched pixels read {read!r}, not {task.answer!r}"
+
+    async def _compare(self, episode: Episode, seen: Seen, task: Task,
+                       records: list[dict]) -> tuple[bytes, str] | str:
+        """Load every image the reverse search says looks like the question's and compare its colours with the
+        question image's, each comparison in the next turn's reasoning; the closest must be the start image. (its
+        pixels, the verdict), or why not."""
+        shown = [r for r in records if r.get("match_state") in MATCHING]
+        if not shown:
+            return "the reverse search shows no matching image"
+        with PILImage.open(self.image_path(task.start_image_id)) as im:
+            mine = dict(colour_shares(im))
+        names = ", ".join(f"\u201c{r['caption']}\u201d" for r in shown)
+        reasoning = (f"The reverse search shows {len(shown)} image{'s' if len(shown) > 1 else ''} that look like the "
+                     f"question's ({names}); I load each to compare it with the question's image, which reads "
+                     f"{_colours(mine)}.")
+        pixels: dict[str, bytes] = {}
+        distance: dict[str, float] = {}
+        for record in shown:
+            loaded = await self._pixels(episode, seen, record["url"], reasoning)
+            if loaded is None:
+                return f"could not load {record['url']}"
+            with PILImage.open(io.BytesIO(loaded)) as im:
+                theirs = dict(colour_shares(im))
+            pixels[record["url"]], distance[record["url"]] = loaded, _distance(mine, theirs)
+            verdict = "the same colours in the same proportions" if distance[record["url"]] <= SAME \
+                else "not the question's image"
+            reasoning = f"\u201c{record['caption']}\u201d reads {_colours(theirs)}: {verdict}."
+        best = min(shown, key=lambda r: distance[r["url"]])
+        others = [r for r in shown if r is not best and distance[r["url"]] <= SAME]
+        if distance[best["url"]] > SAME or others:
+            return f"{len(others) + (distance[best['url']] <= SAME)} of {len(shown)} candidates match the image"
+        if best["url"] != task.nodes[0].url:
+            return f"the comparison picks {best['url']}, not the start image"
+        rest = f", the other {len(shown) - 1} differ" if len(shown) > 1 else ""
+        return pixels[best["url"]], (f"{reasoning} Only \u201c{best['caption']}\u201d matches the question's "
+                                     f"image{rest}; its page is {best.get('page_title')}. ")
+
+    async def _flag_choice(self, episode: Episode, seen: Seen, prev: PathNode, node: PathNode, hop: PathHop,
+                           article: str) -> tuple[str, str]:
+        """A flag clue: fetch each candidate's national flag (every one the article names) and read its colours;
+        only the target's may read as the clue says. (why it failed or '', the reasoning of the next search)."""
+        clue = clue_colours(hop.relation)
+        if clue is None:
+            return f"no flag colours in {hop.relation!r}", ""
+        missing = [p for p in hop.peers if not found(p, article)]
+        if missing:
+            return f"the article on {prev.name} does not name the candidate {missing[0]}", ""
+        reasoning = (f"The article on {prev.name} names {len(hop.peers)} candidates for the {node.noun}, "
+                     f"{listed(hop.peers)}; the question wants the one whose national flag is mostly "
+                     f"{colour_words(clue)}, so I look at each one's flag. ")
+        matching = []
+        for peer in hop.peers:
+            result = await _call(episode, seen, "t2i_search", {"query": f"national flag of {peer}"},
+                                 f"{reasoning}I search for the national flag of {peer}.")
+            record = next((r for r in (result.records if result else []) if r.get("page_title") == peer
+                           and str(r.get("caption", "")).startswith("Flag of")), None)
+            if record is None:
+                return f"image search did not find the flag of {peer}", ""
+            loaded = await self._pixels(episode, seen, record["url"], (
+                f"The result captioned \u201c{record['caption']}\u201d, on the page of {peer}, is its flag; I load it "
+                "to see its colours."))
+            if loaded is None:
+                return f"could not load {record['url']}", ""
+            with PILImage.open(io.BytesIO(loaded)) as im:
+                reading = reading_of(im)
+            words = colour_words(reading) if reading else "no colour clearly"
+            if reading == clue:
+                matching.append(peer)
+            reasoning = f"{peer}'s flag is mostly {words}: {'as' if reading == clue else 'not as'} the clue says. "
+        if matching != [node.name]:
+            return f"the flags of {matching or 'none'} read as the clue, not just {node.name}'s", ""
+        return "", f"{reasoning}Only {node.name}'s flag is mostly {colour_words(clue)}; I search for its page."
+
+    async def _find_start(self, episode: Episode, seen: Seen, task: Task) -> str:
+        """A text start, found as a policy can: the question describes it by neighbours it names (search one, read
+        its page, which names the start) or by a quoted sentence (search its words); '' or why not."""
+        start = task.nodes[0]
+        if not task.start_clues:
+            return "the task says nothing to search the start by"
+        clue = task.start_clues[0]
+        if "___" in clue:  # the masked lead sentence the question quotes
+            words = " ".join(p.strip(" .,;") for p in clue.split("___") if p.strip(" .,;"))
+            text = await self._search_and_read(episode, seen, start, (
+                "The question quotes a sentence of the article it starts from, with the name left out; I search "
+                "for the sentence's words."), query=words, pick="the result whose text carries the quoted sentence")
+            return "" if text is not None else "the quoted sentence's search did not find the start page"
+        neighbour = self._pages.get(clue)
+        if neighbour is None:
+            return f"no page for the clue {clue!r}"
+        text = await self._search_and_read(episode, seen, neighbour, (
+            f"The question describes where it starts only through {clue}, which it names; I search for {clue}'s "
+            "page."))
+        if text is None or not _mentions(text, start):
+            return f"the page of {clue} does not name {start.name}"
+        text = await self._search_and_read(episode, seen, start, (
+            f"The article on {clue} names {start.name}, which fits the question's description; I search for its "
+            "page to check the rest of the description."))
+        if text is None:
+            return f"text search did not find the page of {start.name}"
+        missing = [c for c in task.start_clues if not found(c, text)]
+        return f"the page of {start.name} does not name {missing[0]}" if missing else ""
+
+    async def _search_and_read(self, episode: Episode, seen: Seen, node: PathNode, reasoning: str, *,
+                               query: str | None = None, pick: str | None = None) -> str | None:
+        """``t2t_search`` (of ``node``'s name unless ``query``), then ``read_url`` of ``node``'s page, which the
+        search must return; the page's text, or None."""
+        result = await _call(episode, seen, "t2t_search", {"query": query or node.name}, reasoning)
+        if result is None or node.url not in result.text:
+            return None
+        title = next((r.get("title") for r in result.records if r.get("url") == node.url), node.name)
+        return await self._read(episode, seen, node.url, f"The search lists {pick or 'the page titled ' + title}"
+                                f" ({title}); I read it.")
 
     def _choice(self, seen: Seen, prev: PathNode, node: PathNode, relation: str, article: str) -> str:
         """Why ``node`` is the next entity: the clue the question gives for it ("is part of {x}, and whose name
@@ -136,12 +279,22 @@ class ModalSearchExpert:
         result = await _call(episode, seen, "read_url", {"url": url}, reasoning)
         return result.text if result else ""
 
-    async def _pixels(self, episode: Episode, seen: Seen, node: PathNode, reasoning: str) -> bytes | None:
-        result = await _call(episode, seen, "read_url", {"url": node.url}, reasoning, pixels=True)
+    async def _pixels(self, episode: Episode, seen: Seen, url: str, reasoning: str) -> bytes | None:
+        result = await _call(episode, seen, "read_url", {"url": url}, reasoning, pixels=True)
         return result.images[0].png if result and result.images else None
 
 
 _INITIAL = re.compile(r"whose name begins with \u201c(.)\u201d")
+MATCHING = ("exact_match", "visual_match")  # reverse-search states that say a result looks like the query
+SAME = 0.05  # colour shares closer than this in total (L1) are the same image as a person sees it
+
+
+def _distance(a: dict[str, float], b: dict[str, float]) -> float:
+    return sum(abs(a.get(c, 0.0) - b.get(c, 0.0)) for c in {*a, *b})
+
+
+def _colours(shares: dict[str, float]) -> str:
+    return ", ".join(f"{c} {round(100 * v)}%" for c, v in shares.items()) or "no colour clearly"
 
 
 class Seen:
@@ -150,12 +303,15 @@ class Seen:
 
     def __init__(self, question: str) -> None:
         self.text = question
+        self.last = ""  # the last observation
+
 
     def named(self, name: str, otherwise: str) -> str:
         return name if name and found(name, self.text) else otherwise
 
     def add(self, observation: str) -> None:
         self.text += "\n" + observation
+        self.last = observation
 
 
 async def _call(episode: Episode, seen: Seen, name: str, arguments: dict, reasoning: str, pixels: bool = False):

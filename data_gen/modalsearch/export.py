@@ -9,7 +9,8 @@ dropped first.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from data_gen.common.export import export_verified, image_cells, pick_split, use
 from data_gen.common.mei_pairs import Episode, write_mei_pairs
 from data_gen.common.sft import SFTRecord, sft_parquet_from_jsonl, tool_message
 from data_gen.modalsearch.schema import AGENT_NAME, DATA_SOURCE, Outcome, Task
+from data_gen.world.store import World
 from tool_server.protocol import tool_schemas
 from verl_ext.rollout.prompts import system_prompt
 from verl_ext.rollout.protocols import parse_modalsearch_turn
@@ -62,14 +64,15 @@ def row(task: Task, world_root: Path, split: str, index: int) -> dict[str, Any]:
     }
 
 
-def sft_record(task: Task, trajectory: dict[str, Any]) -> dict[str, Any]:
+def sft_record(task: Task, trajectory: dict[str, Any], image_ids: Mapping[str, str] | None = None) -> dict[str, Any]:
     """ReAct messages of the expert's episode as the ``modalsearch_react_agent`` loop shows them: its system prompt
     (the tools listed in it), the question with the start image, each call an assistant turn and its observation a
     tool turn carrying the pixels the call loaded (a ``read_url`` of a path image: the terminal image is in context
     before an answer read from it), then the answer. Each assistant turn is the episode's own text, a ReAct turn
     (``<think>`` reasoning, then the call or the answer) as both experts write it; one the agent loop's parser
-    would not accept is a ``ValueError`` (the turn is not trained on)."""
-    pixels = {n.url: n.id.split(":", 1)[1] for n in task.nodes if n.kind == "image" and n.url}
+    would not accept is a ``ValueError`` (the turn is not trained on). ``image_ids``: world image ids by URL, for
+    images loaded off the path (the candidates a reverse search's comparison loads)."""
+    pixels = {**(image_ids or {}), **{n.url: n.id.split(":", 1)[1] for n in task.nodes if n.kind == "image" and n.url}}
     urls = [task.start_image_url] if task.start_image_url else []
     messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt("modalsearch",
                                                                                   tool_schemas("modalsearch"))},
@@ -85,7 +88,7 @@ def sft_record(task: Task, trajectory: dict[str, Any]) -> dict[str, Any]:
             loaded = call["images_added"]
             fetched = [call["arguments"].get("url")] if loaded and call["tool_name"] == "read_url" else []
             if len(fetched) != len(loaded) or not all(u in pixels for u in fetched):
-                raise ValueError(f"task {task.id}: {call['tool_name']} loaded {loaded}, not a path image by URL")
+                raise ValueError(f"task {task.id}: {call['tool_name']} loaded {loaded}, not a world image by URL")
             urls += fetched
             messages.append({"role": "assistant", "content": turn["text"]})
             messages.append(tool_message(call["observation"], loaded))
@@ -101,7 +104,9 @@ def check_exportable(task: Task, trajectory: dict[str, Any]) -> None:
 def export(outcomes: Sequence[Outcome], world_root: Path, out: Path) -> dict[str, int]:
     """Write ``{split}.parquet``, ``sft.jsonl`` and ``sft.parquet`` (train split, verl's multi-turn SFT layout) and
     ``references.jsonl`` (all); returns split sizes."""
-    sizes = export_verified(dedupe(outcomes), SPLIT_NAMES, split_of, row, sft_record, world_root, out)
+    ids = {i.url: i.id for i in World.load(world_root).images.values()}
+    sizes = export_verified(dedupe(outcomes), SPLIT_NAMES, split_of, row, partial(sft_record, image_ids=ids),
+                            world_root, out)
     sft_parquet_from_jsonl(out / "sft.jsonl", world_root, out / "sft.parquet")
     return sizes
 

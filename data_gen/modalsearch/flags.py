@@ -23,8 +23,8 @@ def parser(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="node budget of the benchmark graph (default: 300)")
     p.add_argument("--seeds", type=positive_int, default=40, metavar="N",
                    help="seed articles of the training graph; the benchmark graph gets a quarter (default: 40)")
-    p.add_argument("--attempts", type=positive_int, default=3000, metavar="N",
-                   help="path draws per graph at most (default: 3000)")
+    p.add_argument("--attempts", type=positive_int, default=8000, metavar="N",
+                   help="path draws per graph at most (default: 8000)")
     p.add_argument("--text-only", action="store_true", help="also keep questions whose path holds no image (the "
                    "paper samples these separately, as an ablation, outside its RL and SFT mix; default: rejected "
                    "and counted as text_only)")

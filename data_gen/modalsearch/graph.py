@@ -53,6 +53,8 @@ class Relation:
     unique: bool
     source: str = "template"
     kg_relation: str | None = None
+    # a visual clue's candidates (names, the target among them): a solver looks at each one's image to choose
+    peers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +125,8 @@ class Graph:
             graph.add_node(Node(**n))
         for e in blob["edges"]:
             r = e["relation"]
-            graph.add_edge(GraphEdge(e["source"], e["target"], e["kind"], Relation(**r)))
+            graph.add_edge(GraphEdge(e["source"], e["target"], e["kind"], Relation(**{**r, "peers": tuple(
+                r.get("peers", ()))})))
         return graph
 
 

@@ -51,10 +51,11 @@ from data_gen.modalsearch.answerers import (
     PriorAnswerer,
     read_palette,
 )
+from data_gen.modalsearch.facts import DATED, QUANTITIES, conflicting, dated_scope
 from data_gen.modalsearch.graph import Graph, Node
-from data_gen.modalsearch.relations import NOUNS, RELATIVE, kg_phrase, relative
+from data_gen.modalsearch.relations import NOUNS, RELATIVE, kg_phrase, listed, relative
 from data_gen.modalsearch.sampler import Path
-from data_gen.neos.observer import SHADE_OF
+from data_gen.neos.observer import NAMED_SOURCES, SHADE_OF
 from data_gen.neos.open_world import OPEN_WORLD
 from data_gen.modalsearch.schema import Label, PathHop, PathNode, Task, Terminal
 from data_gen.world.model import Triple
@@ -132,9 +133,11 @@ def path_key(graph_name: str, path: Path) -> str:
 def modality(graph: Graph, path: Path) -> tuple[str, Label]:
     kinds = [graph.nodes[n].kind for n in path.nodes]
     pattern = "-".join("I" if k == "image" else "T" for k in kinds)
-    if "image" not in kinds:
+    if "image" not in kinds and not any(e.relation.peers for e in path.edges):
         return pattern, "text_only"
-    return pattern, "search_required" if "image" in kinds[1:] else "input_only"
+    # new visual evidence mid-search: an image after the start, or the flags a flag clue makes the solver fetch
+    return pattern, "search_required" if "image" in kinds[1:] or any(e.relation.peers for e in path.edges) \
+        else "input_only"
 
 
 def compose(graph: Graph, path: Path) -> list[PathHop]:
@@ -153,7 +156,7 @@ def compose(graph: Graph, path: Path) -> list[PathHop]:
             i += 2
             continue
         hops.append(PathHop(source=e.source, target=e.target, kind=e.kind, relation=e.relation.phrase,
-                            relation_source=e.relation.source))
+                            relation_source=e.relation.source, peers=list(e.relation.peers)))
         i += 1
     return hops
 
@@ -179,8 +182,11 @@ RELATION_WORDS: dict[str, tuple[str, ...]] = {
 def supports(sentence: str, forms: list[str], relation: str, label: str) -> bool:
     """The sentence can serve as a hop's evidence: it names the value (one of ``forms``) and states the relation,
     by a word of its label or one of ``RELATION_WORDS``, not just mentions the value in passing."""
-    if not any(found(f, sentence) for f in forms):
-        return False
+    return any(found(f, sentence) for f in forms) and states(sentence, relation, label)
+
+
+def states(sentence: str, relation: str, label: str) -> bool:
+    """The sentence states a ``relation`` fact: a word of its label or one of ``RELATION_WORDS``."""
     words = [w for w in re.findall(r"[a-z]+", label.lower()) if len(w) > 3]
     return any(found(w, sentence) for w in (*words, *RELATION_WORDS.get(relation, ())))
 
@@ -239,6 +245,7 @@ class QuestionWriter:
         self.blind = BlindImageAnswerer(world)
         self._facts: dict[str, list[Triple]] = {}
         self._leads: Counter[str] | None = None
+        self.counts: Counter[str] = Counter()  # terminal facts not asked, by why (facts.py)
         for t in world.triples:
             self._facts.setdefault(t.s, []).append(t)
 
@@ -249,6 +256,8 @@ class QuestionWriter:
         pattern, label = modality(graph, path)
         if label == "text_only" and not self.text_only:
             return Rejection("text_only", f"no image on the path ({pattern})")
+        if nodes[0].kind == "image" and self.world.images[nodes[0].ref].source in NAMED_SOURCES:
+            return Rejection("named_start_image", f"{nodes[0].ref} prints its entity's name")  # Neos' entry rule
         if not all(e.relation.unique for e in path.edges):
             bad = next(e for e in path.edges if not e.relation.unique)
             return Rejection("ambiguous_hop", f"{bad.source}->{bad.target}: {bad.relation.phrase}")
@@ -272,12 +281,14 @@ class QuestionWriter:
                                             marks[n - 1])
             rewrites.append(question)
         start = nodes[0]
+        clues: list[str] = []
         if start.kind == "image":
             question = question.replace(marks[0], "this image")
         else:
-            described = self._indirect(start, path_entities)
-            if described is None:
+            indirect = self._indirect(start, path_entities)
+            if indirect is None:
                 return Rejection("start_description", f"no indirect description of {start.name}")
+            described, clues = indirect
             question = question.replace(marks[0], described)
         question = question[:1].upper() + question[1:]
         withheld = {answer, *aliases}
@@ -296,7 +307,8 @@ class QuestionWriter:
             id=key, graph=graph.name, seed=self.seed, question=question, answer=answer, aliases=aliases,
             answer_type=answer_type, nodes=[_path_node(self.world, n) for n in nodes], hops=hops, modality=pattern,
             label=label, start_image_id=first.ref if first.kind == "image" else None,
-            start_image_url=first.url if first.kind == "image" else None, rewrites=rewrites, terminal=term,
+            start_image_url=first.url if first.kind == "image" else None, start_clues=clues, rewrites=rewrites,
+            terminal=term,
         )
 
     # -- terminal questions -------------------------------------------------------------------------------------
@@ -317,6 +329,8 @@ class QuestionWriter:
             template = terminal_template(t.p, label, "value" if t.literal else NOUNS.get(
                 self.world.entities[t.o].kind, "entity"))
             sentence = next((s for s in _SENTENCE.split(page.text) if supports(s, forms, t.p, label)), None)
+            if sentence is not None and t.literal and t.p in QUANTITIES:
+                sentence = self._quantity_evidence(t, label, forms, page.text)
             if sentence is not None and template is not None:
                 candidates.append((t, forms, sentence))
         rng.shuffle(candidates)
@@ -329,8 +343,10 @@ class QuestionWriter:
         t, forms, sentence = min(kept, key=lambda c: c[0].literal)  # entity-valued first (stable: keeps rng order)
         label = self.world.relations[t.p].label if t.p in self.world.relations else t.p
         noun = "value" if t.literal else NOUNS.get(self.world.entities[t.o].kind, "entity")
-        template = self.wording.terminal(terminal_template(t.p, label, noun) or "",
-                                         TerminalContext(node.noun, label, sentence.strip(), tuple(forms)))
+        base = terminal_template(t.p, label, noun) or ""
+        if t.literal and t.p in DATED:  # the figure as of its source's year: "what was the 2024 population of"
+            base = f"According to its article, what was the {dated_scope(sentence)} {label} of {{REF}}?"
+        template = self.wording.terminal(base, TerminalContext(node.noun, label, sentence.strip(), tuple(forms)))
         # a value's type is what it measures or names ("literal:population", "literal:demonym"): the answer-type cap
         # and stats.json then tell a run of populations from one mixing populations, areas and calling codes
         answer_type = f"literal:{label}" if t.literal else self.world.entities[t.o].kind
@@ -340,6 +356,22 @@ class QuestionWriter:
         if not t.literal and t.p in CONTAINMENT:
             aliases |= {self.world.entities[c].label for c in self.containers(t.o)} - {forms[0]}
         return forms[0], sorted(aliases), answer_type, term
+
+    def _quantity_evidence(self, fact: Triple, label: str, forms: list[str], text: str) -> str | None:
+        """The sentence a quantity is asked from (``data_gen.modalsearch.facts``): None, counted in ``counts``, when
+        a sentence of the page states another figure for it (``source_conflict``) or, for a count that changes over
+        time, none dates it and counts the entity itself (``number_undated``)."""
+        stating = [s for s in _SENTENCE.split(text) if states(s, fact.p, label)]
+        if conflicting(fact.o, stating) is not None:
+            self.counts["source_conflict"] += 1
+            return None
+        supporting = [s for s in stating if any(found(f, s) for f in forms)]
+        if fact.p in DATED:
+            supporting = [s for s in supporting if dated_scope(s)]
+            if not supporting:
+                self.counts["number_undated"] += 1
+                return None
+        return supporting[0] if supporting else None
 
     def containers(self, entity_id: str) -> set[str]:
         """Every region that contains ``entity_id`` through the containment relations, transitively."""
@@ -385,8 +417,9 @@ class QuestionWriter:
 
     # -- the start node -----------------------------------------------------------------------------------------
 
-    def _indirect(self, node: Node, path_entities: set[str]) -> str | None:
-        """A KG distinguishing set of the start entity (no path entity used), else its masked lead sentence."""
+    def _indirect(self, node: Node, path_entities: set[str]) -> tuple[str, list[str]] | None:
+        """A KG distinguishing set of the start entity (no path entity used), else its masked lead sentence; with
+        what a solver searches for to find it (the neighbours the set names, or the quoted sentence)."""
         entity = self.world.entities.get(node.entity or "")
         noun = NOUNS.get(entity.kind, "entity") if entity else "topic"
         if entity is not None and self.kg.degree(entity.id):
@@ -401,13 +434,13 @@ class QuestionWriter:
                     neighbour = self.world.entities[f.neighbour].label if f.neighbour in self.world.entities \
                         else f.neighbour
                     neighbours.setdefault(kg_phrase(f.relation, label, not f.outgoing), []).append(neighbour)
-                clauses = [phrase.replace("{x}", _listed(names)) for phrase, names in neighbours.items()]
+                clauses = [phrase.replace("{x}", listed(names)) for phrase, names in neighbours.items()]
                 clauses = [c if RELATIVE.match(c) else f"that {c}" for c in clauses]
-                return f"the {noun} {' and '.join(clauses)}"
+                return f"the {noun} {' and '.join(clauses)}", [n for names in neighbours.values() for n in names]
         lead = self._masked_lead(node.ref, node.name)
         if lead is None or self._lead_counts()[lead] > 1:
             return None  # "___ is one of the 16 states of Germany." opens 16 pages: it describes none of them
-        return f"the {noun} described as \u201c{lead}\u201d"
+        return f"the {noun} described as \u201c{lead}\u201d", [lead]
 
     def _masked_lead(self, page_id: str, name: str) -> str | None:
         """The page's first sentence with its entity's names masked; None when it names none or is too long."""
@@ -424,10 +457,6 @@ class QuestionWriter:
         if self._leads is None:
             self._leads = Counter(filter(None, (self._masked_lead(p.id, p.title) for p in self.world.pages.values())))
         return self._leads
-
-
-def _listed(names: list[str]) -> str:
-    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def _entity_forms(world: World, entity_id: str) -> list[str]:

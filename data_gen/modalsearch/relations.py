@@ -13,17 +13,24 @@ LLM proposer plugs in through :class:`RelationProposer` (``data_gen.modalsearch.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Sequence
+from functools import lru_cache
+from pathlib import Path
 from typing import Protocol
+
+from PIL import Image as PILImage
 
 from data_gen.kg import KG
 from data_gen.kg.distinguish import TAXONOMIC_RELATIONS
 from data_gen.modalsearch.graph import Relation
+from data_gen.neos.observer import SHADE_OF, palette
 from data_gen.neos.verbalize import KIND_NOUNS, RELATION_PHRASES
 from data_gen.world.model import Entity, Page
 from data_gen.world.store import World
 
 K_CAND = 50
+MAX_FLAG_PEERS = 4  # a flag clue among more candidates asks for too many fetches to choose
+FLAG_SOURCE = "flag-icons"  # the world's national flags
 NON_ENTITY_KINDS = frozenset({"class"})
 NOUNS = {**KIND_NOUNS, "stamp": "thing"}
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
@@ -59,6 +66,16 @@ TAIL_FREE: dict[str, tuple[str, str]] = {
 RELATIVE = re.compile(r"(?:whose|where|which|that)\b")
 
 
+def listed(names: Sequence[str]) -> str:
+    """"A", "A and B", "A, B and C"."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def colour_words(colours: Collection[str]) -> str:
+    """An unordered colour set as words, in a fixed order: "red and white", "black, red and yellow"."""
+    return listed(sorted(colours))
+
+
 def kg_phrase(relation: str, label: str, forward: bool) -> str:
     """The target described from ``{x}``: ``forward`` when the fact is (source, relation, target)."""
     as_subject, as_object = TAIL_FREE.get(relation) or RELATION_PHRASES.get(
@@ -75,18 +92,27 @@ def relative(noun_: str, phrase: str) -> str:
 
 
 def disambiguated(world: World, phrase: str, target: str, peers: Collection[str], source: str,
-                  kg_relation: str | None) -> Relation:
+                  kg_relation: str | None, flag: Callable[[str], frozenset[str] | None] | None = None) -> Relation:
     """The relation, unique when ``target`` is its only ``peer``; otherwise with the clue the paper keeps for
-    answer uniqueness, offline the initial of the target's name when no other peer shares it (else not unique).
-    The clue comes first ("whose name begins with “B” and that shares a border with {x}"): after the relation it
-    would attach to the nearest noun of what replaces ``{x}``."""
+    answer uniqueness. Offline that is first a visual clue, the colours of the target's national flag (``flag``:
+    an entity's flag colours as a person reads them, None without one) when at most ``MAX_FLAG_PEERS`` peers all
+    have a flag and no other reads the same: the solver must fetch the peers' flags to choose, new visual evidence
+    mid-search (ModalSearcher App. B's search-required); else the initial of the target's name when no other peer
+    shares it (else not unique). The clue comes first ("whose name begins with “B” and that shares a border with
+    {x}"): after the relation it would attach to the nearest noun of what replaces ``{x}``."""
     if len(peers) <= 1:
         return Relation(phrase, unique=True, source=source, kg_relation=kg_relation)
+    clause = phrase if RELATIVE.match(phrase) else f"that {phrase}"
+    readings = {p: flag(p) for p in peers} if flag is not None and len(peers) <= MAX_FLAG_PEERS else {}
+    mine = readings.get(target)
+    if mine and all(readings.values()) and sum(r == mine for r in readings.values()) == 1:
+        names = tuple(sorted(world.entities[p].label for p in peers))
+        return Relation(f"whose national flag is mostly {colour_words(mine)} and {clause}", unique=True,
+                        source=f"{source}+flag_clue", kg_relation=kg_relation, peers=names)
     initial = world.entities[target].label[:1].upper() if target in world.entities else ""
     clash = [p for p in peers if p != target and p in world.entities and
              world.entities[p].label[:1].upper() == initial]
     if initial.isalpha() and not clash:
-        clause = phrase if RELATIVE.match(phrase) else f"that {phrase}"
         return Relation(f"whose name begins with “{initial}” and {clause}", unique=True,
                         source=f"{source}+initial_clue", kg_relation=kg_relation)
     return Relation(phrase, unique=False, source=source, kg_relation=kg_relation)
@@ -106,6 +132,13 @@ class OfflineRelationProposer:
     def __init__(self, world: World, kg: KG) -> None:
         self.world = world
         self.kg = kg
+        self._flag_paths = {i.entity_id: world.image_path(i.id) for i in world.images.values()
+                            if i.source == FLAG_SOURCE and i.entity_id}
+
+    def flag(self, entity_id: str) -> frozenset[str] | None:
+        """The entity's national flag colours as a person reads them (near shades merged, unordered)."""
+        path = self._flag_paths.get(entity_id)
+        return flag_reading(path) if path is not None else None
 
     async def propose(self, source: Page, target: Page) -> Relation | None:
         if is_category(self.world, target) or not source.entity_id:
@@ -118,7 +151,7 @@ class OfflineRelationProposer:
             rel, forward = min(facts, key=lambda f: (_ORDER.index(f[0]) if f[0] in _ORDER else len(_ORDER), f))
             peers = self.kg.objects(a, rel) if forward else self.kg.subjects(rel, a)
             label = self.world.relations[rel].label if rel in self.world.relations else rel
-            return disambiguated(self.world, kg_phrase(rel, label, forward), b, peers, "kg", rel)
+            return disambiguated(self.world, kg_phrase(rel, label, forward), b, peers, "kg", rel, self.flag)
         return self._context(source, self.world.entities[b])
 
     def _context(self, source: Page, target: Entity) -> Relation | None:
@@ -149,3 +182,27 @@ def _proper(name: str, sentence: str) -> bool:
 def _count(name: str, text: str) -> int:
     return len(re.findall(rf"(?<!\w){re.escape(name)}(?!\w)", text, re.IGNORECASE))
 
+
+@lru_cache(maxsize=4096)
+def flag_reading(path: Path) -> frozenset[str] | None:
+    """The merged colour set of a flag as served (``observer.palette``); None when it has no clear colours."""
+    with PILImage.open(path) as im:
+        return reading_of(im)
+
+
+def reading_of(im: PILImage.Image) -> frozenset[str] | None:
+    return frozenset(SHADE_OF.get(c, c) for c in palette(im)) or None
+
+
+_COLOUR = "(?:dark |light )?[a-z]+"
+# a relation's clue, before its clause: the name's initial or the flag's colours (group "colours")
+CLUE = re.compile(f"^(?:whose name begins with \u201c.\u201d|whose national flag is mostly (?P<colours>{_COLOUR}(?:, "
+                  f"{_COLOUR})*(?: and {_COLOUR})?)) and (?:that )?")
+
+
+def clue_colours(phrase: str) -> frozenset[str] | None:
+    """The colours of a flag clue ("whose national flag is mostly red and white and ..."); None without one."""
+    match = CLUE.match(phrase)
+    if match is None or not match.group("colours"):
+        return None
+    return frozenset(re.split(r", | and ", match.group("colours")))

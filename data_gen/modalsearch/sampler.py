@@ -26,6 +26,10 @@ from data_gen.modalsearch.graph import Graph, GraphEdge
 
 K_MIN, K_MAX = 1, 4
 ALPHA = 1.0
+# Search-required share of the paper's generated data (ModalSearcher, App. C.1: 11,172 of 19,391), and how much more an
+# edge bringing new visual evidence weighs while a run's verified questions fall short of it.
+SEARCH_REQUIRED_SHARE = 0.5761
+VISUAL_BOOST = 4.0
 # Reasoning-path lengths of the paper's generated data (ModalSearcher, App. Table 8: 30.45/34.67/27.36/7.52%).
 HOP_SHARES: dict[int, float] = {1: 0.3045, 2: 0.3467, 3: 0.2736, 4: 0.0752}
 
@@ -75,15 +79,19 @@ class PathSampler:
     uses: Counter[tuple[str, str]] = field(default_factory=Counter)  # c(e), by (source, target)
     seen: set[tuple[str, ...]] = field(default_factory=set)
     counts: Counter[str] = field(default_factory=Counter)
+    excluded_starts: frozenset[str] = frozenset()  # nodes a question may not start from (images printing a name)
 
     def __post_init__(self) -> None:
-        self._starts = sorted(n for n, node in self.graph.nodes.items() if not node.category)
+        self._starts = sorted(n for n, node in self.graph.nodes.items()
+                              if not node.category and n not in self.excluded_starts)
         self._into: dict[str, set[str]] = {}
         for edge in self.graph.edges():
             self._into.setdefault(edge.target, set()).add(edge.source)
 
-    def candidates(self, history: Sequence[str], used: Sequence[GraphEdge]) -> list[tuple[GraphEdge, float]]:
-        """Eq. 5's ``C_t`` with each candidate's weight, in a deterministic order."""
+    def candidates(self, history: Sequence[str], used: Sequence[GraphEdge],
+                   visual: bool = False) -> list[tuple[GraphEdge, float]]:
+        """Eq. 5's ``C_t`` with each candidate's weight, in a deterministic order; ``visual``: an edge that brings
+        new visual evidence (to an image, or with a flag clue) weighs ``VISUAL_BOOST`` times more."""
         here = history[-1]
         visited = set(history)
         earlier = set(history[:-1])
@@ -102,17 +110,19 @@ class PathSampler:
             if any(len(node.name) >= 3 and found(node.name, e.relation.phrase) for e in used):
                 continue  # v' is already named in a relation on the path
             weight = edge_weight(gamma_img(node.kind == "image", kinds), self.uses[edge.key], self.alpha)
+            if visual and (node.kind == "image" or edge.relation.peers):
+                weight *= VISUAL_BOOST
             out.append((edge, weight))
         return out
 
-    def sample(self, depth: int | None = None) -> Path | None:
+    def sample(self, depth: int | None = None, visual: bool = False) -> Path | None:
         """One path of ``depth`` hops (default: uniform in ``[k_min, k_max]``), or None for a dead end or a
-        duplicate (counted in ``counts``)."""
+        duplicate (counted in ``counts``); ``visual``: prefer edges that bring new visual evidence."""
         start = self.rng.choice(self._starts)
         depth = self.rng.randint(self.k_min, self.k_max) if depth is None else depth
         history, used = [start], []
         while len(used) < depth:
-            options = self.candidates(history, used)
+            options = self.candidates(history, used, visual)
             if not options:
                 self.counts["sampler_dead_end"] += 1
                 return None

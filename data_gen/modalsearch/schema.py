@@ -36,6 +36,7 @@ class PathHop(_Model):
     relation: str  # the target described from {x}
     relation_source: str
     via: str | None = None
+    peers: list[str] = Field(default_factory=list)  # a flag clue's candidates, whose flags a solver compares
 
 
 class Terminal(_Model):
@@ -67,6 +68,9 @@ class Task(_Model):
     label: Label
     start_image_id: str | None = None
     start_image_url: str | None = None
+    # a text start: what the question describes it by, for a solver to search (the neighbours a distinguishing set
+    # names, or the masked lead sentence it quotes)
+    start_clues: list[str] = Field(default_factory=list)
     rewrites: list[str]  # q_L, q_{L-1}, ..., q_0 (before the start node is described)
     terminal: Terminal
 

@@ -53,6 +53,25 @@ def flag_images(striped_png):
     return make
 
 
+@pytest.fixture(scope="session")
+def modalsearch_run60(small_world, tmp_path_factory):
+    """``python -m data_gen modalsearch --limit 60`` on the small world (defaults otherwise), run once for the
+    session: (its output directory, stats.json, the verified outcomes as JSON). Minutes on 2 cores: the rules a
+    whole run must keep (the issue-36 goals) are checked on it together."""
+    import argparse
+    import json
+
+    from data_gen.modalsearch import cli, flags
+
+    out = tmp_path_factory.mktemp("modalsearch_run60")
+    args = flags.parser(argparse.ArgumentParser()).parse_args(["--world", str(small_world), "--out", str(out),
+                                                               "--limit", "60"])
+    assert cli.main(args) == 0
+    verified = [o for o in map(json.loads, (out / "results.jsonl").read_text().splitlines())
+                if o["status"] == "verified"]
+    return out, json.loads((out / "stats.json").read_text()), verified
+
+
 @pytest.fixture(scope="module")
 def modalsearch_graph(small_world):
     """(world, kg, graph): France, Spain, Western Europe, France's flag and locator map, and the edges among them."""

@@ -4,6 +4,7 @@ is rejected before the expert runs and counted per filter in stats.json; a value
 relation types leave out what varies per question; the plots draw answer types, relations and skeletons."""
 
 import random
+from dataclasses import replace
 
 from data_gen.common.stats import Shares
 from data_gen.modalsearch.build import GraphBuilder, image_id, text_id
@@ -45,15 +46,21 @@ async def test_an_answer_or_answer_type_over_its_share_is_rejected_before_the_ex
     assert stats["filters"]["expert"]["entering"] == 0
 
 
-def test_a_value_answer_has_the_type_of_what_it_measures(modalsearch_graph):
+def test_a_value_answer_has_the_type_of_what_it_measures_and_a_count_its_year(modalsearch_graph, monkeypatch):
     # Belgrade's article states its population (P1082), asked in a 60-question run of 2026-12-06 (Serbia on the
-    # path, so not asked): typed "literal:number" until then, one type with every area and any other number
+    # path, so not asked): typed "literal:number" until then, one type with every area and any other number. Its
+    # only figure, "Population: 1,273,651 (GeoNames)", has no year: not asked; with a dated sentence it is, as of it.
     world, kg, _ = modalsearch_graph
     writer = QuestionWriter(world, kg, seed=0)
     node = GraphBuilder(world, kg, search=None).text_node("Belgrade")
+    assert writer._terminal_text(node, {"country:SRB"}, random.Random(0)).filter == "terminal_text"
+    assert writer.counts == {"number_undated": 1}
+    page = world.pages["Belgrade"]
+    monkeypatch.setitem(world.pages, "Belgrade", replace(page, text=page.text.replace(
+        "Population: 1,273,651 (GeoNames).", "At the 2022 census Belgrade had a population of 1,273,651.")))
     term = writer._terminal_text(node, {"country:SRB"}, random.Random(0))
     assert not isinstance(term, Rejection), term
-    assert (term[3].template, term[2]) == ("According to its article, what is the population of {REF}?",
+    assert (term[3].template, term[2]) == ("According to its article, what was the 2022 population of {REF}?",
                                            "literal:population")
 
 

@@ -10,6 +10,7 @@ from data_gen.common.source_colours import source_excludes
 from data_gen.modalsearch import questions
 from data_gen.modalsearch.answerers import READ_SIDES, T, VISUAL_QUESTIONS, BlindImageAnswerer, read_palette
 from data_gen.modalsearch.build import image_id, text_id
+from data_gen.modalsearch.graph import Graph
 from data_gen.modalsearch.questions import QuestionWriter, Rejection, modality
 
 
@@ -167,8 +168,10 @@ def test_a_start_described_by_a_lead_sentence_other_pages_share_is_not_described
     world, _, writer = setup
     builder = GraphBuilder(world, writer.kg, search=None)
     assert writer._indirect(builder.text_node("Lower_Saxony"), set()) is None
-    assert writer._indirect(builder.text_node("Bavaria"), set()) == \
-        "the region described as \u201c___, officially the Free State of ___, is a landlocked state of Germany.\u201d"
+    lead = "___, officially the Free State of ___, is a landlocked state of Germany."
+    # the sentence is also what a solver searches the start by
+    assert writer._indirect(builder.text_node("Bavaria"), set()) == (f"the region described as \u201c{lead}\u201d",
+                                                                      [lead])
 
 
 def test_nothing_trails_a_nested_reference(setup, path_through):
@@ -178,7 +181,12 @@ def test_nothing_trails_a_nested_reference(setup, path_through):
     # of the country that has Sarajevo as its capital as one of its parts a part?": a verified question). Every
     # template and tail-free phrase now ends with the reference.
     world, graph, writer = setup
-    task = writer.write(graph, path_through(graph, image_id("map_fra"), text_id("Western_Europe")))
+    local = Graph("train")  # the unlabelled map: the labelled one prints "France" and starts no question
+    unlabelled, region = image_id("map_fra_unlabelled"), text_id("Western_Europe")
+    local.add_node(replace(graph.nodes[image_id("map_fra")], id=unlabelled, ref="map_fra_unlabelled"))
+    local.add_node(graph.nodes[region])
+    local.add_edge(replace(graph.out[image_id("map_fra")][region], source=unlabelled))
+    task = writer.write(local, path_through(local, unlabelled, region))
     assert not isinstance(task, Rejection), task
     assert task.question.endswith("the region that contains the country depicted in this image?"), task.question
     assert " as its " not in task.question and not re.search(r" (?:a part|lie|give|located)\?$", task.question)

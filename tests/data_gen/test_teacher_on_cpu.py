@@ -183,7 +183,7 @@ async def test_the_modalsearch_teacher_speaks_react_and_its_episode_is_the_sft_r
     async with ToolServerClient(str(tool_server.make_url("")).rstrip("/")) as client:
         async with aiohttp.ClientSession() as http:
             teacher = ModelTeacher(client, JudgeConfig(url=threaded_chat.url, model="t"), http, "modalsearch")
-            expert = TeacherExpert(teacher, ModalSearchExpert(client), lambda t: modalsearch_brief(world, t),
+            expert = TeacherExpert(teacher, ModalSearchExpert(client, world), lambda t: modalsearch_brief(world, t),
                                    modalsearch_sft_record)
             solved, record, _ = await expert.solve(task)
             schemas = await client.list_tools("modalsearch")
