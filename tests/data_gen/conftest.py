@@ -53,19 +53,23 @@ def flag_images(striped_png):
     return make
 
 
+MODALSEARCH_RUN_LIMIT = 20
+
+
 @pytest.fixture(scope="session")
-def modalsearch_run60(small_world, tmp_path_factory):
-    """``python -m data_gen modalsearch --limit 60`` on the small world (defaults otherwise), run once for the
-    session: (its output directory, stats.json, the verified outcomes as JSON). Minutes on 2 cores: the rules a
-    whole run must keep (the issue-36 goals) are checked on it together."""
+def modalsearch_run(small_world, tmp_path_factory):
+    """``python -m data_gen modalsearch --limit 20`` on the small world (defaults otherwise), run once for the
+    session: (its output directory, stats.json, the verified outcomes as JSON). The rules a whole run must keep are
+    checked on it together; 20 questions keep it near a minute on 2 cores (the 60-question figures are
+    docs/benchmarks.md's)."""
     import argparse
     import json
 
     from data_gen.modalsearch import cli, flags
 
-    out = tmp_path_factory.mktemp("modalsearch_run60")
+    out = tmp_path_factory.mktemp("modalsearch_run")
     args = flags.parser(argparse.ArgumentParser()).parse_args(["--world", str(small_world), "--out", str(out),
-                                                               "--limit", "60"])
+                                                               "--limit", str(MODALSEARCH_RUN_LIMIT)])
     assert cli.main(args) == 0
     verified = [o for o in map(json.loads, (out / "results.jsonl").read_text().splitlines())
                 if o["status"] == "verified"]

@@ -1,4 +1,4 @@
-"""Issue 36's goals on a whole 60-question ModalSearch run of the small world (the session's ``modalsearch_run60``):
+"""Issue 36's goals on a whole ModalSearch run of the small world (the session's ``modalsearch_run``):
 the expert's trajectories, the SFT data, hold no step a policy could not have taken; it compared every image a
 reverse search said looks like the question's; no question starts from an image that prints a name; at least 40% of
 the questions are search-required (the paper's generated data: 57.6%); numbers the world's sources disagree on are
@@ -12,11 +12,11 @@ from data_gen.neos.observer import NAMED_SOURCES
 from data_gen.world.store import World
 
 
-def test_no_trajectory_of_the_run_takes_an_unexplained_step(modalsearch_run60, small_world):
-    _, stats, verified = modalsearch_run60
+def test_no_trajectory_of_the_run_takes_an_unexplained_step(modalsearch_run, small_world):
+    _, stats, verified = modalsearch_run
     world = World.load(small_world)
     names = {e.label for e in world.entities.values() if len(e.label) >= 4}
-    assert stats["verified"] == len(verified) == 60
+    assert stats["verified"] == len(verified) == 20
     problems = {o["key"]: unexplained(o["trajectory"]["turns"], o["task"]["question"], names,
                                       1 if o["task"]["start_image_id"] else 0) for o in verified}
     assert not {k: p for k, p in problems.items() if p}
@@ -26,8 +26,8 @@ def test_no_trajectory_of_the_run_takes_an_unexplained_step(modalsearch_run60, s
                                for o in text_starts)
 
 
-def test_every_reverse_search_match_is_loaded_and_compared_before_a_page_is_read(modalsearch_run60):
-    _, _, verified = modalsearch_run60
+def test_every_reverse_search_match_is_loaded_and_compared_before_a_page_is_read(modalsearch_run):
+    _, _, verified = modalsearch_run
     compared = 0
     for o in verified:
         turns = o["trajectory"]["turns"]
@@ -47,11 +47,11 @@ def test_every_reverse_search_match_is_loaded_and_compared_before_a_page_is_read
             assert loads == shown, (o["key"], loads)
             compared += len(shown) > 1
             assert "Only \u201c" in turns[i + len(loads) + 1]["text"]  # the choice, after every comparison
-    assert compared > 10  # several look-alikes were weighed (Germany's flag against Armenia's, ...)
+    assert compared >= 3  # look-alikes weighed (Germany's flag against Armenia's ...): 5 in 20 questions on seed 0
 
 
-def test_no_start_image_prints_a_name_and_the_search_required_share_holds(modalsearch_run60, small_world):
-    out, stats, verified = modalsearch_run60
+def test_no_start_image_prints_a_name_and_the_search_required_share_holds(modalsearch_run, small_world):
+    out, stats, verified = modalsearch_run
     world = World.load(small_world)
     starts = [o["task"]["start_image_id"] for o in verified if o["task"]["start_image_id"]]
     assert starts and not [s for s in starts if world.images[s].source in NAMED_SOURCES]
@@ -64,8 +64,8 @@ def test_no_start_image_prints_a_name_and_the_search_required_share_holds(modals
                for r in rows)
 
 
-def test_numbers_the_sources_disagree_on_are_counted_not_asked(modalsearch_run60):
-    _, stats, verified = modalsearch_run60
+def test_numbers_the_sources_disagree_on_are_counted_not_asked(modalsearch_run):
+    _, stats, verified = modalsearch_run
     assert stats["terminal_facts_not_asked"]["source_conflict"] > 0
     assert stats["terminal_facts_not_asked"]["number_undated"] > 0
     populations = [o["task"] for o in verified if o["task"]["answer_type"] == "literal:population"]
