@@ -316,7 +316,7 @@ class Synthesizer:
             images = ["the image"] if len(structure.anchors) == 1 else [
                 f"image {i}" for i in range(1, len(structure.anchors) + 1)]
             # the checkpoints' descriptions and the facts that pin an open-world node ("film director, born in 1900")
-            keep = [*images, *(d.render() for d in bound.values()), *(n.rstrip(",") for n in nouns.values())]
+            keep = [*images, *(d.clause() for d in bound.values()), *(n.rstrip(",") for n in nouns.values())]
             verbal = self.rewriter.rewrite(verbal, keep, lambda q: check_coverage(q, structure, verbal, names))
         steps = [self._step(i, e, verbal.spans[i], grounded, bound, alternatives.get(e.target, []))
                  for i, e in enumerate(structure.edges)]
@@ -443,7 +443,7 @@ class Synthesizer:
             checkpoint=edge.target in grounded, checkpoint_image_id=grounded.get(edge.target),
             checkpoint_image_url=self.world.images[grounded[edge.target]].url if edge.target in grounded else None,
             checkpoint_description=bound[edge.target].render() if edge.target in bound else None,
-            checkpoint_colours=list(bound[edge.target].colours) if edge.target in bound else None, span=span,
+            checkpoint_colours=list(bound[edge.target].stated()) if edge.target in bound else None, span=span,
             alternatives=alternatives,
         )
 
