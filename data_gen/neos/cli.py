@@ -45,6 +45,7 @@ from data_gen.neos.observer import PaletteObserver, rapid_ocr
 from data_gen.neos.open_world import undecided
 from data_gen.neos.schema import Outcome, Task
 from data_gen.neos.store import ResultLog
+from data_gen.neos.strict_colours import strict_ablation
 from data_gen.neos.synth import (
     CONVERGENT_VARIANTS,
     KG_RELATION_VARIANTS,
@@ -59,7 +60,8 @@ from verl_ext.reward.judge import JudgeConfig
 from verl_ext.tools.client import ToolServerClient, ToolServerUnavailable
 
 # The filters in pipeline order; a candidate reaching one has passed all before it.
-FILTERS = ("open_world", "grounding", "source_colours", "entry_image_ablation", "checkpoint_ablation", "coverage",
+FILTERS = ("open_world", "grounding", "source_colours", "entry_image_ablation", "checkpoint_ablation", "closed_book",
+           "coverage",
            *SHARE_FILTERS, "text_only_answer", "text_only_search", "entry_image_vqa",
            "short_multimodal_search", "expert")
 OUTPUT_FILES = ["train.parquet", "rl.parquet", "benchmark.parquet", "sft.parquet", "sft.jsonl",
@@ -373,6 +375,8 @@ def main(args: argparse.Namespace) -> int:
     outcomes = log.outcomes()
     log.close()
     stats = statistics(outcomes)
+    stats["strict_colour_ablation"] = strict_ablation(Synthesizer(world, seed=args.seed, config=config), [
+        o.task for o in outcomes if o.status == "verified" and o.task])
     stats["splits"] = export(outcomes, args.world, args.out)
     if kg_report:
         stats["kg"] = kg_report
