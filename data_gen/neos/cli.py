@@ -248,6 +248,20 @@ def statistics(outcomes: Sequence[Outcome]) -> dict:
                                    [s.relation_label for t in tasks for s in t.steps], [skeleton(t) for t in tasks])}
 
 
+def contested_report(world: World) -> dict:
+    """The facts a second source contradicts, which no question states (``data_gen.world.corroborate``), per
+    relation and source; ``checked`` is False for a world built before the check (or a loaded KG): its facts were
+    not checked, and a warning says so."""
+    facts = world.manifest.get("contested_facts")
+    if facts is None:
+        print("warning: the world records no second-source check (built before it, or a loaded KG): its facts "
+              "were not checked against a second source", file=sys.stderr)
+        return {"checked": False, "left_out": 0}
+    return {"checked": True, "left_out": len(facts),
+            "by_relation": dict(Counter(f["p"] for f in facts).most_common()),
+            "by_source": dict(Counter(f["source"] for f in facts).most_common())}
+
+
 def open_world_undecided(tasks: Sequence[Task]) -> dict:
     """Verified tasks through a relation the open-world rule does not classify (taken as closed), and per relation
     how many: a loaded KG's own relations land here until data_gen.neos.open_world decides them."""
@@ -375,6 +389,7 @@ def main(args: argparse.Namespace) -> int:
     outcomes = log.outcomes()
     log.close()
     stats = statistics(outcomes)
+    stats["contested_facts"] = contested_report(world)
     stats["strict_colour_ablation"] = strict_ablation(Synthesizer(world, seed=args.seed, config=config), [
         o.task for o in outcomes if o.status == "verified" and o.task])
     stats["splits"] = export(outcomes, args.world, args.out)

@@ -165,7 +165,11 @@ class Synthesizer:
         self.world_hash = world.manifest.get("content_hash", "")
         # Entity-only facts: a literal (a code, a population) can never be an anchor or checkpoint, and a unique
         # literal would win every distinguishing set and cut the DAG off from image-bearing neighbours.
-        self.kg = KG.from_triples((t.s, t.p, t.o) for t in world.triples if not t.literal)
+        # A fact a second source contradicts (data_gen.world.corroborate: a maritime "border", a currency no longer
+        # legal tender) is no fact of a question: left out of the KG, so no structure states it.
+        self.contested = {(f["s"], f["p"], f["o"]) for f in world.manifest.get("contested_facts", [])}
+        self.kg = KG.from_triples((t.s, t.p, t.o) for t in world.triples
+                                  if not t.literal and (t.s, t.p, t.o) not in self.contested)
         self.closed_book = ClosedBookSolver(self.kg, {e.id: e.kind for e in world.entities.values()},
                                             lambda e, d: self._fits(e, d, set()))
         self._complete = complete_lists(world, self.kg)  # organisations whose members the world holds completely
