@@ -130,6 +130,7 @@ class SynthConfig:
     convergent_variants: tuple[frozenset[str], ...] = ()
     max_structures_per_seed: int = 40  # accepted structures taken on to grounding, per seed
     seed_kinds: frozenset[str] | None = SEED_KINDS  # None: every page-bearing entity (a loaded KG's own kinds)
+    closed_book: bool = True  # reject what common knowledge solves (data_gen.neos.closed_book)
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,7 +314,8 @@ class Synthesizer:
         rule = self._evidence_rule(structure, bound, names, nouns)
         if rule is not None:
             return Candidate(key, structure, None, *rule)
-        if self.closed_book.solves(structure, {a: self.entry_image(a)[2] for a in structure.anchors}, bound):
+        entry_sources = {a: self.entry_image(a)[2] for a in structure.anchors}
+        if self.config.closed_book and self.closed_book.solves(structure, entry_sources, bound):
             return Candidate(key, structure, None, "closed_book", "common knowledge and the images a strong model "
                                                                    "recognises leave only the answer")
         labels = {e.relation: self._relation_label(e.relation) for e in structure.edges}

@@ -87,8 +87,9 @@ def relation_phrase(edge: Edge, relation_label: str, source: str, pronoun: str =
     return (as_object if edge.forward else as_subject).format(p=pronoun, x=source)
 
 
-# "{p} is the capital of {x}" on its own says the target's kind: the target is "the capital of X"
-_OWN = re.compile(r"\{p\} is (?:the|an?) (.+ of) \{x\}")
+# "{p} is the capital of {x}" on its own says the target's kind: the target is "the capital of X" ("an official
+# language of X"); "a member of X", "a citizen of X", "an instance of X" do not
+_OWN = re.compile(r"\{p\} is (?:the|an) (?!instance)(.+ of) \{x\}")
 
 
 @dataclass(frozen=True, slots=True)

