@@ -169,7 +169,7 @@ class TemplateVerbalizer:
                 phrases[node] = _phrase(node, incoming, kinds, relation_labels, checkpoints, ambiguous, nouns,
                                         phrases, spans)
         answer = structure.answer
-        noun = nouns.get(answer, "").rstrip(",") or _noun(kinds, answer)
+        noun = nouns.get(answer, "").split(",")[0] or _noun(kinds, answer)  # "diplomat", not its dates
         np = re.sub(r"^an? ", "the ", phrases[answer].text)
         incoming = [e for e in structure.edges if e.target == answer]
         template = _template(incoming[0], relation_labels)

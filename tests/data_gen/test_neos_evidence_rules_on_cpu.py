@@ -240,7 +240,8 @@ def test_a_persons_noun_shared_by_the_look_alikes_citizens_keeps_the_images_need
     cand = synth.candidate(CITIZEN)
     assert cand.filter is None and cand.task is not None and cand.task.answer_entity == "person:b"
     assert "the diplomat, born in 1911, died in 1990, who is a citizen of a country whose national flag is mostly " \
-           "blue and white" in cand.task.question
+           "blue and white" in cand.task.question.lower()
+    assert cand.task.question.endswith("which diplomat is it?")
 
 
 # "the organization of 2 members whose members include ...": an organisation whose members the world holds
@@ -275,4 +276,4 @@ def test_a_member_count_shared_by_the_look_alikes_organisations_keeps_the_images
     synth = _organisations(tmp_path, striped_png, {"org:b": ["B", "A"], "org:x": ["X", "Y"], "org:c": ["C", "Y"]})
     cand = synth.candidate(MEMBERSHIP)
     assert cand.filter is None and cand.task is not None and cand.task.answer_entity == "org:b"
-    assert "organization of 2 members that has B as a member" in cand.task.question
+    assert "the organization of 2 members whose members include a country whose national flag" in cand.task.question
