@@ -43,7 +43,6 @@ from verl_ext.rollout.record import TrajectoryRecord
 from verl_ext.tools.client import ToolServerClient
 
 SEARCH_TURNS = 4
-ASKED_WORDS = 4  # the asked step's words a chained search adds to a lead ("capital country shares border")
 CHAIN_WIDTH = 3  # leads a text-only searcher follows per call
 _STOP = frozenset({
     "the", "a", "an", "of", "that", "is", "its", "in", "on", "which", "whose", "who", "as", "with", "by", "and",
@@ -126,7 +125,9 @@ async def probe_text_only_search(client: ToolServerClient, task: Task) -> Search
     alone narrows the chain (a colour some page states, a relation only one candidate has) is solved within 4
     calls. The forced answer is the ballot's leader over every hit of the calls (:class:`_Ballot`; a chained hit
     counts only if its snippet names the lead, weighted by the lead's place). Solved when it matches."""
-    asked = " ".join(_content(_asked_sentence(task.question)).split()[:ASKED_WORDS])
+    # the asked step's words: the kind and the outermost clause ("city capital country" for "What is the capital
+    # of the country that ...?")
+    asked = _content(f"{asked_kind(task)} {_CLAUSE_BREAK.split(_asked_sentence(task.question))[0]}")
     ballot = _Ballot(task.question, asked_kind(task))
     queries: list[str] = [_content(_without_image_references(task.question))]
     subjects: list[tuple[str, float] | None] = [None]
@@ -162,10 +163,13 @@ def _asked_sentence(question: str) -> str:
     return (sentences or [""])[-1]
 
 
+_CLAUSE_BREAK = re.compile(r",? (?:and )?(?:that|who|whose)\b|: ")
+
+
 def _clauses(question: str) -> list[str]:
     """The question's relative clauses, outermost (the asked step) first, without those about the entry image:
     what a searcher would query one by one."""
-    parts = re.split(r",? (?:and )?(?:that|who|whose)\b|: ", _asked_sentence(question))
+    parts = _CLAUSE_BREAK.split(_asked_sentence(question))
     return [p for p in parts if p.strip() and "image" not in p]
 
 

@@ -87,6 +87,13 @@ def relation_phrase(edge: Edge, relation_label: str, source: str, pronoun: str =
     return (as_object if edge.forward else as_subject).format(p=pronoun, x=source)
 
 
+def fact_sentence(edge: Edge, relation_label: str, subject: str, source: str) -> str:
+    """``edge``'s fact as a sentence about ``subject`` (the target's name): "France's capital is Paris.",
+    "Paris is the capital of France." (a page of a loaded KG states its facts so)."""
+    clause = _template(edge, {edge.relation: relation_label}).format(p="", x=source).strip()
+    return f"{subject}'s {clause.removeprefix('whose ')}." if clause.startswith("whose ") else f"{subject} {clause}."
+
+
 # "{p} is the capital of {x}" on its own says the target's kind: the target is "the capital of X" ("an official
 # language of X"); "a member of X", "a citizen of X", "an instance of X" do not
 _OWN = re.compile(r"\{p\} is (?:the|an) (?!instance)(.+ of) \{x\}")

@@ -98,9 +98,9 @@ def test_read_from_the_language_closed_and_partial_from_the_script_open():
     assert (WRITING_SYSTEM, False) in OPEN_WORLD
     assert "script" in SEED_KINDS
     assert relation_phrase(Edge("lang:C", "script:D", WRITING_SYSTEM, True), "writing system", "C") == \
-        "is the script of C"
+        "that is the script of C"
     assert relation_phrase(Edge("script:D", "lang:E", WRITING_SYSTEM, False), "writing system", "D") == \
-        "is written in D"
+        "that is written in D"
 
 
 def _kg() -> KG:
@@ -140,8 +140,8 @@ def test_the_script_of_a_language_reads_as_one_sentence():
     kinds = {"country:ARM": "country", "country:GEO": "country", "lang:kat": "language", "script:geor": "script"}
     v = TemplateVerbalizer().verbalize(structure, kinds, {"P47": "", "P37": "", WRITING_SYSTEM: ""},
                                        ["national flag"], {}, ())
-    assert "script of the official language of the country that shares a border with the country whose national " \
-           "flag is shown in the image" in v.question
+    assert v.question == ("The image shows the national flag of a country. The script of the official language of "
+                          "the country that shares a border with that country: which script is it?")
     assert unlisted(_kg(), {"lang:kat"}, WRITING_SYSTEM, True) is None
 
 

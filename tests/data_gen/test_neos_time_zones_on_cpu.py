@@ -63,7 +63,7 @@ def test_read_from_the_capital_closed_and_partial_from_the_zone_open():
     assert (TIME_ZONE, True) in CLOSED_WORLD and (TIME_ZONE, True) in PARTIAL and (TIME_ZONE, False) in OPEN_WORLD
     assert "time_zone" in SEED_KINDS
     assert relation_phrase(Edge(KATHMANDU, "timezone:nepal", TIME_ZONE, True), "time zone", "C") == \
-        "is the time zone of C"
+        "that is the time zone of C"
     kg = KG.from_triples([(KATHMANDU, TIME_ZONE, "timezone:nepal")])
     assert unlisted(kg, {KATHMANDU}, TIME_ZONE, True) is None
     assert unlisted(kg, {KATHMANDU, AMMAN}, TIME_ZONE, True).startswith(f"{AMMAN} may be meant")
