@@ -5,8 +5,9 @@ paper's style (Neos, Sec. 3.3 and App. A.1: the entity described, never named): 
 path nested in relative clauses ("What is the capital of the country whose national flag is mostly green and red,
 and that shares a border with the country whose locator map is shown in the image?"), its opening and order
 (answer first, or the entry image first) varied by a hash of the structure. A model-backed verbalizer plugs in
-through the :class:`Verbalizer` protocol, and a :class:`Rewriter` (``data_gen.neos.llm.LLMRewriter``) may then reword the text; whatever writes it,
-:func:`check_coverage` verifies it against the structure, and a rewrite that fails falls back to the template.
+through the :class:`Verbalizer` protocol, and a :class:`Rewriter` (``data_gen.neos.llm.LLMRewriter``) may then
+reword the text; whatever writes it, :func:`check_coverage` verifies it against the structure, and a rewrite that
+fails falls back to the template.
 """
 
 from __future__ import annotations

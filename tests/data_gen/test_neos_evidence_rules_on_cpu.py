@@ -10,6 +10,7 @@ from PIL import Image
 from data_gen.common.stats import answer_cap, diversity
 from data_gen.kg import Edge, Structure
 from data_gen.neos.observer import Description, PaletteObserver, ground
+from data_gen.neos.strict_colours import strictly_unique_without_entry_image
 from data_gen.neos.synth import SynthConfig, Synthesizer
 from data_gen.world.model import Entity
 from data_gen.world.model import Image as ImageRecord
@@ -78,6 +79,24 @@ def test_a_checkpoint_the_relations_already_decide_is_rejected(tmp_path, striped
     facts += [("country:Y", "P47", "country:X"), ("country:X", "P38", "currency:x")]
     cand = _filter(tmp_path, flags, facts, striped_png)
     assert (cand.task, cand.filter) == (None, "checkpoint_ablation")
+
+
+def test_the_strict_reading_ablation_finds_the_old_wording_and_not_the_new(tmp_path, striped_png):
+    # A (red) borders B (dark blue over yellow) and C (white); Y (green) borders X (yellow over dark blue). Without
+    # the entry image a person has B and X (the same colours to them): the image is needed. A reader who takes the
+    # old wording's order at its word tells B's flag from X's.
+    flags = {"A": [(RED, 8)], "B": [(DARK_BLUE, 5), (YELLOW, 3)], "C": [(WHITE, 8)],
+             "X": [(YELLOW, 5), (DARK_BLUE, 3)], "Y": [(GREEN, 8)]}
+    facts = [("country:A", "P47", "country:B"), ("country:A", "P47", "country:C"), ("country:Y", "P47", "country:X"),
+             ("country:B", "P38", "currency:b"), ("country:C", "P38", "currency:c"), ("country:X", "P38", "currency:x")]
+    synth = Synthesizer(_world(tmp_path, flags, facts, striped_png), seed=0, config=SynthConfig(closed_book=False))
+    cand = synth.candidate(PATH)
+    assert cand.filter is None and "whose national flag is mostly blue and yellow" in cand.task.question
+    assert not strictly_unique_without_entry_image(synth, cand.task)
+    old = "its national flag is mostly dark blue and yellow (by decreasing area)"
+    steps = [s.model_copy(update={"checkpoint_description": old}) if s.checkpoint else s for s in cand.task.steps]
+    worded = cand.task.model_copy(update={"steps": steps, "question": f"Let B be ...; {old}. Which currency ...?"})
+    assert strictly_unique_without_entry_image(synth, worded)
 
 
 def test_colours_are_read_as_a_person_does_unordered_and_shades_merged(tmp_path, striped_png):

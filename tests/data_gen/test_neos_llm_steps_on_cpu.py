@@ -1,5 +1,6 @@
 """Neos' rewriter, blind observer and probe 3 with a model, against a stand-in model endpoint: a real
-chat-completions HTTP server on loopback (``threaded_chat``, its own thread) whose replies each test scripts: usable replies are taken, every unusable one (prose, extra keys, a dropped phrase, a broken step, a
+chat-completions HTTP server on loopback (``threaded_chat``, its own thread) whose replies each test scripts.
+Usable replies are taken, every unusable one (prose, extra keys, a dropped phrase, a broken step, a
 leaked name, an off-palette colour, HTTP 503) falls back to the offline step and is counted under its reason; probe 3
 sends the question and the entry images' pixels only; and a pipeline run with all of them verifies tasks whose
 question is the model's wording."""

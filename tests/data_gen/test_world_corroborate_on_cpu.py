@@ -17,7 +17,8 @@ FACTS = [
     Triple("country:FRA", "P47", "country:ESP"),  # a land border both list
     Triple("country:GUM", "P37", "lang:spa"), Triple("country:GUM", "P37", "lang:eng"),
     Triple("country:SXM", "P38", "currency:ANG"), Triple("country:SXM", "P38", "currency:XCG"),
-    Triple("country:AUT", "P361", "subregion:central_europe"), Triple("country:FRA", "P361", "subregion:western_europe"),
+    Triple("country:AUT", "P361", "subregion:central_europe"),
+    Triple("country:FRA", "P361", "subregion:western_europe"),
     Triple("country:NIU", "P37", "lang:niu"),  # CLDR names no official language of Niue: not checked
     Triple("country:LKA", "P1082", "21670000", literal=True),
     *(Triple(f"country:{iso3}", "P297", iso2, literal=True) for iso3, iso2 in
