@@ -39,7 +39,7 @@ def small_world() -> Iterator[Path]:
     if os.environ.get("NEOS_SMALL_WORLD"):
         yield Path(os.environ["NEOS_SMALL_WORLD"]).resolve()
         return
-    from data_gen.world import wiki
+    from data_gen.world import corroborate, wiki
     from data_gen.world.adapters import ADAPTERS, load_adapter
     from data_gen.world.builder import build
     from data_gen.world.sources import SourceCache
@@ -47,7 +47,7 @@ def small_world() -> Iterator[Path]:
     cache = SourceCache()
     subset = os.environ.get("NEOS_WORLD_ADAPTERS")
     names = [n.strip() for n in subset.split(",") if n.strip()] if subset else list(ADAPTERS)
-    needed = {wiki.SOURCE}.union(*(set(load_adapter(name).SOURCES) for name in names))
+    needed = {wiki.SOURCE, *corroborate.SOURCES}.union(*(set(load_adapter(name).SOURCES) for name in names))
     resolved = cache.resolve_all(needed)
     key = hashlib.sha256(
         (

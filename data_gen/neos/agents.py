@@ -34,8 +34,9 @@ from PIL import Image
 from data_gen.common.episode import Episode, expert_episode, opened
 from data_gen.common.episode import found as _found
 from data_gen.common.teacher import Brief
-from data_gen.neos.observer import palette
+from data_gen.neos.observer import merged, palette
 from data_gen.neos.schema import Task
+from data_gen.neos.verbalize import KIND_NOUNS
 from data_gen.world.store import World
 from verl_ext.reward.answers import answer_matches
 from verl_ext.rollout.record import TrajectoryRecord
@@ -44,8 +45,9 @@ from verl_ext.tools.client import ToolServerClient
 SEARCH_TURNS = 4
 CHAIN_WIDTH = 3  # leads a text-only searcher follows per call
 _STOP = frozenset({
-    "let", "be", "the", "a", "an", "of", "that", "is", "its", "in", "on", "which", "whose", "as", "with", "by", "and",
-    "shown", "image", "mostly", "area", "decreasing", "one",
+    "the", "a", "an", "of", "that", "is", "its", "in", "on", "which", "whose", "who", "as", "with", "by", "and",
+    "shown", "image", "mostly", "what", "name", "identify", "find", "tell", "me", "it", "look", "at", "shows",
+    "given", "belongs", "to", "this", "here",
 })
 
 
@@ -57,17 +59,11 @@ def probe_text_only_answer(task: Task) -> bool:
 class _Ballot:
     """A forced answer from search results: the best title by reciprocal rank summed over results (then the
     earliest seen) among hits whose title adds a word the question lacks and whose snippet names the asked kind
-    ("Which city is C?"; "Which person is C?" with "Let C be the diplomat, ...": diplomat). ``leads`` keeps every
+    (:func:`asked_kind`: "city", or "diplomat" for "the diplomat, born in 1911, ..."). ``leads`` keeps every
     such title of any kind, in the order seen: what a searcher would look up next."""
 
-    def __init__(self, question: str, exclude: Sequence[str] = ()) -> None:
-        asked = re.search(r"Which ([\w. ]+?) is\b", question)
-        kind = asked.group(1).split()[-1] if asked else ""
-        # the sentence that defines C may name it more narrowly than "Which person is C?": "Let C be the diplomat,
-        # born in 1911, ...": a person's page says "diplomat", never "person", and a searcher looks for that noun
-        noun = re.search(r"^Let [A-Z] be (?:the|an?) ([\w ]+?)(?:,| that\b| who\b| whose\b| of\b|\.)",
-                         _asked_sentence(question))
-        self.kind = noun.group(1) if noun and kind and noun.group(1).split()[-1] != kind else kind
+    def __init__(self, question: str, kind: str, exclude: Sequence[str] = ()) -> None:
+        self.kind = kind
         self.asked_words = {w.lower() for w in re.findall(r"\w+", question)}
         # names the question states ("the capital of Kyrgyzstan"): a synthesized question states none, its entities
         # are letters; a hit whose snippet names one is the link a searcher reads first
@@ -129,8 +125,10 @@ async def probe_text_only_search(client: ToolServerClient, task: Task) -> Search
     alone narrows the chain (a colour some page states, a relation only one candidate has) is solved within 4
     calls. The forced answer is the ballot's leader over every hit of the calls (:class:`_Ballot`; a chained hit
     counts only if its snippet names the lead, weighted by the lead's place). Solved when it matches."""
-    asked = _content(_asked_sentence(task.question))
-    ballot = _Ballot(task.question)
+    # the asked step's words: the kind and the outermost clause ("city capital country" for "What is the capital
+    # of the country that ...?")
+    asked = _content(f"{asked_kind(task)} {_CLAUSE_BREAK.split(_asked_sentence(task.question))[0]}")
+    ballot = _Ballot(task.question, asked_kind(task))
     queries: list[str] = [_content(_without_image_references(task.question))]
     subjects: list[tuple[str, float] | None] = [None]
     searched: set[str] = set()
@@ -148,11 +146,31 @@ async def probe_text_only_search(client: ToolServerClient, task: Task) -> Search
                        saw_answer=any(answer_matches(t, truth) for t in ballot.leads))
 
 
+def asked_kind(task: Task) -> str:
+    """What a searcher looks for in a snippet: the noun that pins a person where the question states one ("the
+    diplomat, born in 1911, ..."; a person's page says "diplomat", never "person"), else the last word of the
+    answer kind's noun, which every question implies ("the capital of ..." asks for a city)."""
+    pinned = re.search(r"\b(?:the|an?) ([a-z][\w ]*?), born in", task.question)
+    if task.answer_type == "person" and pinned:
+        return pinned.group(1)
+    noun = KIND_NOUNS.get(task.answer_type, "")
+    return noun.split()[-1] if noun else ""
+
+
 def _asked_sentence(question: str) -> str:
-    """The sentence that defines what is asked ("Let C be the city that is the capital of B."), else the last."""
+    """The sentence that asks (the last one: an image-first question opens with a sentence about the image)."""
     sentences = [s for s in re.split(r"(?<=[.?])\s+", question) if s]
-    lets = [s for s in sentences if s.startswith("Let ")]
-    return (lets or sentences or [""])[-1]
+    return (sentences or [""])[-1]
+
+
+_CLAUSE_BREAK = re.compile(r",? (?:and )?(?:that|who|whose)\b|: ")
+
+
+def _clauses(question: str) -> list[str]:
+    """The question's relative clauses, outermost (the asked step) first, without those about the entry image:
+    what a searcher would query one by one."""
+    parts = _CLAUSE_BREAK.split(_asked_sentence(question))
+    return [p for p in parts if p.strip() and "image" not in p]
 
 
 def _without_image_references(question: str) -> str:
@@ -172,7 +190,7 @@ async def probe_short_multimodal_search(client: ToolServerClient, task: Task) ->
     sentence's words, turn 4 reads the pages of the two leading answers; it answers with the first whose page
     mentions an entry image's page title, else with the leader."""
     session = await client.open_session([e.url for e in task.entry_images])
-    sentences = [s for s in re.split(r"(?<=[.?])\s+", task.question) if s.startswith("Let ")]
+    clauses = _clauses(task.question)
     try:
         episode = Episode(client, session.session_id)
         found = await episode.call("ReverseImageSearch", {"image_token": session.images,
@@ -183,14 +201,14 @@ async def probe_short_multimodal_search(client: ToolServerClient, task: Task) ->
             return False
         titles = " ".join(p["title"] for p in pages)
         await episode.call("WebVisit", {"url": [p["url"] for p in pages][:5], "goal": _content(task.question)})
-        ballot = _Ballot(task.question, exclude=[p["title"] for p in pages])
-        queries = [f"{titles} {_content(s)}" for s in sentences[len(pages):]][:5] or [titles]
+        ballot = _Ballot(task.question, asked_kind(task), exclude=[p["title"] for p in pages])
+        queries = [f"{titles} {_content(c)}" for c in reversed(clauses)][:5] or [titles]
         ballot.add(2, await episode.call("TextSearch", {"query": queries}))
         leading = ballot.ranked()[:2]
         if not leading:
             return False
         read = await episode.call("WebVisit", {"url": [ballot.urls[t] for t in leading],
-                                               "goal": f"{titles} {_content(sentences[-1]) if sentences else ''}"})
+                                               "goal": f"{titles} {_content(clauses[0]) if clauses else ''}"})
         records = read.records if read else []
         visits = {r.get("title"): f"{r.get('evidence', '')} {r.get('summary', '')}" for r in records}
         corroborated = [t for t in leading if any(_found(p["title"], visits.get(t, "")) for p in pages)]
@@ -270,7 +288,7 @@ class ProgrammaticExpert:
                 f"{alt.name}'s first."))
             if result is not None and result.images and result.images[0].png is not None:
                 with Image.open(io.BytesIO(result.images[0].png)) as im:
-                    if list(palette(im)) == wanted:
+                    if list(merged(palette(im))) == wanted:
                         return f"step {step.index}: the other candidate {alt.name} also shows the stated colours"
         before = f"{named[0].name}'s image is not {' and '.join(wanted or [])}, so it is not the one meant; " \
             if named else ""
@@ -279,7 +297,7 @@ class ProgrammaticExpert:
         if result is None or not result.images or result.images[0].png is None:
             return f"step {step.index}: checkpoint image not fetched"
         with Image.open(io.BytesIO(result.images[0].png)) as im:
-            if list(palette(im)) != wanted:
+            if list(merged(palette(im))) != wanted:
                 return f"step {step.index}: fetched pixels do not show the stated colours"
         return ""
 

@@ -45,6 +45,7 @@ from data_gen.neos.observer import PaletteObserver, rapid_ocr
 from data_gen.neos.open_world import undecided
 from data_gen.neos.schema import Outcome, Task
 from data_gen.neos.store import ResultLog
+from data_gen.neos.strict_colours import strict_ablation
 from data_gen.neos.synth import (
     CONVERGENT_VARIANTS,
     KG_RELATION_VARIANTS,
@@ -59,7 +60,8 @@ from verl_ext.reward.judge import JudgeConfig
 from verl_ext.tools.client import ToolServerClient, ToolServerUnavailable
 
 # The filters in pipeline order; a candidate reaching one has passed all before it.
-FILTERS = ("open_world", "grounding", "source_colours", "entry_image_ablation", "checkpoint_ablation", "coverage",
+FILTERS = ("open_world", "grounding", "source_colours", "entry_image_ablation", "checkpoint_ablation", "closed_book",
+           "coverage",
            *SHARE_FILTERS, "text_only_answer", "text_only_search", "entry_image_vqa",
            "short_multimodal_search", "expert")
 OUTPUT_FILES = ["train.parquet", "rl.parquet", "benchmark.parquet", "sft.parquet", "sft.jsonl",
@@ -246,6 +248,20 @@ def statistics(outcomes: Sequence[Outcome]) -> dict:
                                    [s.relation_label for t in tasks for s in t.steps], [skeleton(t) for t in tasks])}
 
 
+def contested_report(world: World) -> dict:
+    """The facts a second source contradicts, which no question states (``data_gen.world.corroborate``), per
+    relation and source; ``checked`` is False for a world built before the check (or a loaded KG): its facts were
+    not checked, and a warning says so."""
+    facts = world.manifest.get("contested_facts")
+    if facts is None:
+        print("warning: the world records no second-source check (built before it, or a loaded KG): its facts "
+              "were not checked against a second source", file=sys.stderr)
+        return {"checked": False, "left_out": 0}
+    return {"checked": True, "left_out": len(facts),
+            "by_relation": dict(Counter(f["p"] for f in facts).most_common()),
+            "by_source": dict(Counter(f["source"] for f in facts).most_common())}
+
+
 def open_world_undecided(tasks: Sequence[Task]) -> dict:
     """Verified tasks through a relation the open-world rule does not classify (taken as closed), and per relation
     how many: a loaded KG's own relations land here until data_gen.neos.open_world decides them."""
@@ -373,6 +389,9 @@ def main(args: argparse.Namespace) -> int:
     outcomes = log.outcomes()
     log.close()
     stats = statistics(outcomes)
+    stats["contested_facts"] = contested_report(world)
+    stats["strict_colour_ablation"] = strict_ablation(Synthesizer(world, seed=args.seed, config=config), [
+        o.task for o in outcomes if o.status == "verified" and o.task])
     stats["splits"] = export(outcomes, args.world, args.out)
     if kg_report:
         stats["kg"] = kg_report

@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from data_gen.kg import Edge
 from data_gen.kg.wikidata import Subset, WikidataGraph, read_json_dump, read_truthy_ntriples
-from data_gen.neos.verbalize import relation_phrase
+from data_gen.neos.verbalize import fact_sentence
 from data_gen.world.model import (
     FORMAT_VERSION,
     Entity,
@@ -145,10 +145,10 @@ def write_world(graph: WikidataGraph, images_dir: Path | None, out: Path, source
     facts: dict[str, list[str]] = defaultdict(list)
     links: dict[str, set[str]] = defaultdict(set)
     for t in triples:
-        # the subject described from the object: "France has Paris as its capital."
-        phrase = relation_phrase(Edge(t.o, t.s, t.p, False), labels[t.p], by_id[t.o].label)
+        # the subject described from the object: "France's capital is Paris."
+        sentence = fact_sentence(Edge(t.o, t.s, t.p, False), labels[t.p], by_id[t.s].label, by_id[t.o].label)
         for end, other in ((t.s, t.o), (t.o, t.s)):
-            facts[end].append(f"{by_id[t.s].label} {phrase}.")
+            facts[end].append(sentence)
             links[end].add(by_id[other].page_id)
     shown: dict[str, list[str]] = defaultdict(list)
     for image in images:

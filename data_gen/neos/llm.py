@@ -98,12 +98,11 @@ class VLMEntryImageProbe(LLMTextOnlyProbe):
 
 
 _REWRITE = (
-    "You polish multi-hop puzzle questions. You get a question built from templates, in which letters stand for "
-    "unnamed entities, and a list of phrases. Reword it so that it reads naturally, under these rules: keep every "
-    "sentence that starts with \"Let <letter> be\" as one sentence starting that way, and keep inside it, word for "
-    "word, every listed phrase that it contains; keep every phrase of the list word for word; keep the final "
-    "question, which starts with \"Which\" and ends with \"is <letter>?\"; add no names and no facts. Reply with JSON "
-    "only: {\"question\": \"...\"}."
+    "You polish multi-hop puzzle questions. You get one question built from templates, in which every entity is "
+    "described by nested relative clauses and never named, and a list of phrases. Reword it so that it reads as a "
+    "person would ask it, under these rules: keep every phrase of the list word for word; keep it one question "
+    "about the same entity, asking for the same kind of thing; add no names and no facts, drop none. Reply with "
+    "JSON only: {\"question\": \"...\"}."
 )
 
 
@@ -130,7 +129,7 @@ class LLMRewriter:
                               QuestionReply, self.usage, usable)
         if reply is None:
             return verbalization
-        return Verbalization(reply.question, verbalization.spans, verbalization.letters)
+        return Verbalization(reply.question, verbalization.spans)
 
 
 _OBSERVE = (

@@ -80,13 +80,26 @@ class Description:
         """A reader of ``self`` could take ``other``'s image for the one described."""
         return other is not None and other.reading() == self.reading()
 
-    def render(self) -> str:
-        *rest, last = self.colours
-        colours = f"{', '.join(rest)} and {last}" if rest else last
-        out = f"its {self.kind} is mostly {colours}" + (" (by decreasing area)" if len(self.colours) > 1 else "")
+    def stated(self) -> tuple[str, ...]:
+        """The colours a question states: as :meth:`reading` takes them, near shades merged, in alphabetical order
+        (no area order), so a reader who takes the words strictly learns no more than the grounding check used."""
+        return merged(self.colours)
+
+    def clause(self) -> str:
+        """"national flag is mostly green and red": what follows "whose" in a question."""
+        *rest, last = self.stated()
+        out = f"{self.kind} is mostly {', '.join(rest)} and {last}" if rest else f"{self.kind} is mostly {last}"
         if self.text:
             out += f" and shows the words \"{' '.join(self.text)}\""
         return out
+
+    def render(self) -> str:
+        return f"its {self.clause()}"
+
+
+def merged(colours: Iterable[str]) -> tuple[str, ...]:
+    """Colour names as a person reads them: near shades merged (``SHADE_OF``), order dropped (alphabetical)."""
+    return tuple(sorted({SHADE_OF.get(c, c) for c in colours}))
 
 
 class Observer(Protocol):

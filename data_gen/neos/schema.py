@@ -55,7 +55,7 @@ class Step(_Model):
     checkpoint_image_id: str | None = None
     checkpoint_image_url: str | None = None
     checkpoint_description: str | None = None  # the blind observer's words for that image
-    checkpoint_colours: list[str] | None = None  # the palette those words state, largest area first
+    checkpoint_colours: list[str] | None = None  # the colours those words state, shades merged, unordered
     alternatives: list[Alternative] = Field(default_factory=list)  # other candidates of a checkpoint, by name
     span: str
 

@@ -22,6 +22,7 @@ from data_gen.kg import (
     expand,
 )
 from data_gen.kg.distinguish import TAXONOMIC_RELATIONS, DistinguishingConfig, convergent_sets
+from data_gen.neos.closed_book import ClosedBookSolver
 from data_gen.neos.observer import IMAGE_KINDS, NAMED_SOURCES, Description, Observer, PaletteObserver, ground
 from data_gen.neos.open_world import complete_lists, open_reason, pinning, pinning_noun, unlisted
 from data_gen.neos.schema import Alternative, EntryImage, Step, Task
@@ -129,6 +130,7 @@ class SynthConfig:
     convergent_variants: tuple[frozenset[str], ...] = ()
     max_structures_per_seed: int = 40  # accepted structures taken on to grounding, per seed
     seed_kinds: frozenset[str] | None = SEED_KINDS  # None: every page-bearing entity (a loaded KG's own kinds)
+    closed_book: bool = True  # reject what common knowledge solves (data_gen.neos.closed_book)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +166,13 @@ class Synthesizer:
         self.world_hash = world.manifest.get("content_hash", "")
         # Entity-only facts: a literal (a code, a population) can never be an anchor or checkpoint, and a unique
         # literal would win every distinguishing set and cut the DAG off from image-bearing neighbours.
-        self.kg = KG.from_triples((t.s, t.p, t.o) for t in world.triples if not t.literal)
+        # A fact a second source contradicts (data_gen.world.corroborate: a maritime "border", a currency no longer
+        # legal tender) is no fact of a question: left out of the KG, so no structure states it.
+        self.contested = {(f["s"], f["p"], f["o"]) for f in world.manifest.get("contested_facts", [])}
+        self.kg = KG.from_triples((t.s, t.p, t.o) for t in world.triples
+                                  if not t.literal and (t.s, t.p, t.o) not in self.contested)
+        self.closed_book = ClosedBookSolver(self.kg, {e.id: e.kind for e in world.entities.values()},
+                                            lambda e, d: self._fits(e, d, set()))
         self._complete = complete_lists(world, self.kg)  # organisations whose members the world holds completely
         order = list(IMAGE_KINDS)
         self._images: dict[str, list[tuple[str, Path, str]]] = {}
@@ -271,7 +279,7 @@ class Synthesizer:
         """Steps 5-6 and the evidence rules for one identifiable structure."""
         key = self.structure_key(structure)
         kinds = {n: self.world.entities[n].kind for n in structure.nodes if n in self.world.entities}
-        nouns = pinning(structure, kinds, self.kg, self.world, self._complete)
+        nouns = self.nouns(structure)
         if isinstance(nouns, str):
             return Candidate(key, structure, None, "open_world", nouns)
         names = self._withheld(structure)
@@ -306,6 +314,10 @@ class Synthesizer:
         rule = self._evidence_rule(structure, bound, names, nouns)
         if rule is not None:
             return Candidate(key, structure, None, *rule)
+        entry_sources = {a: self.entry_image(a)[2] for a in structure.anchors}
+        if self.config.closed_book and self.closed_book.solves(structure, entry_sources, bound):
+            return Candidate(key, structure, None, "closed_book", "common knowledge and the images a strong model "
+                                                                   "recognises leave only the answer")
         labels = {e.relation: self._relation_label(e.relation) for e in structure.edges}
         anchor_images = [IMAGE_KINDS[self.entry_image(a)[2]] for a in structure.anchors]
         verbal = self.verbalizer.verbalize(structure, kinds, labels, anchor_images, bound, ambiguous, nouns)
@@ -316,7 +328,7 @@ class Synthesizer:
             images = ["the image"] if len(structure.anchors) == 1 else [
                 f"image {i}" for i in range(1, len(structure.anchors) + 1)]
             # the checkpoints' descriptions and the facts that pin an open-world node ("film director, born in 1900")
-            keep = [*images, *(d.render() for d in bound.values()), *(n.rstrip(",") for n in nouns.values())]
+            keep = [*images, *(d.clause() for d in bound.values()), *(n.rstrip(",") for n in nouns.values())]
             verbal = self.rewriter.rewrite(verbal, keep, lambda q: check_coverage(q, structure, verbal, names))
         steps = [self._step(i, e, verbal.spans[i], grounded, bound, alternatives.get(e.target, []))
                  for i, e in enumerate(structure.edges)]
@@ -331,6 +343,12 @@ class Synthesizer:
         )
         return Candidate(key, structure, task, None)
 
+    def nouns(self, structure: Structure) -> dict[str, str] | str:
+        """The noun phrases that pin the structure's open-world nodes, or why one cannot be pinned
+        (:func:`data_gen.neos.open_world.pinning`)."""
+        kinds = {n: self.world.entities[n].kind for n in structure.nodes if n in self.world.entities}
+        return pinning(structure, kinds, self.kg, self.world, self._complete)
+
     def _evidence_rule(self, structure: Structure, bound: dict[str, Description], names: set[str],
                        nouns: dict[str, str]) -> tuple[str, str] | None:
         """Neos's evidence dependence as a rejection rule, checked on the compiled query as a reader would solve
@@ -339,18 +357,29 @@ class Synthesizer:
         person's occupation and dates, ``nouns``); if the answer is still the only one left, that evidence is
         decoration and the question is rejected. ``(filter, detail)``, or None when every image and every
         checkpoint is needed."""
+        anchor = self.entry_image_decoration(structure, bound, names, nouns)
+        if anchor is not None:
+            return "entry_image_ablation", f"without the image of {anchor} the text alone leaves one answer"
+        anchors = {a: {a} for a in structure.anchors}
+        for checkpoint in structure.checkpoints:
+            rest = {k: v for k, v in bound.items() if k != checkpoint}
+            if self._answers(structure, anchors, rest, names, nouns) == {structure.answer}:
+                return "checkpoint_ablation", f"without the checkpoint image of {checkpoint} the relations alone " \
+                                              "leave one answer"
+        return None
+
+    def entry_image_decoration(self, structure: Structure, bound: dict[str, Description], names: set[str],
+                               nouns: dict[str, str]) -> str | None:
+        """The first anchor whose entry image can be removed (the anchor becoming any entity of its kind with such
+        an image) with the answer still the only one left, each checkpoint read through ``bound``'s
+        :meth:`Description.matches`; None when every entry image is needed."""
         anchors = {a: {a} for a in structure.anchors}
         for anchor in structure.anchors:
             entity = self.world.entities.get(anchor)
             source = self.entry_image(anchor)[2]
             pictured = self._pictured.get((entity.kind if entity else "", source), {anchor})
             if self._answers(structure, {**anchors, anchor: pictured}, bound, names, nouns) == {structure.answer}:
-                return "entry_image_ablation", f"without the image of {anchor} the text alone leaves one answer"
-        for checkpoint in structure.checkpoints:
-            rest = {k: v for k, v in bound.items() if k != checkpoint}
-            if self._answers(structure, anchors, rest, names, nouns) == {structure.answer}:
-                return "checkpoint_ablation", f"without the checkpoint image of {checkpoint} the relations alone " \
-                                              "leave one answer"
+                return anchor
         return None
 
     def _answers(self, structure: Structure, start: dict[str, set[str]], bound: dict[str, Description],
@@ -443,7 +472,7 @@ class Synthesizer:
             checkpoint=edge.target in grounded, checkpoint_image_id=grounded.get(edge.target),
             checkpoint_image_url=self.world.images[grounded[edge.target]].url if edge.target in grounded else None,
             checkpoint_description=bound[edge.target].render() if edge.target in bound else None,
-            checkpoint_colours=list(bound[edge.target].colours) if edge.target in bound else None, span=span,
+            checkpoint_colours=list(bound[edge.target].stated()) if edge.target in bound else None, span=span,
             alternatives=alternatives,
         )
 

@@ -37,7 +37,7 @@ from typing import Any
 from PIL import Image as PILImage
 from tqdm import tqdm
 
-from data_gen.world import wiki
+from data_gen.world import corroborate, wiki
 from data_gen.world.adapters import ADAPTERS, load_adapter
 from data_gen.world.linking import Form, Linker
 from data_gen.world.model import (
@@ -92,7 +92,7 @@ def build(
     started = time.perf_counter()
     names = list(ADAPTERS if adapters is None else adapters)
     modules = [load_adapter(name) for name in names]
-    needed = {wiki.SOURCE}.union(*(set(m.SOURCES) for m in modules))
+    needed = {wiki.SOURCE, *corroborate.SOURCES}.union(*(set(m.SOURCES) for m in modules))
     resolved = SourceCache(cache).resolve_all(needed)
     roots = {name: r.root for name, r in resolved.items()}
 
@@ -144,6 +144,8 @@ def build(
             "counts": {name: len(records[name]) for name in RECORD_FILES} | {"entities_by_kind": dict(sorted(kinds.items()))},
             "build_seconds": round(time.perf_counter() - started, 2),
             "tools": _tool_versions(),
+            # facts a second source contradicts: kept in the world, left out of questions (data_gen.world.corroborate)
+            "contested_facts": corroborate.contested_facts(records["triples"], roots),
         }
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
         _replace(tmp, out)

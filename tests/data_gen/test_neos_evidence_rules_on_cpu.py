@@ -10,7 +10,8 @@ from PIL import Image
 from data_gen.common.stats import answer_cap, diversity
 from data_gen.kg import Edge, Structure
 from data_gen.neos.observer import Description, PaletteObserver, ground
-from data_gen.neos.synth import Synthesizer
+from data_gen.neos.strict_colours import strictly_unique_without_entry_image
+from data_gen.neos.synth import SynthConfig, Synthesizer
 from data_gen.world.model import Entity
 from data_gen.world.model import Image as ImageRecord
 from data_gen.world.model import Triple
@@ -45,8 +46,11 @@ BASE_FACTS = [("country:A", "P47", "country:B"), ("country:A", "P47", "country:C
               ("country:B", "P38", "currency:b"), ("country:C", "P38", "currency:c")]
 
 
-def _filter(tmp_path, flags, facts, striped_png):
-    synth = Synthesizer(_world(tmp_path, flags, facts, striped_png), seed=0)
+def _filter(tmp_path, flags, facts, striped_png, closed_book=False):
+    """PATH's candidate; borders and currencies are common knowledge, so the closed-book probe (on in the CLI)
+    solves every PATH question whose images it recognises: off here, for the evidence rules that come before it."""
+    synth = Synthesizer(_world(tmp_path, flags, facts, striped_png), seed=0, config=SynthConfig(
+        closed_book=closed_book))
     return synth.candidate(PATH)
 
 
@@ -64,6 +68,8 @@ def test_a_look_alike_elsewhere_makes_the_entry_image_needed(tmp_path, striped_p
     cand = _filter(tmp_path, flags, facts, striped_png)
     assert cand.filter is None and cand.task is not None and cand.task.answer_entity == "currency:b"
     assert cand.task.steps[0].checkpoint and "blue and white" in cand.task.question
+    # a strong model recognises A's flag, knows A's neighbours and B's flag and currency: solved without a tool
+    assert _filter(tmp_path, flags, facts, striped_png, closed_book=True).filter == "closed_book"
 
 
 def test_a_checkpoint_the_relations_already_decide_is_rejected(tmp_path, striped_png):
@@ -73,6 +79,24 @@ def test_a_checkpoint_the_relations_already_decide_is_rejected(tmp_path, striped
     facts += [("country:Y", "P47", "country:X"), ("country:X", "P38", "currency:x")]
     cand = _filter(tmp_path, flags, facts, striped_png)
     assert (cand.task, cand.filter) == (None, "checkpoint_ablation")
+
+
+def test_the_strict_reading_ablation_finds_the_old_wording_and_not_the_new(tmp_path, striped_png):
+    # A (red) borders B (dark blue over yellow) and C (white); Y (green) borders X (yellow over dark blue). Without
+    # the entry image a person has B and X (the same colours to them): the image is needed. A reader who takes the
+    # old wording's order at its word tells B's flag from X's.
+    flags = {"A": [(RED, 8)], "B": [(DARK_BLUE, 5), (YELLOW, 3)], "C": [(WHITE, 8)],
+             "X": [(YELLOW, 5), (DARK_BLUE, 3)], "Y": [(GREEN, 8)]}
+    facts = [("country:A", "P47", "country:B"), ("country:A", "P47", "country:C"), ("country:Y", "P47", "country:X"),
+             ("country:B", "P38", "currency:b"), ("country:C", "P38", "currency:c"), ("country:X", "P38", "currency:x")]
+    synth = Synthesizer(_world(tmp_path, flags, facts, striped_png), seed=0, config=SynthConfig(closed_book=False))
+    cand = synth.candidate(PATH)
+    assert cand.filter is None and "whose national flag is mostly blue and yellow" in cand.task.question
+    assert not strictly_unique_without_entry_image(synth, cand.task)
+    old = "its national flag is mostly dark blue and yellow (by decreasing area)"
+    steps = [s.model_copy(update={"checkpoint_description": old}) if s.checkpoint else s for s in cand.task.steps]
+    worded = cand.task.model_copy(update={"steps": steps, "question": f"Let B be ...; {old}. Which currency ...?"})
+    assert strictly_unique_without_entry_image(synth, worded)
 
 
 def test_colours_are_read_as_a_person_does_unordered_and_shades_merged(tmp_path, striped_png):
@@ -197,7 +221,7 @@ def test_the_observer_reads_an_image_as_fetch_image_serves_it(striped_png, tmp_p
     assert palette(served(world.image_path("flag_npl"))) == ("white", "red")  # the page counted: not described
 
 
-# "Let C be the diplomat, born in 1911, died in 1990, who is a citizen of B": the noun that pins an open-world node
+# "the diplomat, born in 1911, died in 1990, who is a citizen of ...": the noun that pins an open-world node
 # is part of the compiled query. A borders B and C; Y borders X, whose flag reads as B's to a person.
 CITIZEN = Structure(branches=((Edge("country:A", "country:B", "P47", True),
                                Edge("country:B", "person:b", "P27", False)),), tail=(), checkpoints=("country:B",))
@@ -234,10 +258,12 @@ def test_a_persons_noun_shared_by_the_look_alikes_citizens_keeps_the_images_need
     synth = _citizens(tmp_path, striped_png, {"B": DIPLOMAT_1911, "C": DIPLOMAT_1911, "X": DIPLOMAT_1911})
     cand = synth.candidate(CITIZEN)
     assert cand.filter is None and cand.task is not None and cand.task.answer_entity == "person:b"
-    assert "Let C be the diplomat, born in 1911, died in 1990, who is a citizen of B." in cand.task.question
+    assert "the diplomat, born in 1911, died in 1990, who is a citizen of a country whose national flag is mostly " \
+           "blue and white" in cand.task.question.lower()
+    assert cand.task.question.endswith("which diplomat is it?")
 
 
-# "Let C be the organization of 2 members that has B as a member": an organisation whose members the world holds
+# "the organization of 2 members whose members include ...": an organisation whose members the world holds
 # completely is pinned by its member count, which the evidence rules read as they read a person's noun.
 MEMBERSHIP = Structure(branches=((Edge("country:A", "country:B", "P47", True),
                                   Edge("country:B", "org:b", "P463", True)),), tail=(), checkpoints=("country:B",))
@@ -269,4 +295,4 @@ def test_a_member_count_shared_by_the_look_alikes_organisations_keeps_the_images
     synth = _organisations(tmp_path, striped_png, {"org:b": ["B", "A"], "org:x": ["X", "Y"], "org:c": ["C", "Y"]})
     cand = synth.candidate(MEMBERSHIP)
     assert cand.filter is None and cand.task is not None and cand.task.answer_entity == "org:b"
-    assert "organization of 2 members that has B as a member" in cand.task.question
+    assert "the organization of 2 members whose members include a country whose national flag" in cand.task.question

@@ -76,7 +76,7 @@ def test_the_kg_becomes_a_world_with_its_own_kinds_pages_and_images(kg_out):
     assert world.manifest["images_missing"] == 0 and len(world.images) == 21  # 12 flags, 9 logos
     france = world.entities["country:Q142"]
     page = world.pages[france.page_id]
-    assert "France has Paris as its capital." in page.text and "Paris is the capital of France." in page.text
+    assert "France's capital is Paris." in page.text and "Paris is the capital of France." in page.text
     assert world.images["p41_q142"].source == "wikidata:P41"
 
 

@@ -1,5 +1,6 @@
-"""Neos' rewriter, blind observer and probe 3 with a model, against a real chat-completions server on loopback (its
-own thread): usable replies are taken, every unusable one (prose, extra keys, a dropped phrase, a broken step, a
+"""Neos' rewriter, blind observer and probe 3 with a model, against a stand-in model endpoint: a real
+chat-completions HTTP server on loopback (``threaded_chat``, its own thread) whose replies each test scripts.
+Usable replies are taken, every unusable one (prose, extra keys, a dropped phrase, a broken step, a
 leaked name, an off-palette colour, HTTP 503) falls back to the offline step and is counted under its reason; probe 3
 sends the question and the entry images' pixels only; and a pipeline run with all of them verifies tasks whose
 question is the model's wording."""
@@ -34,20 +35,18 @@ WITHHELD = {"Aland", "Bora", "Cetown"}
 TEMPLATE = TemplateVerbalizer().verbalize(
     STRUCTURE, {"country:a": "country", "country:b": "country", "city:c": "city"},
     {"P47": "shares border with", "P36": "capital"}, ["national flag"], {"country:b": FLAG_B}, ambiguous={"country:b"})
-KEEP = ["the image", FLAG_B.render()]
-FLUENT = ("Let A be the country whose national flag is shown in the image. Let B be a neighbouring country that "
-          "shares a border with A; its national flag is mostly blue and white (by decreasing area). Let C be the "
-          "city that is the capital of B. Which city, then, is C?")
+KEEP = ["the image", FLAG_B.clause()]
+FLUENT = ("Could you name the capital of a country whose national flag is mostly blue and white, and that shares a "
+          "border with the country whose national flag is shown in the image?")
 REWRITES = {
     "fluent": json.dumps({"question": FLUENT}),
     "fenced": "```json\n" + json.dumps({"question": FLUENT}) + "\n```",
     "prose": FLUENT,
     "extra_key": json.dumps({"question": FLUENT, "note": "polished"}),
-    "no_flag": json.dumps({"question": FLUENT.replace("; its national flag is mostly blue and white "
-                                                      "(by decreasing area)", "")}),
-    "moved_step": json.dumps({"question": FLUENT.replace("Let C be the city that is the capital of B. Which",
-                                                         "C is the city that is the capital of B. Which")}),
-    "leak": json.dumps({"question": FLUENT.replace("Which city, then, is C?", "Which city, Cetown perhaps, is C?")}),
+    "no_flag": json.dumps({"question": FLUENT.replace("whose national flag is mostly blue and white, and ", "")}),
+    "turned": json.dumps({"question": FLUENT.replace("the capital of a country", "the country whose capital is a "
+                                                                                  "country")}),
+    "leak": json.dumps({"question": FLUENT.replace("image?", "image, Cetown perhaps?")}),
     "down": 503,
 }
 
@@ -63,7 +62,9 @@ def _rewrite(url: str, model: str):
 def test_a_rewrite_that_keeps_every_step_is_taken(threaded_chat, model):
     threaded_chat.reply = lambda body: REWRITES[body["model"]]
     out, usage = _rewrite(threaded_chat.url, model)
-    assert out.question == FLUENT and out.spans == TEMPLATE.spans and out.letters == TEMPLATE.letters
+    assert TEMPLATE.question == ("Name the capital of a country whose national flag is mostly blue and white, and "
+                                 "that shares a border with the country whose national flag is shown in the image.")
+    assert out.question == FLUENT and out.spans == TEMPLATE.spans
     assert (usage.calls, usage.fallbacks) == (1, {})
     sent = json.loads(threaded_chat.seen[0]["messages"][1]["content"])
     assert sent == {"question": TEMPLATE.question, "phrases": [*TEMPLATE.spans, *KEEP]}
@@ -72,7 +73,7 @@ def test_a_rewrite_that_keeps_every_step_is_taken(threaded_chat, model):
 
 @pytest.mark.parametrize(("model", "reason", "calls"), [
     ("prose", "invalid", 1), ("extra_key", "invalid", 1), ("no_flag", "dropped_phrase", 1),
-    ("moved_step", "coverage", 1), ("leak", "coverage", 1), ("down", "transport", 2)])
+    ("turned", "dropped_phrase", 1), ("leak", "coverage", 1), ("down", "transport", 2)])
 def test_an_unusable_rewrite_falls_back_to_the_template_and_is_counted(threaded_chat, model, reason, calls):
     threaded_chat.reply = lambda body: REWRITES[body["model"]]
     out, usage = _rewrite(threaded_chat.url, model)
@@ -186,7 +187,7 @@ def _model(body: dict) -> str:
         return "I cannot tell."
     if body["model"] == "writer":
         question = json.loads(body["messages"][1]["content"])["question"]
-        return json.dumps({"question": "Puzzle: " + question.replace(" Which ", " So, which ")})
+        return json.dumps({"question": "Puzzle: " + question})
     with Image.open(io.BytesIO(_image_of(body))) as im:
         # an image without clearly named colours (the offline palette's margin): a VLM still names one
         return json.dumps({"colours": list(palette(im)) or ["grey"], "text": []})
@@ -200,8 +201,8 @@ async def test_a_run_with_both_model_steps_verifies_reworded_questions(small_wor
                        vlm=JudgeConfig(url=threaded_chat.url, model="eye"))
     outcomes = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     verified = [o["task"] for o in outcomes if o["status"] == "verified"]
-    assert len(verified) == 1 and verified[0]["question"].startswith("Puzzle: Let A be ")
-    assert " So, which " in verified[0]["question"]
+    assert len(verified) == 1 and verified[0]["question"].startswith("Puzzle: ")
+    assert "Let " not in verified[0]["question"]
     assert report["llm_rewriter"]["fallbacks"] == 0 and report["llm_rewriter"]["calls"] >= 1
     assert report["vlm_observer"]["fallbacks"] == 0 and report["vlm_observer"]["calls"] >= 1
     writes = [b for b in threaded_chat.seen if b["model"] == "writer"]

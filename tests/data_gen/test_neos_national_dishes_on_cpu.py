@@ -131,7 +131,8 @@ def test_the_national_dish_of_a_country_a_reader_has_pinned_reads_as_one_sentenc
     assert unlisted(_kg(world), {"country:NOR"}, NATIONAL_DISH, True) is None
     v = TemplateVerbalizer().verbalize(structure, kinds, {"P47": "", NATIONAL_DISH: ""}, ["national flag"], {},
                                        (), {})
-    assert v.question.endswith("Let C be the national dish of B. Which dish is C?")
+    assert "national dish of the country that shares a border with the country whose national flag is shown in " \
+           "the image" in v.question
 
 
 def test_a_dish_step_from_countries_one_of_which_has_none_in_the_world_is_open(tmp_path, flag_images):
@@ -171,7 +172,7 @@ def test_the_country_whose_national_dish_a_dish_is_is_open(tmp_path, flag_images
 
 def test_dishes_and_religions_of_the_small_world_pass_synthesis(small_world):
     """Every dish and religion seed through synthesis (the CLI's variants): some pass grounding and both evidence
-    rules, and each reads "Let X be the national dish of Y" (main religion)."""
+    rules, and each reads "the national dish of <a country>" (main religion)."""
     synth = Synthesizer(World.load(small_world), seed=0, config=SynthConfig(seed_free_variants=SEED_FREE_VARIANTS))
     seeds = [s for s in synth.seeds() if synth.world.entities[s].kind in ("dish", "religion")]
     assert len(seeds) == 68 + 6
@@ -179,5 +180,4 @@ def test_dishes_and_religions_of_the_small_world_pass_synthesis(small_world):
     kinds = {t.answer_type for t in tasks}
     assert kinds == {"dish", "religion"}
     for task in tasks:
-        last = task.question.rsplit(". ", 2)[-2]
-        assert last.endswith((" be the national dish of " + last[-1], " be the main religion of " + last[-1])), last
+        assert task.steps[-1].span.startswith(("national dish of ", "main religion of ")), task.question

@@ -126,25 +126,23 @@ def test_probes_solve_leaky_questions_and_not_the_synthesized_ones(server, tasks
     # whose capital the offline text search ranks seventh for "Greece city capital" since the religion and dish
     # pages name Greece too (it solves 203 of the 241 capitals' questions, 204 before; Greece is the one lost)
     leaky = task.model_copy(update={"question": "Which city is the capital of Namibia?", "answer": "Windhoek",
-                                    "aliases": []})
+                                    "aliases": [], "answer_type": "city"})
     assert probe_text_only_answer(task.model_copy(update={"question": f"Is it {task.answer}?"}))
     assert not probe_text_only_answer(task)
 
     # Two hops the text states (Oman's page: "It shares land borders with Saudi Arabia, the United Arab Emirates
     # and Yemen"; Muscat's: "... capital ... of Oman"): solved only by chaining from the first search's leads.
     chained = task.model_copy(update={
-        "question": "Let A be the country that shares land borders with Saudi Arabia, United Arab Emirates and "
-                    "Yemen. Let B be the city that is the capital of A. Which city is B?",
-        "answer": "Muscat", "aliases": []})
+        "question": "What is the capital of the country that shares land borders with Saudi Arabia, United Arab "
+                    "Emirates and Yemen?", "answer": "Muscat", "aliases": [], "answer_type": "city"})
 
     # A person the question names by occupation and dates (Le Duc Tho's page: "Vietnamese diplomat ... (1911-1990)"):
     # a searcher looks for the diplomat of those years, not for a page that says "person" (before, only such pages
     # could vote: the probe never solved a person question, though its first search lists Le Duc Tho).
     dated = task.model_copy(update={
-        "question": "Let A be the country whose locator map is shown in the image. Let B be a country that shares a "
-                    "border with A; its national flag is mostly red and yellow (by decreasing area). Let C be the "
-                    "diplomat, born in 1911, died in 1990, who is a citizen of B. Which person is C?",
-        "answer": "Le Duc Tho", "aliases": []})
+        "question": "Name the diplomat, born in 1911, died in 1990, who is a citizen of a country whose national flag "
+                    "is mostly red and yellow, and that shares a border with the country whose locator map is shown "
+                    "in the image.", "answer": "Le Duc Tho", "aliases": [], "answer_type": "person"})
 
     async def probes(client):
         return [await probe_text_only_search(client, t) for t in (leaky, chained, task, dated)]
@@ -160,8 +158,8 @@ def test_entry_image_probes_solve_one_hop_questions_but_not_the_checkpointed_tas
     # search ranks "Vatican City" and "Guatemala City" above Athens, and the seed order moves with the world's kinds
     flag = next(i for i in synth.world.images.values() if i.entity_id == "country:NAM" and i.source == "flag-icons")
     one_hop = task.model_copy(update={
-        "question": "Let A be the country whose national flag is shown in the image. Let B be the city that is the "
-                    "capital of A. Which city is B?", "answer": "Windhoek", "aliases": [],
+        "question": "What is the capital of the country whose national flag is shown in the image?",
+        "answer": "Windhoek", "aliases": [], "answer_type": "city",
         "entry_images": [EntryImage(image_id=flag.id, url=flag.url, entity_id="country:NAM")]})
     image = synth.world.images[task.entry_images[0].image_id]
     assert not probe_entry_image_vqa(task, [image.caption, image.alt])

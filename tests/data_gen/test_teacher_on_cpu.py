@@ -29,7 +29,7 @@ from data_gen.neos.agents import ProgrammaticExpert, teacher_brief
 from data_gen.neos.cli import run
 from data_gen.neos.export import check_exportable, export, sft_record
 from data_gen.neos.flags import parser
-from data_gen.neos.observer import palette
+from data_gen.neos.observer import merged, palette
 from data_gen.neos.store import ResultLog
 from data_gen.neos.synth import Synthesizer
 from data_gen.world.store import World
@@ -125,7 +125,7 @@ async def test_fetched_pixels_go_back_to_the_teacher_and_into_the_sft_row(neos_t
     tool_turn = threaded_chat.seen[1]["messages"][3]["content"]
     assert tool_turn[0] == {"type": "text", "text": "img_2:"} and tool_turn[1]["type"] == "image_url"
     with Image.open(io.BytesIO(base64.b64decode(tool_turn[1]["image_url"]["url"].split(",", 1)[1]))) as im:
-        assert list(palette(im)) == step.checkpoint_colours  # the fetched pixels themselves
+        assert list(merged(palette(im))) == step.checkpoint_colours  # the fetched pixels themselves
     row = sft_record(task, record.model_dump(mode="json"))
     assert row["messages"][3]["content"].startswith("img_2:<image>")
     assert row["image_ids"] == [*(e.image_id for e in task.entry_images), step.checkpoint_image_id]

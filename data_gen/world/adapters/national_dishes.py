@@ -1,5 +1,5 @@
-"""National dishes (the country-json package's per-country table), as answers a Neos question can end at: "Let D be
-the national dish of C".
+"""National dishes (the country-json package's per-country table), as answers a Neos question can end at: "the
+national dish of C".
 
 country-json names, per country, its national dish, several ("Couscous, Tagine"), a description ("sauerkraut
 stew") or none. Only an entry naming exactly one dish gives a fact, ``(country, x:national_dish, dish)``: read from

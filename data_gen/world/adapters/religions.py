@@ -1,5 +1,5 @@
 """Each country's main religion (the country-json package's per-country table), as concept answers a Neos question
-can end at: "Let C be the main religion of B" (Judaism for Israel).
+can end at: "the main religion of B" (Judaism for Israel).
 
 country-json names one religion per country, the largest group, or none where no group holds most (China, the Czech
 Republic, Estonia, Hong Kong, Japan, North and South Korea); fact ``(country, x:main_religion, religion)``, 225 of

@@ -1,5 +1,5 @@
 """Scripts (writing systems) of the world's languages, from the Unicode CLDR data the babel package ships, as concept
-answers a Neos question can end at: "Let D be the script of C" (Georgian for Georgian, Cyrillic for Kazakh).
+answers a Neos question can end at: "the script of C" (Georgian for Georgian, Cyrillic for Kazakh).
 
 CLDR's likely subtags give each language one script, the one it is most likely written in (``ka`` -> ``ka_Geor_GE``):
 fact ``(language, P282, script)``, Wikidata's *writing system*. The world's languages are world-countries' (ISO

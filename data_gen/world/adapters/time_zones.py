@@ -1,5 +1,5 @@
 """The time zones of the capital cities, from the Unicode CLDR data the babel package ships, as concept answers a
-Neos question can end at: "Let D be the time zone of C" (Nepal Time for Kathmandu).
+Neos question can end at: "the time zone of C" (Nepal Time for Kathmandu).
 
 A capital's zone is GeoNames' (the city's own ``timezone``, ``Asia/Kathmandu``), so a country with several zones
 (Russia, the United States) joins by its capital's, not by a guess among them. CLDR groups zones that keep the same
