@@ -292,3 +292,32 @@ def wait_ready():
 
     return wait
 
+
+@pytest.fixture(scope="session")
+def run_main_ppo():
+    """``run_main_ppo(recipe, tmp_path, env)``: ``python -m verl.trainer.main_ppo +recipe=RECIPE`` with checkpoints in
+    ``tmp_path`` and the space-separated ``NEOS_SMOKE_OVERRIDES``, killed with its Ray processes after
+    ``NEOS_SMOKE_TIMEOUT`` s (540); returns (exit status, its log). The GPU smoke tests' launcher."""
+    import os
+    import shlex
+    import signal
+    import subprocess
+    import sys
+
+    def run(recipe: str, tmp_path: Path, env: dict[str, str]) -> tuple[int, str]:
+        command = [sys.executable, "-m", "verl.trainer.main_ppo", f"+recipe={recipe}",
+                   f"trainer.default_local_dir={tmp_path}/checkpoints",
+                   *os.environ.get("NEOS_SMOKE_OVERRIDES", "").split()]
+        print("command:", shlex.join(command))
+        with open(tmp_path / "main_ppo.log", "w") as out:
+            proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+            try:
+                proc.wait(timeout=float(os.environ.get("NEOS_SMOKE_TIMEOUT", 540)))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)  # the driver and the Ray processes it started
+                proc.wait()
+        return proc.returncode, (tmp_path / "main_ppo.log").read_text(errors="replace")
+
+    return run
+

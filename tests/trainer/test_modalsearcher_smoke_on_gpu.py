@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -30,7 +28,8 @@ pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_three_rloo_updates_on_vllm(tmp_path, tiny_vl_model_dir, verl_subprocess_env, free_port, wait_ready):
+def test_three_rloo_updates_on_vllm(tmp_path, tiny_vl_model_dir, verl_subprocess_env, free_port, wait_ready,
+                                    run_main_ppo):
     import torch
 
     if not torch.cuda.is_available():
@@ -48,29 +47,17 @@ def test_three_rloo_updates_on_vllm(tmp_path, tiny_vl_model_dir, verl_subprocess
             wait_ready(f"http://127.0.0.1:{port}/healthz", tools)
             env.update(NEOS_SMOKE_DATA=str(Path(os.environ["NEOS_SMOKE_DATA"]).resolve()),
                        NEOS_SMOKE_MODEL=str(policy), NEOS_TOOL_SERVER_URL=f"http://127.0.0.1:{port}")
-            command = [sys.executable, "-m", "verl.trainer.main_ppo", "+recipe=modalsearcher_smoke",
-                       f"trainer.default_local_dir={tmp_path}/checkpoints",
-                       *os.environ.get("NEOS_SMOKE_OVERRIDES", "").split()]
-            print("command:", shlex.join(command))
-            with open(tmp_path / "main_ppo.log", "w") as out:
-                run = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                       start_new_session=True)
-                try:
-                    run.wait(timeout=float(os.environ.get("NEOS_SMOKE_TIMEOUT", 540)))
-                except subprocess.TimeoutExpired:
-                    os.killpg(run.pid, signal.SIGKILL)
-                    run.wait()
+            returncode, log = run_main_ppo("modalsearcher_smoke", tmp_path, env)
         finally:
             tools.terminate()
             tools.wait(timeout=30)
-    log = (tmp_path / "main_ppo.log").read_text(errors="replace")
     steps = re.findall(r"step:(\d+) - .*", log)
     for line in re.findall(r"step:\d+ - .*", log):
         keys = ("critic/score/mean", "training/rollout_probs_diff_max", "response_length/mean", "timing_s/gen",
                 "timing_s/step", "num_turns/mean")
         print(" ".join(f"{k}={v}" for k, v in re.findall(r"([\w/]+):(\S+)", line) if k in keys or
                        k.startswith("modalsearch")))
-    assert run.returncode == 0, log[-4000:]
+    assert returncode == 0, log[-4000:]
     assert len(steps) == int(os.environ.get("NEOS_SMOKE_STEPS", 3)), steps
     diffs = [float(v) for v in re.findall(r"training/rollout_probs_diff_max:([0-9.eE+-]+)", log)]
     assert diffs and max(diffs) < 0.05, diffs  # rollout and actor agree on the sampled tokens' probabilities

@@ -26,8 +26,8 @@ It starts ``python -m verl_ext.mei.server`` (``NEOS_SMOKE_MEI`` as version v0) a
 --mei-endpoint`` on the small world (``NEOS_SMOKE_WORLD``, default ``worlds/small``) on loopback, then the recipe with
 ``NEOS_TOOL_SERVER_URL``, ``NEOS_MEI_*`` and ``NEOS_SMOKE_*`` pointing at them. ``NEOS_SMOKE_MEI_ENGINE=vllm``
 serves the MEI with vLLM (``python -m verl_ext.mei.vllm_server``, checkpoints reloaded in place) instead. Extra
-Hydra overrides for the run can be given in ``NEOS_SMOKE_OVERRIDES`` (space-separated), e.g. ``trainer.v1.neos.sampler.enable=true``. It prints
-the MEI warm start's check (``warm_start.json`` beside ``NEOS_SMOKE_MEI``), each step's ``mei/*`` metrics (retained
+Hydra overrides for the run can be given in ``NEOS_SMOKE_OVERRIDES`` (space-separated), e.g.
+``trainer.v1.neos.sampler.enable=true``. It prints the MEI warm start's check (``warm_start.json`` beside ``NEOS_SMOKE_MEI``), each step's ``mei/*`` metrics (retained
 calls by source, selection counts, the update's loss and version) and the tool server's MEI outcomes (valid,
 repaired, fallback; invalid answers, timeouts), which say why calls fell back.
 
@@ -53,8 +53,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
-import signal
 import subprocess
 import sys
 import urllib.request
@@ -67,7 +65,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_three_policy_updates_and_one_mei_update(tmp_path, tiny_vl_model_dir, verl_subprocess_env, free_port,
-                                                 wait_ready):
+                                                 wait_ready, run_main_ppo):
     import torch
 
     if not torch.cuda.is_available():
@@ -103,18 +101,7 @@ def test_three_policy_updates_and_one_mei_update(tmp_path, tiny_vl_model_dir, ve
         env.update(NEOS_SMOKE_DATA=str(data), NEOS_SMOKE_MODEL=str(policy), NEOS_MEI_MODEL=str(mei_model),
                    NEOS_MEI_LOG=str(mei_log), NEOS_MEI_SERVER_URL=f"http://127.0.0.1:{mei_port}",
                    NEOS_TOOL_SERVER_URL=f"http://127.0.0.1:{tool_port}")
-        command = [sys.executable, "-m", "verl.trainer.main_ppo", "+recipe=neos_smoke",
-                   f"trainer.default_local_dir={tmp_path}/checkpoints",
-                   *os.environ.get("NEOS_SMOKE_OVERRIDES", "").split()]
-        print("command:", shlex.join(command))
-        with open(tmp_path / "main_ppo.log", "w") as out:
-            run = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
-            try:
-                run.wait(timeout=float(os.environ.get("NEOS_SMOKE_TIMEOUT", 540)))
-            except subprocess.TimeoutExpired:
-                os.killpg(run.pid, signal.SIGKILL)  # the driver and the Ray processes it started
-                run.wait()
+        returncode, log = run_main_ppo("neos_smoke", tmp_path, env)
         # the tool server's MEI outcomes: valid/repaired answers vs fallbacks, and why attempts failed
         # (invalid answers, timeouts, HTTP errors); a fallback is never retained for MEI SFT
         try:
@@ -128,7 +115,6 @@ def test_three_policy_updates_and_one_mei_update(tmp_path, tiny_vl_model_dir, ve
         for proc in (tools, mei):
             proc.terminate()
             proc.wait(timeout=30)
-    log = (tmp_path / "main_ppo.log").read_text(errors="replace")
     for line in log.splitlines():  # the key lines: each step's metrics, MEI updates, sampler give-ups
         if re.search(r"step:\d+ - |MEI v\d+ trained|MEI co-evolution on|MEI calls span|questions deferred|"
                      r"MEI update due|Error|Traceback", line):
@@ -137,11 +123,11 @@ def test_three_policy_updates_and_one_mei_update(tmp_path, tiny_vl_model_dir, ve
         if step:  # each step's MEI metrics in full: retained calls by source, selection, update loss and version
             mei_metrics = re.findall(r"(mei/[\w/]+):(\S+)", line)
             print(f"step {step.group(1)} MEI:", " ".join(f"{k}={v}" for k, v in mei_metrics))
-    if run.returncode != 0:
+    if returncode != 0:
         for name in ("tools", "mei"):
             print(f"--- {name}.log tail\n" + (tmp_path / f"{name}.log").read_text(errors="replace")[-3000:])
     print("--- main_ppo.log tail\n" + log[-6000:])
-    assert run.returncode == 0, f"main_ppo exited with {run.returncode}"
+    assert returncode == 0, f"main_ppo exited with {returncode}"
     assert re.search(r"step:3 - ", log)
     assert "neos_credit/assessed_share" in log  # the estimator saw the rows' labels (or their absence)
     assert re.search(r"mei/version_index:1\b", log), "no MEI update after K=2 policy updates"

@@ -97,6 +97,17 @@ async def complete(served: Served, messages: list[dict[str, Any]], sampling: dic
                       len(out.token_ids))
 
 
+async def chat_request(request: web.Request) -> dict[str, Any] | web.Response:
+    """``POST /v1/chat/completions``' body (a JSON object with a non-empty ``messages`` list), or the 400 to send."""
+    try:
+        body = await request.json()
+    except ValueError:
+        return error_response(400, "invalid_json", "the body is not JSON")
+    if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
+        return error_response(400, "invalid_request", "need a JSON object with a non-empty messages list")
+    return body
+
+
 async def load_request(request: web.Request) -> tuple[str, str] | web.Response:
     """``POST /admin/load``'s body as ``(path, version)``, or the 400 answer to send."""
     try:
@@ -120,12 +131,9 @@ class MEIServer:
 
     async def chat(self, request: web.Request) -> web.Response:
         served = self.served  # this request's checkpoint, whatever loads meanwhile
-        try:
-            body = await request.json()
-        except ValueError:
-            return error_response(400, "invalid_json", "the body is not JSON")
-        if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
-            return error_response(400, "invalid_request", "need a JSON object with a non-empty messages list")
+        body = await chat_request(request)
+        if isinstance(body, web.Response):
+            return body
         sampling: dict[str, Any] = {}
         for key, kind in (("temperature", float), ("top_p", float), ("max_tokens", int), ("seed", int)):
             value = body.get(key)

@@ -38,7 +38,7 @@ import aiohttp
 from aiohttp import web
 
 from data_gen.common.usage import OneLineParser, listening_socket, port, positive_int
-from verl_ext.mei.server import LISTEN_BACKLOG, create_app, error_response, load_request
+from verl_ext.mei.server import LISTEN_BACKLOG, chat_request, create_app, error_response, load_request
 
 SERVED_NAME = "mei"  # vLLM's --served-model-name; clients see the version instead
 # config.json keys that must agree for an in-place reload (the engine's shapes were fixed when it started)
@@ -124,12 +124,9 @@ class VLLMMEIServer:
                 return resp.status, text
 
     async def chat(self, request: web.Request) -> web.Response:
-        try:
-            body = await request.json()
-        except ValueError:
-            return error_response(400, "invalid_json", "the body is not JSON")
-        if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
-            return error_response(400, "invalid_request", "need a JSON object with a non-empty messages list")
+        body = await chat_request(request)
+        if isinstance(body, web.Response):
+            return body
         if body.get("stream"):
             return error_response(400, "invalid_request", "stream=true is not served (a stream could span a load)")
         asked = body.get("max_tokens")
