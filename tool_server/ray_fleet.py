@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the server child before exec: SIGTERM when the actor process that started it dies (Linux)."""
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
@@ -48,7 +48,7 @@ class ToolServerNode:
         import ray
 
         argv = list(argv) if "--host" in argv else [*argv, "--host", "0.0.0.0"]
-        self._proc, url = start(argv, stderr=None, preexec_fn=_die_with_parent)
+        self._proc, url = start(argv, stderr=None, preexec_fn=die_with_parent)
         host = urlsplit(url).hostname
         if host in ("0.0.0.0", "::"):  # listening on every interface: other nodes reach it at this node's address
             host = ray.util.get_node_ip_address()

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tool_server.ray_fleet import _die_with_parent
+from tool_server.ray_fleet import die_with_parent
 
 ENGINES = {"vllm": "verl_ext.mei.vllm_server", "hf": "verl_ext.mei.server"}
 
@@ -58,7 +58,7 @@ class MEIServerProcess:
     def __init__(self, command: Sequence[str], port: int) -> None:
         import ray
 
-        self._proc = subprocess.Popen(list(command), env=dict(os.environ), preexec_fn=_die_with_parent)
+        self._proc = subprocess.Popen(list(command), env=dict(os.environ), preexec_fn=die_with_parent)
         self._url = f"http://{ray.util.get_node_ip_address()}:{port}"
         self._local = f"http://127.0.0.1:{port}"
 
