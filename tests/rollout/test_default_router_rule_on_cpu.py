@@ -4,10 +4,14 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
-from bench.bench_admission import recipe_router
-from bench.bench_routing import ENGINES, WORKLOADS, parser, run_round
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))  # the bench scripts, as they run
+from bench_admission import recipe_router  # noqa: E402
+from bench_routing import ENGINES, WORKLOADS, parser, run_round  # noqa: E402
 
 SMALL = ["--gpus", "8", "--groups", "4", "--group-size", "4"]  # 2 replicas, 16 trajectories a batch
 
