@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 COMMAND = re.compile(r"python3? (?:-m ((?:data_gen|tool_server|verl_ext)[\w.]*)|(bench/\w+\.py))((?:[ \t]+[^\s`|]+)*)")
 
