@@ -1,7 +1,8 @@
 """The README and the docs pages as a new user follows them: every relative link (and its #anchor) resolves, and
 every command they show (``python -m MODULE [SUBCOMMAND] --flag ...``, ``python bench/NAME.py --flag ...``) is one
 of ours with a ``parser()`` that knows each flag. A renamed flag or a moved heading fails here, not in a user's
-terminal."""
+terminal. Each docs page is a task page: it opens with the command that shows its subject and stays short, its
+reference material in ``docs/appendix``."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
+PAGE_BYTES = 15 * 1024
+OPENING_COMMAND = re.compile(r"`(?:make |python3? |pytest |PYTHONPATH=\S+ \S*python )[^`]+`")
 COMMAND = re.compile(r"python3? (?:-m ((?:data_gen|tool_server|verl_ext)[\w.]*)|(bench/\w+\.py))((?:[ \t]+[^\s`|]+)*)")
 
 
@@ -89,3 +92,12 @@ def test_every_command_shown_exists_with_its_flags(page, line, target, words):
     words = words[: words.index("--")] if "--" in words else words  # after --: another command's arguments
     flags = {w.split("=")[0].rstrip(",;:.)") for w in words if w.startswith("--")}
     assert flags <= known, f"{page.name}:{line}: python {target}: no such flag {sorted(flags - known)}"
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if p.parent != REPO], ids=lambda p: p.name)
+def test_every_page_opens_with_its_command_and_stays_short(page):
+    text = page.read_text()
+    size = len(text.encode())
+    assert size <= PAGE_BYTES, f"{page.name}: {size} bytes > {PAGE_BYTES}: move reference material to docs/appendix"
+    opening = text.split("\n## ", 1)[0]
+    assert OPENING_COMMAND.search(opening), f"{page.name}: no command in the opening (before the first ## heading)"
