@@ -24,10 +24,12 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
+from typing import get_args
 
 import aiohttp
 
-from verl_ext.rollout.routing import RouterSettings, TurnRouter, prefix_keys
+from data_gen.common.usage import OneLineParser, int_list, nonnegative_float, positive_int, subset
+from verl_ext.rollout.routing import Policy, RouterSettings, TurnRouter, prefix_keys
 
 METRICS = {"prompt": "vllm:prompt_tokens_total", "hits": "vllm:prefix_cache_hits_total",
            "preempted": "vllm:num_preemptions_total"}
@@ -136,23 +138,37 @@ async def main_async(args: argparse.Namespace) -> list[Run]:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--replicas", type=lambda s: [u.rstrip("/") for u in s.split(",")], required=True)
-    p.add_argument("--model-name", default="policy", help="the replicas' --served-model-name")
-    p.add_argument("--policies", type=lambda s: s.split(","), default=["sticky", "least_loaded", "cost_aware"])
-    p.add_argument("--in-flight", type=lambda s: [int(x) for x in s.split(",")], default=[64, 32])
-    p.add_argument("--trajectories", type=int, default=64)
-    p.add_argument("--group", type=int, default=8)
-    p.add_argument("--turns", type=int, default=6)
-    p.add_argument("--prompt", type=int, default=2_000)
-    p.add_argument("--gen", type=int, default=128)
-    p.add_argument("--obs", type=int, default=1_000)
-    p.add_argument("--tool-s", type=float, default=0.2)
-    p.add_argument("--block", type=int, default=256)
-    p.add_argument("--kv-tokens", type=int, default=300_000, help="each replica's KV pool in tokens (its log says)")
+    p = OneLineParser(prog="python bench/bench_routing_vllm.py", description="Turn routing and admission on real vLLM "
+                      "replicas: round time per router policy and in-flight limit, ratio to sticky, turns per replica, "
+                      "prefix hits and preemptions from each replica's /metrics.")
+    p.add_argument("--replicas", type=lambda s: [u.rstrip("/") for u in s.split(",")], required=True, metavar="URLS",
+                   help="comma-separated base URLs of running vllm serve replicas (VLLM_SERVER_DEV_MODE=1)")
+    p.add_argument("--model-name", default="policy", help="the replicas' --served-model-name (default: policy)")
+    p.add_argument("--policies", type=subset(get_args(Policy)), default=["sticky", "least_loaded", "cost_aware"],
+                   metavar="P,P", help="router policies (default: sticky,least_loaded,cost_aware)")
+    p.add_argument("--in-flight", type=int_list, default=[64, 32], metavar="N,N",
+                   help="admission limits: trajectories in flight at once (default: 64,32)")
+    p.add_argument("--trajectories", type=positive_int, default=64, metavar="N",
+                   help="trajectories a round (default: 64)")
+    p.add_argument("--group", type=positive_int, default=8, metavar="G",
+                   help="trajectories sharing one prompt prefix (default: 8)")
+    p.add_argument("--turns", type=positive_int, default=6, metavar="N", help="turns a trajectory (default: 6)")
+    p.add_argument("--prompt", type=positive_int, default=2_000, metavar="TOKENS",
+                   help="the group's shared prompt (default: 2000)")
+    p.add_argument("--gen", type=positive_int, default=128, metavar="TOKENS",
+                   help="tokens a turn writes (default: 128)")
+    p.add_argument("--obs", type=positive_int, default=1_000, metavar="TOKENS",
+                   help="observation tokens after each turn (default: 1000)")
+    p.add_argument("--tool-s", type=nonnegative_float, default=0.2, metavar="SECONDS",
+                   help="median tool latency, lognormal with sigma 1 (default: 0.2)")
+    p.add_argument("--block", type=positive_int, default=256, metavar="TOKENS",
+                   help="the router's prefix block (default: 256)")
+    p.add_argument("--kv-tokens", type=positive_int, default=300_000, metavar="TOKENS",
+                   help="each replica's KV pool in tokens, as its log reports it (default: 300000)")
     p.add_argument("--slow", default=None, metavar="URL", help="the replica to load with --slow-load generations")
-    p.add_argument("--slow-load", type=int, default=16)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--slow-load", type=positive_int, default=16, metavar="N",
+                   help="long generations kept running on --slow (default: 16)")
+    p.add_argument("--seed", type=int, default=0, help="workload seed (default: 0)")
     return p
 
 

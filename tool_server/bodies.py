@@ -63,7 +63,8 @@ class BodyBudget:
         content = request.content
         large = max_bytes > MAX_CALL_BODY_BYTES
         if content.is_eof():  # all of it arrived with the headers (a tool call, mostly): nothing to wait for
-            body = content.read_nowait(-1)
+            # empty when a middleware read it first (request.text()): aiohttp's request.read() keeps that copy
+            body = content.read_nowait(-1) or await request.read()
             if len(body) > max_bytes:
                 raise ToolError("body_too_large", f"{len(body)} bytes; the limit is {max_bytes}", "body")
             self._take(len(body), client, large)

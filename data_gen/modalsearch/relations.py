@@ -80,7 +80,8 @@ def kg_phrase(relation: str, label: str, forward: bool) -> str:
     """The target described from ``{x}``: ``forward`` when the fact is (source, relation, target)."""
     as_subject, as_object = TAIL_FREE.get(relation) or RELATION_PHRASES.get(
         relation, (f"has {{x}} as its {label}", f"is the {label} of {{x}}"))
-    return as_object if forward else as_subject
+    # Neos' phrases open a relative clause with {p} ("that"/"who"); ModalSearch adds its own pronoun (relative())
+    return (as_object if forward else as_subject).removeprefix("{p} ")
 
 
 def relative(noun_: str, phrase: str) -> str:

@@ -154,9 +154,10 @@ def test_a_terminal_question_reads_for_a_relation_without_its_own_template(setup
             asked[term[3].template] = term[0]
     assert asked.get("Which country shares a border with {REF}?") == "India", asked
     assert "What is the shares border with of {REF}?" not in asked
-    assert questions.terminal_template("x:river_in", "river in", "country") is None  # "{x} flows through"
+    # Neos' phrase table reads it from the country's side: "the country that is crossed by <the river>"
+    assert questions.terminal_template("x:river_in", "river in", "country") == "Which country is crossed by {REF}?"
     assert questions.terminal_template("P189", "location of discovery", "country") == \
-        "Which country was {REF} discovered in?"
+        "Which country saw the discovery of {REF}?"
 
 
 def test_a_start_described_by_a_lead_sentence_other_pages_share_is_not_described(setup):

@@ -69,7 +69,7 @@ def test_the_sample_becomes_a_world_with_every_image_statement(sample_out):
     # geography (Q1071) has four truthy P18 values: each is an image (one id for all once lost 43 of 510)
     assert counts["images"] == 510 and world.manifest["images_missing"] == 0
     assert {"p18_q1071", "p18_q1071_2", "p18_q1071_3", "p18_q1071_4"} <= set(world.images)
-    assert "Finland has Helsinki as its capital." in world.pages[world.entities["country:Q33"].page_id].text
+    assert "Finland's capital is Helsinki." in world.pages[world.entities["country:Q33"].page_id].text
 
 
 def test_verified_tasks_stand_on_the_dumps_facts(sample_out, graph):

@@ -23,7 +23,7 @@ def router(policy: str, replicas=("a", "b", "c"), **settings) -> TurnRouter:
 
 def test_shipped_defaults_and_router_files():
     s = RouterSettings()
-    assert (s.policy, s.expected_generation_tokens, s.block_tokens) == ("cost_aware", 512, 256)
+    assert (s.policy, s.expected_generation_tokens, s.block_tokens) == ("sticky", 512, 256)
     assert (s.balance_abs_threshold, s.balance_rel_threshold, s.cache_threshold) == (131_072, 1.5, 0.3)
     for path in ROUTERS.glob("*.yaml"):
         data = OmegaConf.to_container(OmegaConf.load(path))
@@ -224,9 +224,10 @@ def test_clear_forgets_placements_and_prefixes():
     assert s.clear() == 1 and not s.sticky
 
 
-def test_the_neos_recipe_routes_turns_cost_aware_through_verls_router_hook():
-    """``+recipe=neos`` sets verl's ``rollout.router_config_path`` to the shipped cost_aware file; what verl's
-    ``get_router_handle`` would load from it builds our balancer with the default settings."""
+def test_the_neos_recipe_routes_turns_sticky_through_verls_router_hook():
+    """``+recipe=neos`` sets verl's ``rollout.router_config_path`` to the shipped sticky file (the only policy >= 0.98x
+    sticky in every simulated regime, docs/routing.md); what verl's ``get_router_handle`` would load from it builds
+    our balancer with the default settings and that policy."""
     from hydra import compose, initialize_config_module
     from verl.workers.rollout.router import _load_router_yaml, _resolve_router_class
 
@@ -236,7 +237,7 @@ def test_the_neos_recipe_routes_turns_cost_aware_through_verls_router_hook():
     with initialize_config_module(config_module="verl.trainer.config", version_base=None):
         job = compose(config_name="ppo_trainer", overrides=["+recipe=neos"])
     path = job.actor_rollout_ref.rollout.router_config_path
-    assert Path(path).name == "cost_aware.yaml" and Path(path).is_file()
+    assert Path(path).name == "sticky.yaml" and Path(path).is_file()
     loaded = _load_router_yaml(path)
     assert _resolve_router_class(loaded["router_class"]) is TurnLoadBalancer
     assert TurnLoadBalancer({}, loaded).settings == RouterSettings()

@@ -163,3 +163,27 @@ async def test_a_session_open_that_stays_busy_fails_within_the_clients_timeout(l
             await client.open_session()
         assert busy.value.type == "server_busy" and asyncio.get_running_loop().time() - start < 0.6
         assert client.busy_retries == 3  # 0.05 + 0.1 + 0.2 = 0.35 s slept; the next 0.4 s would pass 0.5 s
+
+
+async def test_a_body_a_middleware_read_first_still_reaches_the_tool(tool_server_with):
+    """A logging or auth middleware that reads the body (``request.text()``) leaves aiohttp's stream empty; the
+    call still gets its arguments (the rehearsal's fault middleware does this: every call was invalid_request)."""
+    from aiohttp import ClientSession, web
+
+    seen: list[str] = []
+
+    @web.middleware
+    async def reads_first(request, handler):
+        if request.method == "POST":
+            seen.append(await request.text())
+        return await handler(request)
+
+    server = await tool_server_with(middlewares=[reads_first])
+    async with ClientSession(str(server.make_url(""))) as http:
+        async with http.post("/v1/sessions", json={"images": []}) as r:
+            session = (await r.json())["session_id"]
+        call = {"name": "TextSearch", "arguments": {"query": ["France"]}}
+        async with http.post(f"/v1/sessions/{session}/call", json=call) as r:
+            body = await r.json()
+    assert r.status == 200 and "France" in body["text"], body
+    assert len(seen) == 2 and "France" in seen[1]

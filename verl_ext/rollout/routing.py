@@ -103,7 +103,8 @@ class RouterSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    policy: Policy = "cost_aware"  # +recipe=neos's (docs/routing.md says why)
+    # +recipe=neos's: no other policy is >= 0.98x sticky in every simulated regime (docs/routing.md)
+    policy: Policy = "sticky"
     # Per-turn generation estimate for the load (a turn is a reasoning step and one call; max_tokens caps it).
     expected_generation_tokens: int = Field(512, ge=1)
     block_tokens: int = Field(256, ge=1)  # prefix-cache block: only whole blocks match
