@@ -68,7 +68,7 @@ VERL_CPU_TESTS := trainer/ppo/test_core_algos_on_cpu.py trainer/ppo/test_dynamic
 
 test: install system-deps
 	site=$$($(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") && \
-	$(VENV)/bin/pytest -q tests && \
+	$(VENV)/bin/pytest -q --durations=25 tests && \
 	$(VENV)/bin/pytest -q $(addprefix $$site/tests/,$(VERL_CPU_TESTS))
 
 # The whole Neos loop on CPU: world -> tasks -> rollouts (scripted behaviour policy scored by the tiny VL model)
