@@ -47,7 +47,7 @@ def _scripted_policy():
     return module.scripted_policy
 
 
-from data_gen.common.usage import OneLineParser, int_list, nonnegative_float, positive_int  # noqa: E402
+from neos_core.usage import OneLineParser, int_list, nonnegative_float, positive_int  # noqa: E402
 from tool_server.launch import served  # noqa: E402
 
 if TYPE_CHECKING:  # the harness is imported where used: --help and a usage error answer without loading verl

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from data_gen.common.usage import (
+from neos_core.usage import (
     OneLineParser,
     listening_socket,
     nonnegative_int,
@@ -24,7 +24,7 @@ from data_gen.common.usage import (
     positive_int,
     share,
 )
-from data_gen.world.store import WorldError
+from neos_core.world.store import WorldError
 from tool_server.app import ServerSettings, create_app
 from tool_server.bodies import BodyLimits
 from tool_server.cache import TieredCache

@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 from PIL import Image
 
-from data_gen.world.sources import default_cache_dir
+from neos_core.world.sources import default_cache_dir
 from tool_server.launch import served
 from tool_server.workers import Router, merge_metrics
 

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from data_gen.common.usage import (
+from neos_core.usage import (
     OneLineParser,
     json_object,
     nonnegative_float,
