@@ -25,9 +25,10 @@ from pydantic import BaseModel, Field
 from tqdm import tqdm
 
 from neos_core.results import ResultLog
-from verl_ext.eval.benchmarks import BenchmarkSpec, EvalItem
+from verl_ext.eval.benchmarks import EvalItem
 from verl_ext.eval.episode import Episode, PolicySettings, PolicyUnavailable
 from verl_ext.eval.judging import CachedJudge, judge_pin
+from verl_ext.eval.specs import BenchmarkSpec
 from verl_ext.reward.judge import JudgeConfig
 from verl_ext.rollout.protocols import Protocol
 from verl_ext.rollout.record import TrajectoryRecord
