@@ -141,8 +141,11 @@ def test_no_module_imports_itself_through_others():
 
 
 def test_checker_sees_function_level_relative_and_upward_imports(tmp_path, monkeypatch):
-    """The walk must see a deferred import, resolve a relative one, and rank a bench sibling as bench."""
+    """The walk must see a deferred import, resolve a relative one, rank a bench sibling as bench and neos_core
+    lowest."""
     for rel, text in {
+        "neos_core/__init__.py": "",
+        "neos_core/base.py": "import tool_server.a\n",
         "tool_server/__init__.py": "",
         "tool_server/a.py": "def f():\n    from data_gen.x import y\n",
         "tool_server/sub/__init__.py": "",
@@ -158,8 +161,9 @@ def test_checker_sees_function_level_relative_and_upward_imports(tmp_path, monke
     monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
     found = all_imports()
     assert [(i.where, i.target) for i in upward(found)] == [
-        ("data_gen/x.py:2", "bench_one"),
+        ("neos_core/base.py:1", "tool_server.a"),
         ("tool_server/a.py:2", "data_gen.x"),
+        ("data_gen/x.py:2", "bench_one"),
     ]
     assert cycles(found) == [["bench_one", "data_gen.x"], ["tool_server.sub.b", "tool_server.sub.c"]]
 
