@@ -2,8 +2,8 @@
 
 The public benchmarks each have a named loader of their upstream layout in :mod:`verl_ext.eval.upstream`
 (``mmsearch_r1``, ``mmsearch``, ``simplevqa``, ``hr_mmsearch``, ``livevqa``, ``browsecomp_vl``, ``sensenova_mars``);
-``verl_ext.eval.specs.KNOWN_BENCHMARKS`` maps each name to its loader. The catch-all layouts here (``FORMATS``; ``--bench
-NAME=FORMAT:PATH`` picks one per benchmark):
+``verl_ext.eval.specs.KNOWN_BENCHMARKS`` maps each name to its loader. The catch-all layouts here (``FORMATS``;
+``--bench NAME=FORMAT:PATH`` picks one per benchmark):
 
 - ``verl``: verl's RL parquet, as ``python -m data_gen neos|modalsearch`` writes its splits and as MMSearch-R1,
   FVQA and InfoSeek are distributed: ``prompt`` (chat messages; ``<image>`` placeholders are dropped, the question
