@@ -20,9 +20,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _code_digest() -> str:
-    """The world code's digest: every module that shapes a world's content (not the command line, ``__main__``)."""
+    """The world code's digest: every module that shapes a world's content (not the command line, ``__main__``): the
+    builder (``data_gen/world``) and the format it writes (``neos_core/world``)."""
     digest = hashlib.sha256()
-    for path in sorted((REPO / "data_gen" / "world").rglob("*.py")):
+    for path in sorted([*(REPO / "data_gen" / "world").rglob("*.py"), *(REPO / "neos_core" / "world").rglob("*.py")]):
         if path.name != "__main__.py":
             digest.update(path.relative_to(REPO).as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
