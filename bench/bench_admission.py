@@ -25,7 +25,7 @@ from pathlib import Path
 import yaml
 
 from bench_routing import ENGINES, POLICIES, WORKLOADS, parser as round_parser, run_round
-from data_gen.common.usage import OneLineParser, positive_int, subset
+from neos_core.usage import OneLineParser, positive_int, subset
 
 ROOT = Path(__file__).resolve().parents[1]
 ADMISSIONS = ("1024", "512", "adaptive")

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from data_gen.common.usage import OneLineParser, positive_int, whole_number
+from neos_core.usage import OneLineParser, positive_int, whole_number
 
 if TYPE_CHECKING:  # imported where used: --help and a usage error answer without loading torch and verl
     from verl_ext.credit import JudgeEvent

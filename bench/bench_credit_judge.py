@@ -21,7 +21,7 @@ import time
 
 from aiohttp import web
 
-from data_gen.common.usage import OneLineParser, int_list, nonnegative_float, positive_int
+from neos_core.usage import OneLineParser, int_list, nonnegative_float, positive_int
 from verl_ext.credit import SCHEMA_VERSION
 from verl_ext.credit.judge import CreditJudge, CreditJudgeConfig
 from verl_ext.rollout.record import CallRecord, ImageEntry, TrajectoryRecord, TurnRecord

@@ -47,11 +47,11 @@ def _scripted_policy():
     return module.scripted_policy
 
 
-from data_gen.common.usage import OneLineParser, int_list, nonnegative_float, positive_int  # noqa: E402
+from neos_core.usage import OneLineParser, int_list, nonnegative_float, positive_int  # noqa: E402
 from tool_server.launch import served  # noqa: E402
 
 if TYPE_CHECKING:  # the harness is imported where used: --help and a usage error answer without loading verl
-    from verl_ext.eval.benchmarks import BenchmarkSpec
+    from verl_ext.eval.specs import BenchmarkSpec
 
 WRONG = "Atlantis"
 
@@ -144,7 +144,7 @@ def main() -> None:
         p.error(f"--bench: {args.bench}: no such file")
     if not (args.world / "manifest.json").is_file():
         p.error(f"--world: {args.world}: not a built world (no manifest.json)")
-    from verl_ext.eval.benchmarks import BenchmarkSpec
+    from verl_ext.eval.specs import BenchmarkSpec
 
     bench = BenchmarkSpec("neos", "verl", args.bench)
     items = bench.load()

@@ -21,7 +21,7 @@ import argparse
 import json
 import random
 
-from data_gen.common.usage import OneLineParser, positive_float, positive_int
+from neos_core.usage import OneLineParser, positive_float, positive_int
 
 TURN_COUNTS = (20, 30, 40, 50)
 DENSITIES = {"typical": 0.22, "dense": 0.5, "every": 1.0}

@@ -16,7 +16,6 @@ from collections import Counter
 
 import numpy as np
 
-from data_gen.common.usage import OneLineParser, nonnegative_int, positive_float, positive_int
 from data_gen.kg import (
     KG,
     ExpansionConfig,
@@ -27,6 +26,7 @@ from data_gen.kg import (
     expand,
     identifiability,
 )
+from neos_core.usage import OneLineParser, nonnegative_int, positive_float, positive_int
 
 # kind -> share of entities
 KINDS = {"person": 0.40, "work": 0.27, "org": 0.15, "city": 0.12, "region": 0.04, "genre": 0.006,

@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from data_gen.common.usage import OneLineParser, positive_float
+from neos_core.usage import OneLineParser, positive_float
 
 SAMPLE = Path(__file__).parents[1] / "data_gen" / "kg" / "samples" / "wikidata-2014-sample.json.bz2"
 COMPRESS = {".json": None, ".json.gz": gzip.open, ".json.bz2": bz2.open}

@@ -18,7 +18,7 @@ import os
 import statistics
 import tempfile
 
-from data_gen.common.usage import OneLineParser, positive_int
+from neos_core.usage import OneLineParser, positive_int
 
 # The GPU image ships JAX; anything that initialises it would preallocate most of the GPU for XLA.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")

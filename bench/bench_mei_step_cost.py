@@ -22,7 +22,7 @@ import pickle
 import time
 from pathlib import Path
 
-from data_gen.common.usage import OneLineParser, positive_int
+from neos_core.usage import OneLineParser, positive_int
 
 
 def sizes(text: str) -> list[int]:

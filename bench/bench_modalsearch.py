@@ -22,11 +22,11 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from data_gen.common.usage import OneLineParser, positive_int
 from data_gen.modalsearch import cli as pipeline
 from data_gen.modalsearch import flags
 from data_gen.modalsearch.graph import Graph
 from data_gen.modalsearch.sampler import PathSampler
+from neos_core.usage import OneLineParser, positive_int
 
 
 def distinct_edge_share(graph: Graph, alpha: float, paths: int = 500, seed: int = 0) -> float:

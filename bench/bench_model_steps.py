@@ -23,7 +23,7 @@ import aiohttp
 from aiohttp import web
 
 from data_gen.common.llm import QuestionReply, SyncChat, Usage
-from data_gen.common.usage import OneLineParser, positive_int
+from neos_core.usage import OneLineParser, positive_int
 from verl_ext.reward.judge import JudgeConfig, chat_completion
 
 REPLY = json.dumps({"question": "Let A be the country whose flag is shown in the image. Which country is A?"})

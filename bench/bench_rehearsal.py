@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "trainer")]  # the test's harness, ``rehearsal`` (some dependencies
 # install a ``tests`` package of their own, so it is imported by its own name)
 
-from data_gen.common.usage import OneLineParser, nonnegative_float, positive_float  # noqa: E402
+from neos_core.usage import OneLineParser, nonnegative_float, positive_float  # noqa: E402
 
 QUESTIONS = 160
 

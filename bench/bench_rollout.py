@@ -53,7 +53,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from data_gen.common.usage import OneLineParser, int_list, nonnegative_int, positive_int
+from neos_core.usage import OneLineParser, int_list, nonnegative_int, positive_int
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -632,7 +632,7 @@ async def _warm_cache(url: str, calls: list[tuple[str, dict]]) -> None:
 
 
 async def part_throughput(args, model_dir: Path, results: dict) -> None:
-    from data_gen.world.store import World
+    from neos_core.world.store import World
 
     from verl_ext.tools.client import close_shared_clients
 

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from data_gen.common.usage import OneLineParser, positive_float, positive_int, subset
+from neos_core.usage import OneLineParser, positive_float, positive_int, subset
 from verl_ext.rollout.admission_control import AdmissionController, AdmissionSettings, ReplicaSignals
 from verl_ext.rollout.routing import PrefixMirror, ReplicaCost, RouterSettings, TurnRouter
 from verl_ext.trainer.sampler import MixedGroupSampler, SamplerConfig

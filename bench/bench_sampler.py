@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from data_gen.common.usage import OneLineParser, positive_float, positive_int
+from neos_core.usage import OneLineParser, positive_float, positive_int
 from verl_ext.trainer.sampler import MixedGroupSampler, SamplerConfig
 
 SWEEP = [(0.7, 1.4), (0.3, 0.9), (0.2, 0.6)]  # about 29%, 50% and 59% of groups of 8 homogeneous

@@ -34,7 +34,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
-from data_gen.common.usage import OneLineParser, int_list, positive_int, subset  # noqa: E402  (PYTHONPATH=. as above)
+from neos_core.usage import OneLineParser, int_list, positive_int, subset  # noqa: E402  (PYTHONPATH=. as above)
 from tool_server.loop import run, uvloop_available  # noqa: E402  (PYTHONPATH=. as in the command above)
 
 LOOP = "asyncio"  # set by main(): the event loop of every server and of the load generator
@@ -46,7 +46,7 @@ def serve_baseline(world_dir: Path, port: int, loop: str) -> None:
     from fastapi import FastAPI
     from pydantic import BaseModel
 
-    from data_gen.world.store import World
+    from neos_core.world.store import World
     from tool_server.offline.lexical import PageIndex
 
     world = World.load(world_dir)

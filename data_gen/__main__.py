@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from data_gen.common.usage import OneLineParser
+from neos_core.usage import OneLineParser
 
 
 def parser() -> argparse.ArgumentParser:
@@ -34,9 +34,9 @@ def main(argv: list[str] | None = None) -> int:
         return world_main(argv[1:])
     args = parser().parse_args(argv)
     from data_gen.common.cli import input_error
-    from data_gen.common.store import ResultLogError
     from data_gen.modalsearch import cli as modalsearch_cli
     from data_gen.neos import cli as neos_cli
+    from neos_core.results import ResultLogError
 
     if args.out.exists() and not args.out.is_dir():  # before the world is loaded or a tool server started
         return input_error(args.command, f"--out: {args.out} is a file, not a directory")

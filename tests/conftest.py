@@ -14,15 +14,16 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from data_gen.common.keyed_dirs import use_keyed_dir
+from neos_core.keyed_dirs import use_keyed_dir
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _code_digest() -> str:
-    """The world code's digest: every module that shapes a world's content (not the command line, ``__main__``)."""
+    """The world code's digest: every module that shapes a world's content (not the command line, ``__main__``): the
+    builder (``data_gen/world``) and the format it writes (``neos_core/world``)."""
     digest = hashlib.sha256()
-    for path in sorted((REPO / "data_gen" / "world").rglob("*.py")):
+    for path in sorted([*(REPO / "data_gen" / "world").rglob("*.py"), *(REPO / "neos_core" / "world").rglob("*.py")]):
         if path.name != "__main__.py":
             digest.update(path.relative_to(REPO).as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
@@ -35,14 +36,14 @@ def small_world() -> Iterator[Path]:
     ``NEOS_WORLD_ADAPTERS`` (comma-separated) names a subset, for working on one adapter; ``NEOS_SMALL_WORLD`` names
     a prebuilt world instead (``python -m data_gen.world build --size small --out DIR``). Sessions of several
     checkouts share the cache: the world is held under a lock for the session, and a build deletes only worlds of
-    other keys that nobody holds or has used for a week (``data_gen.common.keyed_dirs``)."""
+    other keys that nobody holds or has used for a week (``neos_core.keyed_dirs``)."""
     if os.environ.get("NEOS_SMALL_WORLD"):
         yield Path(os.environ["NEOS_SMALL_WORLD"]).resolve()
         return
     from data_gen.world import corroborate, wiki
     from data_gen.world.adapters import ADAPTERS, load_adapter
     from data_gen.world.builder import build
-    from data_gen.world.sources import SourceCache
+    from neos_core.world.sources import SourceCache
 
     cache = SourceCache()
     subset = os.environ.get("NEOS_WORLD_ADAPTERS")
@@ -155,7 +156,7 @@ def world(small_world):
     """The small world as the tool server loads it, shared by the session. Its image features are cached in the
     source cache beside the worlds, as in every test that starts a tool server, also for a ``NEOS_SMALL_WORLD``
     inside a checkout, which must not grow a cache folder."""
-    from data_gen.world.sources import default_cache_dir
+    from neos_core.world.sources import default_cache_dir
     from tool_server.offline.world import OfflineWorld
 
     w = OfflineWorld.load(small_world, cache_dir=default_cache_dir() / "tool-server")

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from data_gen.common.usage import OneLineParser, nonnegative_float, positive_float
+from neos_core.usage import OneLineParser, nonnegative_float, positive_float
 from tool_server.launch import start
 
 log = logging.getLogger(__name__)

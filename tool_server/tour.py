@@ -14,8 +14,8 @@ from pathlib import Path
 
 import aiohttp
 
-from data_gen.common.usage import OneLineParser
-from data_gen.world.model import image_url, page_url
+from neos_core.usage import OneLineParser
+from neos_core.world.model import image_url, page_url
 from tool_server.launch import served
 
 SCRIPT: tuple[tuple[str, dict], ...] = (

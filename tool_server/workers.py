@@ -35,6 +35,15 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
+from tool_server.assembly import (
+    LISTEN_BACKLOG,
+    announce,
+    body_limits,
+    build_app,
+    connection_limits,
+    load_world,
+    server_settings,
+)
 from tool_server.bodies import BodyBudget, close_after
 from tool_server.connections import GuardedAppRunner
 from tool_server.errors import ToolError
@@ -70,8 +79,6 @@ def _error_type(answer: web.Response) -> str | None:
 
 def _worker_main(index: int, args: argparse.Namespace, world, path: str, ready, router_pid: int) -> None:
     """A forked worker: the one-process server on a Unix socket (``world`` is the parent's, shared)."""
-    from tool_server.__main__ import LISTEN_BACKLOG, build_app, server_settings
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the router stops the workers
     settings = server_settings(args, share=args.workers, session_id_prefix=f"s{index}_", client_header=CLIENT_HEADER)
 
@@ -380,8 +387,6 @@ class Router:
 
 def serve_workers(args: argparse.Namespace, sock: socket.socket) -> int:
     """Load the world, fork ``args.workers`` workers, route on ``sock`` until interrupted."""
-    from tool_server.__main__ import LISTEN_BACKLOG, announce, body_limits, connection_limits, load_world
-
     world = load_world(args)
     world.wait_features()  # loaded before the fork: every worker shares the features instead of computing them
     if args.search_processes:

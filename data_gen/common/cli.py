@@ -9,8 +9,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from data_gen.common.usage import nonnegative_int, positive_int
-from data_gen.world.store import World, WorldError
+from neos_core.usage import nonnegative_int, positive_int
+from neos_core.world.store import World, WorldError
 
 
 def add_common_flags(p: argparse.ArgumentParser, unit: str, kg: bool = False) -> None:

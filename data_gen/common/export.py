@@ -87,10 +87,6 @@ def image_cells(world_root: Path, images: Sequence[tuple[str, str]]) -> list[dic
     return [{"bytes": image_file(world_root, image_id).read_bytes(), "path": url} for image_id, url in images]
 
 
-def user_prompt(question: str, n_images: int) -> list[dict[str, str]]:
-    return [{"role": "user", "content": "<image>\n" * n_images + question}]
-
-
 def write_parquets(rows: Mapping[str, list[dict[str, Any]]], out: Path) -> dict[str, int]:
     """``{split}.parquet`` per split (empty splits too, so consumers find every file); returns split sizes."""
     for split, items in rows.items():

@@ -16,7 +16,6 @@ Because callers block, the model server must not run on the caller's event loop 
 from __future__ import annotations
 
 import asyncio
-import base64
 import mimetypes
 import threading
 from collections import Counter
@@ -28,7 +27,7 @@ from typing import Any, TypeVar
 import aiohttp
 from pydantic import BaseModel, Field, ValidationError
 
-from verl_ext.reward.judge import JudgeConfig, JudgeReplyError, chat_completion
+from verl_ext.reward.judge import JudgeConfig, JudgeReplyError, chat_completion, png_part
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -66,11 +65,6 @@ class QuestionReply(StrictReply):
 def image_part(path: Path) -> dict[str, Any]:
     """An image file as a chat message part: a data URL, so the model gets the pixels and not the file's name."""
     return png_part(path.read_bytes(), mimetypes.guess_type(path.name)[0] or "image/png")
-
-
-def png_part(data: bytes, mime: str = "image/png") -> dict[str, Any]:
-    """Image bytes as a chat message part (a data URL)."""
-    return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{base64.b64encode(data).decode()}"}}
 
 
 class SyncChat:

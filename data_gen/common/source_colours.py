@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable, Sequence
 
 from data_gen.neos.observer import COLOURS, IMAGE_KINDS, SHADE_OF, nearest_colour
-from data_gen.world.store import World
+from neos_core.world.store import World
 
 SYNONYMS: dict[str, str] = {
     "gold": "yellow", "golden": "yellow", "silver": "grey", "gray": "grey", "crimson": "red", "scarlet": "red",

@@ -37,9 +37,9 @@ from typing import Any
 import aiohttp
 
 from data_gen.common.episode import Episode, Expert, found, opened
-from data_gen.common.llm import Usage, image_part, png_part
+from data_gen.common.llm import Usage, image_part
 from verl_ext.reward.answers import answer_matches
-from verl_ext.reward.judge import JudgeConfig, chat_message
+from verl_ext.reward.judge import JudgeConfig, chat_message, png_part
 from verl_ext.rollout.prompts import final_turn_instruction, system_prompt
 from verl_ext.rollout.protocols import Protocol, parse_turn
 from verl_ext.rollout.record import TrajectoryRecord

@@ -22,7 +22,7 @@ from PIL import Image as PILImage
 
 from data_gen.common.export import hash_unit
 from data_gen.neos.observer import IMAGE_KINDS, colour_shares
-from data_gen.world.store import World
+from neos_core.world.store import World
 
 T = 3
 PRIOR_SAMPLE = 40

@@ -23,7 +23,7 @@ from data_gen.modalsearch.visual import (
     offline_stability_screen,
 )
 from data_gen.neos.observer import IMAGE_KINDS, rapid_ocr
-from data_gen.world.store import World
+from neos_core.world.store import World
 
 
 @dataclass(frozen=True)

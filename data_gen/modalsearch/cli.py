@@ -36,7 +36,6 @@ from data_gen.common.export import hash_unit
 from data_gen.common.llm import SyncChat
 from data_gen.common.report import bar_charts
 from data_gen.common.stats import SHARE_FILTERS, Shares, diversity, filter_rates, stage_rates
-from data_gen.common.store import ResultLog
 from data_gen.common.teacher import TeacherExpert, TeacherSettings
 from data_gen.kg import KG
 from data_gen.modalsearch.build import BuildConfig, GraphBuilder
@@ -50,7 +49,8 @@ from data_gen.modalsearch.sampler import HOP_SHARES, SEARCH_REQUIRED_SHARE, Path
 from data_gen.modalsearch.schema import Outcome
 from data_gen.modalsearch.visual import ToolServerImageSearch
 from data_gen.neos.observer import NAMED_SOURCES
-from data_gen.world.store import World
+from neos_core.results import ResultLog
+from neos_core.world.store import World
 from tool_server.launch import served
 from verl_ext.reward.judge import JudgeConfig
 from verl_ext.tools.client import ToolServerClient, ToolServerUnavailable

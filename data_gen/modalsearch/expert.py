@@ -42,7 +42,7 @@ from data_gen.common.teacher import Brief
 from data_gen.modalsearch.relations import clue_colours, colour_words, listed, reading_of, relative
 from data_gen.modalsearch.schema import PathHop, PathNode, Task
 from data_gen.neos.observer import colour_shares
-from data_gen.world.store import World
+from neos_core.world.store import World
 from verl_ext.rollout.record import TrajectoryRecord
 from verl_ext.tools.client import ToolServerClient
 

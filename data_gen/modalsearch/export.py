@@ -14,13 +14,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from data_gen.common.export import export_verified, image_cells, pick_split, user_prompt
+from data_gen.common.export import export_verified, image_cells, pick_split
 from data_gen.common.mei_pairs import Episode, write_mei_pairs
 from data_gen.common.sft import SFTRecord, sft_parquet_from_jsonl, tool_message
 from data_gen.modalsearch.schema import AGENT_NAME, DATA_SOURCE, Outcome, Task
-from data_gen.world.store import World
+from neos_core.world.store import World
 from tool_server.protocol import tool_schemas
-from verl_ext.rollout.prompts import system_prompt
+from verl_ext.rollout.prompts import system_prompt, user_prompt
 from verl_ext.rollout.protocols import parse_modalsearch_turn
 
 TRAIN_SPLITS = (("train", 0.7), ("rl", 0.3))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from data_gen.common.cli import add_common_flags, add_teacher_flags
-from data_gen.common.usage import positive_int
+from neos_core.usage import positive_int
 
 DESCRIPTION = ("ModalSearch-Pipeline (ModalSearcher: Weaving Visual Evidence into Autonomous Cross-Modal Deep "
                "Search, Sec. 3): an interleaved text-image graph grown from seed articles, multi-hop paths sampled on "

@@ -22,8 +22,8 @@ from data_gen.kg.distinguish import TAXONOMIC_RELATIONS
 from data_gen.modalsearch.graph import Relation
 from data_gen.modalsearch.relations import disambiguated, is_category, kg_phrase, noun
 from data_gen.world.linking import Form, Linker
-from data_gen.world.model import Image, Page
-from data_gen.world.store import World
+from neos_core.world.model import Image, Page
+from neos_core.world.store import World
 
 MAX_ENTITIES = 5
 

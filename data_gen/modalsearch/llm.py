@@ -29,7 +29,7 @@ from data_gen.common.llm import QuestionReply, StrictReply, SyncChat, Usage, par
 from data_gen.modalsearch.graph import Relation
 from data_gen.modalsearch.questions import TerminalContext, TemplateWording
 from data_gen.modalsearch.relations import OfflineRelationProposer
-from data_gen.world.model import Page
+from neos_core.world.model import Page
 from verl_ext.reward.judge import JudgeConfig, JudgeReplyError, chat_completion
 
 _SYSTEM = (

@@ -58,8 +58,8 @@ from data_gen.modalsearch.sampler import Path
 from data_gen.neos.observer import NAMED_SOURCES, SHADE_OF
 from data_gen.neos.open_world import OPEN_WORLD
 from data_gen.modalsearch.schema import Label, PathHop, PathNode, Task, Terminal
-from data_gen.world.model import Triple
-from data_gen.world.store import World
+from neos_core.world.model import Triple
+from neos_core.world.store import World
 
 K2 = 5
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")

@@ -25,8 +25,8 @@ from data_gen.kg.distinguish import TAXONOMIC_RELATIONS
 from data_gen.modalsearch.graph import Relation
 from data_gen.neos.observer import SHADE_OF, palette
 from data_gen.neos.verbalize import KIND_NOUNS, RELATION_PHRASES
-from data_gen.world.model import Entity, Page
-from data_gen.world.store import World
+from neos_core.world.model import Entity, Page
+from neos_core.world.store import World
 
 K_CAND = 50
 MAX_FLAG_PEERS = 4  # a flag clue among more candidates asks for too many fetches to choose

@@ -35,8 +35,8 @@ from typing import Protocol
 
 from data_gen.common.episode import found
 from data_gen.neos.observer import IMAGE_KINDS, PaletteObserver
-from data_gen.world.model import Image, Page
-from data_gen.world.store import World
+from neos_core.world.model import Image, Page
+from neos_core.world.store import World
 from verl_ext.tools.client import ToolServerClient
 
 K_IMG = 3

@@ -35,9 +35,9 @@ from data_gen.common.episode import Episode, expert_episode, opened
 from data_gen.common.episode import found as _found
 from data_gen.common.teacher import Brief
 from data_gen.neos.observer import merged, palette
-from data_gen.neos.schema import Task
 from data_gen.neos.verbalize import KIND_NOUNS
-from data_gen.world.store import World
+from neos_core.neos_tasks import Task
+from neos_core.world.store import World
 from verl_ext.reward.answers import answer_matches
 from verl_ext.rollout.record import TrajectoryRecord
 from verl_ext.tools.client import ToolServerClient

@@ -43,7 +43,6 @@ from data_gen.neos.kg_world import KGWorldError, entity_subset, image_files, rea
 from data_gen.neos.llm import LLMRewriter, LLMTextOnlyProbe, ProbeUnavailable, VLMEntryImageProbe, VLMObserver
 from data_gen.neos.observer import PaletteObserver, rapid_ocr
 from data_gen.neos.open_world import undecided
-from data_gen.neos.schema import Outcome, Task
 from data_gen.neos.store import ResultLog
 from data_gen.neos.strict_colours import strict_ablation
 from data_gen.neos.synth import (
@@ -54,7 +53,8 @@ from data_gen.neos.synth import (
     SynthConfig,
     Synthesizer,
 )
-from data_gen.world.store import World
+from neos_core.neos_tasks import Outcome, Task
+from neos_core.world.store import World
 from tool_server.launch import served
 from verl_ext.reward.judge import JudgeConfig
 from verl_ext.tools.client import ToolServerClient, ToolServerUnavailable

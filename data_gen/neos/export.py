@@ -12,12 +12,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from data_gen.common.export import export_verified, image_cells, leak_free_splits, user_prompt
+from data_gen.common.export import export_verified, image_cells, leak_free_splits
 from data_gen.common.mei_pairs import Episode, write_mei_pairs
 from data_gen.common.sft import SFTRecord, sft_parquet_from_jsonl, tool_call_message, tool_message
-from data_gen.neos.schema import AGENT_NAME, DATA_SOURCE, Outcome, Task
+from neos_core.neos_tasks import AGENT_NAME, DATA_SOURCE, Outcome, Task, dedupe
 from tool_server.protocol import tool_schemas
-from verl_ext.rollout.prompts import system_prompt
+from verl_ext.rollout.prompts import system_prompt, user_prompt
 
 SPLITS = (("benchmark", 0.1), ("rl", 0.3), ("train", 0.6))
 
@@ -46,17 +46,6 @@ def splits(tasks: Sequence[Task]) -> dict[str, str]:
     ``train`` by the answer, as before the groups."""
     return dict(zip((t.id for t in tasks), leak_free_splits(tasks, owned_keys, shown_keys, SPLITS,
                                                             lambda t: t.answer_entity)))
-
-
-def dedupe(outcomes: Sequence[Outcome]) -> list[Outcome]:
-    seen: set[tuple[str, tuple[str, ...]]] = set()
-    kept = []
-    for o in sorted((o for o in outcomes if o.status == "verified" and o.task), key=lambda o: o.key):
-        sig = (" ".join(o.task.question.lower().split()), tuple(e.image_id for e in o.task.entry_images))
-        if sig not in seen:
-            seen.add(sig)
-            kept.append(o)
-    return kept
 
 
 def prompt(task: Task) -> list[dict[str, str]]:

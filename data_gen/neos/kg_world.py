@@ -34,7 +34,7 @@ from tqdm import tqdm
 from data_gen.kg import Edge
 from data_gen.kg.wikidata import Subset, WikidataGraph, read_json_dump, read_truthy_ntriples
 from data_gen.neos.verbalize import fact_sentence
-from data_gen.world.model import (
+from neos_core.world.model import (
     FORMAT_VERSION,
     Entity,
     Image,

@@ -30,8 +30,8 @@ from pydantic import Field
 
 from data_gen.common.llm import QuestionReply, StrictReply, SyncChat, Usage, image_part
 from data_gen.neos.observer import COLOURS, IMAGE_KINDS, MAX_COLOURS, Description, Observer, unnamed, words_of
-from data_gen.neos.schema import Task
 from data_gen.neos.verbalize import Verbalization
+from neos_core.neos_tasks import Task
 from verl_ext.reward.answers import answer_matches
 from verl_ext.reward.judge import JudgeConfig, JudgeReplyError, chat_completion
 

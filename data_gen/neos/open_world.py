@@ -37,7 +37,7 @@ from data_gen.world.properties import (
     WILDLIFE_RELATIONS,
     WRITING_SYSTEM,
 )
-from data_gen.world.store import World
+from neos_core.world.store import World
 
 # (relation, forward) -> why its object set is open; ``forward``: the edge reaches the fact's object (Edge.forward).
 OPEN_WORLD: dict[tuple[str, bool], str] = {

@@ -1,12 +1,12 @@
-"""The Neos pipeline's ``results.jsonl``: the shared crash-safe log (``data_gen.common.store``) bound to
-:class:`~data_gen.neos.schema.Outcome`."""
+"""The Neos pipeline's ``results.jsonl``: the shared crash-safe log (``neos_core.results``) bound to
+:class:`~neos_core.neos_tasks.Outcome`."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from data_gen.common.store import ResultLog as _ResultLog
-from data_gen.neos.schema import Outcome
+from neos_core.neos_tasks import Outcome
+from neos_core.results import ResultLog as _ResultLog
 
 
 class ResultLog(_ResultLog[Outcome]):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from data_gen.kg import Structure
 from data_gen.neos.observer import COLOURS, IMAGE_KINDS, SHADE_OF, Description
-from data_gen.neos.schema import Task
+from neos_core.neos_tasks import Task
 
 _KIND = "|".join(sorted(set(IMAGE_KINDS.values()), key=len, reverse=True))
 _COLOUR = "|".join(sorted(COLOURS, key=len, reverse=True))

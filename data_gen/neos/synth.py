@@ -25,9 +25,7 @@ from data_gen.kg.distinguish import TAXONOMIC_RELATIONS, DistinguishingConfig, c
 from data_gen.neos.closed_book import ClosedBookSolver
 from data_gen.neos.observer import IMAGE_KINDS, NAMED_SOURCES, Description, Observer, PaletteObserver, ground
 from data_gen.neos.open_world import complete_lists, open_reason, pinning, pinning_noun, unlisted
-from data_gen.neos.schema import Alternative, EntryImage, Step, Task
 from data_gen.neos.verbalize import Rewriter, TemplateVerbalizer, Verbalizer, check_coverage
-from data_gen.world.model import page_url
 from data_gen.world.properties import (
     CULTURE_RELATIONS,
     FEATURE_RELATIONS,
@@ -38,7 +36,9 @@ from data_gen.world.properties import (
     WILDLIFE_RELATIONS,
     WRITING_SYSTEM,
 )
-from data_gen.world.store import World
+from neos_core.neos_tasks import Alternative, EntryImage, Step, Task
+from neos_core.world.model import page_url
+from neos_core.world.store import World
 
 # The offline world's kinds a question can end at. Not seeded: kinds every structure reaches only through open-world
 # relations that nothing stated pins (data_gen.neos.open_world): WordNet classes (P31/P279), occupations (P106),

@@ -8,11 +8,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from data_gen.common.usage import OneLineParser
 from data_gen.world.adapters import ADAPTERS, AdapterError
 from data_gen.world.builder import SIZES, BuildError, build, check_out
-from data_gen.world.sources import SourceError
-from data_gen.world.store import World, WorldError
+from neos_core.usage import OneLineParser
+from neos_core.world.sources import SourceError
+from neos_core.world.store import World, WorldError
 
 SAMPLE_FACTS = (("country:FRA", "P36"), ("country:JPN", "P36"), ("country:FRA", "P47"), ("country:DEU", "P38"))
 

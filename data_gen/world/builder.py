@@ -40,7 +40,7 @@ from tqdm import tqdm
 from data_gen.world import corroborate, wiki
 from data_gen.world.adapters import ADAPTERS, load_adapter
 from data_gen.world.linking import Form, Linker
-from data_gen.world.model import (
+from neos_core.world.model import (
     FORMAT_VERSION,
     Contribution,
     Entity,
@@ -51,7 +51,7 @@ from data_gen.world.model import (
     page_url,
     to_record,
 )
-from data_gen.world.sources import SourceCache
+from neos_core.world.sources import SourceCache
 
 SIZES = ("small", "full")
 MAX_IMAGE_SIDE = 512

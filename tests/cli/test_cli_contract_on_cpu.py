@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from data_gen.common.usage import OneLineParser
+from neos_core.usage import OneLineParser
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("data_gen", "tool_server", "verl_ext", "recipes", "hydra_plugins")
+PACKAGES = ("neos_core", "data_gen", "tool_server", "verl_ext", "recipes", "hydra_plugins")
 GUARD = re.compile(r'^if __name__ == "__main__":', re.MULTILINE)
 
 

@@ -14,8 +14,8 @@ from data_gen.modalsearch.graph import Graph, GraphEdge, Relation
 from data_gen.modalsearch.linking import OfflineImageLinker
 from data_gen.modalsearch.relations import OfflineRelationProposer
 from data_gen.modalsearch.sampler import Path
-from data_gen.world.model import Image as ImageRecord
-from data_gen.world.store import World
+from neos_core.world.model import Image as ImageRecord
+from neos_core.world.store import World
 
 
 @pytest.fixture(scope="session")

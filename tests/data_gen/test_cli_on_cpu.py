@@ -15,11 +15,11 @@ COMMANDS = ("neos", "modalsearch")
 def _subparsers():
     import argparse
 
-    from data_gen.common.usage import OneLineParser
     from data_gen.modalsearch.flags import DESCRIPTION as MS_DESCRIPTION
     from data_gen.modalsearch.flags import parser as ms_parser
     from data_gen.neos.flags import DESCRIPTION as NEOS_DESCRIPTION
     from data_gen.neos.flags import parser as neos_parser
+    from neos_core.usage import OneLineParser
 
     return {"neos": (neos_parser(OneLineParser(description=NEOS_DESCRIPTION)), NEOS_DESCRIPTION),
             "modalsearch": (ms_parser(OneLineParser(description=MS_DESCRIPTION)), MS_DESCRIPTION)}, argparse

@@ -1,4 +1,4 @@
-"""The shared cache of built worlds and models (``data_gen.common.keyed_dirs``) on a temporary directory, never on
+"""The shared cache of built worlds and models (``neos_core.keyed_dirs``) on a temporary directory, never on
 the real cache other checkouts use: a world in use or recently used by another session is never deleted, an unused
 old one is, and one build per key however many sessions ask. Other sessions are real processes holding real
 ``flock`` locks."""
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from data_gen.common.keyed_dirs import prune_keyed_dirs, use_keyed_dir
+from neos_core.keyed_dirs import prune_keyed_dirs, use_keyed_dir
 
 
 def use_world(root: Path, key: str, build):

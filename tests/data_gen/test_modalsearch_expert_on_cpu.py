@@ -10,7 +10,7 @@ from data_gen.modalsearch.linking import OfflineImageLinker
 from data_gen.modalsearch.questions import QuestionWriter, Rejection
 from data_gen.modalsearch.relations import OfflineRelationProposer
 from data_gen.modalsearch.sampler import Path
-from data_gen.world.store import World
+from neos_core.world.store import World
 from verl_ext.tools.client import ToolServerClient
 
 PAGES = ("Bosnia_and_Herzegovina", "Southeast_Europe", "Romania")

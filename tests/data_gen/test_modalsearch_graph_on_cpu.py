@@ -18,8 +18,8 @@ from data_gen.modalsearch.visual import (
     stably_retrievable,
 )
 from data_gen.neos.observer import rapid_ocr
-from data_gen.world.model import Page
-from data_gen.world.store import World
+from neos_core.world.model import Page
+from neos_core.world.store import World
 from verl_ext.tools.client import ToolServerClient
 
 

@@ -11,7 +11,7 @@ from aiohttp.test_utils import TestServer
 from data_gen.kg import KG
 from data_gen.modalsearch.llm import LLMRelationProposer
 from data_gen.modalsearch.relations import OfflineRelationProposer
-from data_gen.world.store import World
+from neos_core.world.store import World
 from verl_ext.reward.judge import JudgeConfig
 
 REPLIES = {

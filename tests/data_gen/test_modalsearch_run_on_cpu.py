@@ -9,7 +9,7 @@ import json
 from data_gen.modalsearch.expert import MATCHING
 from data_gen.modalsearch.replay import unexplained
 from data_gen.neos.observer import NAMED_SOURCES
-from data_gen.world.store import World
+from neos_core.world.store import World
 
 
 def test_no_trajectory_of_the_run_takes_an_unexplained_step(modalsearch_run, small_world):

@@ -13,11 +13,11 @@ import pytest
 from data_gen.common.stats import Shares, answer_type_cap, diversity
 from data_gen.kg.distinguish import DistinguishingConfig
 from data_gen.neos.cli import answer_type, share_rule
-from data_gen.neos.schema import Step, Task
+from neos_core.neos_tasks import Step, Task
 from data_gen.neos.synth import SEED_FREE_VARIANTS, SynthConfig, Synthesizer
-from data_gen.world.model import Entity
-from data_gen.world.model import Triple
-from data_gen.world.store import World
+from neos_core.world.model import Entity
+from neos_core.world.model import Triple
+from neos_core.world.store import World
 
 RED, BLUE, GREEN = (210, 20, 40), (0, 60, 170), (0, 140, 70)
 

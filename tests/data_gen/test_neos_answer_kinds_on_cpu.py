@@ -6,9 +6,9 @@ neighbour, some variant must build a structure ending at the country, and one en
 from pathlib import Path
 
 from data_gen.neos.synth import SEED_KINDS, Synthesizer
-from data_gen.world.model import Entity
-from data_gen.world.model import Triple
-from data_gen.world.store import World
+from neos_core.world.model import Entity
+from neos_core.world.model import Triple
+from neos_core.world.store import World
 
 RED, BLUE, GREEN, YELLOW = (210, 20, 40), (0, 60, 170), (0, 140, 70), (250, 210, 0)
 

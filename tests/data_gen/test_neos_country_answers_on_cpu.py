@@ -12,7 +12,7 @@ import pytest
 from data_gen.kg import Structure
 from data_gen.neos.observer import IMAGE_KINDS, Description
 from data_gen.neos.synth import CONVERGENT_VARIANTS, SEED_FREE_VARIANTS, SynthConfig, Synthesizer
-from data_gen.world.store import World
+from neos_core.world.store import World
 
 # the CLI's, but for the closed-book probe: every country answer below goes through common facts alone
 CONFIG = SynthConfig(seed_free_variants=SEED_FREE_VARIANTS, convergent_variants=CONVERGENT_VARIANTS, closed_book=False)

@@ -13,8 +13,8 @@ from data_gen.kg.distinguish import DistinguishingConfig
 from data_gen.neos.open_world import pinning
 from data_gen.neos.synth import SEED_KINDS, SynthConfig, Synthesizer
 from data_gen.neos.verbalize import TemplateVerbalizer
-from data_gen.world.model import Entity, Triple
-from data_gen.world.store import World
+from neos_core.world.model import Entity, Triple
+from neos_core.world.store import World
 
 
 def _world(root: Path) -> World:

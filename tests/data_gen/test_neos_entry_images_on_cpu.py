@@ -6,9 +6,9 @@ from pathlib import Path
 
 from data_gen.kg import Edge, Structure
 from data_gen.neos.synth import SynthConfig, Synthesizer
-from data_gen.world.model import Entity, Triple
-from data_gen.world.model import Image as ImageRecord
-from data_gen.world.store import World
+from neos_core.world.model import Entity, Triple
+from neos_core.world.model import Image as ImageRecord
+from neos_core.world.store import World
 
 RED, WHITE, BLUE, GREEN, YELLOW = (210, 20, 40), (255, 255, 255), (0, 60, 170), (0, 140, 70), (250, 210, 0)
 DARK_BLUE = (0, 30, 90)

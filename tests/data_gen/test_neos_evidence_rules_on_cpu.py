@@ -12,10 +12,10 @@ from data_gen.kg import Edge, Structure
 from data_gen.neos.observer import Description, PaletteObserver, ground
 from data_gen.neos.strict_colours import strictly_unique_without_entry_image
 from data_gen.neos.synth import SynthConfig, Synthesizer
-from data_gen.world.model import Entity
-from data_gen.world.model import Image as ImageRecord
-from data_gen.world.model import Triple
-from data_gen.world.store import World
+from neos_core.world.model import Entity
+from neos_core.world.model import Image as ImageRecord
+from neos_core.world.model import Triple
+from neos_core.world.store import World
 
 RED, WHITE, BLUE, GREEN, YELLOW = (210, 20, 40), (255, 255, 255), (0, 60, 170), (0, 140, 70), (250, 210, 0)
 DARK_BLUE = (0, 30, 90)
@@ -195,7 +195,7 @@ def test_the_observer_reads_an_image_as_fetch_image_serves_it(striped_png, tmp_p
     2026-12-06 (evening) the observer read Nepal's opaque pixels (red, blue, white) and FetchImage dropped the alpha
     channel (black, red): the expert rejected each task checked on Nepal's flag."""
     from data_gen.neos.observer import COLOURS, palette
-    from data_gen.world.store import World
+    from neos_core.world.store import World
     from tool_server.offline.pixels import decode_image
 
     def served(path):

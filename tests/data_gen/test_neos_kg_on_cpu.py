@@ -24,7 +24,7 @@ from data_gen.neos.kg_world import KGWorldError, entity_subset, image_files, rea
 from data_gen.neos.cli import main as neos_main
 from data_gen.neos import open_world
 from data_gen.neos.synth import KG_RELATION_VARIANTS, RELATION_VARIANTS, SynthConfig, Synthesizer
-from data_gen.world.store import World
+from neos_core.world.store import World
 from tool_server.launch import served
 
 FIXTURES = Path(__file__).parents[1] / "kg" / "fixtures"

@@ -13,7 +13,7 @@ from PIL import Image
 
 from data_gen.neos.cli import main as neos_main
 from data_gen.neos.kg_world import image_files, read_graph
-from data_gen.world.store import World
+from neos_core.world.store import World
 
 SAMPLE = Path(__file__).parents[2] / "data_gen" / "kg" / "samples" / "wikidata-2014-sample.json.bz2"
 STRIPES = [(206, 17, 38), (255, 255, 255), (0, 56, 147), (0, 122, 61), (252, 209, 22), (0, 0, 0)]

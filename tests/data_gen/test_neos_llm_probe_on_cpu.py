@@ -14,7 +14,7 @@ from aiohttp.test_utils import TestServer
 from data_gen.neos.cli import run
 from data_gen.neos.llm import LLMTextOnlyProbe, ProbeUnavailable
 from data_gen.neos.synth import Synthesizer
-from data_gen.world.store import World
+from neos_core.world.store import World
 from verl_ext.reward.judge import JudgeConfig
 
 DOWN = "model down"

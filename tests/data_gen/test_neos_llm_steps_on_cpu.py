@@ -24,7 +24,7 @@ from data_gen.neos.llm import LLMRewriter, ProbeUnavailable, VLMEntryImageProbe,
 from data_gen.neos.observer import Description, PaletteObserver, ground, palette
 from data_gen.neos.synth import Synthesizer
 from data_gen.neos.verbalize import TemplateVerbalizer, check_coverage
-from data_gen.world.store import World
+from neos_core.world.store import World
 from verl_ext.reward.judge import JudgeConfig
 
 STRUCTURE = Structure(

@@ -16,10 +16,10 @@ from data_gen.neos.verbalize import TemplateVerbalizer
 from data_gen.world.adapters import _country_json as country_json
 from data_gen.world.adapters import national_dishes, religions
 from data_gen.world.adapters.country_facts import load_countries
-from data_gen.world.model import Entity, Triple
 from data_gen.world.properties import MAIN_RELIGION, NATIONAL_DISH
-from data_gen.world.sources import SourceCache
-from data_gen.world.store import World
+from neos_core.world.model import Entity, Triple
+from neos_core.world.sources import SourceCache
+from neos_core.world.store import World
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,8 @@ from data_gen.kg import KG, Edge, Structure
 from data_gen.neos.open_world import CLOSED_WORLD, OPEN_WORLD, person_noun, pinning, undecided
 from data_gen.neos.synth import Synthesizer
 from data_gen.neos.verbalize import RELATION_PHRASES, TemplateVerbalizer
-from data_gen.world.model import Entity, Triple
-from data_gen.world.store import World
+from neos_core.world.model import Entity, Triple
+from neos_core.world.store import World
 
 
 def _world(root: Path) -> World:

@@ -9,8 +9,8 @@ from data_gen.kg import KG, Edge, Structure
 from data_gen.neos.open_world import COMPLETE_LISTS, OPEN_WORLD, complete_lists, organisation_noun, pinning
 from data_gen.neos.synth import SEED_KINDS, Synthesizer
 from data_gen.neos.verbalize import TemplateVerbalizer
-from data_gen.world.model import Entity, Triple
-from data_gen.world.store import World
+from neos_core.world.model import Entity, Triple
+from neos_core.world.store import World
 
 
 def _world(root: Path, apec_count: str = "2") -> World:

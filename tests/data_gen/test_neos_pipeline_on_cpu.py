@@ -19,9 +19,9 @@ from data_gen.neos.agents import (
     probe_text_only_search,
 )
 from data_gen.neos.cli import main as neos_main
-from data_gen.neos.schema import EntryImage
 from data_gen.neos.synth import Synthesizer
-from data_gen.world.store import World
+from neos_core.neos_tasks import EntryImage
+from neos_core.world.store import World
 from tool_server.launch import served
 from tool_server.mei.log import BlobStore, MEILog, blobs_dir_of
 from verl_ext.credit.offline_judge import TaskPath

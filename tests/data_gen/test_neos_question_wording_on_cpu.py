@@ -12,7 +12,7 @@ from data_gen.neos.observer import Description
 from data_gen.neos.synth import SEED_FREE_VARIANTS, SynthConfig, Synthesizer
 from data_gen.neos.verbalize import TemplateVerbalizer, check_coverage, relation_phrase
 from data_gen.world.properties import WRITING_SYSTEM
-from data_gen.world.store import World
+from neos_core.world.store import World
 
 FLAG = Description("national flag", ("blue", "white"))
 

@@ -17,10 +17,10 @@ from data_gen.neos.verbalize import TemplateVerbalizer, relation_phrase
 from data_gen.world.adapters import _cldr, scripts
 from data_gen.world.adapters._cldr import GLOBAL, load_cldr
 from data_gen.world.adapters._geo import load_world_countries
-from data_gen.world.model import Entity, Triple
 from data_gen.world.properties import WRITING_SYSTEM
-from data_gen.world.sources import SourceCache
-from data_gen.world.store import World
+from neos_core.world.model import Entity, Triple
+from neos_core.world.sources import SourceCache
+from neos_core.world.store import World
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@ split key) hash to different splits, so each test fails where a split is chosen 
 
 from data_gen.common.export import pick_split
 from data_gen.neos.export import SPLITS, splits
-from data_gen.neos.schema import EntryImage, Step, Task
+from neos_core.neos_tasks import EntryImage, Step, Task
 
 
 def _task(task_id: str, image: str, chain: list[str]) -> Task:

@@ -3,9 +3,9 @@ a bad complete line is one error naming the file and line."""
 
 import pytest
 
-from data_gen.common.store import ResultLogError, latest_per_key, read_records
-from data_gen.neos.schema import Outcome
 from data_gen.neos.store import ResultLog
+from neos_core.neos_tasks import Outcome
+from neos_core.results import ResultLogError, latest_per_key, read_records
 
 
 def test_restart_after_a_torn_write_keeps_every_full_record_once(tmp_path):

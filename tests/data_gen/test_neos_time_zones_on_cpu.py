@@ -13,8 +13,8 @@ from data_gen.neos.synth import SEED_FREE_VARIANTS, SEED_KINDS, SynthConfig, Syn
 from data_gen.neos.verbalize import relation_phrase
 from data_gen.world.adapters import time_zones
 from data_gen.world.properties import TIME_ZONE
-from data_gen.world.sources import SourceCache
-from data_gen.world.store import World
+from neos_core.world.sources import SourceCache
+from neos_core.world.store import World
 
 KATHMANDU, LONDON, AMMAN, PRETORIA, CAPE_TOWN = "city:1283240", "city:2643743", "city:250441", "city:964137", \
     "city:3369157"

@@ -15,7 +15,7 @@ from data_gen.common.export import image_file
 from data_gen.common.sft import SFTRecord, sft_parquet_from_jsonl
 from data_gen.neos.export import sft_record
 from data_gen.neos.synth import Synthesizer
-from data_gen.world.store import World
+from neos_core.world.store import World
 from tool_server.protocol import tool_schemas
 from verl_ext.rollout.prompts import system_prompt
 from verl_ext.rollout.record import CallRecord, TrajectoryRecord, TurnRecord

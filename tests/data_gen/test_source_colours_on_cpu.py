@@ -7,7 +7,7 @@ import pytest
 from data_gen.common.source_colours import image_source_texts, source_disagrees, stated_colours
 from data_gen.neos.observer import PaletteObserver
 from data_gen.neos.synth import Synthesizer
-from data_gen.world.store import World
+from neos_core.world.store import World
 
 
 @pytest.mark.parametrize("texts, expected", [

@@ -32,7 +32,7 @@ from data_gen.neos.flags import parser
 from data_gen.neos.observer import merged, palette
 from data_gen.neos.store import ResultLog
 from data_gen.neos.synth import Synthesizer
-from data_gen.world.store import World
+from neos_core.world.store import World
 from tool_server.protocol import tool_schemas
 from verl_ext.reward.judge import JudgeConfig
 from verl_ext.rollout.prompts import final_turn_instruction, system_prompt

@@ -9,8 +9,8 @@ import pickle
 from data_gen.neos.cli import contested_report
 from data_gen.neos.synth import Synthesizer
 from data_gen.world.corroborate import GEONAMES_COUNTRIES, UN_REGIONS, contested_facts
-from data_gen.world.model import Entity, Triple
-from data_gen.world.store import World
+from neos_core.world.model import Entity, Triple
+from neos_core.world.store import World
 
 FACTS = [
     Triple("country:LKA", "P47", "country:IND"),  # maritime: neither lists the other in GeoNames

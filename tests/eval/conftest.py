@@ -19,10 +19,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from data_gen.common.export import image_cells, user_prompt
-from data_gen.world.sources import default_cache_dir
+from data_gen.common.export import image_cells
+from neos_core.world.sources import default_cache_dir
 from tool_server.launch import served
 from verl_ext.reward.answers import answer_matches
+from verl_ext.rollout.prompts import user_prompt
 
 ARUBA_FLAG = "https://neos-world.invalid/media/flag_abw.png"
 ANGOLA_FLAG = "https://neos-world.invalid/media/flag_ago.png"

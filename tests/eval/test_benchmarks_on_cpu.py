@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from verl_ext.eval.benchmarks import KNOWN_BENCHMARKS, BenchmarkError, BenchmarkSpec
+from verl_ext.eval.benchmarks import BenchmarkError
+from verl_ext.eval.specs import KNOWN_BENCHMARKS, BenchmarkSpec
 
 
 def _png(colour: str = "red") -> bytes:

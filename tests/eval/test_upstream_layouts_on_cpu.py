@@ -17,7 +17,8 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from verl_ext.eval.benchmarks import BenchmarkError, BenchmarkSpec
+from verl_ext.eval.benchmarks import BenchmarkError
+from verl_ext.eval.specs import BenchmarkSpec
 
 REPO = Path(__file__).resolve().parents[2]
 

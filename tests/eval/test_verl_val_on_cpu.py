@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 from tensordict import TensorDict
 
 from verl_ext.eval.__main__ import main
-from verl_ext.eval.benchmarks import BenchmarkSpec
+from verl_ext.eval.specs import BenchmarkSpec
 from verl_ext.eval.verl_val import VerlValConfig, checkpoint_overrides, evaluate_verl, recipe_facts, run_pin
 from verl_ext.rollout.record import EVAL_KEY, RECORD_KEY, TRAJECTORY_JSON, CallRecord, ImageEntry, \
     TrajectoryRecord, TurnRecord

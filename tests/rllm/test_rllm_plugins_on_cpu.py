@@ -37,7 +37,7 @@ from rllm.parser.chat_template_parser import QwenChatTemplateParser  # noqa: E40
 from rllm.types import AgentConfig  # noqa: E402
 from rllm.workflows.workflow import TerminationEvent, TerminationReason  # noqa: E402
 
-from data_gen.world.sources import default_cache_dir  # noqa: E402
+from neos_core.world.sources import default_cache_dir  # noqa: E402
 from tool_server.launch import served  # noqa: E402
 from verl_ext.rllm.benchmark import export  # noqa: E402
 from verl_ext.rllm.env import ToolServerEnv  # noqa: E402

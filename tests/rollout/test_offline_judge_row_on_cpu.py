@@ -14,7 +14,7 @@ import pytest
 from data_gen.common.export import write_parquets
 from data_gen.neos.export import row
 from data_gen.neos.synth import Synthesizer
-from data_gen.world.store import World
+from neos_core.world.store import World
 from verl_ext.rollout.record import CallRecord, TrajectoryRecord, TurnRecord
 from verl_ext.rollout.tq_worker import NeosAgentLoopWorker
 

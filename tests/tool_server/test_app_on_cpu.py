@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from data_gen.world.sources import default_cache_dir
+from neos_core.world.sources import default_cache_dir
 from tool_server.app import CACHE
 from tool_server.protocol import tool_schemas
 from tool_server.tools import ops

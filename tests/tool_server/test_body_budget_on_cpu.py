@@ -16,7 +16,8 @@ KIB = 2**10
 
 
 def test_shipped_defaults():
-    from tool_server.__main__ import parser, server_settings
+    from tool_server.__main__ import parser
+    from tool_server.assembly import server_settings
     from tool_server.app import ServerSettings
 
     assert MAX_CALL_BODY_BYTES == MIB and MAX_BODY_BYTES == 64 * MIB

@@ -13,7 +13,7 @@ import uuid
 
 import redis
 
-from data_gen.world.sources import default_cache_dir
+from neos_core.world.sources import default_cache_dir
 from tool_server.cache import TieredCache
 
 from .conftest import free_port

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from data_gen.world.sources import default_cache_dir
+from neos_core.world.sources import default_cache_dir
 from tool_server.offline.lexical import _BM25, snippet, tokens
 from tool_server.offline.reverse import FEATURE_VERSION, FeatureTable
 from tool_server.offline.world import OfflineWorld, resource_id

@@ -12,7 +12,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from PIL import Image
 
-from data_gen.world.sources import default_cache_dir
+from neos_core.world.sources import default_cache_dir
 from tool_server.app import RUNNER, ServerSettings, create_app
 from tool_server.cache import TieredCache
 from tool_server.mei import MEIConfig, build_interface

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from omegaconf import OmegaConf
 
-from data_gen.world.sources import default_cache_dir
+from neos_core.world.sources import default_cache_dir
 from tool_server.ray_fleet import cluster_nodes, deploy
 from verl_ext.rllm.episode import SearchSettings
 from verl_ext.rollout.protocols import ToolCall

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from data_gen.world.sources import default_cache_dir
+from neos_core.world.sources import default_cache_dir
 from tool_server.ray_fleet import deploy
 from verl_ext.tools.client import ToolServerClient
 

@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 from PIL import Image
 
-from data_gen.world.sources import default_cache_dir
+from neos_core.world.sources import default_cache_dir
 from tool_server.launch import served
 from tool_server.workers import Router, merge_metrics
 
@@ -245,7 +245,8 @@ def test_workers_flag_is_checked(bad, small_world):
 
 def test_workers_split_the_servers_image_budget_session_cap_and_client_quota():
     """Each worker holds its own sessions: with the whole budget each, --workers 4 held 4 x 16 GiB of images."""
-    from tool_server.__main__ import parser, server_settings
+    from tool_server.__main__ import parser
+    from tool_server.assembly import server_settings
 
     args = parser().parse_args(["--world", "w", "--workers", "4", "--memory-budget-gib", "16",
                                 "--max-sessions-per-client", "10"])

@@ -16,11 +16,11 @@ import pytest
 from PIL import Image
 
 from data_gen.neos.agents import ProgrammaticExpert
-from data_gen.neos.schema import Outcome
 from data_gen.neos.store import ResultLog
 from data_gen.neos.synth import Synthesizer
-from data_gen.world.sources import default_cache_dir
-from data_gen.world.store import World
+from neos_core.neos_tasks import Outcome
+from neos_core.world.sources import default_cache_dir
+from neos_core.world.store import World
 from tool_server.launch import served
 from verl_ext.credit import rescale_advantages
 from verl_ext.tools.client import ToolServerClient

@@ -12,7 +12,7 @@ import pytest
 @pytest.fixture(scope="session")
 def world_sources() -> Callable[..., dict[str, Path]]:
     """``world_sources(*names)`` → ``{name: extracted root}``, as the builder hands them to an adapter."""
-    from data_gen.world.sources import SourceCache
+    from neos_core.world.sources import SourceCache
 
     cache = SourceCache()
     roots: dict[str, Path] = {}

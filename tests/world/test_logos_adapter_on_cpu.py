@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from data_gen.world.adapters import logos
-from data_gen.world.model import to_record
+from neos_core.world.model import to_record
 
 
 @pytest.fixture(scope="module")

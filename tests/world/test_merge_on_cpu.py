@@ -3,7 +3,7 @@
 import pytest
 
 from data_gen.world.builder import BuildError, _check_contribution, _merge, _Merged, _resolve_pages
-from data_gen.world.model import Contribution, Entity, Image, ImageAsset, Page, Relation
+from neos_core.world.model import Contribution, Entity, Image, ImageAsset, Page, Relation
 
 
 def page(pid, eid):

@@ -1,7 +1,7 @@
 import pytest
 
-from data_gen.world import sources
-from data_gen.world.sources import SPECS, SourceCache, SourceError
+from neos_core.world import sources
+from neos_core.world.sources import SPECS, SourceCache, SourceError
 
 
 def test_every_source_of_both_helpers_is_specified_with_a_license():

@@ -8,7 +8,7 @@ import pytest
 from data_gen.world.adapters import stamps
 from data_gen.world.adapters._stamp_catalog import STAMP_DIR, depict, load_stamps
 from data_gen.world.adapters._wordnet_data import load_wordnet
-from data_gen.world.model import Contribution, to_record
+from neos_core.world.model import Contribution, to_record
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@ import shutil
 
 import pytest
 
-from data_gen.world.store import World, WorldError
+from neos_core.world.store import World, WorldError
 
 
 def test_load_gives_lookups(small_world):

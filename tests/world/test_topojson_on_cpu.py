@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 
 from data_gen.world.adapters.us_states import SOURCES
-from data_gen.world.sources import SourceCache
 from data_gen.world.topojson import TopoJSONError, features, load_features, neighbours, ring_area
+from neos_core.world.sources import SourceCache
 
 # Two unit squares side by side, quantized (scale 0.5, translate 10/20) and delta-encoded, sharing arc 0 (x = 1).
 TOPO = {

@@ -1,5 +1,5 @@
-from data_gen.world.model import Entity, Page
 from data_gen.world.wiki import Article, enrich, is_common_noun, match_articles
+from neos_core.world.model import Entity, Page
 
 
 def ent(eid, label, kind, description="", aliases=(), page=True):

@@ -6,7 +6,7 @@ import pytest
 
 from data_gen.world.adapters import wordnet
 from data_gen.world.adapters._wordnet_data import load_wordnet, page_title
-from data_gen.world.model import to_record
+from neos_core.world.model import to_record
 
 
 @pytest.fixture(scope="module")

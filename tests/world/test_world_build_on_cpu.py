@@ -7,8 +7,8 @@ import pytest
 from PIL import Image as PILImage
 
 from data_gen.world.builder import build
-from data_gen.world.sources import SPECS
-from data_gen.world.store import World
+from neos_core.world.sources import SPECS
+from neos_core.world.store import World
 
 
 @pytest.fixture(scope="module")

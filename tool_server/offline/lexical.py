@@ -17,7 +17,7 @@ import bm25s
 import numpy as np
 from bm25s.stopwords import STOPWORDS_EN
 
-from data_gen.world.model import Image, Page
+from neos_core.world.model import Image, Page
 
 _TOKEN = re.compile(r"\w\w+")
 _STOP = frozenset(STOPWORDS_EN)

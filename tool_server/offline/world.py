@@ -22,8 +22,8 @@ from pathlib import Path
 
 from PIL import Image as PILImage
 
-from data_gen.world.model import WORLD_ORIGIN, Image, Page
-from data_gen.world.store import World
+from neos_core.world.model import WORLD_ORIGIN, Image, Page
+from neos_core.world.store import World
 from tool_server.errors import ToolError
 from tool_server.limits import quote
 from tool_server.offline.lexical import ImageIndex, PageIndex, TextHit

@@ -12,7 +12,7 @@ from typing import Any
 
 from PIL import Image as PILImage
 
-from data_gen.world.model import Page
+from neos_core.world.model import Page
 from tool_server.errors import ToolError
 from tool_server.limits import quote
 from tool_server.mei.schema import ImageView, PageView

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from data_gen.common.usage import (
+from neos_core.usage import (
     OneLineParser,
     json_object,
     nonnegative_float,
@@ -36,7 +36,8 @@ from data_gen.common.usage import (
     positive_int,
     share,
 )
-from verl_ext.eval.benchmarks import FORMATS, KNOWN_BENCHMARKS, BenchmarkError, BenchmarkSpec
+from verl_ext.eval.benchmarks import FORMATS, BenchmarkError
+from verl_ext.eval.specs import KNOWN_BENCHMARKS, BenchmarkSpec
 from verl_ext.notices import quiet_verl_import_notices
 from verl_ext.reward.judge import JudgeConfig
 from verl_ext.rollout.protocols import Protocol

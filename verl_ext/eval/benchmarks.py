@@ -2,8 +2,8 @@
 
 The public benchmarks each have a named loader of their upstream layout in :mod:`verl_ext.eval.upstream`
 (``mmsearch_r1``, ``mmsearch``, ``simplevqa``, ``hr_mmsearch``, ``livevqa``, ``browsecomp_vl``, ``sensenova_mars``);
-``KNOWN_BENCHMARKS`` maps each name to its loader. The catch-all layouts here (``FORMATS``; ``--bench
-NAME=FORMAT:PATH`` picks one per benchmark):
+``verl_ext.eval.specs.KNOWN_BENCHMARKS`` maps each name to its loader. The catch-all layouts here (``FORMATS``;
+``--bench NAME=FORMAT:PATH`` picks one per benchmark):
 
 - ``verl``: verl's RL parquet, as ``python -m data_gen neos|modalsearch`` writes its splits and as MMSearch-R1,
   FVQA and InfoSeek are distributed: ``prompt`` (chat messages; ``<image>`` placeholders are dropped, the question
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import functools
 import io
 import json
 from collections.abc import Callable, Iterator, Mapping
@@ -85,15 +84,7 @@ class EvalItem:
 
 
 Loader = Callable[[str, Path], Iterator[EvalItem]]
-FORMATS: dict[str, Loader] = {}
-# The public sets by the loader of the layout they ship in (none can be downloaded here; point --bench at your
-# copy). The named loaders live in verl_ext.eval.upstream, one per upstream layout.
-KNOWN_BENCHMARKS: dict[str, str] = {
-    "neos": "verl", "modalsearch": "verl",  # our splits: python -m data_gen neos|modalsearch --out DIR
-    "mmsearch_r1": "mmsearch_r1", "fvqa": "mmsearch_r1", "infoseek": "mmsearch_r1",
-    "simplevqa": "simplevqa", "livevqa": "livevqa", "mmsearch": "mmsearch", "browsecomp_vl": "browsecomp_vl",
-    "hr_mmsearch": "hr_mmsearch", "sensenova_mars": "sensenova_mars",
-}
+FORMATS: dict[str, Loader] = {}  # complete once verl_ext.eval.upstream is imported (verl_ext.eval.specs does)
 
 
 def register_format(name: str) -> Callable[[Loader], Loader]:
@@ -104,59 +95,6 @@ def register_format(name: str) -> Callable[[Loader], Loader]:
         return fn
 
     return wrap
-
-
-@dataclass(frozen=True)
-class BenchmarkSpec:
-    """One ``--bench NAME=FORMAT:PATH``."""
-
-    name: str
-    format: str
-    path: Path
-
-    @classmethod
-    def parse(cls, text: str) -> BenchmarkSpec:
-        """``NAME=FORMAT:PATH``, or ``NAME=PATH`` for a name of ``KNOWN_BENCHMARKS``."""
-        name, sep, rest = text.partition("=")
-        fmt, sep2, path = rest.partition(":")
-        if sep and not (sep2 and fmt in FORMATS) and name in KNOWN_BENCHMARKS:
-            fmt, path = KNOWN_BENCHMARKS[name], rest
-        elif not (sep and sep2 and name and path):
-            raise ValueError(f"--bench {text!r}: expected NAME=FORMAT:PATH (formats: {', '.join(sorted(FORMATS))}) "
-                             f"or NAME=PATH with NAME one of {', '.join(sorted(KNOWN_BENCHMARKS))}")
-        elif fmt not in FORMATS:
-            raise ValueError(f"--bench {text!r}: unknown format {fmt!r} (formats: {', '.join(sorted(FORMATS))})")
-        if not Path(path).exists():
-            raise ValueError(f"--bench {text!r}: no such file {path}")
-        return cls(name, fmt, Path(path))
-
-    def load(self) -> list[EvalItem]:
-        """The rows, read and checked once per spec: the CLI checks them before it starts a tool server, and the
-        run then uses what that read."""
-        return list(self._items)
-
-    @functools.cached_property
-    def _items(self) -> tuple[EvalItem, ...]:
-        items = tuple(FORMATS[self.format](self.name, self.path))
-        if not items:
-            raise BenchmarkError(self.path, None, "<file>", "no rows (the file is empty or holds only blank lines)")
-        seen: set[str] = set()
-        for item in items:
-            if item.item_id in seen:
-                raise BenchmarkError(self.path, None, "id", f"item id {item.item_id!r} occurs twice")
-            seen.add(item.item_id)
-        return items
-
-    def layouts(self) -> dict[str, int]:
-        """How many rows the loader read in each layout it detected (recorded in ``run.json``)."""
-        counts: dict[str, int] = {}
-        for item in self._items:
-            key = item.layout or self.format
-            counts[key] = counts.get(key, 0) + 1
-        return counts
-
-    def pin(self) -> dict[str, Any]:
-        return {"format": self.format, "path": str(self.path), "layouts": self.layouts()}
 
 
 def _ground_truth(value: Any, aliases: Any, where: tuple[Path, int, str],
@@ -379,7 +317,3 @@ def load_generic(name: str, path: Path) -> Iterator[EvalItem]:
             yield number, row
 
     return _items(name, path, keys, checked())
-
-
-# the named loaders of the upstream layouts register themselves on import
-from verl_ext.eval import upstream as _upstream  # noqa: E402,F401  (after the helpers it uses)

@@ -20,7 +20,7 @@ from types import ModuleType
 
 import numpy as np
 
-from data_gen.common.entry_lock import exclusive
+from neos_core.entry_lock import exclusive
 from verl_ext.optional import optional_import
 
 MODEL_NAME = "all-MiniLM-L6-v2"

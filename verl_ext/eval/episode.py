@@ -35,10 +35,9 @@ from uuid import uuid4
 import aiohttp
 from PIL import Image
 
-from data_gen.common.llm import png_part
 from tool_server.offline.pixels import open_flattened
 from verl_ext.eval.benchmarks import EvalItem, ImageRef
-from verl_ext.reward.judge import JudgeConfig, chat_reply
+from verl_ext.reward.judge import JudgeConfig, chat_reply, png_part
 from verl_ext.rollout.agent_loop import truncate
 from verl_ext.rollout.prompts import final_turn_instruction, system_prompt
 from verl_ext.rollout.protocols import FormatError, Protocol, ToolCall, parse_turn

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from data_gen.common.store import ResultLog
+from neos_core.results import ResultLog
 from verl_ext.reward.answers import primary_target
 from verl_ext.reward.judge import AnswerJudge, JudgeConfig, Verdict, judge_messages
 

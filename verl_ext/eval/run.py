@@ -1,6 +1,6 @@
 """The evaluation run: every (item, run) episode once, judged, appended to ``results.jsonl`` as it finishes.
 
-Resumable: ``results.jsonl`` is the append-only, fsynced log of ``data_gen.common.store.ResultLog`` keyed by
+Resumable: ``results.jsonl`` is the append-only, fsynced log of ``neos_core.results.ResultLog`` keyed by
 ``benchmark/item/run``; a restart skips what is recorded and redoes the rest, a line cut mid-write is dropped with a
 warning naming file and line, a damaged complete line stops the run naming them. Infrastructure failures (the
 policy endpoint or the tool server unreachable) are recorded as ``error`` lines, counted, and redone on restart;
@@ -24,10 +24,11 @@ import aiohttp
 from pydantic import BaseModel, Field
 from tqdm import tqdm
 
-from data_gen.common.store import ResultLog
-from verl_ext.eval.benchmarks import BenchmarkSpec, EvalItem
+from neos_core.results import ResultLog
+from verl_ext.eval.benchmarks import EvalItem
 from verl_ext.eval.episode import Episode, PolicySettings, PolicyUnavailable
 from verl_ext.eval.judging import CachedJudge, judge_pin
+from verl_ext.eval.specs import BenchmarkSpec
 from verl_ext.reward.judge import JudgeConfig
 from verl_ext.rollout.protocols import Protocol
 from verl_ext.rollout.record import TrajectoryRecord

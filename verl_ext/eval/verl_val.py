@@ -41,14 +41,15 @@ from typing import Any
 import aiohttp
 import pandas as pd
 
-from data_gen.common.export import user_prompt
-from data_gen.common.store import ResultLog
-from verl_ext.eval.benchmarks import AGENT_PROTOCOLS, BenchmarkSpec, EvalItem, json_lines
+from neos_core.results import ResultLog
+from verl_ext.eval.benchmarks import AGENT_PROTOCOLS, EvalItem, json_lines
 from verl_ext.eval.episode import image_bytes, save_image
 from verl_ext.eval.judging import CachedJudge, judge_pin
 from verl_ext.eval.run import ERROR_RATE_WARNING, EvalRecord, check_pin, judged_record, load_items, result_key, \
     sampling_for
+from verl_ext.eval.specs import BenchmarkSpec
 from verl_ext.reward.judge import JudgeConfig
+from verl_ext.rollout.prompts import user_prompt
 from verl_ext.rollout.protocols import Protocol
 from verl_ext.rollout.record import EVAL_KEY, TRAJECTORY_JSON, TrajectoryRecord
 

@@ -34,7 +34,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from data_gen.common.entry_lock import hold_or_none
+from neos_core.entry_lock import hold_or_none
 from tool_server.mei.jsonl import JsonlAppender, iter_jsonl, write_atomic
 from tool_server.mei.log import BLOB_URL_PREFIX, BlobStore, MEIRecord
 from verl_ext.mei.selection import RetainedCall

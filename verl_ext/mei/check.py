@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from data_gen.common.usage import OneLineParser, nonnegative_int, positive_int, share
+from neos_core.usage import OneLineParser, nonnegative_int, positive_int, share
 from tool_server.mei import MEIConfig
 from tool_server.mei.client import logged_answer_check, read_answer
 from tool_server.mei.log import BlobStore, MEILog, MEIRecord, blobs_dir_of, load_images

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 from aiohttp import web
 
-from data_gen.common.usage import OneLineParser, listening_socket, port, positive_int
+from neos_core.usage import OneLineParser, listening_socket, port, positive_int
 from verl_ext.mei.chat import ChatInputError, render
 from verl_ext.notices import quiet_verl_import_notices
 from verl_ext.tools.shards import server_urls

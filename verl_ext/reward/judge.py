@@ -12,6 +12,7 @@ says ``judge_fallback`` in the sample's ``reward_extra_info``, and each process 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import os
@@ -131,6 +132,11 @@ async def chat_choice(
         raise JudgeReplyError(f"not a chat message: {str(choice)[:200]!r}")
     usage = body.get("usage")
     return choice, usage if isinstance(usage, dict) else {}
+
+
+def png_part(data: bytes, mime: str = "image/png") -> dict[str, Any]:
+    """Image bytes as a chat message part (a data URL)."""
+    return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{base64.b64encode(data).decode()}"}}
 
 
 async def chat_reply(

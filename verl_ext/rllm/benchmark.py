@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from data_gen.common.usage import OneLineParser, positive_int
+from neos_core.usage import OneLineParser, positive_int
 from verl_ext.rllm.episode import PROTOCOL_OF_AGENT, SearchTask, plain
 
 AGENT_OF_PROTOCOL = {"neos": "neos_search", "modalsearch": "modalsearch_react"}

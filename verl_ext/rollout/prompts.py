@@ -48,3 +48,8 @@ def system_prompt(protocol: Protocol, tool_schemas: Sequence[dict[str, Any]]) ->
 
 def final_turn_instruction(protocol: Protocol) -> str:
     return _FINAL_TURN[protocol]
+
+
+def user_prompt(question: str, n_images: int) -> list[dict[str, str]]:
+    """The user turn of a verl RL row (``prompt``): one ``<image>`` placeholder per input image, then the question."""
+    return [{"role": "user", "content": "<image>\n" * n_images + question}]

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from data_gen.common.usage import OneLineParser, nonnegative_int, whole_number
+from neos_core.usage import OneLineParser, nonnegative_int, whole_number
 from verl_ext.notices import quiet_verl_import_notices
 
 if TYPE_CHECKING:
@@ -85,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         return _input_error(f"--out: {args.out} is a file, not a directory")
 
     quiet_verl_import_notices()  # before the first import that reaches verl
-    from data_gen.common.store import ResultLogError
-    from data_gen.world.store import World
+    from neos_core.results import ResultLogError
+    from neos_core.world.store import World
     from verl_ext.walkthrough.questions import NoTasksError, load_questions
 
     try:

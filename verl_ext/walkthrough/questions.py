@@ -13,10 +13,9 @@ from pathlib import Path
 
 from PIL import Image
 
-from data_gen.common.store import latest_per_key, read_records
-from data_gen.neos.export import dedupe
-from data_gen.neos.schema import Outcome, Task
-from data_gen.world.store import World
+from neos_core.neos_tasks import Outcome, Task, dedupe
+from neos_core.results import latest_per_key, read_records
+from neos_core.world.store import World
 from tool_server.offline.pixels import open_flattened
 from verl_ext.rollout.record import TrajectoryRecord
 from verl_ext.walkthrough.behaviour import Call, Distractor
@@ -46,7 +45,7 @@ class NoTasksError(RuntimeError):
 
 def load_questions(tasks_dir: Path, world: World, limit: int, seed: int = 0) -> list[Question]:
     """The first ``limit`` verified tasks (in the export's key order) as :class:`Question` s; a bad line of
-    ``results.jsonl`` raises :class:`~data_gen.common.store.ResultLogError` naming the file and line."""
+    ``results.jsonl`` raises :class:`~neos_core.results.ResultLogError` naming the file and line."""
     log_path = tasks_dir / "results.jsonl"
     if not log_path.is_file():
         raise NoTasksError(f"{log_path} does not exist: run `python -m data_gen neos --world W --out {tasks_dir}`")

@@ -1,6 +1,6 @@
 """Source adapters of the world, in merge order.
 
-Each adapter is a module exposing ``SOURCES`` (names of :data:`data_gen.world.sources.SPECS` it reads) and
+Each adapter is a module exposing ``SOURCES`` (names of :data:`neos_core.world.sources.SPECS` it reads) and
 ``contribute(sources, size) -> Contribution``. Order matters twice: when two adapters give the same entity id the
 first one's label, kind and description win, and when two pages want the same title the first keeps it bare
 (later ones are qualified, Wikipedia style: ``Georgia_(us_state)``).

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from data_gen.world.adapters._prose import join_list
-from data_gen.world.model import Entity, Page, page_url, slugify
+from neos_core.world.model import Entity, Page, page_url, slugify
 
 SOURCE = "wordnet-base"
 WORDNET_DIR = Path("usr/share/wordnet")

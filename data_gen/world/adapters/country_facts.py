@@ -41,8 +41,8 @@ from data_gen.world.adapters._wordnet_data import (
     load_wordnet,
     page_title,
 )
-from data_gen.world.model import Contribution, Entity, Page, Triple, page_url, slugify
 from data_gen.world.properties import CULTURE_RELATIONS, FEATURE_RELATIONS, relations
+from neos_core.world.model import Contribution, Entity, Page, Triple, page_url, slugify
 
 SOURCES = ("wordnet-base", "world-countries")
 

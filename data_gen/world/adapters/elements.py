@@ -33,8 +33,8 @@ from pathlib import Path
 
 from data_gen.world.adapters._prose import join_list
 from data_gen.world.adapters.wildlife import country_names
-from data_gen.world.model import Contribution, Entity, Page, Triple, page_url, slugify
 from data_gen.world.properties import relations
+from neos_core.world.model import Contribution, Entity, Page, Triple, page_url, slugify
 
 SOURCES = ("mendeleev", "world-countries")
 DATABASE = Path("mendeleev/elements.db")

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from PIL import Image as PILImage
 
-from data_gen.world.model import Contribution, Entity, Image, ImageAsset, Page, Triple, image_url, page_url, slugify
 from data_gen.world.properties import relations
+from neos_core.world.model import Contribution, Entity, Image, ImageAsset, Page, Triple, image_url, page_url, slugify
 from tool_server.offline.pixels import flattened
 
 SOURCES = ("kgeography-data",)

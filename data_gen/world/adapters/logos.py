@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from data_gen.world.model import Contribution, Entity, Image, ImageAsset, Page, Triple, image_url, page_url, slugify
 from data_gen.world.properties import relations
 from data_gen.world.render import font_path, rasterize_svg
+from neos_core.world.model import Contribution, Entity, Image, ImageAsset, Page, Triple, image_url, page_url, slugify
 
 SOURCES = ("simple-icons", "fonts-dejavu-core")
 SOURCE = "simple-icons"

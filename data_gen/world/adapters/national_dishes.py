@@ -33,8 +33,8 @@ from data_gen.world.adapters._geo import fold
 from data_gen.world.adapters._prose import join_list
 from data_gen.world.adapters._wordnet_data import Synset, WordNet, load_wordnet
 from data_gen.world.adapters.country_facts import load_countries
-from data_gen.world.model import Contribution, Entity, Page, Triple, page_url, slugify
 from data_gen.world.properties import NATIONAL_DISH, relations
+from neos_core.world.model import Contribution, Entity, Page, Triple, page_url, slugify
 
 SOURCES = ("country-json", "wordnet-base", "world-countries")
 DISHES = Path("package/src/country-by-national-dish.json")

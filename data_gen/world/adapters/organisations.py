@@ -41,8 +41,8 @@ from data_gen.world.adapters._prose import join_list
 from data_gen.world.adapters._wordnet_data import load_wordnet
 from data_gen.world.adapters.country_facts import COMPLETE_ELSEWHERE, add_entity
 from data_gen.world.adapters.wildlife import country_names
-from data_gen.world.model import Contribution, Entity, Page, Triple, page_url, slugify
 from data_gen.world.properties import relations
+from neos_core.world.model import Contribution, Entity, Page, Triple, page_url, slugify
 
 SOURCES = ("country-converter", "world-countries", "wordnet-base")
 TABLE = Path("country_converter/country_data.tsv")

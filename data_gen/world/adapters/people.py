@@ -26,8 +26,8 @@ from data_gen.world.adapters._geo import WORLD_COUNTRIES
 from data_gen.world.adapters._prose import join_list
 from data_gen.world.adapters._wordnet_data import INSTANCE_HYPERNYM, Synset, WordNet, load_wordnet
 from data_gen.world.adapters.country_facts import add_entity, entity_id
-from data_gen.world.model import Contribution
 from data_gen.world.properties import relations
+from neos_core.world.model import Contribution
 
 SOURCES = ("wordnet-base", "world-countries")
 LEXFILE_PERSON = 18  # noun.person

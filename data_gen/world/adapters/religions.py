@@ -26,8 +26,8 @@ from pathlib import Path
 from data_gen.world.adapters._country_json import SOURCE, country_id, country_ids, load_table
 from data_gen.world.adapters._prose import join_list
 from data_gen.world.adapters.country_facts import load_countries
-from data_gen.world.model import Contribution, Entity, Page, Triple, page_url, slugify
 from data_gen.world.properties import MAIN_RELIGION, relations
+from neos_core.world.model import Contribution, Entity, Page, Triple, page_url, slugify
 
 SOURCES = ("country-json", "world-countries")
 RELIGIONS = Path("package/src/country-by-religion.json")

@@ -28,8 +28,8 @@ from data_gen.world.adapters._cldr import ENGLISH, GLOBAL, SOURCE, load_cldr
 from data_gen.world.adapters._geo import load_world_countries
 from data_gen.world.adapters._prose import join_list
 from data_gen.world.adapters.countries import language_labels
-from data_gen.world.model import Contribution, Entity, Page, Triple, page_url, slugify
 from data_gen.world.properties import WRITING_SYSTEM, relations
+from neos_core.world.model import Contribution, Entity, Page, Triple, page_url, slugify
 
 SOURCES = ("babel", "world-countries")
 # ISO 15924 codes for a combination of scripts (Jpan: Han, Hiragana, Katakana; Kore: Hangul, Han; Hanb: Han,

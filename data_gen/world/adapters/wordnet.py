@@ -27,8 +27,8 @@ from data_gen.world.adapters._wordnet_data import (
     synset_entity,
     synset_page,
 )
-from data_gen.world.model import Contribution, Triple
 from data_gen.world.properties import relations
+from neos_core.world.model import Contribution, Triple
 
 SOURCES = ("wordnet-base", "tuxpaint-stamps-default")
 _RELATIONS = ((HYPERNYM, "P279"), (INSTANCE_HYPERNYM, "P31"), *((s, "P361") for s in HOLONYMS),

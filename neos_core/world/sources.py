@@ -5,7 +5,7 @@ build needs no special network access and every input is a published, versioned,
 ``<cache>/archives/<registry>/``; each is extracted once into ``<cache>/src/<name>-<version>/`` (written to a temporary
 directory and renamed, so an interrupted extraction never looks complete). A second build finds both and runs no
 client at all. Several processes (jobs, test sessions of several checkouts) share one cache: each archive is fetched and
-each tree extracted under a per-entry lock (``.<entry>.lock`` beside it, ``data_gen.common.entry_lock``) into a private
+each tree extracted under a per-entry lock (``.<entry>.lock`` beside it, ``neos_core.entry_lock``) into a private
 temporary path that is renamed into place, so a process waiting for the lock then finds the finished entry, and nothing
 is deleted that another process may be reading. Debian packages are not pinned upstream (a point release replaces the
 archive), so their spec carries no version: the version fetched (read from the .deb itself) is what the manifest records
@@ -29,8 +29,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from data_gen.common.entry_lock import exclusive
-from data_gen.world.model import SourceSpec
+from neos_core.entry_lock import exclusive
+from neos_core.world.model import SourceSpec
 
 WIKI_LICENSE = "CC BY-SA 4.0 (Wikipedia text)"
 

@@ -1,8 +1,10 @@
 """The records the Neos pipeline writes: one :class:`Task` per synthesized question, one :class:`Outcome` per
-processed candidate (what ``results.jsonl`` holds, one line each, so a restart knows exactly what is done)."""
+processed candidate (what ``results.jsonl`` holds, one line each, so a restart knows exactly what is done).
+They live below the packages: ``data_gen`` writes them, the walkthrough (``verl_ext.walkthrough``) reads them."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -107,3 +109,16 @@ class Outcome(_Model):
     counts: dict[str, int] = Field(default_factory=dict)  # seed_done: structures rejected per reason
     probes: dict[str, bool] = Field(default_factory=dict)  # probe name -> solved
     seconds: dict[str, float] = Field(default_factory=dict)  # stage -> wall time spent on this candidate
+
+
+def dedupe(outcomes: Sequence[Outcome]) -> list[Outcome]:
+    """The verified tasks, one per question over the same entry images: what the export splits and the walkthrough
+    rolls out."""
+    seen: set[tuple[str, tuple[str, ...]]] = set()
+    kept = []
+    for o in sorted((o for o in outcomes if o.status == "verified" and o.task), key=lambda o: o.key):
+        sig = (" ".join(o.task.question.lower().split()), tuple(e.image_id for e in o.task.entry_images))
+        if sig not in seen:
+            seen.add(sig)
+            kept.append(o)
+    return kept

@@ -3,7 +3,7 @@
 The world is a small "web": pages with text and hyperlinks, images with captions, and a knowledge graph.
 Every page and image has a stable URL under one reserved host (``.invalid`` never resolves), so tools, MEI and
 data generation speak URLs exactly as they would on the real web. These dataclasses are the one schema that the
-builder writes and that :class:`data_gen.world.store.World` reads back.
+builder writes and that :class:`neos_core.world.store.World` reads back.
 """
 
 from __future__ import annotations

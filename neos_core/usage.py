@@ -1,6 +1,6 @@
 """What every command line of the project shares: a parser whose usage errors are one line with exit code 2, and
-checked value types whose messages name the flag (argparse prefixes ``argument --flag:``). Standard library only, so
-the tool server, which imports no ``verl_ext``, uses it too."""
+checked value types whose messages name the flag (argparse prefixes ``argument --flag:``). Standard library only, and
+below every package (``neos_core``), so the tool server uses it as the verl plugins and data generation do."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from data_gen.world.model import FORMAT_VERSION, Entity, Image, Page, Relation, Triple
+from neos_core.world.model import FORMAT_VERSION, Entity, Image, Page, Relation, Triple
 
 T = TypeVar("T")
 

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from data_gen.common.entry_lock import exclusive, hold_or_none
+from neos_core.entry_lock import exclusive, hold_or_none
 
 KEEP_UNUSED_S = 7 * 24 * 3600.0  # a small world is ~20 MB, the tiny model ~40 MB: a week of them costs little
 
