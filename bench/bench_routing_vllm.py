@@ -28,7 +28,7 @@ from typing import get_args
 
 import aiohttp
 
-from data_gen.common.usage import OneLineParser, int_list, nonnegative_float, positive_int, subset
+from neos_core.usage import OneLineParser, int_list, nonnegative_float, positive_int, subset
 from verl_ext.rollout.routing import Policy, RouterSettings, TurnRouter, prefix_keys
 
 METRICS = {"prompt": "vllm:prompt_tokens_total", "hits": "vllm:prefix_cache_hits_total",
