@@ -11,7 +11,6 @@ import asyncio
 import json
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np

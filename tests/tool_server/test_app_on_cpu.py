@@ -13,7 +13,6 @@ import subprocess
 import sys
 import urllib.request
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
