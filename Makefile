@@ -14,7 +14,7 @@ WORLD ?= worlds/small
 help:
 	@echo "make demo         the whole Neos loop on CPU: world -> tasks -> rollouts -> judge -> turn credit -> report"
 	@echo "                  in $(DEMO)/report (1-5 min once .venv exists)"
-	@echo "make test         the CPU test suite, then verl's own CPU tests with our plugins (about 18 min); installs"
+	@echo "make test         the CPU test suite, then verl's own CPU tests with our plugins (about 20 min); installs"
 	@echo "                  missing Debian packages first, saying so (NEOS_TEST_REDIS_URL: use an existing Redis)"
 	@echo "make venv         only create $(VENV) (first use of demo/test does it: ~7 GB, torch with CUDA libraries)"
 	@echo "make install      reinstall this package into $(VENV) (seconds), as a user's pip install would"

@@ -161,6 +161,7 @@ def test_ctrl_c_is_one_line_and_the_rerun_goes_on(tmp_path, capsys, threaded_cha
         os.kill(os.getpid(), signum)
 
     before = signal.getsignal(signal.SIGTERM)  # SIG_DFL alone; an earlier test's ray.init() leaves Ray's handler
+    signal.signal(signal.SIGINT, lambda *_: None)  # a handler an embedding process left: Ctrl-C must still stop it
     threading.Thread(target=interrupt, daemon=True).start()
     with pytest.raises(SystemExit) as exit_:
         main(argv)
@@ -169,6 +170,7 @@ def test_ctrl_c_is_one_line_and_the_rerun_goes_on(tmp_path, capsys, threaded_cha
     assert err.strip().splitlines()[-1].endswith(f"{what}; finished episodes are kept in {results}: rerun the "
                                                  "same command to go on")
     assert signal.getsignal(signal.SIGTERM) is before  # the command's handler is its own only
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     assert 1 <= len(results.read_text().splitlines()) < 6
     threaded_chat.reply = scripted_policy(ANSWERS)
     assert main(argv) == 0

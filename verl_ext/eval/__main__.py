@@ -213,7 +213,10 @@ def _resumable(p: argparse.ArgumentParser, out: Path) -> Iterator[None]:
     """Ctrl-C (exit code 130) or SIGTERM (143) is one line saying what is kept and how to go on, not a traceback:
     every finished episode is already on disk."""
     main_thread = threading.current_thread() is threading.main_thread()  # signal handlers live there only
-    previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
+    # Ctrl-C as Python's own KeyboardInterrupt even where an embedding process (a test session, a notebook) left
+    # another SIGINT handler installed
+    previous = ((signal.signal(signal.SIGTERM, _terminate), signal.signal(signal.SIGINT, signal.default_int_handler))
+                if main_thread else None)
     try:
         yield
     except KeyboardInterrupt as exc:
@@ -221,8 +224,9 @@ def _resumable(p: argparse.ArgumentParser, out: Path) -> Iterator[None]:
         p.exit(code, f"{p.prog}: {what}; finished episodes are kept in {out / 'results.jsonl'}: rerun the same "
                "command to go on\n")
     finally:
-        if main_thread:
-            signal.signal(signal.SIGTERM, previous)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous[0])
+            signal.signal(signal.SIGINT, previous[1])
 
 
 def _check_inputs(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
