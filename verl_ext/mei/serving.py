@@ -12,12 +12,10 @@ as the pool's first MEI SFT rank: size ``--gpu-memory-utilization`` for both. Th
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -25,6 +23,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field
 
 from tool_server.ray_fleet import die_with_parent
+from verl_ext.mei.vllm_server import wait_healthy
 
 ENGINES = {"vllm": "verl_ext.mei.vllm_server", "hf": "verl_ext.mei.server"}
 
@@ -63,19 +62,9 @@ class MEIServerProcess:
         self._local = f"http://127.0.0.1:{port}"
 
     def address(self, timeout_s: float) -> str:
-        """Once the server answers ``/admin/version`` (its model loaded); raises if it exits or the time runs out."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                raise RuntimeError(f"the MEI server exited with {self._proc.returncode} before it served")
-            try:
-                with urllib.request.urlopen(self._local + "/admin/version", timeout=5) as resp:
-                    if resp.status == 200:
-                        return self._url
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(2.0)
-        raise RuntimeError(f"the MEI server did not serve within {timeout_s:.0f} s")
+        """Once the server answers ``/health`` (its model loaded); raises if it exits or the time runs out."""
+        asyncio.run(wait_healthy(self._local, self._proc, timeout_s))
+        return self._url
 
     def alive(self) -> bool:
         return self._proc.poll() is None
@@ -89,9 +78,11 @@ class MEIServerProcess:
             self._proc.wait()
 
 
-def start_on_pool(pool: Any, settings: ServeSettings, model_path: str, version: str, server_url: str) -> tuple[Any, str]:
-    """Start the MEI server on ``pool``'s first bundle (a verl ``RayResourcePool``); returns the actor and the
-    address it serves at, once it serves ``version``."""
+def start_on_pool(
+    pool: Any, settings: ServeSettings, model_path: str, version: str, server_url: str
+) -> tuple[Any, str]:
+    """Start the MEI server on ``pool``'s first bundle (a verl ``RayResourcePool``) serving ``model_path`` as
+    ``version``; returns the actor and its address once it is healthy (the trainer then checks the version)."""
     import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 

@@ -195,18 +195,19 @@ def vllm_command(model_dir: Path, vllm_port: int, extra: Sequence[str]) -> list[
 
 
 async def wait_healthy(url: str, proc: subprocess.Popen | None, timeout_s: float) -> None:
-    """Until ``url``/health answers 200; raises ``RuntimeError`` if ``proc`` exits or the time runs out."""
+    """Until ``url``/health answers 200 (vLLM, and both MEI servers); raises ``RuntimeError`` if ``proc`` exits or the
+    time runs out."""
     deadline = time.monotonic() + timeout_s
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
         while time.monotonic() < deadline:
             if proc is not None and proc.poll() is not None:
-                raise RuntimeError(f"vllm serve exited with {proc.returncode} before it was healthy")
+                raise RuntimeError(f"{url}: its process exited with {proc.returncode} before it was healthy")
             with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
                 async with session.get(url + "/health") as resp:
                     if resp.status == 200:
                         return
             await asyncio.sleep(1.0)
-    raise RuntimeError(f"vLLM at {url} not healthy after {timeout_s:.0f} s")
+    raise RuntimeError(f"{url} not healthy after {timeout_s:.0f} s")
 
 
 def parser() -> OneLineParser:
