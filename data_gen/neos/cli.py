@@ -38,6 +38,7 @@ from data_gen.neos.agents import (
     probe_text_only_search,
     teacher_brief,
 )
+from data_gen.neos.closed_book import RECOGNISED_SOURCES
 from data_gen.neos.export import check_exportable, export, mei_pairs
 from data_gen.neos.kg_world import KGWorldError, entity_subset, image_files, read_graph, write_world
 from data_gen.neos.llm import LLMRewriter, LLMTextOnlyProbe, ProbeUnavailable, VLMEntryImageProbe, VLMObserver
@@ -262,6 +263,17 @@ def contested_report(world: World) -> dict:
             "by_source": dict(Counter(f["source"] for f in facts).most_common())}
 
 
+def closed_book_reach(world: World) -> int:
+    """Images the closed-book probe recognises (national flags and locator maps of the offline world's sources); 0
+    (a loaded KG's Commons images) means it rejects nothing, which a warning says."""
+    n = sum(im.source in RECOGNISED_SOURCES for im in world.images.values())
+    if not n:
+        print("warning: the closed-book probe recognises none of this world's images (sources "
+              f"{', '.join(sorted(RECOGNISED_SOURCES))}): it rejects no task, so tasks a strong model answers without "
+              "a tool may pass", file=sys.stderr)
+    return n
+
+
 def open_world_undecided(tasks: Sequence[Task]) -> dict:
     """Verified tasks through a relation the open-world rule does not classify (taken as closed), and per relation
     how many: a loaded KG's own relations land here until data_gen.neos.open_world decides them."""
@@ -390,6 +402,7 @@ def main(args: argparse.Namespace) -> int:
     log.close()
     stats = statistics(outcomes)
     stats["contested_facts"] = contested_report(world)
+    stats["closed_book_recognised_images"] = closed_book_reach(world)
     stats["strict_colour_ablation"] = strict_ablation(Synthesizer(world, seed=args.seed, config=config), [
         o.task for o in outcomes if o.status == "verified" and o.task])
     stats["splits"] = export(outcomes, args.world, args.out)

@@ -202,6 +202,7 @@ def test_cli_resumes_without_duplicates_and_exports_verl_parquet(cli_out):
     assert stats["verified"] == 4 and sum(stats["splits"].values()) == 4
     assert sum(stats["hops"].values()) == 4 and stats["labels"] == {"search_required": 4}
     assert stats["plots"] and all((tmp_path / "plots" / name).is_file() for name in stats["plots"])
+    assert stats["closed_book_recognised_images"] > 0  # the offline world's flags and maps
     frames = [pd.read_parquet(tmp_path / f"{s}.parquet") for s in ("train", "rl", "benchmark")]
     df = pd.concat([f for f in frames if len(f)])
     assert {"prompt", "images", "data_source", "reward_model", "extra_info", "agent_name"} <= set(df.columns)
