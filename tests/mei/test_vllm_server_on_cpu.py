@@ -86,7 +86,7 @@ async def stack(tmp_path):
     front = TestServer(create_app(server))
     await front.start_server()
     async with TestClient(front) as client:
-        yield client, vllm, tmp_path
+        yield client, vllm, tmp_path, server
     await server.close()
     await front.close()
     await upstream.close()
@@ -96,7 +96,7 @@ MESSAGES = [{"role": "user", "content": "hello"}]
 
 
 async def test_answers_carry_the_version_and_reach_vllm_under_its_served_name(stack):
-    client, vllm, _ = stack
+    client, vllm, _, _ = stack
     r = await client.post("/v1/chat/completions", json={"model": "whatever", "messages": MESSAGES})
     body = await r.json()
     assert r.status == 200 and body["model"] == "v0"
@@ -116,7 +116,7 @@ async def test_answers_carry_the_version_and_reach_vllm_under_its_served_name(st
 
 
 async def test_load_reloads_in_place_then_resets_caches_then_switches(stack):
-    client, vllm, root = stack
+    client, vllm, root, _ = stack
     v1 = checkpoint(root, "v1")
     url = str(client.make_url("")).rstrip("/")
     assert await activate(url, v1, "v1") == "v1"  # the trainer's own client
@@ -130,14 +130,15 @@ async def test_load_reloads_in_place_then_resets_caches_then_switches(stack):
 async def test_a_load_waits_for_requests_in_flight_and_holds_new_ones(stack):
     """Request A is in vLLM when the load arrives: A finishes on v0 weights and says v0; the reload happens after
     A; request B, sent during the load, reaches vLLM after the reload and says v1."""
-    client, vllm, root = stack
+    client, vllm, root, server = stack
     v1 = checkpoint(root, "v1")
     vllm.hold.clear()
     a = asyncio.create_task(client.post("/v1/chat/completions", json={"messages": MESSAGES}))
     while not vllm.events:
         await asyncio.sleep(0.01)
     load = asyncio.create_task(client.post("/admin/load", json={"path": str(v1), "version": "v1"}))
-    await asyncio.sleep(0.05)
+    while not server.gate.switching:  # the load waits for A, holding new requests back
+        await asyncio.sleep(0.01)
     b = asyncio.create_task(client.post("/v1/chat/completions", json={"messages": MESSAGES}))
     await asyncio.sleep(0.05)
     assert [e[0] for e in vllm.events] == ["chat"]  # neither the reload nor B passed A
@@ -150,7 +151,7 @@ async def test_a_load_waits_for_requests_in_flight_and_holds_new_ones(stack):
 
 
 async def test_refused_loads_change_nothing(stack):
-    client, vllm, root = stack
+    client, vllm, root, _ = stack
     wider = checkpoint(root, "wider", hidden_size=256)
     r = await client.post("/admin/load", json={"path": str(wider), "version": "v1"})
     err = (await r.json())["error"]

@@ -70,6 +70,11 @@ class VersionGate:
         self._open.set()
         self._switch = asyncio.Lock()
 
+    @property
+    def switching(self) -> bool:
+        """A switch holds new requests back (waiting for those in flight, or loading)."""
+        return not self._open.is_set()
+
     @contextlib.asynccontextmanager
     async def request(self) -> AsyncIterator[None]:
         await self._open.wait()
