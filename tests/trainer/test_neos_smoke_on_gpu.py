@@ -2,51 +2,35 @@
 credit, MEI co-evolution), our agent loop against a real tool server whose MEI is a real MEI server, 3 policy updates
 and an MEI update after the second (K=2).
 
-For the H200 machine (verl and Ray from ``../shared/gpu/verl_wheels.sh`` in ``/tmp/site``). Carry (git ignored):
-the smoke model (``python -m verl_ext.models build --out .gpu/smoke-vl --hidden-size 128 --layers 4 --dtype
-bfloat16``, ~50 MB), the Neos data of the small world (``python -m data_gen neos --world worlds/small --out
-.gpu/neos-data --limit 24``; its ``train.parquet``, ``rl.parquet``, ``sft.parquet`` and ``mei_sft.jsonl`` with
-``mei_sft.blobs``), ``.gpu/extra`` (json_repair, bm25s) and, in another call (one call's carry limit is 64 MiB;
-carried paths stay on a warm machine), ``worlds/small``. A randomly initialised policy never answers right and a
-random MEI never writes valid JSON, so both are warm-started first, as in the paper (cold-start SFT)::
+On the GPU machine (verl, Ray and vLLM staged by ``../shared/gpu/gpu_wheels.sh`` in ``/tmp/site``; docs/training.md
+"GPU smoke run"). Carry (git ignored, one call's carry limit is 64 MiB and carried paths must be named in every
+call): the Neos data of the small world (``python -m data_gen neos --world worlds/small --out .gpu/neos-data
+--limit 24``; only its ``train.parquet``, ``rl.parquet``, ``sft.parquet``, ``mei_sft.jsonl`` and ``mei_sft.blobs``)
+and ``worlds/small``. A randomly initialised policy never answers right and a random MEI never writes valid JSON, so
+both are warm-started first, as in the paper (cold-start SFT), at the same time::
 
     # the policy: verl's SFT trainer on the cold-start trajectories (tests/data_gen/test_verl_sft_on_gpu.py)
-    NEOS_TINY_VL_DIR=.gpu/smoke-vl NEOS_SFT_STEPS=170 NEOS_SFT_LR=2e-3 NEOS_SFT_DATA=.gpu/neos-data \
-      NEOS_SFT_OUT=/tmp/neos-sft python -m pytest ... test_verl_sft_on_gpu.py
-    # the first MEI version, on the MEI pairs (39 for --limit 24)
-    # (ends with "MEI v0 warm start: valid answers k/8": greedy answers read by the tool server's checks)
-    python -m verl_ext.mei.warm_start --model .gpu/smoke-vl --pairs .gpu/neos-data/mei_sft.jsonl --out /tmp/neos-mei \
-      --epochs 120 --lr 5e-3 --global-batch-size 13 --micro-batch-size 13 --attn-implementation sdpa --no-remove-padding \
-      --check-calls 8 --check-max-new-tokens 768 --min-valid-share 0.75 --extra-rounds 1
-    PYTHONPATH=/tmp/site:$PWD:$PWD/.gpu/extra NEOS_TINY_VL_DIR=$PWD/.gpu/smoke-vl NEOS_SMOKE_DATA=$PWD/.gpu/neos-data \
-      NEOS_SMOKE_POLICY=/tmp/neos-sft/global_step_170/huggingface NEOS_SMOKE_MEI=/tmp/neos-mei/v0/huggingface \
-      python -m pytest -s -o python_files='test_*_on_gpu.py' -m gpu tests/trainer/test_neos_smoke_on_gpu.py
+    NEOS_SFT_STEPS=170 NEOS_SFT_LR=2e-3 NEOS_SFT_DATA=.gpu/neos-data NEOS_SFT_OUT=/tmp/neos-sft \
+      python -m pytest ... tests/data_gen/test_verl_sft_on_gpu.py
+    # the first MEI version on the MEI pairs (ends with "MEI v0 warm start: valid answers k/8")
+    python -m verl_ext.mei.warm_start --model $NEOS_TINY_VL_DIR --pairs .gpu/neos-data/mei_sft.jsonl \
+      --out /tmp/neos-mei --epochs 45 --lr 5e-3 --global-batch-size 8 --micro-batch-size 8 \
+      --attn-implementation sdpa --no-remove-padding --check-calls 8 --check-max-new-tokens 768
+    NEOS_SMOKE_DATA=.gpu/neos-data NEOS_SMOKE_POLICY=/tmp/neos-sft/global_step_170/huggingface \
+      NEOS_SMOKE_MEI=/tmp/neos-mei/v0/huggingface NEOS_SMOKE_MEI_ENGINE=vllm NEOS_SMOKE_OVERRIDES="\
+      actor_rollout_ref.rollout.name=vllm actor_rollout_ref.rollout.gpu_memory_utilization=0.3 \
+      actor_rollout_ref.rollout.enforce_eager=True" python -m pytest -s -o python_files='test_*_on_gpu.py' -m gpu \
+      tests/trainer/test_neos_smoke_on_gpu.py
 
-It starts ``python -m verl_ext.mei.server`` (``NEOS_SMOKE_MEI`` as version v0) and ``python -m tool_server
---mei-endpoint`` on the small world (``NEOS_SMOKE_WORLD``, default ``worlds/small``) on loopback, then the recipe with
-``NEOS_TOOL_SERVER_URL``, ``NEOS_MEI_*`` and ``NEOS_SMOKE_*`` pointing at them. ``NEOS_SMOKE_MEI_ENGINE=vllm``
-serves the MEI with vLLM (``python -m verl_ext.mei.vllm_server``, checkpoints reloaded in place) instead. Extra
-Hydra overrides for the run can be given in ``NEOS_SMOKE_OVERRIDES`` (space-separated), e.g.
-``trainer.v1.neos.sampler.enable=true``. It prints the MEI warm start's check (``warm_start.json`` beside ``NEOS_SMOKE_MEI``), each step's ``mei/*`` metrics (retained
-calls by source, selection counts, the update's loss and version) and the tool server's MEI outcomes (valid,
-repaired, fallback; invalid answers, timeouts), which say why calls fell back.
+It starts the MEI server (``python -m verl_ext.mei.server``, or with ``NEOS_SMOKE_MEI_ENGINE=vllm`` ``python -m
+verl_ext.mei.vllm_server``, checkpoints reloaded in place; ``NEOS_SMOKE_MEI`` as version v0) and ``python -m
+tool_server --mei-endpoint`` on the small world (``NEOS_SMOKE_WORLD``, default ``worlds/small``) on loopback, then
+the recipe with ``NEOS_TOOL_SERVER_URL``, ``NEOS_MEI_*`` and ``NEOS_SMOKE_*`` pointing at them; extra Hydra
+overrides go in ``NEOS_SMOKE_OVERRIDES`` (space-separated). It prints the MEI warm start's check, each step's
+``mei/*`` metrics and what the policy's turns did (tool calls, format errors, how episodes ended: why a round made
+no MEI call), and the tool server's MEI outcomes (valid, repaired, fallback; invalid answers, timeouts).
 
-Passed on the H200 on 2026-12-03 (511 s; overrides ``trainer.v1.neos.sampler.enable=false`` (now the recipe's
-value) and ``trainer.v1.neos.mei.train.micro_batch_size_per_gpu=1``; policy and MEI warm-started on CPU on the same
-data, policy loss 0.007, MEI 0.31): steps 1-3 in 132, 113 and 73 s, rewards 0.625 / 0.125 / 0.0,
-``neos_credit/assessed_share`` 0.375 at steps 1 and 2, 5 MEI calls retained (2 from successes, 3 from productive
-turns of judged failures), the MEI update after step 2 served as v1 (``mei/version_index:1.0``, loss 0.035).
-With the sampler on (``trainer.v1.neos.sampler.enable=true trainer.total_training_steps=1``, so the step-3 and MEI
-assertions fail by design) main_ppo exited 0 after one update: 42 trajectories admitted, 13 cancelled, 2 mixed groups
-selected, generation 344 s (docs/benchmarks.md, "Mixed-group sampler").
-
-Added since, not yet run on the GPU (docs/mei_coevolution.md): the MEI SFT group's weights and Adam state are
-offloaded between updates (``pool: shared``), each step logs the rollout round's MEI version mix (asserted: never more
-than one version), the update logs ``mei/update/*`` and the tool server logs the v1 activation the trainer announced.
-Run again on an H100 on 2026-12-06 (main 5347c49, docs/training.md "Status"): main_ppo exited 0 after 3 updates, but
-with a policy at SFT loss 0.52 (malformed calls, reward 0) and an MEI whose warm start was stopped for device time,
-so no MEI update: these additions are still not exercised on a GPU.
-"""
+Last runs and their figures: docs/training.md, "Status"."""
 
 from __future__ import annotations
 
@@ -123,6 +107,9 @@ def test_three_policy_updates_and_one_mei_update(tmp_path, tiny_vl_model_dir, ve
         if step:  # each step's MEI metrics in full: retained calls by source, selection, update loss and version
             mei_metrics = re.findall(r"(mei/[\w/]+):(\S+)", line)
             print(f"step {step.group(1)} MEI:", " ".join(f"{k}={v}" for k, v in mei_metrics))
+            # what the policy's turns did: tool calls, format errors and how episodes ended (no MEI call: why)
+            turns = re.findall(r"((?:neos_tools|neos_rollout)/[\w/]+):(\S+)", line)
+            print(f"step {step.group(1)} turns:", " ".join(f"{k}={v}" for k, v in turns))
     if returncode != 0:
         for name in ("tools", "mei"):
             print(f"--- {name}.log tail\n" + (tmp_path / f"{name}.log").read_text(errors="replace")[-3000:])

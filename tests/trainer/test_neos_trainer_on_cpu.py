@@ -159,6 +159,32 @@ def test_batch_metrics_tool_mix_and_credit_composition_hand_computed():
         "neutral": 0.2}
     assert "neos_credit/turn_share/neutral" not in batch_metrics(rows[:1], CreditParams())  # nothing judged
     assert "neos_reward/judge_fallback_share" not in got  # no answer went to an LLM judge
+    assert got["neos_rollout/termination_share/answer"] == 1.0
+    assert not any("turn_errors" in k for k in got)  # every turn was a clean call or the answer
+
+
+def test_batch_metrics_say_why_a_run_made_no_tool_call():
+    # A weakly warm-started policy: two trajectories of malformed calls (one also a bad format) that hit the turn
+    # limit, one that answered at once; per trajectory, 4 malformed calls and 1 bad format over 3 = 4/3 and 1/3.
+    from verl_ext.credit import CreditParams
+    from verl_ext.trainer.metrics import batch_metrics
+
+    def trajectory(errors: list[str], ending: str) -> dict:
+        turns = [TurnRecord(index=i, span=(2 * i, 2 * i + 1), text="x", outcome="no_action", error_class="agent",
+                            error_type=e) for i, e in enumerate(errors)]
+        turns.append(TurnRecord(index=len(turns), span=(40, 42), text="a", outcome="answer"))
+        return {RECORD_KEY: TrajectoryRecord(protocol="neos", question="q", session_id=None, group_id="g",
+                                             mei_version=None, termination_reason=ending, turns=turns,
+                                             ).model_dump(mode="json")}
+
+    rows = [trajectory(["malformed_call"] * 3, "max_turns"), trajectory(["malformed_call", "bad_format"], "max_turns"),
+            trajectory([], "answer")]
+    got = batch_metrics(rows, CreditParams())
+    assert got["neos_rollout/turn_errors_per_trajectory/malformed_call"] == 4 / 3
+    assert got["neos_rollout/turn_errors_per_trajectory/bad_format"] == 1 / 3
+    assert got["neos_rollout/termination_share/max_turns"] == 2 / 3
+    assert got["neos_rollout/termination_share/answer"] == 1 / 3
+    assert not any(k.startswith("neos_tools/calls_per_trajectory") for k in got)
 
 
 def test_batch_metrics_answer_judge_fallback_share_over_llm_judged_answers():

@@ -1,7 +1,8 @@
-"""Per-update diagnostics of the selected batch that verl does not log (Neos Figs. 6 and 9): the tool-call mix and
-the credit-type composition of the judged failures' turns. verl already logs the rest of Neos App. B's list (Fig. 8): the batch
-reward (``critic/score/mean``), the dual-clipped share (``actor/pg_clipfrac_lower``), grad norm, rollout and update
-time (``timing_s/gen``, ``timing_s/update_actor``). And the trajectories lost to a raising agent loop
+"""Per-update diagnostics of the selected batch that verl does not log (Neos Figs. 6 and 9): the tool-call mix, what
+the policy's turns drew (format and call errors, how episodes ended) and the credit-type composition of the judged
+failures' turns. verl already logs the rest of Neos App. B's list (Fig. 8): the batch reward
+(``critic/score/mean``), the dual-clipped share (``actor/pg_clipfrac_lower``), grad norm, rollout and update time
+(``timing_s/gen``, ``timing_s/update_actor``). And the trajectories lost to a raising agent loop
 (``neos_rollout/failed_sessions``), which verl only logs."""
 
 from __future__ import annotations
@@ -54,10 +55,14 @@ def sessions_present(keys: Iterable[str], tags: Iterable[dict[str, Any]]) -> int
 
 
 def batch_metrics(rows: Sequence[dict[str, Any] | None], params: CreditParams) -> dict[str, float]:
-    """``neos_tools/calls_per_trajectory/<tool>`` over rows with a trajectory record, ``neos_credit/turn_share/<type>``
-    over the turns of assessed failures and ``neos_reward/judge_fallback_share`` over the answers sent to the LLM
-    answer judge (each absent when there are none)."""
+    """``neos_tools/calls_per_trajectory/<tool>`` and ``neos_rollout/turn_errors_per_trajectory/<error type>`` (the
+    format or call errors the policy's turns drew: what says why a run made no tool call) over rows with a trajectory
+    record, ``neos_rollout/termination_share/<reason>`` over the same, ``neos_credit/turn_share/<type>`` over the
+    turns of assessed failures and ``neos_reward/judge_fallback_share`` over the answers sent to the LLM answer judge
+    (each absent when there are none)."""
     calls: Counter[str] = Counter()
+    errors: Counter[str] = Counter()
+    endings: Counter[str] = Counter()
     types: Counter[str] = Counter()
     trajectories = llm_judged = judge_fallbacks = 0
     for extra in rows:
@@ -70,12 +75,16 @@ def batch_metrics(rows: Sequence[dict[str, Any] | None], params: CreditParams) -
         if record is not None:
             trajectories += 1
             calls.update(call["tool_name"] for turn in record["turns"] for call in turn["calls"])
+            errors.update(turn["error_type"] for turn in record["turns"] if turn.get("error_type"))
+            endings[record["termination_reason"]] += 1
         labels = extra.get(CREDIT_KEY)
         if labels is not None:
             labels = CreditLabels.model_validate(labels)
             if labels.assessed:
                 types.update(labels.turn_types(params))
     out = {f"neos_tools/calls_per_trajectory/{tool}": n / trajectories for tool, n in calls.items()}
+    out.update({f"neos_rollout/turn_errors_per_trajectory/{kind}": n / trajectories for kind, n in errors.items()})
+    out.update({f"neos_rollout/termination_share/{reason}": n / trajectories for reason, n in endings.items()})
     if llm_judged:  # the answer judge's rule fallbacks (each process also warns: verl_ext.reward.judge)
         out["neos_reward/judge_fallback_share"] = judge_fallbacks / llm_judged
     total = sum(types.values())
