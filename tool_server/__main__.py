@@ -67,8 +67,9 @@ def parser() -> argparse.ArgumentParser:
                    "their PNGs, the result cache's memory level, request bodies; the cache gives entries back, then "
                    "least recently used idle sessions are evicted (default: 16)")
     p.add_argument("--client-share", type=share, default=0.5, metavar="FRACTION",
-                   help="of the memory budget and of the body budget, what one client address may hold; past it "
-                   "that client gets 429 client_quota (default: %(default)g)")
+                   help="of the memory budget and of the body budget, what one client address may hold while another "
+                   "client competes (holds bytes, or tried within 10 s); past it that client gets 429 client_quota. A "
+                   "client alone may use the whole budget (default: %(default)g)")
     p.add_argument("--max-sessions-per-client", type=positive_int, default=10_000, metavar="N",
                    help="open sessions of one client address, over all --workers (default: 10000)")
     p.add_argument("--mei-endpoint", default=None, metavar="URL",

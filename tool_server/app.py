@@ -144,6 +144,7 @@ async def metrics(request: web.Request) -> web.Response:
         memory=request.app[MEMORY],
         search_restarts=request.app[WORLD].search_restarts,
         online=online.counters() if online is not None else None,
+        borrowed={"bodies": request.app[BODIES].share.borrowed, "images": sessions.share.borrowed},
     )
     return web.Response(text=text, content_type="text/plain", charset="utf-8", headers={"X-Format": "0.0.4"})
 
