@@ -25,6 +25,7 @@ from neos_core.usage import (
     share,
 )
 from neos_core.world.store import WorldError
+from tool_server import allocator
 from tool_server.assembly import LISTEN_BACKLOG, announce, build_app, connection_limits, load_world, server_settings
 from tool_server.bodies import BodyLimits
 from tool_server.connections import ConnectionLimits, GuardedAppRunner
@@ -152,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         handlers=[stderr])
     _check(p, args)
+    allocator.configure()  # before the world loads and --workers fork: they inherit it
     try:
         sock = listening_socket(args.host, args.port, LISTEN_BACKLOG)  # before the world is looked at
         if not (args.world / "manifest.json").is_file():

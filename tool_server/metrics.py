@@ -110,6 +110,11 @@ class Metrics:
                 "# HELP memory_refused_total Charges the memory budget refused after reclaiming, by kind.",
                 "# TYPE memory_refused_total counter",
                 *(f'memory_refused_total{{kind="{k}"}} {memory.refused[k]}' for k in kinds),
+                "# HELP memory_trims_total Heap memory given back to the OS after large releases (malloc_trim), and "
+                "trims due where the allocator has none.",
+                "# TYPE memory_trims_total counter",
+                f'memory_trims_total{{result="done"}} {memory.trimmer.trims}',
+                f'memory_trims_total{{result="unavailable"}} {memory.trimmer.unavailable}',
             ]
         out += [
             "# HELP client_share_borrowed_total Takes past a client's share let through because no other client "
