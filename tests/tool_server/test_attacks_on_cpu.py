@@ -107,6 +107,8 @@ async def test_a_client_over_its_image_share_gets_429_and_others_still_open(serv
     statuses = [(await _open(client, "hog", [image]))[0] for _ in range(8)]
     assert 5 * (4 * 300 * 300 + len(png)) <= 2 * MIB < 5 * (4 * 300 * 300 + len(png)) + 4 * 300 * 300
     assert statuses == [200] * 5 + [429] * 3  # 5 x 361 kB within its 2 MiB share, the sixth's pixels past it
+    r = await client.post("/v1/sessions", json={"images": [image]}, headers={"X-Client": "hog"})
+    assert (r.status, r.headers["Retry-After"]) == (429, "1")  # held back a second: no refusal loop at full speed
     assert [(await _open(client, f"honest{i}", [image]))[0] for i in range(1, 4)] == [200] * 3
     assert _within_budget(app)
 
