@@ -8,16 +8,14 @@ import pytest
 from tool_server.fairshare import FairShare
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+def clocked(window_s: float = 10.0) -> tuple[FairShare, list[float]]:
+    """A share of 500 of 1,000 bytes on a hand-moved clock: ``now[0]`` is the time."""
+    now = [100.0]
+    return FairShare(1000, 0.5, window_s=window_s, clock=lambda: now[0]), now
 
 
 def test_a_lone_client_borrows_and_is_counted():
-    share = FairShare(1000, 0.5, window_s=10.0, clock=Clock())
+    share, _ = clocked()
     assert share.share_bytes == 500
     assert share.admits("a", 500) and share.borrowed == 0  # exactly its share
     share.take("a", 500)
@@ -27,24 +25,22 @@ def test_a_lone_client_borrows_and_is_counted():
 
 
 def test_a_client_that_holds_bytes_competes_however_long_ago_it_took_them():
-    clock = Clock()
-    share = FairShare(1000, 0.5, window_s=10.0, clock=clock)
+    share, now = clocked()
     assert share.admits("b", 1)
     share.take("b", 1)
-    clock.now += 3600
+    now[0] += 3600
     assert share.admits("a", 500) and not share.admits("a", 501)
     share.give("b", 1)
     assert share.held == {} and share.admits("a", 501)  # b holds nothing and was last seen an hour ago
 
 
 def test_a_client_seen_within_the_window_competes_then_stops():
-    clock = Clock()
-    share = FairShare(1000, 0.5, window_s=10.0, clock=clock)
+    share, now = clocked()
     share.take("a", 500)
     assert share.admits("b", 10)  # b asks (and is refused by the budget, say): it competes from now on
-    clock.now += 9.9
+    now[0] += 9.9
     assert not share.admits("a", 1) and share.borrowed == 0
-    clock.now += 0.2  # 10.1 s after b's last try: a is alone again
+    now[0] += 0.2  # 10.1 s after b's last try: a is alone again
     assert share.admits("a", 1) and share.borrowed == 1
 
 
