@@ -25,6 +25,7 @@ from neos_core.usage import (
     share,
 )
 from neos_core.world.store import WorldError
+from tool_server import allocator
 from tool_server.assembly import LISTEN_BACKLOG, announce, build_app, connection_limits, load_world, server_settings
 from tool_server.bodies import BodyLimits
 from tool_server.connections import ConnectionLimits, GuardedAppRunner
@@ -67,8 +68,9 @@ def parser() -> argparse.ArgumentParser:
                    "their PNGs, the result cache's memory level, request bodies; the cache gives entries back, then "
                    "least recently used idle sessions are evicted (default: 16)")
     p.add_argument("--client-share", type=share, default=0.5, metavar="FRACTION",
-                   help="of the memory budget and of the body budget, what one client address may hold; past it "
-                   "that client gets 429 client_quota (default: %(default)g)")
+                   help="of the memory budget and of the body budget, what one client address may hold while another "
+                   "client competes (holds bytes, or tried within 10 s); past it that client gets 429 client_quota. A "
+                   "client alone may use the whole budget (default: %(default)g)")
     p.add_argument("--max-sessions-per-client", type=positive_int, default=10_000, metavar="N",
                    help="open sessions of one client address, over all --workers (default: 10000)")
     p.add_argument("--mei-endpoint", default=None, metavar="URL",
@@ -151,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         handlers=[stderr])
     _check(p, args)
+    allocator.configure()  # before the world loads and --workers fork: they inherit it
     try:
         sock = listening_socket(args.host, args.port, LISTEN_BACKLOG)  # before the world is looked at
         if not (args.world / "manifest.json").is_file():

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from tool_server.bodies import BodyBudget, BodyLimits, close_after
+from tool_server.bodies import QUOTA_DELAY_S, BodyBudget, BodyLimits, close_after, held_back
 from tool_server.cache import TieredCache
 from tool_server.calls import CALL_FIELDS, CallMemo, check_keys, json_object, parse_call
 from tool_server.errors import ToolError
@@ -67,6 +67,7 @@ class ServerSettings:
     memory_min_idle_s: float = 60.0  # a session idle this long may be evicted to make room for another's images
     session_id_prefix: str = "s_"
     client_header: str | None = None  # behind the --workers router: the header naming the client's address
+    quota_delay_s: float = QUOTA_DELAY_S  # a 429 client_quota is answered this late (0 behind the router: it waits)
     max_pixels: int = DEFAULT_MAX_PIXELS
     bodies: BodyLimits = BodyLimits()  # request bodies read at once, their deadline and minimum rate
 
@@ -91,6 +92,7 @@ def _json_errors(handler: Handler) -> Handler:
             response = web.json_response({"error": e.to_json()}, status=e.status)
             if close_after(request, e):  # refused or cut mid-body
                 response.force_close()
+            await held_back(response, e.type, request.app[SETTINGS].quota_delay_s)
             return response
         except web.HTTPException as e:
             if e.status < 400:
@@ -144,6 +146,7 @@ async def metrics(request: web.Request) -> web.Response:
         memory=request.app[MEMORY],
         search_restarts=request.app[WORLD].search_restarts,
         online=online.counters() if online is not None else None,
+        borrowed={"bodies": request.app[BODIES].share.borrowed, "images": sessions.share.borrowed},
     )
     return web.Response(text=text, content_type="text/plain", charset="utf-8", headers={"X-Format": "0.0.4"})
 
@@ -312,6 +315,15 @@ async def _with_pixels(ctx: ToolContext, session: Session, observation: Observat
     return body
 
 
+async def _trim_when_due(memory: MemoryBudget, every_s: float = 1.0) -> None:
+    """Background task: give the heap's free memory back to the OS (``malloc_trim``, in a thread: it walks the heap)
+    once enough client data was released (``allocator.Trimmer``); RSS otherwise stayed at an attack's peak."""
+    while True:
+        await asyncio.sleep(every_s)
+        if memory.trimmer.due():
+            await asyncio.to_thread(memory.trimmer.trim)
+
+
 WORLD = web.AppKey("world", OfflineWorld)
 SESSIONS = web.AppKey("sessions", SessionStore)
 RUNNER = web.AppKey("runner", ToolRunner)
@@ -388,11 +400,12 @@ def create_app(
     router.add_route("*", "/{tail:.*}", wrap(_no_route))  # last: what no other route takes
 
     async def lifecycle(app: web.Application):
-        evictor = asyncio.create_task(app[SESSIONS].run_evictor())
+        tasks = [asyncio.create_task(app[SESSIONS].run_evictor()), asyncio.create_task(_trim_when_due(memory))]
         yield
-        evictor.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await evictor
+        for task in tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         if hasattr(mei, "close"):
             await mei.close()
         if cache is not None:

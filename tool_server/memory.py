@@ -14,6 +14,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Literal
 
+from tool_server.allocator import Trimmer
+
 Kind = Literal["images", "cache", "bodies"]
 Reclaimer = Callable[[int], int]  # reclaimer(need) frees up to ``need`` bytes (or more), returns how many
 
@@ -26,6 +28,7 @@ class MemoryBudget:
         self.used: Counter[str] = Counter()  # by kind
         self.refused: Counter[str] = Counter()  # takes refused, by kind
         self._reclaimers: list[Reclaimer] = []
+        self.trimmer = Trimmer()  # what is given back is counted toward the next malloc_trim
 
     @property
     def total(self) -> int:
@@ -55,5 +58,6 @@ class MemoryBudget:
 
     def give(self, kind: Kind, nbytes: int) -> None:
         self.used[kind] -= nbytes
+        self.trimmer.released_bytes(nbytes)
         if self.used[kind] < 0:
             raise AssertionError(f"memory budget: {kind} gave back {-self.used[kind]} bytes more than it took")

@@ -45,6 +45,7 @@ class Metrics:
         memory: MemoryBudget | None = None,
         search_restarts: int = 0,
         online: dict[str, int] | None = None,
+        borrowed: dict[str, int] | None = None,
     ) -> str:
         out = ["# HELP tool_requests_total Tool calls by tool and HTTP status.", "# TYPE tool_requests_total counter"]
         out += [
@@ -94,10 +95,11 @@ class Metrics:
             "# HELP session_image_bytes Decoded pixels held by every session's visual register.",
             "# TYPE session_image_bytes gauge",
             f"session_image_bytes {image_bytes}",
-            "# HELP sessions_evicted_total Sessions evicted: idle past the TTL, or least recently used for memory.",
+            "# HELP sessions_evicted_total Sessions evicted: idle past the TTL, least recently used for memory, or of "
+            "a client over its share for a client within its own (preempted).",
             "# TYPE sessions_evicted_total counter",
         ]
-        out += [f'sessions_evicted_total{{reason="{r}"}} {evicted.get(r, 0)}' for r in ("idle", "memory")]
+        out += [f'sessions_evicted_total{{reason="{r}"}} {evicted.get(r, 0)}' for r in ("idle", "memory", "preempted")]
         if memory is not None:
             kinds = ("images", "cache", "bodies")
             out += [
@@ -108,7 +110,18 @@ class Metrics:
                 "# HELP memory_refused_total Charges the memory budget refused after reclaiming, by kind.",
                 "# TYPE memory_refused_total counter",
                 *(f'memory_refused_total{{kind="{k}"}} {memory.refused[k]}' for k in kinds),
+                "# HELP memory_trims_total Heap memory given back to the OS after large releases (malloc_trim), and "
+                "trims due where the allocator has none.",
+                "# TYPE memory_trims_total counter",
+                f'memory_trims_total{{result="done"}} {memory.trimmer.trims}',
+                f'memory_trims_total{{result="unavailable"}} {memory.trimmer.unavailable}',
             ]
+        out += [
+            "# HELP client_share_borrowed_total Takes past a client's share let through because no other client "
+            "competed, by budget.",
+            "# TYPE client_share_borrowed_total counter",
+        ]
+        out += [f'client_share_borrowed_total{{budget="{k}"}} {n}' for k, n in sorted((borrowed or {}).items())]
         out += [
             "# HELP reverse_search_restarts_total Reverse-search processes found dead and replaced.",
             "# TYPE reverse_search_restarts_total counter",

@@ -9,8 +9,10 @@ kept PNG encodings; all registers draw from the process's :class:`~tool_server.m
 the result cache's memory level first; then the least recently used sessions idle for at least
 ``memory_min_idle_s`` are evicted (a session in the middle of its episode is never evicted for memory; the call that
 finds none to evict gets ``server_memory_full``). One client's registers hold at most ``client_share`` of the budget
-(429 ``client_quota`` past it): 25 sessions from one address, touched every 10 s, once kept every other at 503.
-Sessions idle for longer than the TTL expire. The store
+while another client competes (:class:`~tool_server.fairshare.FairShare`; 429 ``client_quota`` past it): 25 sessions
+from one address, touched every 10 s, once kept every other at 503. A client alone may borrow the whole budget; a
+client within its share that finds no room takes it back: the least recently used sessions of clients over their
+share are evicted (``preempted``), busy or not. Sessions idle for longer than the TTL expire. The store
 keeps its sessions in order of last use, so expiry and memory eviction pop the oldest in O(1) each; a client (its
 address) holds at most ``max_sessions_per_client`` sessions, so one client cannot take every other's.
 """
@@ -28,6 +30,7 @@ from dataclasses import dataclass, field
 from PIL import Image
 
 from tool_server.errors import ToolError
+from tool_server.fairshare import CONTENTION_S, FairShare
 from tool_server.limits import quote
 from tool_server.memory import MemoryBudget
 from tool_server.offline.pixels import encode_png
@@ -199,13 +202,15 @@ class SessionStore:
         max_session_bytes: int | None = None,
         memory: MemoryBudget | None = None,
         client_share: float = 1.0,
+        contention_s: float = CONTENTION_S,
         memory_min_idle_s: float = 60.0,
         id_prefix: str = "s_",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``id_prefix`` starts every session id (``s3_``: worker 3's, which the ``--workers`` router reads);
         ``memory``: the process's budget the registers draw from (None: unbounded); ``client_share``: the fraction of
-        it one client's registers may hold."""
+        it one client's registers may hold while another client competes (``contention_s``: how long a client competes
+        after its last take of image memory, besides while it holds some)."""
         if ttl_s <= 0:
             raise ValueError(f"session TTL must be > 0, got {ttl_s}")
         self.ttl_s = ttl_s
@@ -214,15 +219,14 @@ class SessionStore:
         self._max_images = max_images
         self._max_session_bytes = max_session_bytes
         self._memory = memory
-        self._client_bytes = None if memory is None or client_share >= 1 else int(memory.limit_bytes * client_share)
+        self.share = FairShare(memory.limit_bytes if memory is not None else 1, client_share, contention_s, clock)
         self._min_idle_s = memory_min_idle_s
         self._id_prefix = id_prefix
         self._clock = clock
         self._sessions: OrderedDict[str, Session] = OrderedDict()  # least recently used first
         self._per_client: Counter[str] = Counter()
-        self.client_bytes: Counter[str | None] = Counter()  # image bytes held, by client
         self.image_bytes = 0  # held by every register together
-        self.evictions: Counter[str] = Counter()  # by reason: "idle" (TTL), "memory" (server budget)
+        self.evictions: Counter[str] = Counter()  # "idle" (TTL), "memory" (server budget), "preempted" (a share)
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -289,9 +293,10 @@ class SessionStore:
             self.evictions[reason] += 1
 
     def _admit(self, session_id: str, nbytes: int) -> None:
-        """Take ``nbytes`` of the memory budget for ``session_id``: within its client's share (else 429
-        ``client_quota``), reclaiming the cache's memory level, then evicting least recently used sessions idle for
-        ``memory_min_idle_s`` or more to make room; ``server_memory_full`` if that is not enough."""
+        """Take ``nbytes`` of the memory budget for ``session_id``: within its client's share unless that client is
+        alone (else 429 ``client_quota``), reclaiming the cache's memory level, then evicting least recently used
+        sessions idle for ``memory_min_idle_s`` or more, then (for a client within its share) sessions of clients over
+        theirs to make room; ``server_memory_full`` if that is not enough."""
         session = self._sessions.get(session_id)
         if session is None:  # evicted while its call ran: its bytes would never be given back
             raise ToolError(
@@ -302,34 +307,43 @@ class SessionStore:
         if self._memory is None:
             self._charge(session.client, nbytes)
             return
-        client, share = session.client, self._client_bytes
-        if client is not None and share is not None and self.client_bytes[client] + nbytes > share:
+        client = session.client
+        if not self.share.admits(client, nbytes):
             raise ToolError(
                 "client_quota",
-                f"client {quote(session.client)} holds {_mib(self.client_bytes[session.client])} of images, its share "
-                f"{_mib(self._client_bytes)} of the server's memory; delete finished sessions",
+                f"client {quote(client)} holds {_mib(self.share.held[client])} of images, its share "
+                f"{_mib(self.share.share_bytes)} of the server's memory while other clients use it; delete finished "
+                "sessions",
             )
+        within = self.share.held[client] + nbytes <= self.share.share_bytes
         cutoff = self._clock() - self._min_idle_s
         while not self._memory.take("images", nbytes):
             oldest = next(iter(self._sessions.values()), None)
-            if oldest is None or oldest.last_used > cutoff or oldest.id == session_id:
+            if oldest is not None and oldest.last_used <= cutoff and oldest.id != session_id:
+                self._drop(oldest.id, "memory")
+            elif within and (borrower := self._borrower_session(session_id)) is not None:
+                self._drop(borrower.id, "preempted")
+            else:
                 raise ToolError(
                     "server_memory_full",
                     f"the server's memory ({_mib(self._memory.limit_bytes)}) is held by sessions used in the last "
-                    f"{self._min_idle_s:g} s and by request bodies; retry later",
+                    f"{self._min_idle_s:g} s, within their clients' shares, and by request bodies; retry later",
                 )
-            self._drop(oldest.id, "memory")
-        self._charge(session.client, nbytes)
+        self._charge(client, nbytes)
+
+    def _borrower_session(self, session_id: str) -> Session | None:
+        """The least recently used session (not ``session_id``) of a client holding more than its share."""
+        return next(
+            (s for s in self._sessions.values() if s.id != session_id and self.share.over_share(s.client)), None
+        )
 
     def _charge(self, client: str | None, nbytes: int) -> None:
         self.image_bytes += nbytes
-        self.client_bytes[client] += nbytes
+        self.share.take(client, nbytes)
 
     def _uncharge(self, client: str | None, nbytes: int) -> None:
         self.image_bytes -= nbytes
-        self.client_bytes[client] -= nbytes
-        if not self.client_bytes[client]:
-            del self.client_bytes[client]
+        self.share.give(client, nbytes)
         if self._memory is not None:
             self._memory.give("images", nbytes)
 

@@ -44,7 +44,7 @@ from tool_server.assembly import (
     load_world,
     server_settings,
 )
-from tool_server.bodies import BodyBudget, close_after
+from tool_server.bodies import BodyBudget, close_after, held_back
 from tool_server.connections import GuardedAppRunner
 from tool_server.errors import ToolError
 from tool_server.limits import MAX_BODY_BYTES, MAX_CALL_BODY_BYTES
@@ -80,7 +80,8 @@ def _error_type(answer: web.Response) -> str | None:
 def _worker_main(index: int, args: argparse.Namespace, world, path: str, ready, router_pid: int) -> None:
     """A forked worker: the one-process server on a Unix socket (``world`` is the parent's, shared)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the router stops the workers
-    settings = server_settings(args, share=args.workers, session_id_prefix=f"s{index}_", client_header=CLIENT_HEADER)
+    settings = server_settings(args, share=args.workers, session_id_prefix=f"s{index}_", client_header=CLIENT_HEADER,
+                               quota_delay_s=0.0)  # the router holds back the refusal it answers, not each worker's
 
     async def serve() -> None:
         app = build_app(args, world, settings)
@@ -354,11 +355,14 @@ class Router:
             answer = _error(e.status, e.type, e.message, e.field)
             if close_after(request, e):
                 answer.force_close()
+            await held_back(answer, e.type)
             return answer
         try:
-            return await handler(request, body)
+            answer = await handler(request, body)
         finally:
             self._bodies.release(len(body), client)
+        await held_back(answer, _error_type(answer))
+        return answer
 
     def _budgeted(self, handler):
         async def answer(request: web.Request) -> web.Response:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import json
 import threading
 
 import numpy as np
@@ -50,20 +51,23 @@ def _within_budget(app) -> bool:
 
 
 async def test_stalled_tool_call_bodies_are_bounded_and_the_honest_open_succeeds(serve, raw_http):
-    """40 tool calls stalled after 100 kB each (issue: 1,500 just under 1 MiB took 2.7 GB, none counted): the
-    attacker's bodies stop at its share of the body budget (429), the process's accounted bytes stay in budget."""
+    """40 tool calls stalled after 100 kB each (issue: 1,500 just under 1 MiB took 2.7 GB, none counted) while an
+    honest client holds a body of its own: the attacker's bodies stop at its share of the body budget (ten of them in
+    1 MiB; 429 for the other 30), the process's accounted bytes stay in budget, the honest open and call pass."""
     app, client = await serve(memory_budget_bytes=16 * MIB, bodies=BodyLimits(inflight_bytes=2 * MIB,
                                                                               call_reserve_bytes=MIB // 4))
     status, opened = await _open(client, "attacker")
     path = f"/v1/sessions/{opened['session_id']}/call"
+    honest_body = await raw_http.held_body(client, path, 900_000, b" " * 1_000, who="honest")  # it competes
+    await raw_http.until(lambda: app[MEMORY].used["bodies"] == 1_000)
     held = [await raw_http.held_body(client, path, 900_000, b" " * 100_000) for _ in range(40)]
-    await raw_http.until(lambda: app[MEMORY].used["bodies"] == 1_000_000)  # ten of them: half of 2 MiB
+    await raw_http.until(lambda: app[MEMORY].used["bodies"] == 1_001_000)
     assert _within_budget(app)
     status, honest = await _open(client, "honest", [_b64(_png((64, 48)))])
     assert status == 200, honest
     status, _ = await _call(client, "honest", honest["session_id"], "TextSearch", {"query": ["Paris"]})
     assert status == 200
-    for _, writer in held:
+    for _, writer in [*held, honest_body]:
         writer.close()
     await raw_http.until(lambda: app[MEMORY].used["bodies"] == 0)
     metrics = await (await client.get("/metrics")).text()
@@ -94,13 +98,48 @@ async def test_kept_pngs_and_cache_entries_draw_from_the_memory_budget(serve, wo
 
 
 async def test_a_client_over_its_image_share_gets_429_and_others_still_open(serve):
-    """One address filling the image budget kept every other at 503 server_memory_full; now it stops at its share
-    (429 client_quota) and the others' opens succeed."""
+    """One address filling the image budget kept every other at 503 server_memory_full; now, beside a client holding
+    images, it stops at its share (429 client_quota) and the others' opens succeed."""
     app, client = await serve(memory_budget_bytes=4 * MIB, client_memory_share=0.5)
-    image = _b64(_png((300, 300)))  # 360,000 bytes of pixels (its 1 kB PNG kept too)
+    png = _png((300, 300))
+    image = _b64(png)
+    assert (await _open(client, "honest0", [image]))[0] == 200  # 360,000 bytes of pixels and the kept PNG
     statuses = [(await _open(client, "hog", [image]))[0] for _ in range(8)]
-    assert statuses == [200] * 5 + [429] * 3  # 5 x 361 kB within its 2 MiB share
-    assert [(await _open(client, f"honest{i}", [image]))[0] for i in range(4)] == [200] * 4
+    assert 5 * (4 * 300 * 300 + len(png)) <= 2 * MIB < 5 * (4 * 300 * 300 + len(png)) + 4 * 300 * 300
+    assert statuses == [200] * 5 + [429] * 3  # 5 x 361 kB within its 2 MiB share, the sixth's pixels past it
+    r = await client.post("/v1/sessions", json={"images": [image]}, headers={"X-Client": "hog"})
+    assert (r.status, r.headers["Retry-After"]) == (429, "1")  # held back a second: no refusal loop at full speed
+    assert [(await _open(client, f"honest{i}", [image]))[0] for i in range(1, 4)] == [200] * 3
+    assert _within_budget(app)
+
+
+async def test_a_lone_client_borrows_the_whole_image_budget_and_a_newcomer_takes_its_share_back(serve):
+    """With --client-share 0.5 a client alone got half the server; now it may fill all of it (server_memory_full,
+    not client_quota, when it is full). A second client then evicts the borrower's least recently used session to
+    make room (preempted), and the borrower, now beside another, is held to its share."""
+    app, client = await serve(memory_budget_bytes=4 * MIB, client_memory_share=0.5)
+    png = _png((300, 300))
+    image = _b64(png)
+    per = 4 * 300 * 300 + len(png)  # a session's pixels and kept PNG
+    body = len(json.dumps({"images": [image]}))  # charged to the memory budget while its open is answered
+    fits = (4 * MIB - body) // per
+    assert fits == 11  # 11 x ~361 kB + the last open's body within 4 MiB; the 12th's pixels do not fit
+    opened = [await _open(client, "hog", [image]) for _ in range(fits + 1)]
+    assert [status for status, _ in opened] == [200] * fits + [503]
+    assert opened[-1][1]["error"]["type"] == "server_memory_full"
+    assert app[SESSIONS].share.held["hog"] == fits * per > 2 * MIB and _within_budget(app)
+    status, honest = await _open(client, "honest", [image])
+    assert status == 200, honest
+    assert app[SESSIONS].evictions == {"preempted": 1}
+    first = opened[0][1]["session_id"]
+    status, lost = await _call(client, "hog", first, "TextSearch", {"query": ["Paris"]})
+    assert (status, lost["error"]["type"]) == (404, "unknown_session")
+    status, refused = await _open(client, "hog", [image])
+    assert (status, refused["error"]["type"]) == (429, "client_quota")
+    metrics = (await (await client.get("/metrics")).text()).splitlines()
+    assert 'sessions_evicted_total{reason="preempted"} 1' in metrics
+    # borrowed: the pixels and the PNG of sessions 6 to 11, and the pixels of the 12th (then refused by the budget)
+    assert 'client_share_borrowed_total{budget="images"} 13' in metrics
     assert _within_budget(app)
 
 

@@ -8,6 +8,7 @@ import asyncio
 
 import pytest
 
+from tool_server.app import BODIES
 from tool_server.bodies import BodyBudget, BodyLimits
 from tool_server.limits import MAX_BODY_BYTES, MAX_CALL_BODY_BYTES
 
@@ -23,7 +24,7 @@ def test_shipped_defaults():
     assert MAX_CALL_BODY_BYTES == MIB and MAX_BODY_BYTES == 64 * MIB
     limits = BodyLimits()
     assert (limits.inflight_bytes, limits.call_reserve_bytes, limits.client_share) == (256 * MIB, 32 * MIB, 0.5)
-    assert (limits.grace_s, limits.min_rate_bps) == (10.0, MIB)
+    assert (limits.grace_s, limits.min_rate_bps, limits.contention_s) == (10.0, MIB, 10.0)
     assert ServerSettings().bodies == limits
     args = parser().parse_args(["--world", "w"])
     assert server_settings(args, share=4).bodies == limits  # not split between --workers: the router's bounds all
@@ -39,8 +40,6 @@ def _padded_session(n_bytes: int) -> bytes:
 
 
 def used(app) -> int:
-    from tool_server.app import BODIES
-
     return app[BODIES].used
 
 
@@ -74,27 +73,55 @@ async def test_a_stalled_body_is_charged_what_it_sent_then_cut_and_counted(serve
 
 
 async def test_large_bodies_leave_the_call_reserve_and_a_client_over_its_share_gets_429(serve, raw_http):
-    """3 MiB of bodies, 0.5 MiB of it for calls only, half per client. The attacker's third 0.7 MiB body passes its
-    1.5 MiB share: 429 client_quota, connection closed; another client's session open and call still pass, and a
-    1 MiB call fits beside large bodies holding all they may."""
+    """3 MiB of bodies, 0.5 MiB of it for calls only, half per client while another competes. Beside an honest
+    client holding 1 kB, the attacker's third 0.7 MiB body passes its 1.5 MiB share: 429 client_quota, connection
+    closed; the honest client's session open and call still pass, and a 1 MiB call fits beside large bodies holding
+    all they may."""
     app, client = await serve(bodies=BodyLimits(inflight_bytes=3 * MIB, call_reserve_bytes=MIB // 2))
+    waiting = await raw_http.held_body(client, "/v1/sessions", 2 * MIB, b" " * 1_000, who="honest")
+    await raw_http.until(lambda: used(app) == 1_000)
     held = [await raw_http.held_body(client, "/v1/sessions", 2 * MIB, b" " * 700_000) for _ in range(2)]
-    await raw_http.until(lambda: used(app) == 1_400_000)
+    await raw_http.until(lambda: used(app) == 1_401_000)
     reader, _ = (await raw_http.held_body(client, "/v1/sessions", 2 * MIB, b" " * 700_000))
     status, body, closing = await raw_http.answer_of(reader)
     assert (status, body["error"]["type"], closing) == (429, "client_quota", True)
-    assert used(app) == 1_400_000
+    assert used(app) == 1_401_000
     honest = {"X-Client": "honest"}
-    r = await client.post("/v1/sessions", data=_padded_session(1_100_000), headers=honest)  # 2.5 MiB of large: fits
+    r = await client.post("/v1/sessions", data=_padded_session(1_100_000), headers=honest)  # 2.5 MB of large: fits
     sid = (await r.json())["session_id"]
     big = await raw_http.held_body(client, "/v1/sessions", 2 * MIB, b" " * 1_100_000, who="third")  # to the large limit
-    await raw_http.until(lambda: used(app) == 2_500_000)
+    await raw_http.until(lambda: used(app) == 2_501_000)
     call = {"name": "TextSearch", "arguments": {"query": ["Paris"]}}
     r = await client.post(f"/v1/sessions/{sid}/call", json=call, headers=honest)  # the call reserve is left
     assert r.status == 200
-    for _, writer in [*held, big]:
+    for _, writer in [*held, big, waiting]:
         writer.close()
     await raw_http.until(lambda: used(app) == 0)
+
+
+async def test_a_lone_client_may_fill_the_body_budget_and_is_held_to_its_share_once_another_competes(serve, raw_http):
+    """3 MiB of bodies, 0.5 MiB for calls only, half per client. Alone, the attacker holds three 0.7 MiB bodies (2.1
+    MB, past its 1.5 MiB share: borrowed, counted) and its fourth passes the 2.5 MiB left to large bodies: 503
+    server_busy, the budget's own refusal. Once another client holds a body, the attacker's next is 429."""
+    app, client = await serve(bodies=BodyLimits(inflight_bytes=3 * MIB, call_reserve_bytes=MIB // 2))
+    held = [await raw_http.held_body(client, "/v1/sessions", 2 * MIB, b" " * 700_000) for _ in range(3)]
+    await raw_http.until(lambda: used(app) == 2_100_000)
+    reader, _ = await raw_http.held_body(client, "/v1/sessions", 2 * MIB, b" " * 700_000)
+    status, body, closing = await raw_http.answer_of(reader)
+    assert (status, body["error"]["type"], closing) == (503, "server_busy", True)
+    await raw_http.until(lambda: used(app) == 2_100_000)  # what the fourth had taken is given back
+    waiting = await raw_http.held_body(client, "/v1/sessions", 2 * MIB, b" " * 1_000, who="honest")
+    await raw_http.until(lambda: used(app) == 2_101_000)
+    reader, _ = await raw_http.held_body(client, "/v1/sessions", 2 * MIB, b" " * 1_000)
+    status, body, closing = await raw_http.answer_of(reader)
+    assert (status, body["error"]["type"], closing) == (429, "client_quota", True)
+    borrowed = app[BODIES].share.borrowed
+    assert borrowed >= 2  # the third body's last chunk at least, and the fourth's first
+    for _, writer in [*held, waiting]:
+        writer.close()
+    await raw_http.until(lambda: used(app) == 0)
+    metrics = (await (await client.get("/metrics")).text()).splitlines()
+    assert f'client_share_borrowed_total{{budget="bodies"}} {borrowed}' in metrics
 
 
 async def test_the_workers_router_reads_bodies_within_its_own_budget(raw_http):

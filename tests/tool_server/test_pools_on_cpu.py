@@ -215,10 +215,11 @@ async def test_session_image_budget_and_client_quota_over_http(make_client):
 async def test_question_images_are_taken_from_the_server_budget_before_they_are_decoded(make_client, monkeypatch):
     """Room on the server for two 300x300 images (and the request body): an open with four is refused before
     decoding the third (its header gives its size), and holds nothing. Only the session's budget was once checked
-    while decoding: concurrent opens each decoded up to 512 MiB before the server's budget was asked."""
+    while decoding: concurrent opens each decoded up to 512 MiB before the server's budget was asked. The client is
+    alone: its 0.5 share does not bind, and the server's budget, not the share, refuses (503, not 429)."""
     from tool_server import app as app_module
 
-    client = await make_client(memory_budget_bytes=4 * 300 * 300 * 2 + 2**16, client_memory_share=1.0)  # + the body
+    client = await make_client(memory_budget_bytes=4 * 300 * 300 * 2 + 2**16, client_memory_share=0.5)  # + the body
     decoded: list[int] = []
     decode = app_module.decode_base64_image
 

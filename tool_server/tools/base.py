@@ -26,6 +26,32 @@ def _image_free_body(blob: bytes, cached: bool) -> bytes:
     return (b'{"cached": true, "images": [], ' if cached else b'{"cached": false, "images": [], ') + blob[1:]
 
 
+_EMPTY_PIXELS = b'"png_base64":""'
+BASE64_STEP = 3 * 2**18  # bytes of PNG base64-encoded at a time (~1 ms holding the GIL); a multiple of 3
+
+
+def _with_base64(encoded: bytes, pngs: list[bytes]) -> bytearray:
+    """``encoded`` (orjson's, each image's ``png_base64`` empty, in order) with the PNGs' base64 put in a slice at a
+    time. Encoded whole, a crop's 36 MB PNG held the GIL ~50 ms in ``b64encode`` and as long again in its JSON, each
+    an event-loop stall for every other client; between slices the event loop gets the GIL back."""
+    sizes = [4 * -(-len(png) // 3) for png in pngs]
+    out = bytearray(len(encoded) + sum(sizes))
+    src = dst = 0
+    at = encoded.index(b'"images":')  # the text before it is one JSON string: no unescaped quote inside
+    for png in pngs:
+        at = encoded.index(_EMPTY_PIXELS, at) + len(_EMPTY_PIXELS) - 1  # the closing quote of the empty value
+        out[dst : dst + at - src] = encoded[src:at]
+        dst += at - src
+        src = at
+        view = memoryview(png)
+        for i in range(0, len(png), BASE64_STEP):
+            chunk = base64.b64encode(view[i : i + BASE64_STEP])
+            out[dst : dst + len(chunk)] = chunk
+            dst += len(chunk)
+    out[dst:] = encoded[src:]
+    return out
+
+
 @dataclass(slots=True)
 class Observation:
     text: str  # what the policy reads
@@ -35,23 +61,27 @@ class Observation:
     cached: bool = False
     _encoded: bytes | None = field(default=None, repr=False, compare=False)  # to_cache(), encoded once
 
-    def to_json(self, *, include_pixels: bool, pngs: list[bytes] | None = None) -> dict[str, Any]:
-        """``pngs``: the images' PNGs when ``include_pixels`` (:func:`answer_pngs`), else each is encoded here."""
+    def to_json(self, *, include_pixels: bool) -> dict[str, Any]:
+        """The answer, each image's ``png_base64`` empty when ``include_pixels`` (:meth:`body` fills them in)."""
         images = []
-        for i, entry in enumerate(self.images):
+        for entry in self.images:
             item: dict[str, Any] = {"ref": entry.ref, "width": entry.width, "height": entry.height}
-            if include_pixels:
-                item["png_base64"] = base64.b64encode(pngs[i] if pngs else entry.png()).decode("ascii")
+            if include_pixels:  # put in by body(), a slice at a time
+                item["png_base64"] = ""
             images.append(item)
         return {"text": self.text, "images": images, "records": self.records, "mei": self.mei, "cached": self.cached}
 
-    def body(self, *, include_pixels: bool, pngs: list[bytes] | None = None) -> bytes:
-        """The HTTP response body: :meth:`to_json`, encoded."""
+    def body(self, *, include_pixels: bool, pngs: list[bytes] | None = None) -> bytes | bytearray:
+        """The HTTP response body: :meth:`to_json`, encoded; ``pngs``: the images' PNGs when ``include_pixels``
+        (:meth:`with_pixels`), else each is encoded here."""
         if not self.images:
             return _image_free_body(self.to_cache(), self.cached)
-        return orjson.dumps(self.to_json(include_pixels=include_pixels, pngs=pngs), option=orjson.OPT_SERIALIZE_NUMPY)
+        encoded = orjson.dumps(self.to_json(include_pixels=include_pixels), option=orjson.OPT_SERIALIZE_NUMPY)
+        if not include_pixels:
+            return encoded
+        return _with_base64(encoded, pngs or [entry.png() for entry in self.images])
 
-    def with_pixels(self, world: OfflineWorld) -> tuple[bytes, list[bytes]]:
+    def with_pixels(self, world: OfflineWorld) -> tuple[bytes | bytearray, list[bytes]]:
         """The ``include_pixels`` body and the PNG of each image (pool work: encoding): the kept PNG, or the world
         file of a fetched world image when it is :func:`~tool_server.offline.pixels.png_as_is`, else encoded now."""
         pngs = [entry._png or _world_png(world, entry) or entry.png() for entry in self.images]
