@@ -115,6 +115,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--header-timeout-s", type=positive_float, default=ConnectionLimits.header_timeout_s,
                    metavar="SECONDS", help="a request whose headers are not all received this long after their first "
                    "byte has its connection closed (default: %(default)g)")
+    p.add_argument("--drain-s", type=positive_float, default=ConnectionLimits.drain_s, metavar="SECONDS",
+                   help="on SIGTERM, requests in flight get this long to finish before their connections are closed "
+                   "(default: %(default)g)")
     p.add_argument("--no-uvloop", action="store_true",
                    help="run on asyncio's own event loop even when uvloop is installed")
     p.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,

@@ -92,7 +92,8 @@ def body_limits(args: argparse.Namespace) -> BodyLimits:
 def connection_limits(args: argparse.Namespace) -> ConnectionLimits:
     """The limits on the public port's client connections (the router's with --workers)."""
     return ConnectionLimits(
-        max_connections=args.max_connections, keepalive_s=args.keepalive_s, header_timeout_s=args.header_timeout_s
+        max_connections=args.max_connections, keepalive_s=args.keepalive_s, header_timeout_s=args.header_timeout_s,
+        drain_s=args.drain_s,
     )
 
 

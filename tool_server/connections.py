@@ -29,11 +29,14 @@ log = logging.getLogger(__name__)
 class ConnectionLimits:
     """``max_connections``: open client connections of one listening process; ``keepalive_s``: how long a connection
     may wait with no request (from its start or its last answer); ``header_timeout_s``: how long a request's headers
-    may take from their first byte."""
+    may take from their first byte; ``drain_s``: how long requests in flight at SIGTERM may take to finish before
+    their connections are closed (aiohttp's own 60 s outlasts the 30 s that ``launch.served``, the Ray fleet and
+    process managers wait before killing, which would skip the server's cleanup)."""
 
     max_connections: int = 4096
     keepalive_s: float = 75.0
     header_timeout_s: float = 10.0
+    drain_s: float = 10.0
 
 
 def _refusal(limit: int) -> bytes:
@@ -139,7 +142,7 @@ class GuardedAppRunner(web.AppRunner):
     built is rebuilt as a :class:`GuardedServer` with the same handler and arguments)."""
 
     def __init__(self, app: web.Application, limits: ConnectionLimits, **kwargs) -> None:
-        super().__init__(app, keepalive_timeout=limits.keepalive_s, **kwargs)
+        super().__init__(app, keepalive_timeout=limits.keepalive_s, shutdown_timeout=limits.drain_s, **kwargs)
         self._limits = limits
 
     async def _make_server(self) -> web.Server:

@@ -103,3 +103,46 @@ def assert_json_400(address, request_bytes: bytes) -> None:
         head, body = _read_all(s).split(b"\r\n\r\n", 1)
     assert head.split(b" ", 2)[1].startswith(b"4") and b"application/json" in head, head
     assert json.loads(body)["error"]["type"] == "bad_http_request"
+
+
+def test_sigterm_drains_in_flight_requests_for_drain_s_then_cancels_them():
+    # A request still running when the server stops gets drain_s to finish; past it, its handler is cancelled and the
+    # stop completes (aiohttp's own 60 s outlasts the 30 s callers wait before killing the server). The handler here
+    # would take 5 s: a drain of 0.2 s cancels it, a drain of 30 s lets it finish.
+    import asyncio
+
+    import aiohttp
+    from aiohttp import web
+
+    from tool_server.connections import ConnectionLimits, GuardedAppRunner
+
+    async def stop_with_a_request_in_flight(drain_s: float) -> str:
+        outcome: list[str] = []
+        started = asyncio.Event()
+
+        async def slow(request: web.Request) -> web.Response:
+            started.set()
+            try:
+                await asyncio.sleep(5)
+            except asyncio.CancelledError:
+                outcome.append("cancelled")
+                raise
+            outcome.append("finished")
+            return web.json_response({})
+
+        app = web.Application()
+        app.router.add_get("/slow", slow)
+        runner = GuardedAppRunner(app, ConnectionLimits(drain_s=drain_s))
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        async with aiohttp.ClientSession() as http:
+            request = asyncio.create_task(http.get(f"http://127.0.0.1:{port}/slow"))
+            await started.wait()
+            await runner.cleanup()
+            request.cancel()
+        return outcome[0] if outcome else "neither"
+
+    assert asyncio.run(stop_with_a_request_in_flight(0.2)) == "cancelled"
+    assert asyncio.run(stop_with_a_request_in_flight(30)) == "finished"
