@@ -256,13 +256,14 @@ class Synthesizer:
             sets = convergent_sets(self.kg, seed_entity, replace(rest, excluded_relations=rest.excluded_relations | {
                 *TAXONOMIC_RELATIONS}))
             expansions += [replace(self.config.expansion, distinguishing=rest, seed_facts=facts) for facts in sets]
+        verdicts: dict[Structure, str | None] = {}  # identifiability, shared by the seed's DAGs
         for expansion in expansions:
             try:
                 dag = expand(self.kg, seed_entity, expansion, self._images.keys())
             except NotDistinguishable:
                 counts["not_distinguishable"] += 1
                 continue
-            enum = enumerate_structures(self.kg, dag, self._images.keys(), self.config.structures)
+            enum = enumerate_structures(self.kg, dag, self._images.keys(), self.config.structures, verdicts)
             counts.update({f"identifiability:{k}": v for k, v in enum.rejection_counts.items()})
             if not enum.accepted:
                 counts["no_structure"] += 1

@@ -18,7 +18,9 @@ from data_gen.neos.agents import (
     probe_text_only_answer,
     probe_text_only_search,
 )
+from data_gen.common.stats import Shares
 from data_gen.neos.cli import main as neos_main
+from data_gen.neos.cli import seed_over_share
 from data_gen.neos.synth import Synthesizer
 from neos_core.neos_tasks import EntryImage
 from neos_core.world.store import World
@@ -178,6 +180,19 @@ def test_entry_image_probes_solve_one_hop_questions_but_not_the_checkpointed_tas
                 await probe_short_multimodal_search(client, checkpointed))
 
     assert asyncio.run(_run(probes)(server)) == (True, False)
+
+
+def test_a_seed_over_its_share_is_not_synthesized(synth):
+    # every task answers its seed: with two dishes verified (type cap 2) no dish seed can give one more, and with
+    # France answered once (cap 1) neither can France; a city seed still can
+    shares = Shares(cap=1, type_cap=2)
+    shares.count("dish:a", "dish")
+    shares.count("dish:b", "dish")
+    shares.count("country:FRA", "country")
+    dish = next(e for e in synth.seeds() if e.startswith("dish:"))
+    assert seed_over_share(synth.world, dish, shares) == "answer_type_share"
+    assert seed_over_share(synth.world, "country:FRA", shares) == "answer_share"
+    assert seed_over_share(synth.world, "city:2988507", shares) is None  # Paris
 
 
 @pytest.fixture(scope="module")
