@@ -122,6 +122,27 @@ def test_the_expert_rejects_another_candidate_first_and_reasons_only_from_what_i
         seen += turn.calls[0].observation
 
 
+def test_the_expert_opens_only_pages_a_tool_returned(server, tasks):
+    # Finland's page does not name yttrium (the element's page states where it was found): the expert searches the
+    # question's words for that step and opens the element's page from the results, never by an address no tool
+    # returned; every task here ends with an answer
+    async def all_tasks(client):
+        return [await ProgrammaticExpert(client).solve(t) for t in tasks]
+
+    results = asyncio.run(_run(all_tasks)(server))
+    back_searches = 0
+    for ok, record, why in results:
+        assert ok, why
+        observed = ""
+        for turn in record.turns:
+            for call in turn.calls:
+                if call.tool_name == "WebVisit":
+                    assert call.arguments["url"][0] in observed, call.arguments["url"]
+                back_searches += call.tool_name == "TextSearch" and "does not settle it" in turn.text
+                observed += call.observation
+    assert back_searches > 0  # the Gadolin tasks take the search from the element's side
+
+
 def test_probes_solve_leaky_questions_and_not_the_synthesized_ones(server, tasks):
     task = tasks[0]
     # the leaky question asks for Namibia's capital, not the first task's entry-image country's: that is Greece,
