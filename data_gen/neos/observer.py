@@ -162,7 +162,7 @@ def colour_shares(pixels: Image.Image) -> tuple[tuple[str, float], ...]:
         return ()
     im.thumbnail((SIDE, SIDE))
     rgb = np.asarray(im).reshape(-1, 3).astype(np.uint32)
-    # flags, maps: few colours; one 24-bit key per pixel sorts as the rows do, 20x faster than unique(axis=0)
+    # flags, maps: few colours; one 24-bit key per pixel sorts as the rows do, ~100x faster than unique(axis=0)
     keys, counts = np.unique(rgb[:, 0] << 16 | rgb[:, 1] << 8 | rgb[:, 2], return_counts=True)
     colours = np.stack([keys >> 16, keys >> 8 & 255, keys & 255], axis=1)
     distance = np.sqrt(((lab(colours)[:, None, :] - _REF_LAB[None, :, :]) ** 2).sum(-1))
