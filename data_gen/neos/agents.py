@@ -258,9 +258,16 @@ class ProgrammaticExpert:
                                      f"The evidence so far points to {step.source_name}; its page should say which "
                                      f"entity is linked to it by '{step.relation_label}'.")
             if not _found(step.target_name, seen):
+                # the other side's page, reached as a searcher reaches it: through a search whose results list it
+                # (opening it by its address would use a page no tool has returned)
+                query = f"{_words_up_to(task.question, step.span)} {step.source_name}"
+                found = await episode.call("TextSearch", {"query": [query]}, reasoning=(
+                    f"The page of {step.source_name} does not settle it; a search for '{query}' may find a page "
+                    "that states the link from its side."))
+                if found is None or step.target_page_url is None or step.target_page_url not in found.text:
+                    return f"step {step.index}: no page states {step.fact}"
                 back = await self._visit(episode, step.target_page_url, goal,
-                                         f"The page of {step.source_name} does not settle it; the page of "
-                                         f"{step.target_name} may state the link from its side.")
+                                         f"The search lists the page of {step.target_name}; it may state the link.")
                 if not _found(step.source_name, back):
                     return f"step {step.index}: no page states {step.fact}"
             if step.checkpoint:
@@ -306,6 +313,13 @@ class ProgrammaticExpert:
             return ""
         result = await episode.call("WebVisit", {"url": [url], "goal": goal}, reasoning=(reason))
         return result.text if result else ""
+
+
+def _words_up_to(question: str, span: str, n: int = 8) -> str:
+    """The question's last ``n`` words up to the end of a step's span: what it says of the step's target ("chemical
+    element that was discovered in a country"), the noun a search needs besides the span's own words."""
+    at = question.find(span)
+    return " ".join((question[: at + len(span)] if at >= 0 else span).split()[-n:])
 
 
 def teacher_brief(world: World, task: Task) -> Brief:

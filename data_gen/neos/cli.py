@@ -168,6 +168,11 @@ async def _pipeline(world: World, synth: Synthesizer, observer: PaletteObserver,
                 break
             if f"seed:{seed_entity}" in log.done:
                 continue
+            over = seed_over_share(world, seed_entity, shares)
+            if over is not None:  # every structure ends at its seed: each would be rejected by ``over``
+                log.append(Outcome(key=f"seed:{seed_entity}", status="seed_done", counts={f"skipped:{over}": 1}))
+                bar.update(1 if counts_work(limit) else 0)
+                continue
             t = time.perf_counter()
             result = synth.synthesize(seed_entity)
             share = (time.perf_counter() - t) / max(1, len(result.candidates))
@@ -213,6 +218,14 @@ def share_rule(task: Task, shares: Shares) -> tuple[str, str] | None:
     """``(filter, detail)`` when verifying ``task`` would put its answer or its answer type over its share of the
     run (``Shares.over``), else None."""
     return shares.over(task.answer_entity, answer_type(task), task.answer)
+
+
+def seed_over_share(world: World, seed: str, shares: Shares) -> str | None:
+    """The share filter every task of ``seed`` would fail (a task answers its seed), or None: such a seed is not
+    synthesized, and ``seed_level`` counts it as ``skipped:<filter>``."""
+    entity = world.entities.get(seed)
+    over = shares.over(seed, entity.kind if entity else seed.split(":", 1)[0])
+    return over[0] if over else None
 
 
 def _image_texts(world: World, image_id: str, observer: PaletteObserver) -> list[str]:

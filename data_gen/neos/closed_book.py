@@ -4,11 +4,13 @@ out textual shortcuts", taken one step further than its text-only probe).
 Such a model knows textbook geography: it recognises every country's national flag and locator map, so it needs no
 search to name the country an entry image shows, nor to tell which country's flag or map fits a checkpoint's colour
 words; and it knows each country's capital, currency, official languages, continent and region, demonym and
-neighbours. :class:`ClosedBookSolver` holds exactly those facts of the world (``COMMON_RELATIONS``) and solves a
+neighbours, and what each euro country used before the euro (the German mark). :class:`ClosedBookSolver` holds
+exactly those facts of the world (``COMMON_RELATIONS``) and solves a
 structure as a reader would, from the entry images it recognises through the common facts, narrowing each
 checkpoint by the colours of the images it knows. A structure it solves to the answer alone is rejected
 (``closed_book``): every task left needs a tool call for at least one fact or image this solver does not hold (a
-chemical element's discoverer, a capital's time zone, a language's script, a subdivision's flag, ...).
+chemical element's discoverer, a capital's time zone, a language's script, a subdivision's flag, the currency Ghana
+used before its current cedi, ...).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Callable, Mapping
 
 from data_gen.kg import KG, Structure
 from data_gen.neos.observer import Description
+from data_gen.world.properties import FORMER_CURRENCY
 
 # Facts of a country a strong model states without searching, and the reverse reading of each (the country whose
 # capital is X). P17 and P131 (a city's country, a subdivision's) are not among them: of a non-capital city or a
@@ -25,6 +28,8 @@ COMMON_RELATIONS = frozenset({"P36", "P1376", "P38", "P37", "P30", "P361", "P154
 # Images of a country the model recognises: its national flag and its locator maps, labelled or not.
 RECOGNISED_SOURCES = frozenset({"flag-icons", "world-atlas", "world-atlas-unlabelled"})
 RECOGNISED_KINDS = frozenset({"country"})
+# The euro changeover is textbook: a country's former currency is common where its currency is the euro.
+EURO = "currency:EUR"
 
 
 class ClosedBookSolver:
@@ -46,7 +51,8 @@ class ClosedBookSolver:
             return False
         reach: dict[str, set[str]] = {a: {a} for a in structure.anchors}
         for edge in structure.edges:
-            if edge.relation not in COMMON_RELATIONS:
+            if edge.relation not in COMMON_RELATIONS and not self._textbook(edge.relation, edge.forward,
+                                                                             reach[edge.source]):
                 return False
             step: set[str] = set()
             for s in reach[edge.source]:
@@ -57,3 +63,8 @@ class ClosedBookSolver:
                 step = {c for c in step if self.fits(c, checkpoints[edge.target])}
             reach[edge.target] = reach[edge.target] & step if edge.target in reach else step
         return reach[structure.answer] == {structure.answer}
+
+    def _textbook(self, relation: str, forward: bool, sources: set[str]) -> bool:
+        """A step through a fact outside ``COMMON_RELATIONS`` the model still knows from every source it may start
+        from: the former currency of euro countries."""
+        return relation == FORMER_CURRENCY and forward and all(EURO in self.kg.objects(s, "P38") for s in sources)

@@ -30,6 +30,7 @@ from data_gen.world.adapters.people import DATES
 from data_gen.world.properties import (
     CULTURE_RELATIONS,
     FEATURE_RELATIONS,
+    FORMER_CURRENCY,
     LANDMARK_RELATION,
     MAIN_RELIGION,
     NATIONAL_DISH,
@@ -71,6 +72,8 @@ OPEN_WORLD: dict[tuple[str, bool], str] = {
     (MAIN_RELIGION, False): "a religion is the main one of many countries",
     (WRITING_SYSTEM, False): "a script writes many languages (Cyrillic: Russian, Ukrainian, Bulgarian and more)",
     (TIME_ZONE, False): "many cities keep one time zone (34 capitals keep Central European Time)",
+    (FORMER_CURRENCY, False): "several countries used one currency before their own (the French franc: France and "
+                              "its overseas departments)",
 }
 
 # (relation, forward) -> why one object in the KG is one in reality: a reader expects one, or the world holds them all.
@@ -107,6 +110,7 @@ CLOSED_WORLD: dict[tuple[str, bool], str] = {
     (WRITING_SYSTEM, True): "CLDR's likely subtags give a language one script; those a territory has officially in a "
                             "second (Serbian in Latin) get none",
     (TIME_ZONE, True): "a city's zone keeps one CLDR metazone at a time",
+    (FORMER_CURRENCY, True): "CLDR dates one currency that the country's one current currency replaced",
 }
 
 # (relation, forward) -> why the world lacks the fact for some subjects that have it in reality: closed read from one
@@ -121,6 +125,8 @@ PARTIAL: dict[tuple[str, bool], str] = {
     (WRITING_SYSTEM, True): "CLDR gives no one script for 16 of the world's 153 languages (Serbian: Cyrillic and "
                             "Latin; Japanese: Han and kana; sign languages)",
     (TIME_ZONE, True): "the world gives capitals only a time zone, and not Amman's or Damascus's (no CLDR metazone)",
+    (FORMER_CURRENCY, True): "the world gives a former currency only where CLDR dates the current one replacing it, "
+                             "and not where that currency is another country's current one (Nepal's Indian rupee)",
 }
 
 # (relation, forward) of OPEN_WORLD -> why it is closed after all when read from an entity whose list the world holds

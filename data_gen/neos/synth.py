@@ -29,6 +29,7 @@ from data_gen.neos.verbalize import Rewriter, TemplateVerbalizer, Verbalizer, ch
 from data_gen.world.properties import (
     CULTURE_RELATIONS,
     FEATURE_RELATIONS,
+    FORMER_CURRENCY,
     LANDMARK_RELATION,
     MAIN_RELIGION,
     NATIONAL_DISH,
@@ -62,11 +63,11 @@ SEED_KINDS = frozenset({"country", "city", "subdivision", "us_state", "currency"
 # image-bearing neighbours). A natural feature lying in one country and a nationality (P1549) are dead ends of the
 # same sort, and so are a food, an artifact, an animal, a plant or a landmark of one country and a country's only
 # citizen (P27) the world knows, and so is the one chemical element discovered in (P189) or named after (P138) one
-# country, and a country's national dish or main religion, a language's script and a capital's
+# country, and a country's national dish, main religion or former currency, a language's script and a capital's
 # time zone.
 _DEAD_ENDS = frozenset({"P36", "P1376", "P17", "P131", "P1549", "P27", "P189", "P138", *FEATURE_RELATIONS.values(),
                         *CULTURE_RELATIONS.values(), *WILDLIFE_RELATIONS.values(), LANDMARK_RELATION, NATIONAL_DISH,
-                        MAIN_RELIGION, WRITING_SYSTEM, TIME_ZONE})
+                        MAIN_RELIGION, WRITING_SYSTEM, TIME_ZONE, FORMER_CURRENCY})
 
 # A chemical element's country (P189, P138) is a dead end for the country but the way to the element's one
 # discoverer (P61): Finland's only element is yttrium, found by Johann Gadolin alone. The last variant withholds
@@ -256,13 +257,14 @@ class Synthesizer:
             sets = convergent_sets(self.kg, seed_entity, replace(rest, excluded_relations=rest.excluded_relations | {
                 *TAXONOMIC_RELATIONS}))
             expansions += [replace(self.config.expansion, distinguishing=rest, seed_facts=facts) for facts in sets]
+        verdicts: dict[Structure, str | None] = {}  # identifiability, shared by the seed's DAGs
         for expansion in expansions:
             try:
                 dag = expand(self.kg, seed_entity, expansion, self._images.keys())
             except NotDistinguishable:
                 counts["not_distinguishable"] += 1
                 continue
-            enum = enumerate_structures(self.kg, dag, self._images.keys(), self.config.structures)
+            enum = enumerate_structures(self.kg, dag, self._images.keys(), self.config.structures, verdicts)
             counts.update({f"identifiability:{k}": v for k, v in enum.rejection_counts.items()})
             if not enum.accepted:
                 counts["no_structure"] += 1

@@ -24,6 +24,7 @@ from data_gen.neos.observer import Description
 from data_gen.world.properties import (
     CULTURE_RELATIONS,
     FEATURE_RELATIONS,
+    FORMER_CURRENCY,
     LANDMARK_RELATION,
     MAIN_RELIGION,
     NATIONAL_DISH,
@@ -66,6 +67,7 @@ RELATION_PHRASES: dict[str, tuple[str, str]] = {
     MAIN_RELIGION: ("whose main religion is {x}", "{p} is the main religion of {x}"),
     WRITING_SYSTEM: ("{p} is written in {x}", "{p} is the script of {x}"),
     TIME_ZONE: ("{p} keeps {x}", "{p} is the time zone of {x}"),
+    FORMER_CURRENCY: ("whose former currency is {x}", "{p} is the former currency of {x}"),
 }
 KIND_NOUNS: dict[str, str] = {
     "country": "country", "city": "city", "subdivision": "region", "us_state": "U.S. state",

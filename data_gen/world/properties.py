@@ -49,6 +49,7 @@ _LABELS: dict[str, str] = {
     "x:artifact_associated_with": "artifact associated with",
     "x:desert_in": "desert in",
     "x:food_associated_with": "food associated with",
+    "x:former_currency": "former currency",
     "x:island_in": "island in",
     "x:lake_in": "lake in",
     "x:landmark_in": "landmark in",
@@ -98,13 +99,17 @@ WRITING_SYSTEM = "P282"
 # zone, a literal of every city.
 TIME_ZONE = "x:time_zone"
 
+# The currency a country's current one replaced, dated by CLDR (data_gen.world.adapters.former_currencies).
+FORMER_CURRENCY = "x:former_currency"
+
 
 def relation(pid: str) -> Relation:
     """The Relation record of a property id from the table above."""
     try:
         label = _LABELS[pid]
     except KeyError:
-        raise KeyError(f"relation {pid!r} is not in data_gen.world.properties; add it with its Wikidata label") from None
+        raise KeyError(f"relation {pid!r} is not in data_gen.world.properties; add it with its Wikidata "
+                       "label") from None
     return Relation(id=pid, label=label, wikidata=not pid.startswith("x:"))
 
 

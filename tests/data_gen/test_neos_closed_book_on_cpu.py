@@ -43,3 +43,28 @@ def test_an_image_it_does_not_recognise_needs_a_tool():
                                             Edge("country:B", "city:b", "P36", True)),), tail=(),
                                  checkpoints=("country:B",))
     assert not SOLVER.solves(from_subdivision, {"subdivision:S": "kgeography-data"}, {"country:B": BLUE_WHITE})
+
+
+
+def _former_currency(country: str, currency: str) -> Structure:
+    """"the former currency of a country, whose flag is ..., that borders A"."""
+    return Structure(branches=((Edge("country:A", country, "P47", True),
+                                Edge(country, currency, "x:former_currency", True)),), tail=(), checkpoints=(country,))
+
+
+def test_a_former_currency_is_common_only_for_a_euro_country():
+    # A borders B (blue-white flag, euro; before it the mark) and C (green flag, its own cedi; before it the old
+    # cedi). "the former currency of the blue-white neighbour of A" is textbook (the euro changeover); the green
+    # neighbour's is not, nor is a step from a set that holds a country without the euro.
+    kg = KG.from_triples([("country:A", "P47", "country:B"), ("country:A", "P47", "country:C"),
+                          ("country:B", "P38", "currency:EUR"), ("country:C", "P38", "currency:GHS"),
+                          ("country:B", "x:former_currency", "currency:DEM"),
+                          ("country:C", "x:former_currency", "currency:GHC")])
+    solver = ClosedBookSolver(kg, KINDS, lambda e, d: e in FLAGS and Description(d.kind, FLAGS[e]).matches(d))
+    flag = {"country:A": "flag-icons"}
+    assert solver.solves(_former_currency("country:B", "currency:DEM"), flag, {"country:B": BLUE_WHITE})
+    green = Description("national flag", ("green",))
+    assert not solver.solves(_former_currency("country:C", "currency:GHC"), flag, {"country:C": green})
+    # were C's flag blue and white too, both neighbours would stay, one without the euro: no step for the model
+    alike = ClosedBookSolver(kg, KINDS, lambda e, d: e in ("country:B", "country:C") and BLUE_WHITE.matches(d))
+    assert not alike.solves(_former_currency("country:B", "currency:DEM"), flag, {"country:B": BLUE_WHITE})

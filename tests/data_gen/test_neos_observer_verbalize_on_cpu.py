@@ -72,3 +72,17 @@ def test_coverage_rejects_leaks_missing_steps_and_wrong_direction():
     # the capital step turned round (the country described as the capital's): the direction is lost
     turned = v.question.replace("Name the capital of a country", "Name the country whose capital is a country")
     assert "not covered" in check_coverage(turned, STRUCTURE, v, withheld=())
+
+
+def test_wordless_images_are_described_once_and_words_still_withhold_names(tmp_path, striped_png):
+    red, white = (210, 20, 40, 255), (255, 255, 255, 255)
+    flag = striped_png(tmp_path / "flag.png", [(red, 5), (white, 3)])
+    plain = PaletteObserver()
+    first = plain.describe(flag, "flag-icons", {"Peru"})
+    assert first == Description("national flag", ("red", "white"))
+    assert plain.describe(flag, "flag-icons", {"Chile"}) is first  # made once, whatever is withheld
+    # with image text the withheld names are taken out on every call: "Peru" is a path entity's name in one
+    # structure, not in another
+    read = PaletteObserver(ocr=lambda _: "PERU Lima")
+    assert read.describe(flag, "flag-icons", {"Peru"}).text == ("Lima",)
+    assert read.describe(flag, "flag-icons", {"Lima"}).text == ("PERU",)

@@ -18,7 +18,9 @@ from data_gen.neos.agents import (
     probe_text_only_answer,
     probe_text_only_search,
 )
+from data_gen.common.stats import Shares
 from data_gen.neos.cli import main as neos_main
+from data_gen.neos.cli import seed_over_share
 from data_gen.neos.synth import Synthesizer
 from neos_core.neos_tasks import EntryImage
 from neos_core.world.store import World
@@ -120,6 +122,27 @@ def test_the_expert_rejects_another_candidate_first_and_reasons_only_from_what_i
         seen += turn.calls[0].observation
 
 
+def test_the_expert_opens_only_pages_a_tool_returned(server, tasks):
+    # Finland's page does not name yttrium (the element's page states where it was found): the expert searches the
+    # question's words for that step and opens the element's page from the results, never by an address no tool
+    # returned; every task here ends with an answer
+    async def all_tasks(client):
+        return [await ProgrammaticExpert(client).solve(t) for t in tasks]
+
+    results = asyncio.run(_run(all_tasks)(server))
+    back_searches = 0
+    for ok, record, why in results:
+        assert ok, why
+        observed = ""
+        for turn in record.turns:
+            for call in turn.calls:
+                if call.tool_name == "WebVisit":
+                    assert call.arguments["url"][0] in observed, call.arguments["url"]
+                back_searches += call.tool_name == "TextSearch" and "does not settle it" in turn.text
+                observed += call.observation
+    assert back_searches > 0  # the Gadolin tasks take the search from the element's side
+
+
 def test_probes_solve_leaky_questions_and_not_the_synthesized_ones(server, tasks):
     task = tasks[0]
     # the leaky question asks for Namibia's capital, not the first task's entry-image country's: that is Greece,
@@ -178,6 +201,19 @@ def test_entry_image_probes_solve_one_hop_questions_but_not_the_checkpointed_tas
                 await probe_short_multimodal_search(client, checkpointed))
 
     assert asyncio.run(_run(probes)(server)) == (True, False)
+
+
+def test_a_seed_over_its_share_is_not_synthesized(synth):
+    # every task answers its seed: with two dishes verified (type cap 2) no dish seed can give one more, and with
+    # France answered once (cap 1) neither can France; a city seed still can
+    shares = Shares(cap=1, type_cap=2)
+    shares.count("dish:a", "dish")
+    shares.count("dish:b", "dish")
+    shares.count("country:FRA", "country")
+    dish = next(e for e in synth.seeds() if e.startswith("dish:"))
+    assert seed_over_share(synth.world, dish, shares) == "answer_type_share"
+    assert seed_over_share(synth.world, "country:FRA", shares) == "answer_share"
+    assert seed_over_share(synth.world, "city:2988507", shares) is None  # Paris
 
 
 @pytest.fixture(scope="module")

@@ -168,3 +168,18 @@ def test_config_validation() -> None:
         StructureConfig(min_hops=1)
     with pytest.raises(ValueError, match="min_hops"):
         StructureConfig(min_hops=3, max_hops=2)
+
+
+def test_verdicts_are_reused_across_dags() -> None:
+    # The path album -> chant* -> ana is identifiable; a second DAG holding it reads the verdict the first stored,
+    # so a stored verdict (here planted as "multiple_endpoints") is what it reports, not a fresh solve.
+    dag = hand_dag((CHANT, ALBUM))
+    path = Structure(((ALBUM, CHANT),), (), ("work:chant",), False)
+    verdicts: dict = {}
+    first = enumerate_structures(KG_JP, dag, {"album:best", "work:chant"}, StructureConfig(visual_answer=False),
+                                 verdicts)
+    assert first.accepted == (path,) and verdicts == {path: None}
+    verdicts[path] = MULTIPLE_ENDPOINTS
+    again = enumerate_structures(KG_JP, dag, {"album:best", "work:chant"}, StructureConfig(visual_answer=False),
+                                 verdicts)
+    assert again.accepted == () and again.rejected == ((path, MULTIPLE_ENDPOINTS),)

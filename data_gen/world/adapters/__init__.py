@@ -29,6 +29,7 @@ ADAPTERS: tuple[str, ...] = (
     "religions",
     "scripts",
     "time_zones",
+    "former_currencies",
 )
 
 
@@ -43,7 +44,8 @@ def load_adapter(name: str) -> ModuleType:
         module = importlib.import_module(f"{__name__}.{name}")
     except ModuleNotFoundError as exc:
         if exc.name == f"{__name__}.{name}":
-            raise AdapterError(f"adapter {name!r} is registered but data_gen/world/adapters/{name}.py is missing") from exc
+            raise AdapterError(f"adapter {name!r} is registered but data_gen/world/adapters/{name}.py is "
+                               "missing") from exc
         raise
     for attr in ("SOURCES", "contribute"):
         if not hasattr(module, attr):
