@@ -186,10 +186,14 @@ def loop_config(args: argparse.Namespace) -> dict[str, Any]:
 
 async def run_ours(args: argparse.Namespace, client: Any, processor: Any, config: Any) -> float:
     """One round: ``--episodes`` episodes at once, a fresh loop each (as verl's worker builds them); wall seconds."""
+    from transformers import AutoConfig
+
     from verl_ext.rollout.instantiate import instantiate_agent_loop
 
+    model_type = AutoConfig.from_pretrained(args.model).model_type  # verl's Continuous Token builder family
+
     async def episode(i: int) -> None:
-        loop = instantiate_agent_loop(AGENT["agent"], client, processor, config)
+        loop = instantiate_agent_loop(AGENT["agent"], client, processor, config, hf_model_type=model_type)
         image = question_image(args.seed * 100_000 + i, args.image_side) if args.image_side else None
         content: Any = f"Question number {i}: what does this picture show?"
         if image is not None:

@@ -90,3 +90,15 @@ def test_the_vllm_side_composes_verls_config_with_the_workload_and_every_mirrore
     assert set(bench.ENGINE_FIELDS) <= set(plain)  # what the replay's AsyncLLM is built with
     settings = resolve_settings("modalsearch", plain, {})
     assert (settings.max_turns, settings.max_turn_tokens, settings.max_consecutive_errors) == (5, 64, None)
+
+
+def test_ours_runs_at_the_qwen3_vl_shape_with_its_processor_and_builder(tmp_path):
+    """The real Qwen3-VL-8B directory (no weights: the stand-in generates): verl's Qwen3-VL Continuous Token builder
+    and the shape's processor, a 512x512 image as 32x32 patches of 16 merged 2x2 = 256 placeholders in every turn."""
+    from verl_ext.models.shapes import write_shape
+
+    model = write_shape("qwen3-vl-8b", tmp_path / "q3vl")
+    args = bench.parser().parse_args(["--model", str(model), "--engine", "stand-in", "--episodes", "2",
+                                      "--turns", "2", "--gen", "8", "--image-side", "512", "--reps", "1"])
+    turns = bench.run(args)["recording"].turns
+    assert len(turns) == 4 and all(t.prompt_ids.count(IMAGE_PAD) == 256 for t in turns)
