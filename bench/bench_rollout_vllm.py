@@ -156,7 +156,8 @@ class VllmEngine:
         self.n = 0
 
     async def complete(self, prompt_ids: list[int], images: list[Any], max_tokens: int) -> list[int]:
-        from vllm import SamplingParams, TokensPrompt
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
 
         self.n += 1
         prompt = TokensPrompt(prompt_token_ids=prompt_ids, multi_modal_data={"image": images} if images else {})
