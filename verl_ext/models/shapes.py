@@ -5,8 +5,8 @@ directory with ``--load-format dummy`` and torch builds it with ``from_config`` 
 travels. The config is built through the transformers config class (derived fields such as ``layer_types`` stay
 consistent with the layer count); tokenizer, processor and chat template are the tiny model's (the real Qwen3
 tokenizer: 151,669 tokens, fewer than the padded vocabulary of the released configs, as in the released models).
-``weights="random"`` materialises random weights on a device and saves them, for trainers that load weights from
-disk (verl's FSDP workers).
+``weights=True`` (the CLI's ``--weights random``) builds random weights on a device and saves them, for trainers
+that load weights from disk (verl's FSDP workers).
 """
 
 from __future__ import annotations
