@@ -13,7 +13,7 @@ and tokenizes the conversation its own way (its token count is its own). Needs a
 model directory with weights: at a real shape, random ones built on the GPU machine::
 
     python -m verl_ext.models shape --like qwen3-vl-8b --out /tmp/q3vl8b --weights random --device cuda
-    python bench/bench_mei_sft.py --model /tmp/q3vl8b --examples 64 --updates 3 --json /tmp/out/mei_sft.json
+    python bench/bench_mei_sft.py --model /tmp/q3vl8b --examples 64 --updates 3 --offload --json /tmp/out/mei_sft.json
 
 On CPU (``tests/mei/test_bench_mei_sft_on_cpu.py``): the parquet, verl's dataset reading it, the config, the timing;
 neither engine runs there.
@@ -117,6 +117,8 @@ def verl_sft_config(args: argparse.Namespace, parquet: Path, out_dir: Path):
             "engine.strategy=fsdp2",
             "engine.model_dtype=fp32",
             "engine.use_torch_compile=False",
+            f"engine.param_offload={args.offload}",
+            f"engine.optimizer_offload={args.offload}",
             "optim.lr=1e-6",
             "optim.weight_decay=0.1",
             "optim.betas=[0.9,0.95]",
@@ -209,7 +211,8 @@ def run_ours(args: argparse.Namespace, examples: list) -> tuple[float, float | N
     try:
         group = build_worker_group(MEITrainSettings(
             model_path=os.path.abspath(args.model), attn_implementation="sdpa", use_remove_padding=False,
-            global_batch_size=args.batch, micro_batch_size_per_gpu=args.micro))
+            global_batch_size=args.batch, micro_batch_size_per_gpu=args.micro, param_offload=args.offload,
+            optimizer_offload=args.offload))
         with tempfile.TemporaryDirectory() as out:
             for k in range(args.updates):
                 m = train_mei(group, items, f"v{k + 1}", out_dir=out, pad_token_id=processor.tokenizer.pad_token_id,
@@ -239,6 +242,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=positive_int, default=16, metavar="N",
                    help="global batch size (default: 16, the paper's)")
     p.add_argument("--micro", type=positive_int, default=4, metavar="N", help="micro-batch size per GPU (default: 4)")
+    p.add_argument("--offload", action="store_true",
+                   help="parameters and optimizer state in host memory between uses, both sides (an 8B model's fp32 "
+                   "master weights and Adam moments, ~16 bytes a parameter, do not fit one GPU)")
     p.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the figures here")
     return p
 
@@ -266,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{mfu(verl_mfu)}, {steps} steps): ours/verl {ours / verl:.3f}x")
     if args.json:
         args.json.write_text(json.dumps({"model": args.model, "examples": args.examples, "updates": args.updates,
-                                         "ours_tokens_per_s": ours, "ours_mfu": ours_mfu,
+                                         "offload": args.offload, "ours_tokens_per_s": ours, "ours_mfu": ours_mfu,
                                          "verl_tokens_per_s": verl, "verl_mfu": verl_mfu,
                                          "ratio": ours / verl}, indent=1) + "\n")
     return 0

@@ -54,8 +54,10 @@ def test_verls_dataset_reads_the_same_calls_with_the_same_images_and_target(benc
 
 
 def test_verls_sft_config_carries_the_benchs_settings(bench):
-    args = bench.parser().parse_args(["--model", "/models/m", "--updates", "3", "--batch", "16", "--micro", "4"])
+    args = bench.parser().parse_args(["--model", "/models/m", "--updates", "3", "--batch", "16", "--micro", "4",
+                                      "--offload"])
     config = bench.verl_sft_config(args, Path("/data/x.parquet"), Path("/ckpt"))
+    assert config.engine.param_offload and config.engine.optimizer_offload
     assert (config.data.train_batch_size, config.data.micro_batch_size_per_gpu, config.data.use_dynamic_bsz) == (
         16, 4, False)
     assert config.trainer.total_epochs == 3 and config.trainer.device == "cuda"
