@@ -215,3 +215,19 @@ def test_one_step_moves_only_language_weights(tiny_vl_model_dir, tiny_vl_process
     changed = {n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])}
     assert not changed & frozen
     assert "model.language_model.embed_tokens.weight" in changed and any("layers.1.mlp" in n for n in changed)
+
+
+def test_train_mei_reports_the_mean_of_verls_per_step_mfu_only_where_verl_gives_one(tiny_vl_processor, tmp_path):
+    item = tokenize(reverse_example(), tiny_vl_processor)
+    mfus = iter([0.25, 0.35])
+
+    class WithMFU(ScriptedWorkerGroup):
+        def train_batch(self, batch):
+            super().train_batch(batch)
+            result = tu.get_tensordict({}, non_tensor_dict={"metrics": {"loss": 1.0, "mfu": next(mfus)}})
+            return type("Ref", (), {"get": lambda _self: result})()
+
+    pad = tiny_vl_processor.tokenizer.pad_token_id
+    with_mfu = train_mei(WithMFU(1), [item] * 17, "v1", out_dir=tmp_path, pad_token_id=pad).metrics
+    assert with_mfu["mei/mfu"] == pytest.approx(0.30)  # two steps (16 + 1 calls): (0.25 + 0.35) / 2
+    assert "mei/mfu" not in train_mei(ScriptedWorkerGroup(1), [item], "v2", out_dir=tmp_path, pad_token_id=pad).metrics

@@ -297,8 +297,9 @@ def train_mei(
     :func:`verl_ext.mei.sft.tokenize_calls`), then an HF checkpoint at ``out_dir/<version>/huggingface``.
     ``model_parallel_size``: ranks per model replica (Megatron TP x PP x CP); the rest are data-parallel. Metrics: mean
     and last loss, steps, examples, fill rows, tokens, target tokens, seconds and tokens/s (real tokens through
-    forward and backward, the training throughput). Progress lines (step, loss, tokens/s, elapsed, ETA: see
-    :mod:`.progress`) and a summary go to ``emit``, stdout by default."""
+    forward and backward, the training throughput), and ``mei/mfu``, the mean of verl's per-step MFU where verl
+    reports one. Progress lines (step, loss, tokens/s, elapsed, ETA: see :mod:`.progress`) and a summary go to
+    ``emit``, stdout by default."""
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
     if not items:
@@ -312,13 +313,17 @@ def train_mei(
          f"global batch {global_batch_size}, micro-batch {micro_batch_size} x {data_parallel} data-parallel "
          f"rank{'s' if data_parallel > 1 else ''}; a line every {progress.every} steps or {progress.interval_s:.0f} s")
     target_tokens = 0
+    mfus: list[float] = []
     for step in plan:
         chunk = [items[i] for i in step.rows]
         target_tokens += sum(int(x["loss_mask"].sum()) for x in chunk)
         shortest = min(chunk, key=lambda x: int(x["input_ids"].shape[0]))
         output = worker_group.train_batch(collate(chunk + [fill_row(shortest)] * step.fill,
                                                   pad_token_id=pad_token_id)).get()
-        progress.step(float(tu.get(output, "metrics")["loss"]), sum(int(x["input_ids"].shape[0]) for x in chunk))
+        step_metrics = tu.get(output, "metrics")
+        if "mfu" in step_metrics:  # verl's estimate for the step, where its FlopsCounter knows the model type
+            mfus.append(float(step_metrics["mfu"]))
+        progress.step(float(step_metrics["loss"]), sum(int(x["input_ids"].shape[0]) for x in chunk))
     seconds = progress.finish()
     losses, tokens = progress.losses, progress.tokens
     ckpt = Path(out_dir) / version
@@ -334,4 +339,6 @@ def train_mei(
         "mei/seconds": seconds,
         "mei/tokens_per_s": tokens / seconds if seconds > 0 else math.inf,
     }
+    if mfus:
+        metrics["mei/mfu"] = sum(mfus) / len(mfus)
     return MEIUpdate(version, ckpt / "huggingface", metrics)

@@ -1,5 +1,7 @@
 """CLI: ``python -m verl_ext.models build --out DIR [--seed N] [--cache DIR] [--hidden-size N] [--layers N]
-[--dtype float32|bfloat16]`` writes the tiny Qwen2.5-VL model (by default 64 wide, 2 layers, float32)."""
+[--dtype float32|bfloat16]`` writes the tiny Qwen2.5-VL model (by default 64 wide, 2 layers, float32);
+``python -m verl_ext.models shape --like NAME --out DIR [--weights none|random] [--device D]`` writes a released
+model's architecture (see :mod:`verl_ext.models.shapes`) for GPU benchmarks at real shapes."""
 
 from __future__ import annotations
 
@@ -9,10 +11,13 @@ from pathlib import Path
 
 from neos_core.usage import OneLineParser, nonnegative_int, positive_int
 
+SHAPE_NAMES = ("qwen2.5-vl-7b", "qwen3-vl-8b")  # verl_ext.models.shapes.SHAPES, named here so --help stays light
+
 
 def parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="python -m verl_ext.models", description="Build the tiny randomly initialised Qwen2.5-VL "
-                      "(real Qwen tokenizer) used by the CPU tests, the demo and the GPU smoke run.")
+                      "(real Qwen tokenizer) used by the CPU tests, the demo and the GPU smoke run, or a released "
+                      "model's architecture for benchmarks at real shapes.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=OneLineParser, metavar="COMMAND")
     build = sub.add_parser("build", help="write a tiny randomly initialised Qwen2.5-VL model directory",
                            description="Write a tiny randomly initialised Qwen2.5-VL model directory (weights, "
@@ -30,13 +35,33 @@ def parser() -> argparse.ArgumentParser:
     build.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
                        help="dtype of the stored weights; bfloat16 halves the files of a wider model "
                        "(default: float32)")
+    shape = sub.add_parser("shape", help="write a released model's architecture (config, tokenizer, processor; no "
+                           "weights unless --weights random)",
+                           description="Write the real architecture config of a released Qwen VL model with the tiny "
+                           "model's tokenizer, processor and chat template. Without weights: serve it with vLLM's "
+                           "--load-format dummy or build it with from_config. Checks the built model's parameter "
+                           "count (on the meta device) against the released checkpoint's.")
+    shape.add_argument("--like", required=True, choices=SHAPE_NAMES, metavar="NAME",
+                       help=f"released model: {', '.join(SHAPE_NAMES)}")
+    shape.add_argument("--out", type=Path, required=True, metavar="DIR",
+                       help="model directory to write; replaced if it holds a model built by this CLI")
+    shape.add_argument("--cache", type=Path, default=None, metavar="DIR",
+                       help="source cache holding the tokenizer package (default: $NEOS_WORLD_CACHE or "
+                       "~/.cache/neos-world)")
+    shape.add_argument("--weights", choices=("none", "random"), default="none",
+                       help="none: config only (default); random: random weights built on --device and saved (for "
+                       "trainers that load weights from disk)")
+    shape.add_argument("--device", default="cpu", help="where --weights random builds the model (default: cpu; "
+                       "cuda on the GPU machine)")
+    shape.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16",
+                       help="dtype of --weights random (default: bfloat16)")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
-    if args.hidden_size % 32:
+    if args.command == "build" and args.hidden_size % 32:
         p.error(f"argument --hidden-size: must be a multiple of 32, got {args.hidden_size}")
     out: Path = args.out
     if out.exists() and not out.is_dir():
@@ -45,21 +70,46 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from neos_core.world.sources import SourceCache
-    from verl_ext.models.tiny_vl import HF_MODEL_TYPE, PROVENANCE_FILE, build_tiny_qwen_vl
+    from verl_ext.models.shapes import SHAPE_FILE
+    from verl_ext.models.tiny_vl import HF_MODEL_TYPE, PROVENANCE_FILE
 
-    if out.is_dir() and any(out.iterdir()) and not (out / PROVENANCE_FILE).is_file():
-        p.error(f"--out: {out} holds something other than a model built here (no {PROVENANCE_FILE}); refusing to "
-                "replace it")
+    markers = (PROVENANCE_FILE, SHAPE_FILE)
+    if out.is_dir() and any(out.iterdir()) and not any((out / m).is_file() for m in markers):
+        p.error(f"--out: {out} holds something other than a model built here (no {' or '.join(markers)}); refusing "
+                "to replace it")
+    cache = SourceCache(args.cache) if args.cache else None
+    if args.command == "shape":
+        return _shape(args, cache, getattr(torch, args.dtype))
+
+    from verl_ext.models.tiny_vl import build_tiny_qwen_vl
 
     path = build_tiny_qwen_vl(
         out,
         seed=args.seed,
-        cache=SourceCache(args.cache) if args.cache else None,
+        cache=cache,
         hidden_size=args.hidden_size,
         layers=args.layers,
         dtype=getattr(torch, args.dtype),
     )
     print(f"{path.resolve()} (hf_model_type={HF_MODEL_TYPE})")
+    return 0
+
+
+def _shape(args: argparse.Namespace, cache, dtype) -> int:
+    from transformers import AutoConfig
+
+    from verl_ext.models.shapes import SHAPES, count_params, write_shape
+
+    shape = SHAPES[args.like]
+    path = write_shape(args.like, args.out, cache=cache, weights=args.weights == "random", device=args.device,
+                       dtype=dtype)
+    params = count_params(AutoConfig.from_pretrained(path))
+    if params != shape.released_params:
+        print(f"error: {path}/config.json builds {params:,} parameters, the released {args.like} has "
+              f"{shape.released_params:,}", file=sys.stderr)
+        return 1
+    print(f"{path.resolve()} ({args.like}, hf_model_type={shape.hf_model_type}, {params:,} parameters, weights: "
+          f"{args.weights})")
     return 0
 
 

@@ -12,6 +12,7 @@ import hashlib
 import json
 import shutil
 import tempfile
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import IO
@@ -143,10 +144,8 @@ def build_tiny_qwen_vl(
         video_processor=Qwen2VLVideoProcessor(size=size),
         chat_template=chat_template(),
     )
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
-    tmp.chmod(0o755)  # mkdtemp makes it private; a model directory is read by other processes and users
-    try:
+
+    def write(tmp: Path) -> None:
         model.save_pretrained(tmp)
         processor.save_pretrained(tmp)
         provenance = {
@@ -158,6 +157,18 @@ def build_tiny_qwen_vl(
             "tokenizer": source.manifest_record(),
         }
         (tmp / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=1) + "\n")
+
+    return write_model_dir(out_dir, write)
+
+
+def write_model_dir(out_dir: Path, write: Callable[[Path], None]) -> Path:
+    """Run ``write`` on a temporary sibling of ``out_dir`` and rename it into place (replacing ``out_dir``), so an
+    interrupted build never looks complete; every file readable by others (some writers create private files)."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it private; a model directory is read by other processes and users
+    try:
+        write(tmp)
         for written in tmp.iterdir():
             written.chmod(0o644)  # some writers create private files (the weights); readers may be other users
         if out_dir.exists():
@@ -177,7 +188,8 @@ def cached_tiny_qwen_vl(*, seed: int = 0, cache: SourceCache | None = None) -> P
     cache = cache or SourceCache()
     digest = hashlib.sha256(f"{SPECS[TOKENIZER_SOURCE]!r}|transformers {transformers.__version__}|seed {seed}".encode())
     here = Path(__file__).resolve().parent
-    for path in sorted(p for p in here.iterdir() if p.suffix in (".py", ".jinja") and p.name != "__main__.py"):
+    skip = ("__main__.py", "shapes.py")  # the CLI and the real-shape writer do not change the tiny model
+    for path in sorted(p for p in here.iterdir() if p.suffix in (".py", ".jinja") and p.name not in skip):
         digest.update(b"\0" + path.name.encode() + b"\0" + path.read_bytes())
     path, lock = use_keyed_dir(cache.root / "models", "tiny-qwen-vl-", digest.hexdigest()[:20],
                                lambda out: build_tiny_qwen_vl(out, seed=seed, cache=cache), ready="config.json")

@@ -24,11 +24,12 @@ def instantiate_agent_loop(
     processor: Any,
     trainer_config: DictConfig,
     tools: Sequence[Any] = (),
+    hf_model_type: str = HF_MODEL_TYPE,
 ) -> Any:
     """The loop ``loop`` with verl's constructor arguments: a registered name, or an entry of an
     ``agent_loop_config_path`` file (``name``, ``_target_`` and the loop's settings), which verl's worker registers as
-    is. ``trainer_config`` needs ``actor_rollout_ref`` and ``data`` sections. The model type is the tiny Qwen2.5-VL's
-    (``verl_ext.models``), the only in-process model."""
+    is. ``trainer_config`` needs ``actor_rollout_ref`` and ``data`` sections. ``hf_model_type`` (the root config's
+    ``model_type``: verl picks the Continuous Token builder by it) defaults to the tiny Qwen2.5-VL's."""
     return hydra.utils.instantiate(
         _agent_loop_registry[loop] if isinstance(loop, str) else loop,
         trainer_config=DictConfigWrap(trainer_config),
@@ -37,6 +38,6 @@ def instantiate_agent_loop(
         processor=processor,
         dataset_cls=RLHFDataset,
         data_config=DictConfigWrap(trainer_config.data),
-        hf_model_type=HF_MODEL_TYPE,
+        hf_model_type=hf_model_type,
         tools=ToolListWrap(list(tools)),
     )

@@ -1,0 +1,104 @@
+"""``bench/bench_rollout_vllm.py`` on the stand-in engine: our loop runs the workload it is told (episodes x turns of
+``--gen`` tokens, one question image each), the recording holds what the engine was sent, and the replay sends vLLM
+the same turns with one placeholder per image, as verl's server does. The vLLM side itself needs the GPU."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))  # the bench scripts, as they run
+import bench_rollout_vllm as bench  # noqa: E402
+
+IMAGE_PAD = 151655
+
+
+@pytest.fixture(scope="module")
+def result(tiny_vl_model_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "figures.json"
+    args = bench.parser().parse_args(["--model", str(tiny_vl_model_dir), "--engine", "stand-in", "--episodes", "3",
+                                      "--turns", "3", "--gen", "8", "--image-side", "56", "--reps", "1",
+                                      "--json", str(out)])
+    return bench.run(args), out
+
+
+def test_ours_runs_every_turn_of_every_episode_with_the_token_count_asked(result):
+    figures, _ = result
+    episodes = figures["recording"].episodes()
+    assert len(episodes) == 3 and all(len(turns) == 3 for turns in episodes.values())
+    for turns in episodes.values():
+        assert [t.generated for t in turns] == [8, 8, 8]
+        for before, after in zip(turns, turns[1:]):  # the context only grows: the turn's prompt extends the last
+            assert after.prompt_ids[: len(before.prompt_ids)] == before.prompt_ids
+            assert len(after.prompt_ids) > len(before.prompt_ids) + 8  # its reply and an error observation
+        # a 56x56 image is the tiny model's minimum, 4 x 28^2 pixels: 4 merged visual tokens
+        assert all(t.images == 1 and t.prompt_ids.count(IMAGE_PAD) == 4 for t in turns)
+
+
+def test_replay_sends_the_recorded_turns_with_one_placeholder_per_image(result, tiny_vl_processor):
+    figures, _ = result
+    recording = figures["recording"]
+    plan = bench.replay_plan(recording, tiny_vl_processor)
+    flat = [turn for episode in plan for turn in episode]
+    assert len(flat) == len(recording.turns) == 9
+    for (prompt, images, tokens), recorded in zip(flat, [t for ts in recording.episodes().values() for t in ts]):
+        assert prompt.count(IMAGE_PAD) == 1 and len(images) == 1 and images[0].size == (56, 56)
+        assert [i for i in prompt if i != IMAGE_PAD] == [i for i in recorded.prompt_ids if i != IMAGE_PAD]
+        assert tokens == 8
+
+
+def test_the_replay_engine_is_asked_for_exactly_the_recorded_tokens(result, tiny_vl_processor):
+    import asyncio
+
+    figures, _ = result
+    engine = bench.StandInEngine()
+    plan = bench.replay_plan(figures["recording"], tiny_vl_processor)
+    asyncio.run(bench.replay_rounds(engine, plan, reps=2))
+    assert engine.generated == 3 * 9 * 8  # warm-up and two rounds, 9 turns of 8 tokens
+    assert engine.prompt_tokens == 3 * sum(len(p) for episode in plan for p, _, _ in episode)
+
+
+def test_figures_are_printed_and_written(result):
+    figures, path = result
+    written = json.loads(path.read_text())
+    assert written["engine"] == "stand-in" and len(written["ours_s"]) == len(written["vllm_s"]) == 1
+    assert written["ratio"] == pytest.approx(written["vllm_s"][0] / written["ours_s"][0])
+    assert "recording" not in written
+
+
+def test_a_negative_image_side_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--model", "m", "--image-side", "-1"])
+    assert "--image-side: must be >= 0, got -1" in capsys.readouterr().err
+
+
+def test_the_vllm_side_composes_verls_config_with_the_workload_and_every_mirrored_engine_field(tiny_vl_model_dir):
+    from omegaconf import OmegaConf
+
+    from verl_ext.rollout.settings import resolve_settings
+
+    args = bench.parser().parse_args(["--model", str(tiny_vl_model_dir), "--turns", "5", "--gen", "64",
+                                      "--max-model-len", "8192", "--gpu-memory-utilization", "0.4"])
+    rollout = bench._compose_vllm_config(args).actor_rollout_ref.rollout
+    assert (rollout.name, rollout.load_format, rollout.ignore_eos, rollout.max_model_len) == ("vllm", "dummy", True,
+                                                                                              8192)
+    assert rollout.gpu_memory_utilization == 0.4 and rollout.prompt_length == rollout.response_length == 4096
+    plain = OmegaConf.to_container(rollout)
+    assert set(bench.ENGINE_FIELDS) <= set(plain)  # what the replay's AsyncLLM is built with
+    settings = resolve_settings("modalsearch", plain, {})
+    assert (settings.max_turns, settings.max_turn_tokens, settings.max_consecutive_errors) == (5, 64, None)
+
+
+def test_ours_runs_at_the_qwen3_vl_shape_with_its_processor_and_builder(tmp_path):
+    """The real Qwen3-VL-8B directory (no weights: the stand-in generates): verl's Qwen3-VL Continuous Token builder
+    and the shape's processor, a 512x512 image as 32x32 patches of 16 merged 2x2 = 256 placeholders in every turn."""
+    from verl_ext.models.shapes import write_shape
+
+    model = write_shape("qwen3-vl-8b", tmp_path / "q3vl")
+    args = bench.parser().parse_args(["--model", str(model), "--engine", "stand-in", "--episodes", "2",
+                                      "--turns", "2", "--gen", "8", "--image-side", "512", "--reps", "1"])
+    turns = bench.run(args)["recording"].turns
+    assert len(turns) == 4 and all(t.prompt_ids.count(IMAGE_PAD) == 256 for t in turns)

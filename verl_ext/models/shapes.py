@@ -1,0 +1,179 @@
+"""Real-shape model directories for GPU benchmarks: the released architecture of a Qwen VL model, no weights.
+
+Performance at the papers' model sizes needs the real architecture, not the real weights: vLLM serves such a
+directory with ``--load-format dummy`` and torch builds it with ``from_config`` on the GPU, so nothing large
+travels. The config is built through the transformers config class (derived fields such as ``layer_types`` stay
+consistent with the layer count); tokenizer, processor and chat template are the tiny model's (the real Qwen3
+tokenizer: 151,669 tokens, fewer than the padded vocabulary of the released configs, as in the released models).
+``weights=True`` (the CLI's ``--weights random``) builds random weights on a device and saves them, for trainers
+that load weights from disk (verl's FSDP workers).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import (
+    AutoModelForImageTextToText,
+    GenerationConfig,
+    PretrainedConfig,
+    PreTrainedTokenizerBase,
+    ProcessorMixin,
+    Qwen2_5_VLConfig,
+    Qwen2_5_VLProcessor,
+    Qwen2VLImageProcessor,
+    Qwen2VLVideoProcessor,
+    Qwen3VLConfig,
+    Qwen3VLProcessor,
+    Qwen3VLVideoProcessor,
+)
+
+from neos_core.world.sources import SourceCache
+from verl_ext.models.tiny_vl import _load_tokenizer, chat_template, write_model_dir
+
+SHAPE_FILE = "neos_shape.json"  # which shape, its source and released parameter count: marks a directory built here
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A released model's architecture: config class and fields, processor family, and the parameter count the
+    built model must have (the released checkpoint's)."""
+
+    config_class: type[PretrainedConfig]
+    processor_class: type[ProcessorMixin]
+    video_processor_class: type
+    hf_model_type: str
+    architecture: str  # config.json's "architectures": vLLM picks its model class by it
+    text: dict[str, Any]
+    vision: dict[str, Any]
+    pixels: tuple[int, int]  # the released image processor's (shortest_edge, longest_edge), in pixels
+    image_norm: tuple[float, float] | None  # (mean, std) of every channel; None: the processor's default (CLIP's)
+    released_params: int
+    source: str
+
+
+SHAPES: dict[str, Shape] = {
+    # Qwen/Qwen2.5-VL-7B-Instruct. Source: NVIDIA/TensorRT-LLM tests/unittest/_torch/modeling/
+    # test_modeling_qwen2_5vl.py (QWEN2_5_VL_7B_CONFIG, the released config.json with the layer counts cut for the
+    # test; its comments give the full model's 28 text layers and 32 vision blocks). fullatt_block_indexes
+    # [7, 15, 23, 31] and hidden_act silu: the same file's vision block and transformers' Qwen2_5_VLVisionConfig
+    # defaults. Released image processor: min_pixels 3136 = 4 x 28^2, max_pixels 12845056 = 16384 x 28^2.
+    "qwen2.5-vl-7b": Shape(
+        config_class=Qwen2_5_VLConfig,
+        processor_class=Qwen2_5_VLProcessor,
+        video_processor_class=Qwen2VLVideoProcessor,
+        hf_model_type="qwen2_5_vl",
+        architecture="Qwen2_5_VLForConditionalGeneration",
+        text={"vocab_size": 152064, "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
+              "num_attention_heads": 28, "num_key_value_heads": 4, "max_position_embeddings": 128000,
+              "rms_norm_eps": 1e-6, "hidden_act": "silu",
+              "rope_parameters": {"rope_type": "default", "rope_theta": 1_000_000.0, "mrope_section": [16, 24, 24]}},
+        vision={"depth": 32, "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16, "out_hidden_size": 3584,
+                "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "window_size": 112,
+                "fullatt_block_indexes": [7, 15, 23, 31], "tokens_per_second": 2, "hidden_act": "silu"},
+        pixels=(3136, 12845056),
+        image_norm=None,
+        released_params=8_292_166_656,
+        source="NVIDIA/TensorRT-LLM tests/unittest/_torch/modeling/test_modeling_qwen2_5vl.py",
+    ),
+    # Qwen/Qwen3-VL-8B-Instruct. Source: NVIDIA/TensorRT-LLM tests/unittest/_torch/modeling/
+    # test_modeling_qwen3vl.py (QWEN3_VL_8B_CONFIG, the released config.json with 4 text layers "for testing, 36
+    # layers for full model"). Released image processor (Qwen2VLImageProcessorFast): shortest_edge 65536 = 64 x 32^2,
+    # longest_edge 16777216 = 16384 x 32^2, mean = std = 0.5.
+    "qwen3-vl-8b": Shape(
+        config_class=Qwen3VLConfig,
+        processor_class=Qwen3VLProcessor,
+        video_processor_class=Qwen3VLVideoProcessor,
+        hf_model_type="qwen3_vl",
+        architecture="Qwen3VLForConditionalGeneration",
+        text={"vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36,
+              "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+              "max_position_embeddings": 262144, "rms_norm_eps": 1e-6, "hidden_act": "silu",
+              "tie_word_embeddings": False,
+              "rope_parameters": {"rope_type": "default", "rope_theta": 5_000_000.0, "mrope_section": [24, 20, 20],
+                                  "mrope_interleaved": True}},
+        vision={"depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16, "out_hidden_size": 4096,
+                "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2,
+                "deepstack_visual_indexes": [8, 16, 24], "num_position_embeddings": 2304,
+                "hidden_act": "gelu_pytorch_tanh"},
+        pixels=(65536, 16777216),
+        image_norm=(0.5, 0.5),
+        released_params=8_767_123_696,
+        source="NVIDIA/TensorRT-LLM tests/unittest/_torch/modeling/test_modeling_qwen3vl.py",
+    ),
+}
+
+
+def shape_config(name: str, tokenizer: PreTrainedTokenizerBase) -> PretrainedConfig:
+    """The config of shape ``name`` through its transformers class, with the tokenizer's end and pad ids (the
+    released ones: <|im_end|> 151645, <|endoftext|> 151643) and the released bfloat16 dtype (what vLLM's
+    ``--dtype auto`` serves)."""
+    shape = SHAPES[name]
+    ids = {"eos_token_id": tokenizer.convert_tokens_to_ids("<|im_end|>"), "pad_token_id": tokenizer.pad_token_id}
+    return shape.config_class(text_config={**shape.text, **ids}, vision_config=dict(shape.vision),
+                              tie_word_embeddings=False, architectures=[shape.architecture], dtype="bfloat16")
+
+
+def shape_processor(name: str, tokenizer: PreTrainedTokenizerBase) -> ProcessorMixin:
+    """The shape's processor family around the tiny model's tokenizer and chat template, with the released image
+    processor's patch, merge and pixel bounds."""
+    shape = SHAPES[name]
+    vision = shape.vision
+    size = {"shortest_edge": shape.pixels[0], "longest_edge": shape.pixels[1]}
+    geometry = {"patch_size": vision["patch_size"], "merge_size": vision["spatial_merge_size"],
+                "temporal_patch_size": vision["temporal_patch_size"], "size": size}
+    if shape.image_norm is not None:
+        mean, std = shape.image_norm
+        geometry |= {"image_mean": [mean] * 3, "image_std": [std] * 3}
+    return shape.processor_class(image_processor=Qwen2VLImageProcessor(**geometry), tokenizer=tokenizer,
+                                 video_processor=shape.video_processor_class(**geometry),
+                                 chat_template=chat_template())
+
+
+def build_on(config: PretrainedConfig, device: torch.device | str, dtype: torch.dtype = torch.bfloat16):
+    """The model of ``config`` with random weights on ``device`` (``"meta"``: shapes only, no memory)."""
+    with torch.device(device):
+        return AutoModelForImageTextToText.from_config(config, dtype=dtype)
+
+
+def write_shape(name: str, out_dir: Path, *, cache: SourceCache | None = None, weights: bool = False,
+                device: str = "cpu", dtype: torch.dtype = torch.bfloat16) -> Path:
+    """Write shape ``name`` as a HF model directory: config, generation config, tokenizer, processor, chat template
+    and ``neos_shape.json``; with ``weights``, random weights built on ``device`` too. Without weights, load it with
+    vLLM's ``--load-format dummy`` or ``from_config``."""
+    if name not in SHAPES:
+        raise ValueError(f"unknown shape {name!r}; known: {', '.join(SHAPES)}")
+    shape = SHAPES[name]
+    tokenizer, source = _load_tokenizer(cache)
+    config = shape_config(name, tokenizer)
+    stop_ids = tokenizer.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
+    generation = GenerationConfig(eos_token_id=stop_ids, pad_token_id=tokenizer.pad_token_id)
+
+    def write(tmp: Path) -> None:
+        if weights:
+            model = build_on(config, device, dtype)
+            model.generation_config = generation
+            model.save_pretrained(tmp)
+            del model
+        else:
+            config.save_pretrained(tmp)
+            generation.save_pretrained(tmp)
+        shape_processor(name, tokenizer).save_pretrained(tmp)
+        record = {"shape": name, "source": shape.source, "released_params": shape.released_params,
+                  "hf_model_type": shape.hf_model_type, "weights": f"random on {device}" if weights else "none",
+                  "tokenizer": source.manifest_record()}
+        (tmp / SHAPE_FILE).write_text(json.dumps(record, indent=1) + "\n")
+
+    return write_model_dir(Path(out_dir), write)
+
+
+def count_params(config: PretrainedConfig, predicate: Callable[[str], bool] = lambda _: True) -> int:
+    """Parameters of the model ``config`` describes (built on the meta device: no memory), those whose name
+    ``predicate`` accepts."""
+    model = build_on(config, "meta")
+    return sum(p.numel() for n, p in model.named_parameters() if predicate(n))
