@@ -66,10 +66,14 @@ VERL_CPU_TESTS := trainer/ppo/test_core_algos_on_cpu.py trainer/ppo/test_dynamic
 	experimental/agent_loop/test_agent_loop_extra_fields_schema_on_cpu.py \
 	experimental/agent_loop/test_call_tool_on_cpu.py single_controller/test_decorator_on_cpu.py
 
+# Test processes (pytest-xdist): one per core of the 2-core machine the suite is sized for; each builds its own session
+# fixtures (a Ray, the tiny model loaded), so more than the cores only adds memory. TEST_WORKERS=0: one process.
+# verl's tests mostly wait for the Ray each starts: one more process than cores there.
+TEST_WORKERS ?= 2
 test: install system-deps
 	site=$$($(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") && \
-	$(VENV)/bin/pytest -q --durations=25 tests && \
-	$(VENV)/bin/pytest -q $(addprefix $$site/tests/,$(VERL_CPU_TESTS))
+	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --durations=25 tests && \
+	$(VENV)/bin/pytest -q -n $$(($(TEST_WORKERS) + 1)) --dist worksteal $(addprefix $$site/tests/,$(VERL_CPU_TESTS))
 
 # The whole Neos loop on CPU: world -> tasks -> rollouts (scripted behaviour policy scored by the tiny VL model)
 # -> answer judge -> turn credit -> advantages -> report with plots in $(DEMO)/report. Reruns reuse what exists.

@@ -131,24 +131,36 @@ def compose_ppo_config():
 
 @pytest.fixture(scope="session")
 def ray_cluster():
-    """One local Ray for the whole session (starting one costs ~10 s on 2 cores). Logical CPUs above the machine's:
-    TransferQueue's controller and storage unit are Ray actors of one CPU each and would wait forever on 2."""
+    """One local Ray for the whole session (starting one costs ~10 s on 2 cores), a new one even where a cluster runs
+    on the machine (another session's ``ray start``). Logical CPUs above the machine's: TransferQueue's controller and
+    storage unit are Ray actors of one CPU each and would wait forever on 2."""
     import ray
 
-    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=8, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
 
 
 @pytest.fixture(scope="session")
-def transfer_queue(ray_cluster):
-    """A real TransferQueue (verl's v1 trainer data plane) on the session's Ray: one in-memory storage unit."""
+def _transfer_queue_system(ray_cluster):
     import transfer_queue as tq
     from omegaconf import OmegaConf
 
     tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
     yield tq
     tq.close()
+
+
+@pytest.fixture
+def transfer_queue(_transfer_queue_system):
+    """A real TransferQueue (verl's v1 trainer data plane) on the session's Ray: one in-memory storage unit, started
+    once. Empty for each test: the keys a test leaves are cleared after it, whichever tests ran before it on this
+    worker (a test that checks a partition holds only its batch's keys would otherwise see an earlier test's)."""
+    tq = _transfer_queue_system
+    yield tq
+    for partition, keys in tq.kv_list().items():
+        if keys:
+            tq.kv_clear(keys=list(keys), partition_id=partition)
 
 
 @pytest.fixture(scope="session")

@@ -13,12 +13,13 @@ from verl.single_controller.ray import RayResourcePool
 from verl_ext.mei.serving import ServeSettings, server_command, start_on_pool
 
 
-def test_the_pool_starts_an_mei_server_that_serves_the_runs_version(ray_cluster, tiny_vl_model_dir):
+def test_the_pool_starts_an_mei_server_that_serves_the_runs_version(ray_cluster, tiny_vl_model_dir, free_port):
     pool = RayResourcePool(process_on_nodes=[1], use_gpu=False, max_colocate_count=3)
+    port = free_port()
     actor, url = start_on_pool(pool, ServeSettings(enable=True, engine="hf", port=None, max_new_tokens=8),
-                               str(tiny_vl_model_dir), "v0", "http://127.0.0.1:18931")
+                               str(tiny_vl_model_dir), "v0", f"http://127.0.0.1:{port}")
     try:
-        assert url.endswith(":18931")  # server_url's port, so a tool server's --mei-endpoint finds it
+        assert url.endswith(f":{port}")  # server_url's port, so a tool server's --mei-endpoint finds it
         with urllib.request.urlopen(url + "/admin/version", timeout=10) as resp:
             assert json.loads(resp.read())["version"] == "v0"
         assert ray_cluster.get(actor.alive.remote())

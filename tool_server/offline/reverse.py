@@ -115,7 +115,8 @@ class FeatureTable:
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp.npz")
+        # processes (and threads) sharing a cache dir may write it at once
+        tmp = path.with_suffix(f".tmp-{os.getpid()}-{threading.get_ident()}.npz")
         np.savez(
             tmp,
             ids=np.array(self.ids),
