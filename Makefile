@@ -14,7 +14,7 @@ WORLD ?= worlds/small
 help:
 	@echo "make demo         the whole Neos loop on CPU: world -> tasks -> rollouts -> judge -> turn credit -> report"
 	@echo "                  in $(DEMO)/report (1-5 min once .venv exists)"
-	@echo "make test         the CPU test suite, then verl's own CPU tests with our plugins (about 20 min); installs"
+	@echo "make test         the CPU test suite, and verl's own CPU tests with our plugins (2 cores: see README); installs"
 	@echo "                  missing Debian packages first, saying so (NEOS_TEST_REDIS_URL: use an existing Redis)"
 	@echo "make venv         only create $(VENV) (first use of demo/test does it: ~7 GB, torch with CUDA libraries)"
 	@echo "make install      reinstall this package into $(VENV) (seconds), as a user's pip install would"
@@ -59,21 +59,25 @@ install: $(STAMP)
 	$(PY) -m pip install -q --no-deps --force-reinstall --no-build-isolation .
 
 # verl's own CPU tests for the extension points we plug into, run with our plugins installed: they must stay green.
-# A separate pytest run: our session fixtures (one Ray for the suite) must not leak into verl's tests, which start
-# and stop Ray themselves.
+# A separate pytest run: our session fixtures (one Ray per worker) must not leak into verl's tests, which start and
+# stop Ray themselves. It runs beside ours, in one process: its tests mostly wait for the Ray each starts, so it takes
+# little of the cores; its output follows ours.
 VERL_CPU_TESTS := trainer/ppo/test_core_algos_on_cpu.py trainer/ppo/test_dynamic_policy_losses_on_cpu.py \
 	trainer/ppo/test_loss_aggregation_on_cpu.py trainer/test_multi_trajectories_advantage_on_cpu.py \
 	experimental/agent_loop/test_agent_loop_extra_fields_schema_on_cpu.py \
 	experimental/agent_loop/test_call_tool_on_cpu.py single_controller/test_decorator_on_cpu.py
 
-# Test processes (pytest-xdist): one per core of the 2-core machine the suite is sized for; each builds its own session
-# fixtures (a Ray, the tiny model loaded), so more than the cores only adds memory. TEST_WORKERS=0: one process.
-# verl's tests mostly wait for the Ray each starts: one more process than cores there.
+# Our suite on TEST_WORKERS pytest-xdist processes, one per core of the 2-core machine it is sized for, each test file
+# whole on one of them (--dist loadfile: module fixtures built once; xdist's loadgroup does not group on pytest 9.2);
+# each has its own session fixtures (a Ray, the tiny model loaded), so more workers than cores only add memory.
+# TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
 test: install system-deps
-	site=$$($(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") && \
-	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --durations=25 tests && \
-	$(VENV)/bin/pytest -q -n $$(($(TEST_WORKERS) + 1)) --dist worksteal $(addprefix $$site/tests/,$(VERL_CPU_TESTS))
+	site=$$($(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])"); verl_log=$$(mktemp); \
+	$(VENV)/bin/pytest -q $(addprefix $$site/tests/,$(VERL_CPU_TESTS)) >$$verl_log 2>&1 & verl=$$!; \
+	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25 tests; ours=$$?; \
+	wait $$verl; theirs=$$?; echo "verl's own CPU tests, with our plugins:"; cat $$verl_log; rm -f $$verl_log; \
+	[ $$ours = 0 ] && [ $$theirs = 0 ]
 
 # The whole Neos loop on CPU: world -> tasks -> rollouts (scripted behaviour policy scored by the tiny VL model)
 # -> answer judge -> turn credit -> advantages -> report with plots in $(DEMO)/report. Reruns reuse what exists.

@@ -176,6 +176,31 @@ def world(small_world):
     w.close()
 
 
+@pytest.fixture(scope="session")
+def features_cached(world):
+    """``features_cached(dir)`` -> ``dir``: a tool server ``--cache-dir`` for the small world that already holds its
+    image features (a link to the session's, which are keyed by the world's content), so a server process started on
+    it loads them instead of spending ~10 s of CPU computing them again. Its result cache starts empty."""
+    import shutil
+
+    from neos_core.world.sources import default_cache_dir
+    from tool_server.offline.world import features_path
+
+    world.wait_features()
+    source = features_path(default_cache_dir() / "tool-server", world.content_hash)
+
+    def seed(directory: Path) -> Path:
+        target = features_path(directory, world.content_hash)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(source, target)
+        except OSError:  # another file system
+            shutil.copyfile(source, target)
+        return directory
+
+    return seed
+
+
 @pytest.fixture
 async def tool_server_with(world, tmp_path):
     """``await tool_server_with(middlewares=(), **ServerSettings fields)``: a real tool server (our aiohttp app,

@@ -57,7 +57,7 @@ MODALSEARCH_RUN_LIMIT = 20
 
 
 @pytest.fixture(scope="session")
-def modalsearch_run(small_world, tmp_path_factory):
+def modalsearch_run(small_world, tmp_path_factory, features_cached):
     """``python -m data_gen modalsearch --limit 20`` on the small world (defaults otherwise), run once for the
     session: (its output directory, stats.json, the verified outcomes as JSON). The rules a whole run must keep are
     checked on it together; 20 questions keep it near a minute on 2 cores (the 60-question figures are
@@ -68,6 +68,7 @@ def modalsearch_run(small_world, tmp_path_factory):
     from data_gen.modalsearch import cli, flags
 
     out = tmp_path_factory.mktemp("modalsearch_run")
+    features_cached(out / "tool_server_cache")  # the run's own tool server cache, its image features computed once
     args = flags.parser(argparse.ArgumentParser()).parse_args(["--world", str(small_world), "--out", str(out),
                                                                "--limit", str(MODALSEARCH_RUN_LIMIT)])
     assert cli.main(args) == 0

@@ -36,8 +36,10 @@ def _records(out: Path) -> list[tuple[str, str, str | None]]:
     return [(r["key"], r["status"], r["filter"]) for r in map(json.loads, lines)]
 
 
-def test_sigkill_mid_run_then_resume_loses_nothing_and_repeats_nothing(small_world, tmp_path, tiny_vl_processor):
+def test_sigkill_mid_run_then_resume_loses_nothing_and_repeats_nothing(small_world, tmp_path, tiny_vl_processor,
+                                                                       features_cached):
     killed, whole = tmp_path / "killed", tmp_path / "whole"
+    features_cached(killed / "tool_server_cache")
     results = killed / "results.jsonl"
     proc = _run(small_world, killed, start_new_session=True)  # its own process group: the tool server dies with it
     try:

@@ -73,8 +73,8 @@ def test_tasks_are_identifiable_grounded_and_name_nothing_on_the_path(synth, tas
 
 
 @pytest.fixture(scope="module")
-def server(small_world, tmp_path_factory):
-    with served(small_world, "--cache-dir", str(tmp_path_factory.mktemp("ts"))) as url:
+def server(small_world, tmp_path_factory, features_cached):
+    with served(small_world, "--cache-dir", str(features_cached(tmp_path_factory.mktemp("ts")))) as url:
         yield url
 
 
@@ -217,9 +217,10 @@ def test_a_seed_over_its_share_is_not_synthesized(synth):
 
 
 @pytest.fixture(scope="module")
-def cli_out(small_world, tmp_path_factory):
+def cli_out(small_world, tmp_path_factory, features_cached):
     """The CLI run to 2 verified tasks, then resumed to 4: (output directory, results.jsonl lines of the first run)."""
     out = tmp_path_factory.mktemp("neos")
+    features_cached(out / "tool_server_cache")
     args = {"world": small_world, "out": out, "seed": 0, "ocr": False, "llm_url": None, "llm_model": "probe",
             "vlm_url": None, "vlm_model": None, "teacher_url": None}
     assert neos_main(Namespace(limit=2, **args)) == 0

@@ -45,6 +45,11 @@ def resource_id(kind: str, url: str) -> str:
     return f"{kind}_{hashlib.sha256(url.encode()).hexdigest()[:8]}"
 
 
+def features_path(cache_dir: Path, content_hash: str) -> Path:
+    """Where a server with ``--cache-dir cache_dir`` keeps the image features of the world of ``content_hash``."""
+    return cache_dir / "features" / f"{content_hash[:16]}-{FEATURE_VERSION}.npz"
+
+
 INDEX_DIR_PREFIX = "reverse-index-"  # then the owning process's id: map_index's directories in the temp directory
 
 
@@ -101,7 +106,7 @@ class OfflineWorld:
         if clashes := sum(1 for urls in self._resources.values() if len(urls) > 1):
             log.warning("%d resource ids are shared by several URLs; those ids answer ambiguous_resource", clashes)
         self._paths = {i: world.image_path(i) for i in world.images}
-        cache = cache_dir / "features" / f"{self.content_hash[:16]}-{FEATURE_VERSION}.npz" if cache_dir else None
+        cache = features_path(cache_dir, self.content_hash) if cache_dir else None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="features")
         self._features: Future[ReverseIndex] = self._executor.submit(
             lambda: ReverseIndex(load_or_compute(self._paths, cache), self._paths)
