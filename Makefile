@@ -68,14 +68,14 @@ VERL_CPU_TESTS := trainer/ppo/test_core_algos_on_cpu.py trainer/ppo/test_dynamic
 	experimental/agent_loop/test_call_tool_on_cpu.py single_controller/test_decorator_on_cpu.py
 
 # Our suite on TEST_WORKERS pytest-xdist processes, one per core of the 2-core machine it is sized for, each test file
-# whole on one of them (--dist loadfile: module fixtures built once; xdist's loadgroup does not group on pytest 9.2);
-# each has its own session fixtures (a Ray, the tiny model loaded), so more workers than cores only add memory.
-# TEST_WORKERS=0: one process.
+# whole on one of them (--dist loadfile: module fixtures built once; xdist's loadgroup does not group on pytest 9.2),
+# handed out in collection order, the longest files first (tests/conftest.py); each worker has its own session
+# fixtures (a Ray, the tiny model loaded), so more workers than cores only add memory. TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
 test: install system-deps
 	site=$$($(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])"); verl_log=$$(mktemp); \
 	$(VENV)/bin/pytest -q $(addprefix $$site/tests/,$(VERL_CPU_TESTS)) >$$verl_log 2>&1 & verl=$$!; \
-	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25 tests; ours=$$?; \
+	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25 tests; ours=$$?; \
 	wait $$verl; theirs=$$?; echo "verl's own CPU tests, with our plugins:"; cat $$verl_log; rm -f $$verl_log; \
 	[ $$ours = 0 ] && [ $$theirs = 0 ]
 

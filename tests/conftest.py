@@ -17,6 +17,22 @@ from aiohttp import web
 from neos_core.keyed_dirs import use_keyed_dir
 
 REPO = Path(__file__).resolve().parents[1]
+# Files that take a minute or more on 2 cores (a whole pipeline run, a fleet of fresh processes, a paper-scale
+# rehearsal): `make test`'s workers start them first, so that neither is left running one alone at the end. A file
+# missing here costs only that balance.
+LONG_FILES = ("data_gen/test_modalsearch_run_on_cpu.py", "plugin/test_registrations_on_cpu.py",
+              "rollout/test_turn_router_on_cpu.py", "trainer/test_rehearsal_on_cpu.py",
+              "trainer/test_mei_pool_on_cpu.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``make test``: ``--dist loadfile --no-loadscope-reorder``, files handed out in collection
+    order) the long files come first; a run in one process keeps pytest's order."""
+    if hasattr(config, "workerinput"):
+        long_files = {REPO / "tests" / f for f in LONG_FILES}
+        if missing := [str(f) for f in long_files if not f.is_file()]:
+            raise pytest.UsageError(f"tests/conftest.py LONG_FILES: no such file {', '.join(missing)}")
+        items.sort(key=lambda item: item.path not in long_files)  # stable: the rest keep their order
 
 
 def _code_digest() -> str:
