@@ -18,8 +18,8 @@ from neos_core.keyed_dirs import use_keyed_dir
 
 REPO = Path(__file__).resolve().parents[1]
 # Files that take a minute or more on 2 cores (a whole pipeline run, a fleet of fresh processes, a paper-scale
-# rehearsal): `make test`'s workers start them first, so that neither is left running one alone at the end. A file
-# missing here costs only that balance.
+# rehearsal): `make test`'s workers start them first, so that neither is left running one alone at the end. A long
+# file not listed costs only that balance; a listed file that no longer exists stops the run.
 LONG_FILES = ("data_gen/test_modalsearch_run_on_cpu.py", "plugin/test_registrations_on_cpu.py",
               "rollout/test_turn_router_on_cpu.py", "trainer/test_rehearsal_on_cpu.py",
               "trainer/test_mei_pool_on_cpu.py")
