@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import hashlib
 import json
 import math
@@ -43,7 +44,7 @@ from data_gen.modalsearch.expert import ModalSearchExpert, teacher_brief
 from data_gen.modalsearch.export import check_exportable, export, mei_pairs
 from data_gen.modalsearch.graph import Graph
 from data_gen.modalsearch.llm import LLMRelationProposer, LLMWording
-from data_gen.modalsearch.questions import QuestionWriter, Rejection, modality, path_key
+from data_gen.modalsearch.questions import QuestionWriter, Rejection, path_key
 from data_gen.modalsearch.relations import CLUE, OfflineRelationProposer
 from data_gen.modalsearch.sampler import HOP_SHARES, SEARCH_REQUIRED_SHARE, PathSampler, depth_towards
 from data_gen.modalsearch.schema import Outcome
@@ -153,9 +154,11 @@ async def _sample(args: argparse.Namespace, url: str, world: World, kg: KG, plan
             relations = LLMRelationProposer(JudgeConfig(url=args.llm_url, model=args.llm_model), http, relations)
         report["relation_proposer"] = relations.name
         shares = Shares.of_run(args.limit)
+        searching: dict[str, bool] = {}  # verified path key -> search-required (closed-book probe applied)
         for o in log.outcomes():
             if o.status == "verified" and o.task:
                 shares.count(o.task.answer.lower(), o.task.answer_type)
+                searching[o.key] = o.task.search_required()
         for name, seeds, budget in plan:
             config = BuildConfig(max_nodes=budget, ocr=args.ocr)
             builder = GraphBuilder(world, kg, search, seed=args.seed, config=config, relations=relations)
@@ -167,7 +170,8 @@ async def _sample(args: argparse.Namespace, url: str, world: World, kg: KG, plan
             blocked = frozenset(graph.nodes)
             named = frozenset(n for n, node in graph.nodes.items()
                               if node.kind == "image" and world.images[node.ref].source in NAMED_SOURCES)
-            sampler = PathSampler(graph, random.Random(f"{args.seed}:{name}:paths"), excluded_starts=named)
+            sampler = PathSampler(graph, random.Random(f"{args.seed}:{name}:paths"), excluded_starts=named,
+                                  long_tail=functools.partial(writer.closed_book.beyond, graph))
             verified = draws = searched = 0
             hops: Counter[int] = Counter()
             depths = random.Random(f"{args.seed}:{name}:depths")
@@ -188,11 +192,12 @@ async def _sample(args: argparse.Namespace, url: str, world: World, kg: KG, plan
                     log.append(outcome)
                     if outcome.status == "verified" and outcome.task:
                         shares.count(outcome.task.answer.lower(), outcome.task.answer_type)
+                        searching[key] = outcome.task.search_required()
                 if log.statuses.get(key) == "verified":
                     sampler.accept(path)
                     verified += 1
                     hops[path.hops] += 1
-                    searched += modality(graph, path)[1] == "search_required"
+                    searched += searching[key]
                     bar.update(0 if counts_work(quotas[name]) else 1)
                 bar.set_postfix(verified=verified, draws=draws)
             bar.close()
@@ -223,9 +228,13 @@ def statistics(outcomes: Sequence[Outcome], run_report: dict) -> dict:
         "hops": dict(sorted(Counter(len(t.nodes) - 1 for t in verified).items())),
         "modality_path_types": dict(Counter(t.modality for t in verified).most_common()),
         "labels": dict(Counter(t.label for t in verified).most_common()),
-        # new visual evidence fetched mid-search (App. C.1: 57.6% of the paper's generated data)
-        "search_required_share": round(sum(t.label == "search_required" for t in verified) / max(1, len(verified)),
-                                       4),
+        # new visual evidence fetched mid-search (App. C.1: 57.6% of the paper's generated data) that a closed-book
+        # solver cannot replace; without the probe, the label alone; the probe moved the difference
+        "search_required_share": share(sum(t.search_required() for t in verified), len(verified)),
+        "search_required_share_without_probe": share(sum(t.label == "search_required" for t in verified),
+                                                     len(verified)),
+        "closed_book_moved": sum(t.label == "search_required" and t.closed_book for t in verified),
+        "closed_book_solved": sum(t.closed_book for t in verified),
         "answer_types": dict(Counter(t.answer_type for t in verified).most_common()),
         "terminal_modality": dict(Counter(t.terminal.modality for t in verified).most_common()),
         "by_graph": dict(Counter(t.graph for t in verified)),
@@ -235,6 +244,9 @@ def statistics(outcomes: Sequence[Outcome], run_report: dict) -> dict:
         **run_report,
     }
 
+
+def share(part: int, whole: int) -> float:
+    return round(part / max(1, whole), 4)
 
 
 _QUOTED = re.compile(" \u201c[^\u201d]*\u201d")
