@@ -53,10 +53,6 @@ class CommonKnowledge:
             reached |= self.kg.objects(s, relation) if forward else self.kg.subjects(relation, s)
         return reached
 
-    def knows(self, entity: str, relation: str) -> bool:
-        """Whether the model states ``entity``'s ``relation`` fact (an entity or a value) from memory."""
-        return self.knows_value(entity, relation) or self.step({entity}, relation, True) is not None
-
     def knows_value(self, entity: str, relation: str) -> bool:
         """Whether the model states the literal ``relation`` value of ``entity`` (a country's calling code)."""
         return relation in COMMON_VALUES and self.kinds.get(entity) in RECOGNISED_KINDS

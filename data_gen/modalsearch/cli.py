@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import functools
 import hashlib
 import json
 import math
@@ -44,7 +43,7 @@ from data_gen.modalsearch.expert import ModalSearchExpert, teacher_brief
 from data_gen.modalsearch.export import check_exportable, export, mei_pairs
 from data_gen.modalsearch.graph import Graph
 from data_gen.modalsearch.llm import LLMRelationProposer, LLMWording
-from data_gen.modalsearch.questions import QuestionWriter, Rejection, path_key
+from data_gen.modalsearch.questions import QuestionWriter, Rejection, modality, path_key
 from data_gen.modalsearch.relations import CLUE, OfflineRelationProposer
 from data_gen.modalsearch.sampler import HOP_SHARES, SEARCH_REQUIRED_SHARE, PathSampler, depth_towards
 from data_gen.modalsearch.schema import Outcome
@@ -154,11 +153,9 @@ async def _sample(args: argparse.Namespace, url: str, world: World, kg: KG, plan
             relations = LLMRelationProposer(JudgeConfig(url=args.llm_url, model=args.llm_model), http, relations)
         report["relation_proposer"] = relations.name
         shares = Shares.of_run(args.limit)
-        searching: dict[str, bool] = {}  # verified path key -> search-required (closed-book probe applied)
         for o in log.outcomes():
             if o.status == "verified" and o.task:
                 shares.count(o.task.answer.lower(), o.task.answer_type)
-                searching[o.key] = o.task.search_required()
         for name, seeds, budget in plan:
             config = BuildConfig(max_nodes=budget, ocr=args.ocr)
             builder = GraphBuilder(world, kg, search, seed=args.seed, config=config, relations=relations)
@@ -170,8 +167,7 @@ async def _sample(args: argparse.Namespace, url: str, world: World, kg: KG, plan
             blocked = frozenset(graph.nodes)
             named = frozenset(n for n, node in graph.nodes.items()
                               if node.kind == "image" and world.images[node.ref].source in NAMED_SOURCES)
-            sampler = PathSampler(graph, random.Random(f"{args.seed}:{name}:paths"), excluded_starts=named,
-                                  long_tail=functools.partial(writer.closed_book.beyond, graph))
+            sampler = PathSampler(graph, random.Random(f"{args.seed}:{name}:paths"), excluded_starts=named)
             verified = draws = searched = 0
             hops: Counter[int] = Counter()
             depths = random.Random(f"{args.seed}:{name}:depths")
@@ -192,12 +188,11 @@ async def _sample(args: argparse.Namespace, url: str, world: World, kg: KG, plan
                     log.append(outcome)
                     if outcome.status == "verified" and outcome.task:
                         shares.count(outcome.task.answer.lower(), outcome.task.answer_type)
-                        searching[key] = outcome.task.search_required()
                 if log.statuses.get(key) == "verified":
                     sampler.accept(path)
                     verified += 1
                     hops[path.hops] += 1
-                    searched += searching[key]
+                    searched += modality(graph, path)[1] == "search_required"
                     bar.update(0 if counts_work(quotas[name]) else 1)
                 bar.set_postfix(verified=verified, draws=draws)
             bar.close()

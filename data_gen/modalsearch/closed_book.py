@@ -57,11 +57,6 @@ class ClosedBookProbe:
         answers = self.knowledge.step(reach, fact, True)
         return answers is not None and len(answers) == 1
 
-    def beyond(self, graph: Graph, edge: GraphEdge) -> bool:
-        """Whether the solver cannot take ``edge`` even holding its source: a long-tail hop."""
-        source = graph.nodes[edge.source].entity
-        return source is None or self._hop(graph, edge, {source}) is None
-
     def _start(self, ref: str, kind: str, entity: str | None, facts: Sequence[Fact] | None) -> set[str] | None:
         if entity is None:
             return None

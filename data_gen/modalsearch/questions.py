@@ -344,9 +344,7 @@ class QuestionWriter:
         if not kept:
             return Rejection("terminal_text", f"{len(candidates)} candidates, none survives the closed-book and "
                                               "path checks")
-        # entity-valued first, and of each a fact the model does not know from memory (the article must be read)
-        # before one it does (stable: keeps rng order)
-        t, forms, sentence = min(kept, key=lambda c: (c[0].literal, self.closed_book.knowledge.knows(c[0].s, c[0].p)))
+        t, forms, sentence = min(kept, key=lambda c: c[0].literal)  # entity-valued first (stable: keeps rng order)
         label = self.world.relations[t.p].label if t.p in self.world.relations else t.p
         noun = "value" if t.literal else NOUNS.get(self.world.entities[t.o].kind, "entity")
         base = terminal_template(t.p, label, noun) or ""

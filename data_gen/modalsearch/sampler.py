@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from data_gen.common.episode import found
@@ -30,10 +30,6 @@ ALPHA = 1.0
 # edge bringing new visual evidence weighs while a run's verified questions fall short of it.
 SEARCH_REQUIRED_SHARE = 0.5761
 VISUAL_BOOST = 4.0
-# ... and how much more an edge weighs that common knowledge cannot replace (``long_tail``: a sentence only its
-# article states, a religion, a river, an image the model does not recognise): without one, a closed-book solver
-# answers the question and it is not search-required (data_gen.modalsearch.closed_book).
-LONG_TAIL_BOOST = 4.0
 # Reasoning-path lengths of the paper's generated data (ModalSearcher, App. Table 8: 30.45/34.67/27.36/7.52%).
 HOP_SHARES: dict[int, float] = {1: 0.3045, 2: 0.3467, 3: 0.2736, 4: 0.0752}
 
@@ -84,7 +80,6 @@ class PathSampler:
     seen: set[tuple[str, ...]] = field(default_factory=set)
     counts: Counter[str] = field(default_factory=Counter)
     excluded_starts: frozenset[str] = frozenset()  # nodes a question may not start from (images printing a name)
-    long_tail: Callable[[GraphEdge], bool] | None = None  # an edge a closed-book solver cannot take
 
     def __post_init__(self) -> None:
         self._starts = sorted(n for n, node in self.graph.nodes.items()
@@ -96,8 +91,7 @@ class PathSampler:
     def candidates(self, history: Sequence[str], used: Sequence[GraphEdge],
                    visual: bool = False) -> list[tuple[GraphEdge, float]]:
         """Eq. 5's ``C_t`` with each candidate's weight, in a deterministic order; ``visual``: an edge that brings
-        new visual evidence (to an image, or with a flag clue) weighs ``VISUAL_BOOST`` times more, and one of
-        ``long_tail`` ``LONG_TAIL_BOOST`` times more."""
+        new visual evidence (to an image, or with a flag clue) weighs ``VISUAL_BOOST`` times more."""
         here = history[-1]
         visited = set(history)
         earlier = set(history[:-1])
@@ -118,8 +112,6 @@ class PathSampler:
             weight = edge_weight(gamma_img(node.kind == "image", kinds), self.uses[edge.key], self.alpha)
             if visual and (node.kind == "image" or edge.relation.peers):
                 weight *= VISUAL_BOOST
-            if visual and self.long_tail is not None and self.long_tail(edge):
-                weight *= LONG_TAIL_BOOST
             out.append((edge, weight))
         return out
 
