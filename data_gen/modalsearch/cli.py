@@ -223,9 +223,13 @@ def statistics(outcomes: Sequence[Outcome], run_report: dict) -> dict:
         "hops": dict(sorted(Counter(len(t.nodes) - 1 for t in verified).items())),
         "modality_path_types": dict(Counter(t.modality for t in verified).most_common()),
         "labels": dict(Counter(t.label for t in verified).most_common()),
-        # new visual evidence fetched mid-search (App. C.1: 57.6% of the paper's generated data)
-        "search_required_share": round(sum(t.label == "search_required" for t in verified) / max(1, len(verified)),
-                                       4),
+        # new visual evidence fetched mid-search (App. C.1: 57.6% of the paper's generated data) that a closed-book
+        # solver cannot replace; without the probe, the label alone; the probe moved the difference
+        "search_required_share": share(sum(t.search_required() for t in verified), len(verified)),
+        "search_required_share_without_probe": share(sum(t.label == "search_required" for t in verified),
+                                                     len(verified)),
+        "closed_book_moved": sum(t.label == "search_required" and t.closed_book for t in verified),
+        "closed_book_solved": sum(t.closed_book for t in verified),
         "answer_types": dict(Counter(t.answer_type for t in verified).most_common()),
         "terminal_modality": dict(Counter(t.terminal.modality for t in verified).most_common()),
         "by_graph": dict(Counter(t.graph for t in verified)),
@@ -235,6 +239,9 @@ def statistics(outcomes: Sequence[Outcome], run_report: dict) -> dict:
         **run_report,
     }
 
+
+def share(part: int, whole: int) -> float:
+    return round(part / max(1, whole), 4)
 
 
 _QUOTED = re.compile(" \u201c[^\u201d]*\u201d")

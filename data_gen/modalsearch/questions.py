@@ -41,7 +41,7 @@ from typing import Protocol
 from data_gen.common.episode import found
 from data_gen.common.source_colours import image_source_texts, source_excludes, stated_colours
 from data_gen.kg import KG, NotDistinguishable, distinguishing_set
-from data_gen.kg.distinguish import TAXONOMIC_RELATIONS
+from data_gen.kg.distinguish import TAXONOMIC_RELATIONS, Fact
 from data_gen.modalsearch.answerers import (
     READ_SIDES,
     T,
@@ -51,6 +51,7 @@ from data_gen.modalsearch.answerers import (
     PriorAnswerer,
     read_palette,
 )
+from data_gen.modalsearch.closed_book import ClosedBookProbe
 from data_gen.modalsearch.facts import DATED, QUANTITIES, conflicting, dated_scope
 from data_gen.modalsearch.graph import Graph, Node
 from data_gen.modalsearch.relations import NOUNS, RELATIVE, kg_phrase, listed, relative
@@ -243,6 +244,7 @@ class QuestionWriter:
         self.prior = PriorAnswerer(world)
         self.pixels = PixelAnswerer()
         self.blind = BlindImageAnswerer(world)
+        self.closed_book = ClosedBookProbe(world, kg)
         self._facts: dict[str, list[Triple]] = {}
         self._leads: Counter[str] | None = None
         self.counts: Counter[str] = Counter()  # terminal facts not asked, by why (facts.py)
@@ -282,13 +284,14 @@ class QuestionWriter:
             rewrites.append(question)
         start = nodes[0]
         clues: list[str] = []
+        start_facts: tuple[Fact, ...] | None = None
         if start.kind == "image":
             question = question.replace(marks[0], "this image")
         else:
             indirect = self._indirect(start, path_entities)
             if indirect is None:
                 return Rejection("start_description", f"no indirect description of {start.name}")
-            described, clues = indirect
+            described, clues, start_facts = indirect
             question = question.replace(marks[0], described)
         question = question[:1].upper() + question[1:]
         withheld = {answer, *aliases}
@@ -306,7 +309,8 @@ class QuestionWriter:
         return Task(
             id=key, graph=graph.name, seed=self.seed, question=question, answer=answer, aliases=aliases,
             answer_type=answer_type, nodes=[_path_node(self.world, n) for n in nodes], hops=hops, modality=pattern,
-            label=label, start_image_id=first.ref if first.kind == "image" else None,
+            label=label, closed_book=self.closed_book.solves(graph, path, start_facts, term.fact),
+            start_image_id=first.ref if first.kind == "image" else None,
             start_image_url=first.url if first.kind == "image" else None, start_clues=clues, rewrites=rewrites,
             terminal=term,
         )
@@ -351,7 +355,8 @@ class QuestionWriter:
         # and stats.json then tell a run of populations from one mixing populations, areas and calling codes
         answer_type = f"literal:{label}" if t.literal else self.world.entities[t.o].kind
         term = Terminal(modality="text", template=template, question=template.replace("{REF}", node.name),
-                        answer=forms[0], evidence=sentence.strip(), candidates=len(candidates), passed=len(kept))
+                        answer=forms[0], evidence=sentence.strip(), candidates=len(candidates), passed=len(kept),
+                        fact=t.p)
         aliases = set(forms[1:])
         if not t.literal and t.p in CONTAINMENT:
             aliases |= {self.world.entities[c].label for c in self.containers(t.o)} - {forms[0]}
@@ -417,9 +422,10 @@ class QuestionWriter:
 
     # -- the start node -----------------------------------------------------------------------------------------
 
-    def _indirect(self, node: Node, path_entities: set[str]) -> tuple[str, list[str]] | None:
+    def _indirect(self, node: Node, path_entities: set[str]) -> tuple[str, list[str], tuple[Fact, ...] | None] | None:
         """A KG distinguishing set of the start entity (no path entity used), else its masked lead sentence; with
-        what a solver searches for to find it (the neighbours the set names, or the quoted sentence)."""
+        what a solver searches for to find it (the neighbours the set names, or the quoted sentence) and the set's
+        facts (None for the sentence)."""
         entity = self.world.entities.get(node.entity or "")
         noun = NOUNS.get(entity.kind, "entity") if entity else "topic"
         if entity is not None and self.kg.degree(entity.id):
@@ -436,11 +442,12 @@ class QuestionWriter:
                     neighbours.setdefault(kg_phrase(f.relation, label, not f.outgoing), []).append(neighbour)
                 clauses = [phrase.replace("{x}", listed(names)) for phrase, names in neighbours.items()]
                 clauses = [c if RELATIVE.match(c) else f"that {c}" for c in clauses]
-                return f"the {noun} {' and '.join(clauses)}", [n for names in neighbours.values() for n in names]
+                return (f"the {noun} {' and '.join(clauses)}", [n for names in neighbours.values() for n in names],
+                        facts)
         lead = self._masked_lead(node.ref, node.name)
         if lead is None or self._lead_counts()[lead] > 1:
             return None  # "___ is one of the 16 states of Germany." opens 16 pages: it describes none of them
-        return f"the {noun} described as \u201c{lead}\u201d", [lead]
+        return f"the {noun} described as \u201c{lead}\u201d", [lead], None
 
     def _masked_lead(self, page_id: str, name: str) -> str | None:
         """The page's first sentence with its entity's names masked; None when it names none or is too long."""

@@ -52,6 +52,7 @@ class Terminal(_Model):
     c_with: int | None = None
     c_without: int | None = None
     ask: str | None = None  # the verified visual ask by name (VISUAL_QUESTIONS); the template may be reworded
+    fact: str | None = None  # a text question's relation asked (a KG relation id)
 
 
 class Task(_Model):
@@ -66,6 +67,8 @@ class Task(_Model):
     hops: list[PathHop] = Field(min_length=1)
     modality: str  # e.g. "I-T-T"
     label: Label
+    # a closed-book solver answers it (data_gen.modalsearch.closed_book): not search-required whatever its label
+    closed_book: bool = False
     start_image_id: str | None = None
     start_image_url: str | None = None
     # a text start: what the question describes it by, for a solver to search (the neighbours a distinguishing set
@@ -73,6 +76,10 @@ class Task(_Model):
     start_clues: list[str] = Field(default_factory=list)
     rewrites: list[str]  # q_L, q_{L-1}, ..., q_0 (before the start node is described)
     terminal: Terminal
+
+    def search_required(self) -> bool:
+        """New visual evidence fetched mid-search (the label) that common knowledge cannot replace."""
+        return self.label == "search_required" and not self.closed_book
 
     def ground_truth(self) -> dict[str, Any]:
         return {"target": self.answer, "aliases": self.aliases}

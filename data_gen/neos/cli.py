@@ -23,6 +23,7 @@ from pathlib import Path
 import aiohttp
 
 from data_gen.common.cli import counts_work, input_error, progress, report_output, world_or_exit
+from data_gen.common.closed_book import RECOGNISED_SOURCES
 from data_gen.common.episode import Expert
 from data_gen.common.llm import SyncChat
 from data_gen.common.report import bar_charts
@@ -38,7 +39,6 @@ from data_gen.neos.agents import (
     probe_text_only_search,
     teacher_brief,
 )
-from data_gen.neos.closed_book import RECOGNISED_SOURCES
 from data_gen.neos.export import check_exportable, export, mei_pairs
 from data_gen.neos.kg_world import KGWorldError, entity_subset, image_files, read_graph, write_world
 from data_gen.neos.llm import LLMRewriter, LLMTextOnlyProbe, ProbeUnavailable, VLMEntryImageProbe, VLMObserver

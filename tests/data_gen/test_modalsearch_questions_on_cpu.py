@@ -172,7 +172,7 @@ def test_a_start_described_by_a_lead_sentence_other_pages_share_is_not_described
     lead = "___, officially the Free State of ___, is a landlocked state of Germany."
     # the sentence is also what a solver searches the start by
     assert writer._indirect(builder.text_node("Bavaria"), set()) == (f"the region described as \u201c{lead}\u201d",
-                                                                      [lead])
+                                                                      [lead], None)
 
 
 def test_nothing_trails_a_nested_reference(setup, path_through):
