@@ -13,9 +13,10 @@ from verl_ext.rollout.record import TrajectoryRecord
 
 
 def _args(world, out, limit):
+    # attempts: draws per run; today's small world rejects ~95% of draws (the CLI's default is 8000)
     return Namespace(world=world, out=out, limit=limit, seed=0, max_nodes=30, benchmark_nodes=16, seeds=4,
                      text_only=False,
-                     attempts=400, llm_url=None, llm_model="m", ocr=False, teacher_url=None)
+                     attempts=2000, llm_url=None, llm_model="m", ocr=False, teacher_url=None)
 
 
 def _keys(out):
