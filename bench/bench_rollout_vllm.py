@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from neos_core.usage import OneLineParser, positive_int
+from neos_core.usage import OneLineParser, nonnegative_int, positive_int, share
 
 # The GPU image ships JAX; anything that initialises it would preallocate most of the GPU for XLA.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
@@ -163,8 +163,8 @@ class VllmEngine:
         prompt = TokensPrompt(prompt_token_ids=prompt_ids, multi_modal_data={"image": images} if images else {})
         params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=1.0, logprobs=0)
         final = None
-        async for final in self.llm.generate(prompt, params, request_id=f"replay-{self.n}"):
-            pass
+        async for final in self.llm.generate(prompt, params, request_id=f"replay-{self.n}"):  # noqa: B007
+            continue  # each yield is the request's output so far; the last is the whole answer
         return list(final.outputs[0].token_ids)
 
     async def reset_prefix_cache(self) -> None:
@@ -345,11 +345,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--episodes", type=positive_int, default=64, metavar="N", help="episodes at once (default: 64)")
     p.add_argument("--turns", type=positive_int, default=4, metavar="N", help="turns an episode (default: 4)")
     p.add_argument("--gen", type=positive_int, default=128, metavar="TOKENS", help="tokens a turn (default: 128)")
-    p.add_argument("--image-side", type=int, default=448, metavar="PX",
+    p.add_argument("--image-side", type=nonnegative_int, default=448, metavar="PX",
                    help="side of each episode's question image; 0: text only (default: 448)")
     p.add_argument("--reps", type=positive_int, default=3, metavar="N",
                    help="timed rounds per side after one warm-up (default: 3)")
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.8, metavar="F",
+    p.add_argument("--gpu-memory-utilization", type=share, default=0.8, metavar="F",
                    help="vLLM's share of the GPU, both sides (default: 0.8)")
     p.add_argument("--max-model-len", type=positive_int, default=16384, metavar="TOKENS",
                    help="vLLM's context; half is the prompt budget, half the response budget (default: 16384)")
@@ -383,8 +383,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
-    if args.image_side < 0:
-        p.error(f"argument --image-side: must be >= 0, got {args.image_side}")
     if args.replay:
         return _replay_main(args)
     run(args)
