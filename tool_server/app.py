@@ -259,7 +259,7 @@ def _check_version(version: object, field: str) -> None:
     check_text(version, MAX_VERSION_CHARS, field)
 
 
-async def mei_version(request: web.Request, raw: bytes) -> web.Response:
+async def mei_version(request: web.Request, raw: bytes | bytearray) -> web.Response:
     """``GET``: the active MEI version. ``POST {"version": V}``: a checkpoint was activated behind the MEI endpoint;
     sessions created from now on are fixed to V (the trainer calls it right after the MEI server loads V). Both answer
     ``interface``: ``model`` (``--mei-endpoint``) or ``extractive``, so a trainer can refuse to co-evolve with a tool
@@ -374,7 +374,7 @@ BODIES = web.AppKey("bodies", BodyBudget)
 MEMORY = web.AppKey("memory", MemoryBudget)
 
 
-def _with_body(handler: Callable[[web.Request, bytes], Awaitable[web.StreamResponse]]) -> Handler:
+def _with_body(handler: Callable[[web.Request, bytes | bytearray], Awaitable[web.StreamResponse]]) -> Handler:
     """A handler given its request's body (up to ``MAX_BODY_BYTES``), read within the process's body budget."""
 
     async def answer(request: web.Request) -> web.StreamResponse:
