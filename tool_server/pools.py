@@ -16,6 +16,9 @@ TextSearches and session opens waited seconds behind them. Here each class has i
 - ``parse``: HTML pages fetched online turned into text (pure Python, up to the 20 MB page limit);
 - ``search``: batches of BM25 text searches (numpy).
 
+What of large bodies and images holds the GIL (parsing, base64) runs in :attr:`Pools.processes`
+(:mod:`tool_server.image_processes`), a pool thread waiting on it.
+
 The extractive MEI, built before the server's pools, has pools of its own from :func:`heavy_pool`: OCR (one inference
 at a time) and the passage ranking of WebVisit (up to 200,000 characters of a page).
 
