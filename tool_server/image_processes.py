@@ -20,15 +20,14 @@ import contextlib
 import multiprocessing
 import os
 import re
-import signal
 import tempfile
-import threading
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 from PIL import Image
 
+from tool_server.child_process import start_as_server_child
 from tool_server.errors import ToolError
 from tool_server.offline.pixels import decode_image, png_as_is, set_pil_pixel_limit
 from tool_server.pools import HEAVY_NICE
@@ -88,12 +87,7 @@ class CutString:
 
 # ---------------------------------------------------------------------------------------------- in the processes
 def _init(max_pixels: int) -> None:
-    from tool_server.offline.reverse import _exit_with
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server's Ctrl-C stops the server, which stops these
-    threading.Thread(target=_exit_with, args=(os.getppid(),), name="exit-with-server", daemon=True).start()
-    with contextlib.suppress(OSError):
-        os.nice(HEAVY_NICE)
+    start_as_server_child(nice=HEAVY_NICE)
     set_pil_pixel_limit(max_pixels)
 
 
