@@ -233,3 +233,18 @@ def test_no_visual_question_about_pixels_a_colour_name_leaves_out(setup):
     assert not isinstance(samoa, Rejection) and samoa[:3] == ("blue", [], "colour"), samoa
     jordan = writer._terminal_image(builder.image_node("flag_jor", "national flag of Jordan"))  # named whole
     assert not isinstance(jordan, Rejection) and jordan[0] == "4", jordan
+
+
+def test_the_terminal_question_asks_a_fact_a_closed_book_model_does_not_know_before_one_it_does(setup, monkeypatch):
+    # Nepal's page states its capital, currency, languages, continent and region (all common knowledge) and, in
+    # its fact lines, its national dish (Dal bhat) and main religion (Hinduism). With every candidate considered,
+    # the question asks one of the two long-tail entities whatever the shuffle; entity-valued beats its area.
+    import random
+
+    from data_gen.modalsearch.build import GraphBuilder
+
+    world, _, writer = setup
+    monkeypatch.setattr(questions, "K2", 50)
+    node = GraphBuilder(world, writer.kg, search=None).text_node("Nepal")
+    asked = {writer._terminal_text(node, set(), random.Random(seed))[0] for seed in range(20)}
+    assert asked == {"Dal bhat", "Hinduism"}
