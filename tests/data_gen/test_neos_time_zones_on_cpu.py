@@ -31,11 +31,13 @@ def _zone(contribution, city: str) -> set[str]:
 
 
 def test_one_metazone_per_capital_whose_zone_has_one(out):
-    # 250 countries, nine without a GeoNames capital, South Africa's three, Amman and Damascus without a metazone
-    assert len(out.triples) == 241 and len(out.entities) == 94
-    assert len({t.s for t in out.triples}) == 241
+    # 250 countries, nine without a GeoNames capital, South Africa's three, Amman and Damascus without a metazone:
+    # 241; and the 205 capitals of the small maps' subdivisions that are no national capital (Munich; Berlin is both)
+    assert len(out.triples) == 241 + 205 and len(out.entities) == 102
+    assert len({t.s for t in out.triples}) == 446
     counts = {e.label: sum(t.o == e.id for t in out.triples) for e in out.entities}
-    assert (counts["Central European Time"], counts["Atlantic Time"], counts["Greenwich Mean Time"]) == (34, 23, 15)
+    assert (counts["Central European Time"], counts["Atlantic Time"], counts["Greenwich Mean Time"]) == (95, 26, 15)
+    assert _zone(out, "city:2867714") == {"timezone:europe_central"}  # Munich, Bavaria's capital
     assert _zone(out, KATHMANDU) == {"timezone:nepal"} and _zone(out, LONDON) == {"timezone:british"}
     assert _zone(out, PRETORIA) == _zone(out, CAPE_TOWN) == {"timezone:africa_southern"}
     assert _zone(out, AMMAN) == set() and _zone(out, "city:170654") == set()  # Damascus
