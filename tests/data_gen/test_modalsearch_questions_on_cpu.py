@@ -163,16 +163,20 @@ def test_a_terminal_question_reads_for_a_relation_without_its_own_template(setup
 def test_a_start_described_by_a_lead_sentence_other_pages_share_is_not_described(setup):
     # Lower Saxony's page opens "Lower Saxony is one of the 16 states of Germany.", as 15 other states' pages do:
     # "the region described as '___ is one of the 16 states of Germany.'" named any of 16 (a verified question of
-    # a 60-question run, 2026-12-06). Bavaria's lead is its own and stays a description.
+    # a 60-question run, 2026-12-06). Since subdivision capitals are cities, Lower Saxony is described by its
+    # capital (a KG fact) instead; Nunavut's capital, Iqaluit, is no GeoNames city of 15,000, so its page's lead,
+    # "Nunavut is one of the 13 provinces and territories of Canada.", is all there is, and 12 other pages share it.
+    # Chongqing (its capital is itself) has a lead of its own, which stays a description.
     from data_gen.modalsearch.build import GraphBuilder
 
     world, _, writer = setup
     builder = GraphBuilder(world, writer.kg, search=None)
-    assert writer._indirect(builder.text_node("Lower_Saxony"), set()) is None
-    lead = "___, officially the Free State of ___, is a landlocked state of Germany."
+    assert writer._indirect(builder.text_node("Nunavut"), set()) is None
+    assert writer._indirect(builder.text_node("Lower_Saxony"), set())[0] == "the region whose capital is Hannover"
+    lead = "___ is a provincial-level direct-administered municipality in Southwestern China."
     # the sentence is also what a solver searches the start by
-    assert writer._indirect(builder.text_node("Bavaria"), set()) == (f"the region described as \u201c{lead}\u201d",
-                                                                      [lead], None)
+    assert writer._indirect(builder.text_node("Chongqing"), set()) == (f"the region described as \u201c{lead}\u201d",
+                                                                        [lead], None)
 
 
 def test_nothing_trails_a_nested_reference(setup, path_through):
