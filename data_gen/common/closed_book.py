@@ -57,6 +57,10 @@ class CommonKnowledge:
         """Whether the model states the literal ``relation`` value of ``entity`` (a country's calling code)."""
         return relation in COMMON_VALUES and self.kinds.get(entity) in RECOGNISED_KINDS
 
+    def knows(self, entity: str, relation: str, literal: bool) -> bool:
+        """Whether the model states ``entity``'s ``relation`` fact, a value or an entity, without a search."""
+        return self.knows_value(entity, relation) if literal else self.step({entity}, relation, True) is not None
+
     def _textbook(self, relation: str, forward: bool, sources: Set[str]) -> bool:
         """A fact outside ``COMMON_RELATIONS`` the model still knows of every source it may start from: the former
         currency of euro countries."""

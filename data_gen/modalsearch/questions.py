@@ -7,7 +7,8 @@ Offline defaults, **no model**, deterministic templates:
   relation mentions the scene/artwork it goes through, never the image node itself or an instruction to search;
 - terminal text question: up to ``K2 = 5`` candidates from the KG facts of ``v_L`` whose value its article states
   (the evidence sentence); closed-book-answerable ones (``answerers.PriorAnswerer``) and ones whose answer is on
-  the path are removed; the evaluator keeps the first entity-valued one, else the first;
+  the path are removed; the evaluator keeps the first one a closed-book model does not know (``CommonKnowledge``:
+  a country's national dish before its capital, so the question needs the article), entity-valued before values;
 - terminal image question: up to 5 palette questions, ``T = 3`` trials with and without the image
   (``PixelAnswerer`` / ``BlindImageAnswerer``), kept iff ``C_with = T`` and ``C_without < T``, fewest
   ``C_without`` preferred; a colour answer the image's source contradicts (it names two or more colours, the
@@ -344,7 +345,9 @@ class QuestionWriter:
         if not kept:
             return Rejection("terminal_text", f"{len(candidates)} candidates, none survives the closed-book and "
                                               "path checks")
-        t, forms, sentence = min(kept, key=lambda c: c[0].literal)  # entity-valued first (stable: keeps rng order)
+        known = self.closed_book.knowledge.knows
+        # long-tail first, then entity-valued (stable: keeps the rng order)
+        t, forms, sentence = min(kept, key=lambda c: (known(node.entity or "", c[0].p, c[0].literal), c[0].literal))
         label = self.world.relations[t.p].label if t.p in self.world.relations else t.p
         noun = "value" if t.literal else NOUNS.get(self.world.entities[t.o].kind, "entity")
         base = terminal_template(t.p, label, noun) or ""

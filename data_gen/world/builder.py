@@ -1,5 +1,5 @@
-"""Builds the world: fetch sources, run adapters, merge, enrich from Wikipedia, resolve page ids, link mentions,
-write.
+"""Builds the world: fetch sources, run adapters, merge, enrich from Wikipedia, resolve page ids, state the facts later
+adapters add on their subjects' pages (``fact_lines``), link mentions, write.
 
 Merge rules (deterministic, in adapter order):
 
@@ -37,7 +37,7 @@ from typing import Any
 from PIL import Image as PILImage
 from tqdm import tqdm
 
-from data_gen.world import corroborate, wiki
+from data_gen.world import corroborate, fact_lines, wiki
 from data_gen.world.adapters import ADAPTERS, load_adapter
 from data_gen.world.linking import Form, Linker
 from neos_core.world.model import (
@@ -109,6 +109,7 @@ def build(
     _merge(merged, len(names), "wiki", extra)
 
     pages = _resolve_pages(merged)
+    fact_lines.state_facts(pages, merged.entities, merged.triples.values(), merged.relations)
     _link(pages, merged, progress)
     _check_references(merged, pages)
 

@@ -163,16 +163,20 @@ def test_a_terminal_question_reads_for_a_relation_without_its_own_template(setup
 def test_a_start_described_by_a_lead_sentence_other_pages_share_is_not_described(setup):
     # Lower Saxony's page opens "Lower Saxony is one of the 16 states of Germany.", as 15 other states' pages do:
     # "the region described as '___ is one of the 16 states of Germany.'" named any of 16 (a verified question of
-    # a 60-question run, 2026-12-06). Bavaria's lead is its own and stays a description.
+    # a 60-question run, 2026-12-06). Since subdivision capitals are cities, Lower Saxony is described by its
+    # capital (a KG fact) instead; Nunavut's capital, Iqaluit, is no GeoNames city of 15,000, so its page's lead,
+    # "Nunavut is one of the 13 provinces and territories of Canada.", is all there is, and 12 other pages share it.
+    # Chongqing (its capital is itself) has a lead of its own, which stays a description.
     from data_gen.modalsearch.build import GraphBuilder
 
     world, _, writer = setup
     builder = GraphBuilder(world, writer.kg, search=None)
-    assert writer._indirect(builder.text_node("Lower_Saxony"), set()) is None
-    lead = "___, officially the Free State of ___, is a landlocked state of Germany."
+    assert writer._indirect(builder.text_node("Nunavut"), set()) is None
+    assert writer._indirect(builder.text_node("Lower_Saxony"), set())[0] == "the region whose capital is Hannover"
+    lead = "___ is a provincial-level direct-administered municipality in Southwestern China."
     # the sentence is also what a solver searches the start by
-    assert writer._indirect(builder.text_node("Bavaria"), set()) == (f"the region described as \u201c{lead}\u201d",
-                                                                      [lead], None)
+    assert writer._indirect(builder.text_node("Chongqing"), set()) == (f"the region described as \u201c{lead}\u201d",
+                                                                        [lead], None)
 
 
 def test_nothing_trails_a_nested_reference(setup, path_through):
@@ -233,3 +237,18 @@ def test_no_visual_question_about_pixels_a_colour_name_leaves_out(setup):
     assert not isinstance(samoa, Rejection) and samoa[:3] == ("blue", [], "colour"), samoa
     jordan = writer._terminal_image(builder.image_node("flag_jor", "national flag of Jordan"))  # named whole
     assert not isinstance(jordan, Rejection) and jordan[0] == "4", jordan
+
+
+def test_the_terminal_question_asks_a_fact_a_closed_book_model_does_not_know_before_one_it_does(setup, monkeypatch):
+    # Nepal's page states its capital, currency, languages, continent and region (all common knowledge) and, in
+    # its fact lines, its national dish (Dal bhat) and main religion (Hinduism). With every candidate considered,
+    # the question asks one of the two long-tail entities whatever the shuffle; entity-valued beats its area.
+    import random
+
+    from data_gen.modalsearch.build import GraphBuilder
+
+    world, _, writer = setup
+    monkeypatch.setattr(questions, "K2", 50)
+    node = GraphBuilder(world, writer.kg, search=None).text_node("Nepal")
+    asked = {writer._terminal_text(node, set(), random.Random(seed))[0] for seed in range(20)}
+    assert asked == {"Dal bhat", "Hinduism"}

@@ -31,11 +31,13 @@ def _zone(contribution, city: str) -> set[str]:
 
 
 def test_one_metazone_per_capital_whose_zone_has_one(out):
-    # 250 countries, nine without a GeoNames capital, South Africa's three, Amman and Damascus without a metazone
-    assert len(out.triples) == 241 and len(out.entities) == 94
-    assert len({t.s for t in out.triples}) == 241
+    # 250 countries, nine without a GeoNames capital, South Africa's three, Amman and Damascus without a metazone:
+    # 241; and the 205 capitals of the small maps' subdivisions that are no national capital (Munich; Berlin is both)
+    assert len(out.triples) == 241 + 205 and len(out.entities) == 102
+    assert len({t.s for t in out.triples}) == 446
     counts = {e.label: sum(t.o == e.id for t in out.triples) for e in out.entities}
-    assert (counts["Central European Time"], counts["Atlantic Time"], counts["Greenwich Mean Time"]) == (34, 23, 15)
+    assert (counts["Central European Time"], counts["Atlantic Time"], counts["Greenwich Mean Time"]) == (95, 26, 15)
+    assert _zone(out, "city:2867714") == {"timezone:europe_central"}  # Munich, Bavaria's capital
     assert _zone(out, KATHMANDU) == {"timezone:nepal"} and _zone(out, LONDON) == {"timezone:british"}
     assert _zone(out, PRETORIA) == _zone(out, CAPE_TOWN) == {"timezone:africa_southern"}
     assert _zone(out, AMMAN) == set() and _zone(out, "city:170654") == set()  # Damascus
@@ -74,7 +76,7 @@ def test_time_zones_of_the_small_world_pass_synthesis(small_world):
     Central European Time too (34 capitals keep it, but the capital has one zone)."""
     synth = Synthesizer(World.load(small_world), seed=0, config=SynthConfig(seed_free_variants=SEED_FREE_VARIANTS))
     seeds = [s for s in synth.seeds() if synth.world.entities[s].kind == "time_zone"]
-    assert len(seeds) == 94
+    assert len(seeds) == 102  # 94 metazones of national capitals, 8 more of the subdivisions' (Amazon Time)
     tasks = [c.task for seed in seeds for c in synth.synthesize(seed).candidates if c.task is not None]
     answers = {t.answer for t in tasks}
     assert {t.answer_type for t in tasks} == {"time_zone"} and len(answers) >= 20

@@ -64,13 +64,16 @@ def load_geo(world_countries_root: Path, geonames_root: Path) -> GeoTables:
 
 
 def _match_capitals(country: dict[str, Any], candidates: list[dict[str, Any]]) -> list[tuple[str, int | None]]:
-    """Each capital's name with its GeoNames id: exact name first, then folded name or alternate name; several
-    candidates → the most populous (San José, Costa Rica over the smaller San José in the same country)."""
-    out = []
-    for capital in country["capital"]:
-        exact = [c for c in candidates if c["name"] == capital]
-        key = fold(capital)
-        found = exact or [c for c in candidates if key in {fold(n) for n in (c["name"], *c["alternatenames"])}]
-        best = max(found, key=lambda c: (c["population"], -c["geonameid"])) if found else None
-        out.append((capital, None if best is None else int(best["geonameid"])))
-    return out
+    """Each capital's name with its GeoNames id (:func:`match_city`: San José, Costa Rica over the smaller San José
+    in the same country)."""
+    return [(capital, match_city(capital, candidates)) for capital in country["capital"]]
+
+
+def match_city(name: str, candidates: list[dict[str, Any]]) -> int | None:
+    """The GeoNames id of the city ``name`` among ``candidates`` (one country's cities): exact name first, then
+    folded name or alternate name; several → the most populous; None when none matches."""
+    exact = [c for c in candidates if c["name"] == name]
+    key = fold(name)
+    found = exact or [c for c in candidates if key in {fold(n) for n in (c["name"], *c["alternatenames"])}]
+    best = max(found, key=lambda c: (c["population"], -c["geonameid"])) if found else None
+    return None if best is None else int(best["geonameid"])

