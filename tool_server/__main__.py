@@ -81,7 +81,8 @@ def parser() -> argparse.ArgumentParser:
                    help="MEI call log, JSONL (default: CACHE_DIR/mei.jsonl, or ./mei.jsonl without --cache-dir)")
     p.add_argument("--no-ocr", action="store_true", help="extractive MEI without OCR of image text")
     p.add_argument("--cache-dir", type=Path, default=None, metavar="DIR",
-                   help="disk tier of the result cache and the image-feature cache (default: memory only)")
+                   help="disk tier of the result cache, the image-feature cache and the OCR texts (default: memory "
+                   "only)")
     p.add_argument("--shared-cache-dir", type=Path, default=None, metavar="DIR",
                    help="shared (network) directory tier of the result cache (default: none)")
     p.add_argument("--redis-url", default=None, metavar="URL",

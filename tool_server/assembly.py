@@ -17,6 +17,7 @@ from tool_server.bodies import BodyLimits
 from tool_server.cache import TieredCache
 from tool_server.connections import ConnectionLimits
 from tool_server.mei import MEIConfig, build_interface
+from tool_server.mei.ocr import disk_cache_dir
 from tool_server.net import SafeFetcher
 from tool_server.offline.world import OfflineWorld, remove_stale_index_dirs
 from tool_server.online import LensClient, ReaderClient
@@ -55,7 +56,8 @@ def build_app(args: argparse.Namespace, world: OfflineWorld, settings: ServerSet
     online = _online(args)
     mei_log = args.mei_log or ((args.cache_dir or Path(".")) / "mei.jsonl")
     mei = build_interface(
-        MEIConfig(endpoint=args.mei_endpoint, model=args.mei_model, log_path=mei_log, ocr=not args.no_ocr)
+        MEIConfig(endpoint=args.mei_endpoint, model=args.mei_model, log_path=mei_log, ocr=not args.no_ocr,
+                  ocr_cache_dir=disk_cache_dir(args.cache_dir) if args.cache_dir else None)
     )
     cache = TieredCache.from_config(
         disk_dir=args.cache_dir / "results" if args.cache_dir else None,
