@@ -12,6 +12,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from neos_core.world.sources import default_cache_dir
 from tool_server.app import ServerSettings, create_app
 from tool_server.bodies import BodyLimits
 from tool_server.cache import TieredCache
@@ -45,10 +46,14 @@ LISTEN_BACKLOG = 4096
 
 
 def load_world(args: argparse.Namespace) -> OfflineWorld:
-    """The world, after removing the index directories that servers killed outright left behind."""
+    """The world, after removing the index directories that servers killed outright left behind. Its image features
+    go to ``--cache-dir``, else to the source cache's ``tool-server/`` (keyed by the world's content hash, like the
+    worlds built there), so that only a server's first start on a world computes them (~10 s of CPU on the small
+    world; every eval run, tour and walkthrough started one without a cache directory)."""
     for path in remove_stale_index_dirs():
         logging.getLogger(__name__).info("removed %s, left by a server process that is gone", path)
-    return OfflineWorld.load(args.world, cache_dir=args.cache_dir, search_processes=args.search_processes)
+    cache_dir = args.cache_dir or default_cache_dir() / "tool-server"
+    return OfflineWorld.load(args.world, cache_dir=cache_dir, search_processes=args.search_processes)
 
 
 def build_app(args: argparse.Namespace, world: OfflineWorld, settings: ServerSettings) -> web.Application:
