@@ -13,7 +13,12 @@ and tokenizes the conversation its own way (its token count is its own). Needs a
 model directory with weights: at a real shape, random ones built on the GPU machine::
 
     python -m verl_ext.models shape --like qwen3-vl-8b --out /tmp/q3vl8b --weights random --device cuda
-    python bench/bench_mei_sft.py --model /tmp/q3vl8b --examples 64 --updates 3 --offload --json /tmp/out/mei_sft.json
+    python bench/bench_mei_sft.py --model /tmp/q3vl8b --examples 64 --updates 3 --offload optimizer \
+        --json /tmp/out/mei_sft.json
+
+At 8B, FSDP's fp32 weights and gradients take ~70 GB and Adam's two moments another ~70 GB: ``--offload optimizer``
+keeps the moments in host memory (an H200's 141 GB then holds the rest); ``--offload all`` needs ~140 GB of host
+memory, more than the GPU machine's 128 GiB.
 
 On CPU (``tests/mei/test_bench_mei_sft_on_cpu.py``): the parquet, verl's dataset reading it, the config, the timing;
 neither engine runs there.
@@ -117,8 +122,8 @@ def verl_sft_config(args: argparse.Namespace, parquet: Path, out_dir: Path):
             "engine.strategy=fsdp2",
             "engine.model_dtype=fp32",
             "engine.use_torch_compile=False",
-            f"engine.param_offload={args.offload}",
-            f"engine.optimizer_offload={args.offload}",
+            f"engine.param_offload={args.offload == 'all'}",
+            f"engine.optimizer_offload={args.offload != 'none'}",
             "optim.lr=1e-6",
             "optim.weight_decay=0.1",
             "optim.betas=[0.9,0.95]",
@@ -211,8 +216,8 @@ def run_ours(args: argparse.Namespace, examples: list) -> tuple[float, float | N
     try:
         group = build_worker_group(MEITrainSettings(
             model_path=os.path.abspath(args.model), attn_implementation="sdpa", use_remove_padding=False,
-            global_batch_size=args.batch, micro_batch_size_per_gpu=args.micro, param_offload=args.offload,
-            optimizer_offload=args.offload))
+            global_batch_size=args.batch, micro_batch_size_per_gpu=args.micro, param_offload=args.offload == "all",
+            optimizer_offload=args.offload != "none"))
         with tempfile.TemporaryDirectory() as out:
             for k in range(args.updates):
                 m = train_mei(group, items, f"v{k + 1}", out_dir=out, pad_token_id=processor.tokenizer.pad_token_id,
@@ -242,9 +247,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=positive_int, default=16, metavar="N",
                    help="global batch size (default: 16, the paper's)")
     p.add_argument("--micro", type=positive_int, default=4, metavar="N", help="micro-batch size per GPU (default: 4)")
-    p.add_argument("--offload", action="store_true",
-                   help="parameters and optimizer state in host memory between uses, both sides (an 8B model's fp32 "
-                   "master weights and Adam moments, ~16 bytes a parameter, do not fit one GPU)")
+    p.add_argument("--offload", choices=("none", "optimizer", "all"), default="none",
+                   help="what stays in host memory between uses, both sides: nothing, the optimizer state, or the "
+                   "parameters too (default: none; an 8B model's fp32 weights, gradients and Adam moments take ~16 "
+                   "bytes a parameter)")
     p.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the figures here")
     return p
 

@@ -52,6 +52,13 @@ def parser() -> argparse.ArgumentParser:
                    help="spawned processes (per server process) for reverse image search, mapping one copy of the "
                    "index, so searches never take the GIL from the event loop; 0: threads of the server process "
                    "(default: the usable cores divided by --workers, at least 1)")
+    p.add_argument("--image-processes", type=nonnegative_int, default=1, metavar="N",
+                   help="spawned processes (per server process) that parse session-open bodies of "
+                   "--image-process-min-kib or more and decode and base64-encode images that large, so that work never "
+                   "holds the GIL the event loop needs; 0: threads of the server process (default: 1)")
+    p.add_argument("--image-process-min-kib", type=positive_int, default=1024, metavar="KIB",
+                   help="the size from which a body, a base64 image or an answer's PNG goes to --image-processes "
+                   "(default: 1024)")
     p.add_argument("--session-image-mib", type=positive_int, default=512, metavar="MIB",
                    help="decoded image memory of one session's visual register, MiB (default: 512)")
     p.add_argument("--inflight-body-mib", type=positive_int, default=256, metavar="MIB",
@@ -65,8 +72,8 @@ def parser() -> argparse.ArgumentParser:
                    metavar="KIB", help="the minimum rate of a request body after --body-grace-s (default: %(default)s)")
     p.add_argument("--memory-budget-gib", type=positive_float, default=16.0, metavar="GIB",
                    help="client data one server holds, GiB (split evenly between --workers): session images and "
-                   "their PNGs, the result cache's memory level, request bodies; the cache gives entries back, then "
-                   "least recently used idle sessions are evicted (default: 16)")
+                   "their PNGs, the result cache's memory level, request bodies, answers being written; the cache "
+                   "gives entries back, then least recently used idle sessions are evicted (default: 16)")
     p.add_argument("--client-share", type=share, default=0.5, metavar="FRACTION",
                    help="of the memory budget and of the body budget, what one client address may hold while another "
                    "client competes (holds bytes, or tried within 10 s); past it that client gets 429 client_quota. A "

@@ -35,6 +35,7 @@ from tool_server.mei.schema import EvidenceInterface
 from tool_server.metrics import Metrics
 from tool_server.offline.pixels import (
     DEFAULT_MAX_PIXELS,
+    PROBE_CHARS,
     decode_base64_image,
     probe_base64_size,
     set_pil_pixel_limit,
@@ -42,6 +43,7 @@ from tool_server.offline.pixels import (
 from tool_server.offline.world import OfflineWorld
 from tool_server.online.public import PUBLIC_PATH
 from tool_server.online.web import OnlineBackends
+from tool_server.image_processes import CutString, ImageProcesses
 from tool_server.pools import CLIENT, Pools, decode_cost, encode_cost
 from tool_server.protocol import PROTOCOL_OF, tool_schemas
 from tool_server.sessions import Session, SessionStore, pixel_bytes
@@ -69,6 +71,8 @@ class ServerSettings:
     client_header: str | None = None  # behind the --workers router: the header naming the client's address
     quota_delay_s: float = QUOTA_DELAY_S  # a 429 client_quota is answered this late (0 behind the router: it waits)
     max_pixels: int = DEFAULT_MAX_PIXELS
+    image_processes: int = 1  # spawned processes for large bodies' and images' base64 and parsing (0: threads)
+    image_process_min_bytes: int = 2**20  # a body, base64 image or PNG this large goes to them
     bodies: BodyLimits = BodyLimits()  # request bodies read at once, their deadline and minimum rate
 
 
@@ -164,11 +168,29 @@ def client_of(request: web.BaseRequest) -> str | None:
     return (request.headers.get(header) if header else None) or request.remote
 
 
-async def create_session(request: web.Request, raw: bytes) -> web.Response:
-    body = json_object(raw, optional=True)
+async def create_session(request: web.Request, raw: bytes | bytearray) -> web.Response:
+    pools = request.app[RUNNER].ctx.pools
+    CLIENT.set(client_of(request))  # this request's task: the heavy pools count its jobs
+    if pools.processes is None or len(raw) < pools.processes.min_bytes:
+        return await _open(request, json_object(raw, optional=True), {})
+    # parsed on the event loop, a 48 MB body held it ~100 ms: its long strings are cut out in an image process
+    small, cuts = await pools.run("large_image", pools.processes.cut_long_strings, raw)
+    try:
+        return await _open(request, json_object(small, optional=True), cuts)
+    finally:
+        for file in {cut.file for cut in cuts.values()}:
+            file.close()
+
+
+async def _open(request: web.Request, body: dict, cuts: dict[str, CutString]) -> web.Response:
+    """Open a session from its parsed ``body``; ``cuts``: the strings cut out of it before it was parsed, by the
+    placeholder that stands for each (only question images may be that long)."""
     check_keys(body, {"images", "group_id", "mei_version"})
     images, group_id = body.get("images", []), body.get("group_id")
     mei_version = body.get("mei_version", request.app[RUNNER].ctx.mei.version)
+    for key, limit in (("group_id", MAX_GROUP_ID_CHARS), ("mei_version", MAX_VERSION_CHARS)):
+        if isinstance(body.get(key), str) and body[key] in cuts:
+            raise ToolError("invalid_request", f"{key} is over {limit} characters", key)
     if mei_version is not None:
         _check_version(mei_version, "mei_version")
     settings: ServerSettings = request.app[SETTINGS]
@@ -185,9 +207,7 @@ async def create_session(request: web.Request, raw: bytes) -> web.Response:
             check_text(item, MAX_URL_CHARS, f"images/{i}")
     ctx = request.app[RUNNER].ctx
     store: SessionStore = request.app[SESSIONS]
-    client = client_of(request)
-    CLIENT.set(client)  # this request's task: the heavy pools count its jobs
-    session = store.create(group_id, mei_version, client=client)
+    session = store.create(group_id, mei_version, client=CLIENT.get())
     try:
         for i, item in enumerate(images):
             if item.startswith(("http://", "https://")):
@@ -195,7 +215,8 @@ async def create_session(request: web.Request, raw: bytes) -> web.Response:
                 # taken from the session's and the server's budgets as each is decoded (store.get: still there)
                 store.get(session.id).register.append(pixels, item)
             else:
-                await _question_image(ctx, store.get(session.id), item, f"images/{i}", settings.max_pixels)
+                text = cuts.get(item, item)
+                await _question_image(ctx, store.get(session.id), text, f"images/{i}", settings.max_pixels)
     except BaseException:
         store.discard(session.id)
         raise
@@ -204,18 +225,21 @@ async def create_session(request: web.Request, raw: bytes) -> web.Response:
     )
 
 
-async def _question_image(ctx: ToolContext, session: Session, item: str, field: str, max_pixels: int) -> None:
+async def _question_image(
+    ctx: ToolContext, session: Session, item: str | CutString, field: str, max_pixels: int
+) -> None:
     """Decode a base64 question image into ``session``'s register on the pool its header's size calls for (> 4 Mpx:
     ``large_image``; they all went to ``image``, where 16 clients' 25 Mpx opens held another's FetchImage 0.8 s),
-    its pixels taken from the budgets before it is decoded; a PNG of exactly its pixels is kept to be sent as is."""
-    size = probe_base64_size(item)
+    its pixels taken from the budgets before it is decoded; a PNG of exactly its pixels is kept to be sent as is.
+    A string cut out of its body is decoded in an image process."""
+    cut = isinstance(item, CutString)
+    size = probe_base64_size(item.head(PROBE_CHARS) if cut else item)
     register = session.register
     held = pixel_bytes(*size) if size is not None and size[0] * size[1] <= max_pixels else 0
     register.reserve(1, held)  # the register's room too: nothing else appends to a session not yet returned
     try:
-        pixels, png = await ctx.pools.run(
-            decode_cost(size), decode_base64_image, item, max_pixels=max_pixels, field=field
-        )
+        decode = ctx.pools.processes.decode_base64 if cut else decode_base64_image
+        pixels, png = await ctx.pools.run(decode_cost(size), decode, item, max_pixels=max_pixels, field=field)
         actual = pixel_bytes(pixels.width, pixels.height)
         if actual > held:
             register.reserve(0, actual - held)
@@ -235,7 +259,7 @@ def _check_version(version: object, field: str) -> None:
     check_text(version, MAX_VERSION_CHARS, field)
 
 
-async def mei_version(request: web.Request, raw: bytes) -> web.Response:
+async def mei_version(request: web.Request, raw: bytes | bytearray) -> web.Response:
     """``GET``: the active MEI version. ``POST {"version": V}``: a checkpoint was activated behind the MEI endpoint;
     sessions created from now on are fixed to V (the trainer calls it right after the MEI server loads V). Both answer
     ``interface``: ``model`` (``--mei-endpoint``) or ``extractive``, so a trainer can refuse to co-evolve with a tool
@@ -292,7 +316,7 @@ async def _answer_call(request: web.Request, session, raw: bytes, start: float) 
             body = await _with_pixels(app[RUNNER].ctx, session, observation)
         else:
             body = observation.body(include_pixels=call.include_pixels)
-        return web.Response(body=body, content_type="application/json")
+        return await _send_charged(request, web.Response(body=body, content_type="application/json"), len(body))
     except ToolError as e:
         status = e.status
         raise
@@ -309,10 +333,25 @@ async def _with_pixels(ctx: ToolContext, session: Session, observation: Observat
     is not encoded again)."""
     largest = max(observation.images, key=lambda e: e.pixels)
     cost = encode_cost(largest.width, largest.height)
-    body, pngs = await ctx.pools.run(cost, observation.with_pixels, ctx.world)
+    body, pngs = await ctx.pools.run(cost, observation.with_pixels, ctx.world, ctx.pools.processes)
     for entry, png in zip(observation.images, pngs):
         session.register.keep_png(entry, png)
     return body
+
+
+async def _send_charged(request: web.Request, response: web.Response, nbytes: int) -> web.Response:
+    """Write ``response`` now, its ``nbytes`` of body charged to the memory budget until written: a client that reads
+    its answers slowly holds them (a 12 Mpx crop with pixels is 48 MB) in the server's memory as long as it likes.
+    One that does not fit after reclaiming is 503 ``server_busy``."""
+    memory = request.app[MEMORY]
+    if not memory.take("responses", nbytes):
+        raise ToolError("server_busy", f"a {nbytes}-byte answer would pass the server's memory budget; retry later")
+    try:
+        await response.prepare(request)
+        await response.write_eof()  # returns once the rest is in the transport's buffer below its high-water mark
+    finally:
+        memory.give("responses", nbytes)
+    return response
 
 
 async def _trim_when_due(memory: MemoryBudget, every_s: float = 1.0) -> None:
@@ -335,7 +374,7 @@ BODIES = web.AppKey("bodies", BodyBudget)
 MEMORY = web.AppKey("memory", MemoryBudget)
 
 
-def _with_body(handler: Callable[[web.Request, bytes], Awaitable[web.StreamResponse]]) -> Handler:
+def _with_body(handler: Callable[[web.Request, bytes | bytearray], Awaitable[web.StreamResponse]]) -> Handler:
     """A handler given its request's body (up to ``MAX_BODY_BYTES``), read within the process's body budget."""
 
     async def answer(request: web.Request) -> web.StreamResponse:
@@ -379,6 +418,10 @@ def create_app(
     )
     pools = online.pools if online is not None else Pools()  # one set of pools for the whole process
     pools.client_heavy_jobs = settings.client_heavy_jobs
+    if settings.image_processes and pools.processes is None:
+        pools.processes = ImageProcesses(
+            settings.image_processes, settings.max_pixels, settings.image_process_min_bytes
+        )
     app[RUNNER] = ToolRunner(
         ToolContext(world=world, mei=mei, max_pixels=settings.max_pixels, online=online, pools=pools), cache
     )

@@ -85,6 +85,8 @@ def server_settings(args: argparse.Namespace, *, share: int = 1, **extra) -> Ser
         memory_budget_bytes=int(args.memory_budget_gib * 2**30) // share,
         client_memory_share=args.client_share,
         bodies=body_limits(args),  # not split: the router's own budget bounds them all
+        image_processes=args.image_processes,
+        image_process_min_bytes=args.image_process_min_kib * 1024,
         **extra,
     )
 

@@ -58,6 +58,9 @@ class ToolError(Exception):
         self.message = message
         self.field = None if field is None else _clip(field, MAX_FIELD_CHARS)
 
+    def __reduce__(self):  # raised in an image process, it crosses back pickled (Exception's keeps only args)
+        return (ToolError, (self.type, self.message, self.field))
+
     @property
     def status(self) -> int:
         return STATUS.get(self.type, 400)

@@ -1,10 +1,11 @@
 """One memory budget per server process, in bytes, that every cache and buffer of client data draws from.
 
-Register images (decoded pixels and their cached PNG encodings), the result cache's memory level and request bodies
-being read each used to have a bound of their own, or none (bodies up to 1 MiB, cached PNGs, a cache bounded by
-entries): together they could take several times the configured image budget. Here each draws from one budget and
-is refused, or makes room, before it would be exceeded. Room is made by the reclaimers, cheapest loss first: the
-result cache's memory level gives back entries (it is only a cache) before the session store evicts idle sessions.
+Register images (decoded pixels and their cached PNG encodings), the result cache's memory level, request bodies
+being read and tool-call answers being written each used to have a bound of their own, or none (bodies up to 1 MiB,
+cached PNGs, answers, a cache bounded by entries): together they could take several times the configured image
+budget. Here each draws from one budget and is refused, or makes room, before it would be exceeded. Room is made by
+the reclaimers, cheapest loss first: the result cache's memory level gives back entries (it is only a cache) before
+the session store evicts idle sessions.
 One event loop per process: no await between a check and its charge, so no lock.
 """
 
@@ -16,7 +17,7 @@ from typing import Literal
 
 from tool_server.allocator import Trimmer
 
-Kind = Literal["images", "cache", "bodies"]
+Kind = Literal["images", "cache", "bodies", "responses"]
 Reclaimer = Callable[[int], int]  # reclaimer(need) frees up to ``need`` bytes (or more), returns how many
 
 

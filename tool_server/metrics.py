@@ -101,7 +101,7 @@ class Metrics:
         ]
         out += [f'sessions_evicted_total{{reason="{r}"}} {evicted.get(r, 0)}' for r in ("idle", "memory", "preempted")]
         if memory is not None:
-            kinds = ("images", "cache", "bodies")
+            kinds = ("images", "cache", "bodies", "responses")
             out += [
                 "# HELP memory_budget_bytes The process's memory budget (kind=limit) and what each kind holds of it.",
                 "# TYPE memory_budget_bytes gauge",

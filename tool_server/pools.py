@@ -16,6 +16,9 @@ TextSearches and session opens waited seconds behind them. Here each class has i
 - ``parse``: HTML pages fetched online turned into text (pure Python, up to the 20 MB page limit);
 - ``search``: batches of BM25 text searches (numpy).
 
+What of large bodies and images holds the GIL (parsing, base64) runs in :attr:`Pools.processes`
+(:mod:`tool_server.image_processes`), a pool thread waiting on it.
+
 The extractive MEI, built before the server's pools, has pools of its own from :func:`heavy_pool`: OCR (one inference
 at a time) and the passage ranking of WebVisit (up to 200,000 characters of a page).
 
@@ -36,9 +39,12 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
-from typing import Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from tool_server.errors import ToolError
+
+if TYPE_CHECKING:
+    from tool_server.image_processes import ImageProcesses
 
 T = TypeVar("T")
 CostClass = Literal["reverse", "image", "large_image", "encode", "parse", "search"]
@@ -98,6 +104,7 @@ class Pools:
         self._executors: dict[str, ThreadPoolExecutor] = {}
         self.client_heavy_jobs = client_heavy_jobs
         self.heavy_jobs: Counter[str | None] = Counter()  # large_image jobs queued or running, by client
+        self.processes: ImageProcesses | None = None  # large bodies' and images' GIL-holding work (None: threads)
 
     def executor(self, cost: CostClass) -> ThreadPoolExecutor:
         executor = self._executors.get(cost)
@@ -127,6 +134,8 @@ class Pools:
                 del self.heavy_jobs[client]
 
     def close(self) -> None:
+        if self.processes is not None:
+            self.processes.close()
         for executor in self._executors.values():
             executor.shutdown(wait=False, cancel_futures=True)
         self._executors.clear()

@@ -38,6 +38,8 @@ images FetchImage loaded): verl 0.9.1's Qwen2-VL forward breaks on text-only bat
 tests/rollout/test_hf_replica_on_gpu.py). Tools are JSON text in the parquet, hence the dataset subclass (see
 ``data_gen.common.sft``). lr 1e-3 (verl's FSDP optimizer default) so that a randomly initialised model's loss visibly
 falls in 6 steps over a handful of repeated episodes (``NEOS_SFT_LR`` and ``NEOS_SFT_STEPS`` change both).
+``NEOS_SFT_WORKERS`` sets ``data.num_workers`` (the processor then runs beside the GPU step) and
+``NEOS_SFT_SAVE_FREQ`` ``trainer.save_freq`` (checkpoints a run cut short can still hand to the smoke).
 """
 
 from __future__ import annotations
@@ -57,6 +59,9 @@ REPO = Path(__file__).resolve().parents[2]
 STEPS = int(os.environ.get("NEOS_SFT_STEPS", 6))  # the RL smoke's warm start uses more (see test_neos_smoke_on_gpu)
 LR = float(os.environ.get("NEOS_SFT_LR", 1e-3))
 BATCH = 2
+# the dataset's processor runs in the loader (~0.3-0.5 s a row on CPU): workers take it off the GPU step's path
+WORKERS = int(os.environ.get("NEOS_SFT_WORKERS", 0))
+SAVE_FREQ = int(os.environ.get("NEOS_SFT_SAVE_FREQ", -1))  # > 0: intermediate checkpoints a cut-short run can use
 LOSS = re.compile(r"step:(\d+) - .*?train/loss:([0-9.eE+-]+)")
 
 
@@ -72,7 +77,7 @@ def overrides(model: Path, data: Path, out: Path) -> list[str]:
         "data.max_length=16384",
         "data.truncation=error",
         "data.pad_mode=no_padding",
-        "data.num_workers=0",
+        f"data.num_workers={WORKERS}",
         f"model.path={model}",
         "+model.override_config.attn_implementation=sdpa",
         "model.use_remove_padding=false",
@@ -83,7 +88,7 @@ def overrides(model: Path, data: Path, out: Path) -> list[str]:
         f"trainer.total_training_steps={STEPS}",
         "trainer.total_epochs=100",
         "trainer.logger=[console]",
-        "trainer.save_freq=-1",
+        f"trainer.save_freq={SAVE_FREQ}",
         "trainer.test_freq=-1",
         "trainer.resume_mode=disable",
         "trainer.n_gpus_per_node=1",

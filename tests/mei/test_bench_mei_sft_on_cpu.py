@@ -55,9 +55,12 @@ def test_verls_dataset_reads_the_same_calls_with_the_same_images_and_target(benc
 
 def test_verls_sft_config_carries_the_benchs_settings(bench):
     args = bench.parser().parse_args(["--model", "/models/m", "--updates", "3", "--batch", "16", "--micro", "4",
-                                      "--offload"])
+                                      "--offload", "optimizer"])
     config = bench.verl_sft_config(args, Path("/data/x.parquet"), Path("/ckpt"))
-    assert config.engine.param_offload and config.engine.optimizer_offload
+    assert config.engine.optimizer_offload and not config.engine.param_offload
+    every = bench.parser().parse_args(["--model", "/m", "--offload", "all"])
+    every = bench.verl_sft_config(every, Path("/x"), Path("/c"))
+    assert every.engine.param_offload and every.engine.optimizer_offload
     assert (config.data.train_batch_size, config.data.micro_batch_size_per_gpu, config.data.use_dynamic_bsz) == (
         16, 4, False)
     assert config.trainer.total_epochs == 3 and config.trainer.device == "cuda"

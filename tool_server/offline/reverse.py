@@ -18,12 +18,10 @@ hash, so later starts load them in about a second.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import multiprocessing
 import os
 import threading
-import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +30,7 @@ import cv2
 import numpy as np
 from PIL import Image
 
+from tool_server.child_process import start_as_server_child
 from tool_server.offline.pixels import flattened
 
 log = logging.getLogger(__name__)
@@ -280,23 +279,10 @@ class ReverseIndex:
 _PROCESS_INDEX: ReverseIndex | None = None  # the index of a search process (set by its initializer)
 
 
-def _exit_with(parent: int) -> None:
-    """End this process once ``parent`` is gone: a killed server never stops its executor, and an idle search process
-    waits on a queue whose write end it holds itself, so it would wait forever."""
-    while os.getppid() == parent:
-        time.sleep(1.0)
-    os._exit(0)
-
-
 def _search_process_init(table_dir: str, ids: list[str], images: dict[str, Path]) -> None:
-    import signal
-
     global _PROCESS_INDEX
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server's Ctrl-C stops the server, which stops these
-    threading.Thread(target=_exit_with, args=(os.getppid(),), name="exit-with-server", daemon=True).start()
+    start_as_server_child(nice=10)
     cv2.setNumThreads(1)  # one search per process
-    with contextlib.suppress(OSError):
-        os.nice(10)  # below the server's event loop, should they share a core
     _PROCESS_INDEX = ReverseIndex(FeatureTable.mapped(Path(table_dir), ids), images)
 
 

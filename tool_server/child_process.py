@@ -1,0 +1,27 @@
+"""The first thing a helper process of the server does (reverse search, image decoding): leave Ctrl-C to the server,
+end when the server is gone, and run below the server's event loop should they share a core."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+
+
+def _exit_with(parent: int) -> None:
+    """End this process once ``parent`` is gone: a killed server never stops its executor, and an idle pool process
+    waits on a queue whose write end it holds itself, so it would wait forever."""
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(0)
+
+
+def start_as_server_child(nice: int) -> None:
+    """Call first in a pool initializer: the server's Ctrl-C stops the server, which stops these; ``nice`` lowers
+    this process's priority by that much."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_exit_with, args=(os.getppid(),), name="exit-with-server", daemon=True).start()
+    with contextlib.suppress(OSError):
+        os.nice(nice)
