@@ -157,3 +157,15 @@ def test_a_server_without_a_cache_dir_reads_its_features_from_the_source_cache(w
         loaded.wait_features()
     finally:
         loaded.close()
+
+
+def test_features_that_cannot_be_cached_are_still_served(tmp_path, caplog):
+    """The default feature cache is the user's source cache: one that cannot be written (a read-only mount) warns and
+    the server keeps the features in memory, as it did without ``--cache-dir``."""
+    from tool_server.offline.reverse import load_or_compute
+
+    image = tmp_path / "a.png"
+    Image.new("RGB", (64, 64), (200, 30, 30)).save(image)
+    (tmp_path / "file").write_text("not a directory")
+    table = load_or_compute({"a": image}, tmp_path / "file" / "features.npz")
+    assert table.ids == ["a"] and "not writable" in caplog.text

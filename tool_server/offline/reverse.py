@@ -187,7 +187,10 @@ def load_or_compute(images: dict[str, Path], cache_file: Path | None,
             log.warning("feature cache %s is unreadable (%s); recomputing", cache_file, e)
     table = FeatureTable.compute(images, abandoned)
     if cache_file is not None:
-        table.save(cache_file)
+        try:  # the default cache is the user's source cache, which a container may mount read-only
+            table.save(cache_file)
+        except OSError as e:
+            log.warning("feature cache %s is not writable (%s); the features are kept in memory only", cache_file, e)
     return table
 
 
