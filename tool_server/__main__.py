@@ -88,7 +88,9 @@ def parser() -> argparse.ArgumentParser:
                    help="MEI call log, JSONL (default: CACHE_DIR/mei.jsonl, or ./mei.jsonl without --cache-dir)")
     p.add_argument("--no-ocr", action="store_true", help="extractive MEI without OCR of image text")
     p.add_argument("--cache-dir", type=Path, default=None, metavar="DIR",
-                   help="disk tier of the result cache and the image-feature cache (default: memory only)")
+                   help="disk tier of the result cache, the image-feature cache and the OCR texts (default: results "
+                   "and OCR texts in memory only, image features in the source cache: NEOS_WORLD_CACHE, else "
+                   "~/.cache/neos-world)")
     p.add_argument("--shared-cache-dir", type=Path, default=None, metavar="DIR",
                    help="shared (network) directory tier of the result cache (default: none)")
     p.add_argument("--redis-url", default=None, metavar="URL",
@@ -139,19 +141,21 @@ def _usable_cores() -> int:
 
 async def _serve(args: argparse.Namespace, sock: socket.socket) -> None:
     world = load_world(args)
-    app = build_app(args, world, server_settings(args))
-    # the world and its indexes are millions of objects that live as long as the process: out of the collector's
-    # sight, a full collection no longer walks them (it took ~9% of the CPU of an uncached search under load)
-    gc.freeze()
-    runner = GuardedAppRunner(app, connection_limits(args), access_log=None)
-    await runner.setup()
-    site = web.SockSite(runner, sock, backlog=LISTEN_BACKLOG)
-    await site.start()
-    announce(args, sock, world)
-    try:
-        await until_terminated()
+    try:  # closed however this ends: a flag refused by build_app (--online without its variables) included
+        app = build_app(args, world, server_settings(args))
+        # the world and its indexes are millions of objects that live as long as the process: out of the collector's
+        # sight, a full collection no longer walks them (it took ~9% of the CPU of an uncached search under load)
+        gc.freeze()
+        runner = GuardedAppRunner(app, connection_limits(args), access_log=None)
+        await runner.setup()
+        try:
+            site = web.SockSite(runner, sock, backlog=LISTEN_BACKLOG)
+            await site.start()
+            announce(args, sock, world)
+            await until_terminated()
+        finally:
+            await runner.cleanup()
     finally:
-        await runner.cleanup()
         world.close()
 
 

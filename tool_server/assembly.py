@@ -12,11 +12,13 @@ from pathlib import Path
 
 from aiohttp import web
 
+from neos_core.world.sources import default_cache_dir
 from tool_server.app import ServerSettings, create_app
 from tool_server.bodies import BodyLimits
 from tool_server.cache import TieredCache
 from tool_server.connections import ConnectionLimits
 from tool_server.mei import MEIConfig, build_interface
+from tool_server.mei.ocr import disk_cache_dir
 from tool_server.net import SafeFetcher
 from tool_server.offline.world import OfflineWorld, remove_stale_index_dirs
 from tool_server.online import LensClient, ReaderClient
@@ -44,10 +46,14 @@ LISTEN_BACKLOG = 4096
 
 
 def load_world(args: argparse.Namespace) -> OfflineWorld:
-    """The world, after removing the index directories that servers killed outright left behind."""
+    """The world, after removing the index directories that servers killed outright left behind. Its image features
+    go to ``--cache-dir``, else to the source cache's ``tool-server/`` (keyed by the world's content hash, like the
+    worlds built there), so that only a server's first start on a world computes them (~10 s of CPU on the small
+    world; every eval run, tour and walkthrough started one without a cache directory)."""
     for path in remove_stale_index_dirs():
         logging.getLogger(__name__).info("removed %s, left by a server process that is gone", path)
-    return OfflineWorld.load(args.world, cache_dir=args.cache_dir, search_processes=args.search_processes)
+    cache_dir = args.cache_dir or default_cache_dir() / "tool-server"
+    return OfflineWorld.load(args.world, cache_dir=cache_dir, search_processes=args.search_processes)
 
 
 def build_app(args: argparse.Namespace, world: OfflineWorld, settings: ServerSettings) -> web.Application:
@@ -55,7 +61,8 @@ def build_app(args: argparse.Namespace, world: OfflineWorld, settings: ServerSet
     online = _online(args)
     mei_log = args.mei_log or ((args.cache_dir or Path(".")) / "mei.jsonl")
     mei = build_interface(
-        MEIConfig(endpoint=args.mei_endpoint, model=args.mei_model, log_path=mei_log, ocr=not args.no_ocr)
+        MEIConfig(endpoint=args.mei_endpoint, model=args.mei_model, log_path=mei_log, ocr=not args.no_ocr,
+                  ocr_cache_dir=disk_cache_dir(args.cache_dir) if args.cache_dir else None)
     )
     cache = TieredCache.from_config(
         disk_dir=args.cache_dir / "results" if args.cache_dir else None,

@@ -55,8 +55,9 @@ def test_sigkill_mid_run_then_resume_loses_nothing_and_repeats_nothing(small_wor
 
     assert _run(small_world, killed).wait(timeout=300) == 0  # resumed
     # the uninterrupted run, given the saved graphs (built before any path is judged, written atomically, reused only
-    # when their fingerprint matches) and the tool server's feature cache, so it repeats the judging, not the builds
-    shutil.copytree(killed / "tool_server_cache" / "features", whole / "tool_server_cache" / "features")
+    # when their fingerprint matches) and the tool server's feature and OCR caches, so it repeats the judging, not
+    # the builds
+    features_cached(whole / "tool_server_cache")
     for graph in killed.glob("graph_*.json"):
         shutil.copy(graph, whole / graph.name)
     assert _run(small_world, whole).wait(timeout=300) == 0

@@ -168,13 +168,31 @@ def stand_ins(ray_cluster, reply_ids):
         ray.kill(actor)
 
 
+@pytest.fixture(scope="module")
+def shared_managers():
+    """Server managers over the module's stand-ins that tests share, keyed by router YAML (each balancer is an actor
+    whose start costs ~10 s of CPU on verl's import): only for tests whose assertions hold whatever the balancer
+    routed before them (see ``make_pool``)."""
+    managers: dict[Path, LLMServerManager] = {}
+    yield managers
+    for manager in managers.values():
+        ray.kill(manager.global_load_balancer)
+
+
 @pytest.fixture
-def make_pool(compose_ppo_config, tiny_vl_model_dir, tiny_vl_processor, tools, stand_ins):
+def make_pool(compose_ppo_config, tiny_vl_model_dir, tiny_vl_processor, tools, stand_ins, shared_managers):
+    """``await make_pool(router_yaml, servers=None, shared=False)``: a Pool with a new balancer, or with ``shared`` the
+    module's balancer of that YAML over the stand-ins (made on first use). Sharing is for a test that routes nothing
+    (the first) or whose policy's choices its assertions accept from any history (sticky: any replica may be an
+    episode's home); least_loaded's tie-break remembers all work routed, so an episode that checks it gets a fresh
+    one."""
     balancers: list = []
 
-    async def make(router_yaml: Path, servers: dict | None = None) -> Pool:
+    async def make(router_yaml: Path, servers: dict | None = None, shared: bool = False) -> Pool:
         servers = servers or stand_ins
         await asyncio.gather(*(s.reset.remote() for s in servers.values()))
+        if shared and router_yaml in shared_managers:
+            return Pool(shared_managers[router_yaml], servers, tiny_vl_processor, tools)
         config = compose_ppo_config(
             tiny_vl_model_dir,
             f"actor_rollout_ref.rollout.router_config_path={router_yaml}",
@@ -183,7 +201,11 @@ def make_pool(compose_ppo_config, tiny_vl_model_dir, tiny_vl_processor, tools, s
         )
         manager = await LLMServerManager.create_empty(config=config)  # builds the balancer from the YAML
         await manager.global_load_balancer.add_servers.remote(servers)
-        balancers.append(manager.global_load_balancer)
+        if shared:
+            assert servers is stand_ins, "a shared balancer routes to the module's stand-ins"
+            shared_managers[router_yaml] = manager
+        else:
+            balancers.append(manager.global_load_balancer)
         return Pool(manager, servers, tiny_vl_processor, tools)
 
     yield make
@@ -199,13 +221,13 @@ def custom_router(tmp_path: Path, **fields) -> Path:
 
 
 async def test_the_balancer_verl_builds_is_ours_with_the_files_policy(make_pool):
-    pool = await make_pool(ROUTERS / "least_loaded.yaml")
+    pool = await make_pool(ROUTERS / "least_loaded.yaml", shared=True)
     status = await pool.balancer.get_status.remote()
     assert status["policy"] == "least_loaded" and sorted(status["registered_handles"]) == ["r0", "r1", "r2"]
 
 
 async def test_one_episodes_turns_spread_under_least_loaded(make_pool):
-    pool = await make_pool(ROUTERS / "least_loaded.yaml")
+    pool = await make_pool(ROUTERS / "least_loaded.yaml", shared=True)  # the first test routed nothing
     out, record = await pool.episode("question one", turns=6)
     assert len(record.turns) == 6
     placed = (await pool.placements())["question one"]
@@ -217,7 +239,7 @@ async def test_one_episodes_turns_spread_under_least_loaded(make_pool):
 
 @pytest.mark.parametrize("policy", ["sticky", "cache_aware", "cost_aware"])
 async def test_one_episodes_turns_stay_put_under_sticky_and_the_cache_policies_when_idle(make_pool, policy):
-    pool = await make_pool(ROUTERS / f"{policy}.yaml")
+    pool = await make_pool(ROUTERS / f"{policy}.yaml", shared=policy == "sticky")  # the others' counters: fresh
     await pool.episode("question one", turns=6)
     placed = (await pool.placements())["question one"]
     assert len(placed) == 6 and len(set(placed)) == 1
@@ -231,7 +253,7 @@ async def test_load_stays_balanced_under_a_skewed_workload(make_pool):
     prompts on one replica, which serves most of the tokens; least_loaded spreads them."""
     shares = {}
     for policy in ("sticky", "least_loaded"):
-        pool = await make_pool(ROUTERS / f"{policy}.yaml")
+        pool = await make_pool(ROUTERS / f"{policy}.yaml", shared=policy == "sticky")
         await asyncio.gather(
             pool.episode("the long question", turns=12),
             pool.episode("short question a", turns=2),

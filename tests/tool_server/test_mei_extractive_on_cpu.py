@@ -144,3 +144,28 @@ async def test_reverse_image_match_states():
         "visual_match", "visual_match", "partial_match", "not_match", "insufficient_evidence"]
     with pytest.raises(ValueError):
         ImageView(url="u", match_score=1.5)
+
+
+def test_ocr_texts_outlive_the_process_on_disk_keyed_by_image_and_settings(tmp_path, monkeypatch, caplog):
+    """A restarted server (a second OCR on the same directory) reads a text back instead of running the engine; other
+    settings or other pixels run it; a disk that fails is counted and each call still gets its text."""
+    runs: list[bytes] = []
+
+    def engine(text: str):
+        def recognise(self, png: bytes) -> str:
+            runs.append(png)
+            return text
+        return recognise
+
+    monkeypatch.setattr(OCR, "_recognise", engine("EIFFEL"))
+    a, b = png_with_text("A"), png_with_text("B")
+    assert OCR(cache_dir=tmp_path / "ocr").text_sync(a) == "EIFFEL" and runs == [a]
+    monkeypatch.setattr(OCR, "_recognise", engine("other"))
+    restarted = OCR(cache_dir=tmp_path / "ocr")
+    assert [restarted.text_sync(a), restarted.text_sync(a), restarted.text_sync(b)] == ["EIFFEL", "EIFFEL", "other"]
+    assert (restarted.disk_hits, runs) == (1, [a, b])  # the second read of a came from memory
+    assert OCR(cache_dir=tmp_path / "ocr", min_score=0.9).text_sync(a) == "other" and runs == [a, b, a]
+    (tmp_path / "file").write_text("not a directory")
+    broken = OCR(cache_dir=tmp_path / "file")
+    assert broken.text_sync(a) == "other" and broken.disk_errors == 2  # the read and the write
+    assert "OCR disk cache" in caplog.text

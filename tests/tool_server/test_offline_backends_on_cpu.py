@@ -18,8 +18,8 @@ ORIGIN = "https://neos-world.invalid"
 
 
 def feature_cache():
-    """In the source cache beside the worlds, keyed (in the file name) by the world's content hash: ORB over every image is the
-    slow part of startup, so test sessions share it as they share the built world."""
+    """In the source cache beside the worlds, keyed (in the file name) by the world's content hash: ORB over every
+    image is the slow part of startup, so test sessions share it as they share the built world."""
     return default_cache_dir() / "tool-server"
 
 
@@ -112,3 +112,60 @@ def test_features_are_cached_on_disk(world, small_world):
     files = list((feature_cache() / "features").glob(f"{world.content_hash[:16]}-{FEATURE_VERSION}.npz"))
     assert len(files) == 1
     assert FeatureTable.load(files[0]).ids == list(world.world.images)
+
+
+def test_a_closing_world_abandons_the_features_it_is_still_computing(small_world, tmp_path):
+    """A server stopped (or refused a flag) while its features were computed waited for them before its process
+    could exit: every test's server started without a cache paid ~10 s of CPU at its stop."""
+    import threading
+
+    from neos_core.world.store import World
+    from tool_server.offline.reverse import FeaturesAbandoned
+
+    stop = threading.Event()
+    stop.set()
+    images = World.load(small_world)
+    paths = {i: images.image_path(i) for i in list(images.images)[:3]}
+    with pytest.raises(FeaturesAbandoned, match="after 0 of 3 images"):
+        FeatureTable.compute(paths, stop)
+    assert FeatureTable.compute(paths, threading.Event()).ids == list(paths)
+    world = OfflineWorld.load(small_world, cache_dir=tmp_path)  # an empty cache: computing ~1,000 images
+    world.close()
+    with pytest.raises(FeaturesAbandoned):
+        world.wait_features()
+    assert not list(tmp_path.rglob("*.npz"))  # nothing half-made is cached
+
+
+def test_a_server_without_a_cache_dir_reads_its_features_from_the_source_cache(world, small_world, tmp_path,
+                                                                                 monkeypatch):
+    """Every eval run, tour and walkthrough (and many tests) started a server without ``--cache-dir``, which computed
+    the features again each time; now the source cache holds them, by the world's content hash."""
+    import os
+
+    from tool_server.__main__ import parser
+    from tool_server.assembly import load_world
+    from tool_server.offline.world import features_path
+
+    world.wait_features()
+    target = features_path(tmp_path / "tool-server", world.content_hash)
+    target.parent.mkdir(parents=True)
+    os.link(features_path(feature_cache(), world.content_hash), target)
+    monkeypatch.setenv("NEOS_WORLD_CACHE", str(tmp_path))
+    monkeypatch.setattr(FeatureTable, "compute", lambda *a, **k: pytest.fail("computed, not read from the cache"))
+    loaded = load_world(parser().parse_args(["--world", str(small_world)]))
+    try:
+        loaded.wait_features()
+    finally:
+        loaded.close()
+
+
+def test_features_that_cannot_be_cached_are_still_served(tmp_path, caplog):
+    """The default feature cache is the user's source cache: one that cannot be written (a read-only mount) warns and
+    the server keeps the features in memory, as it did without ``--cache-dir``."""
+    from tool_server.offline.reverse import load_or_compute
+
+    image = tmp_path / "a.png"
+    Image.new("RGB", (64, 64), (200, 30, 30)).save(image)
+    (tmp_path / "file").write_text("not a directory")
+    table = load_or_compute({"a": image}, tmp_path / "file" / "features.npz")
+    assert table.ids == ["a"] and "not writable" in caplog.text

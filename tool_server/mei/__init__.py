@@ -14,7 +14,8 @@ Tools return ``{"call_id": call.call_id, "version": call.version, "outcome": cal
 clients. Each call gets its own :class:`~tool_server.mei.schema.MEICall` (no per-session "last call" state) because
 one tool call can run several MEI calls concurrently under the same context. ``mei.counters()`` gives ``calls``, a
 count per outcome, ``error``, ``version_mismatch`` (answers refused for a session fixed to another version),
-``activations``, and attempt-level ``timeout`` / ``http_error`` / ``invalid`` plus ``ocr_calls``. ``mei.version`` is
+``activations``, and attempt-level ``timeout`` / ``http_error`` / ``invalid`` plus ``ocr_calls`` (engine runs),
+``ocr_disk_hits`` and ``ocr_disk_errors`` (the OCR disk cache's). ``mei.version`` is
 the active version and ``mei.activate(v)`` changes it (see :mod:`.interface`). ``await mei.close()`` on shutdown.
 
 A model endpoint's bearer token, if it needs one, is read from the environment variable named by
@@ -56,10 +57,11 @@ class MEIConfig(BaseModel):
     log_path: Path
     fsync_every: int = Field(default=0, ge=0)
     ocr: bool = True  # extractive interface and fallback: read text in images when pixels are given
+    ocr_cache_dir: Path | None = None  # OCR texts kept on disk here too, by image hash (default: memory only)
 
 
 def build_interface(config: MEIConfig) -> LoggedInterface:
-    extractive = ExtractiveMEI(ocr=OCR() if config.ocr else None)
+    extractive = ExtractiveMEI(ocr=OCR(cache_dir=config.ocr_cache_dir) if config.ocr else None)
     log = MEILog(config.log_path, fsync_every=config.fsync_every)
     if config.endpoint is None:
         return LoggedInterface(extractive, log, version=config.version or extractive.version)

@@ -245,7 +245,10 @@ class ExtractiveMEI:
         )
 
     def counters(self) -> dict[str, int]:
-        return {"ocr_calls": self._ocr.calls if self._ocr is not None else 0}
+        if self._ocr is None:
+            return {"ocr_calls": 0, "ocr_disk_hits": 0, "ocr_disk_errors": 0}
+        return {"ocr_calls": self._ocr.calls, "ocr_disk_hits": self._ocr.disk_hits,
+                "ocr_disk_errors": self._ocr.disk_errors}
 
     async def close(self) -> None:
         return None

@@ -145,9 +145,12 @@ class FeatureTable:
             return cls([str(i) for i in z["ids"]], z["hashes"], z["hists"], z["offsets"], z["points"], z["descriptors"])
 
     @classmethod
-    def compute(cls, images: dict[str, Path]) -> FeatureTable:
+    def compute(cls, images: dict[str, Path], abandoned: threading.Event | None = None) -> FeatureTable:
+        """Raises :class:`FeaturesAbandoned` once ``abandoned`` is set (checked before each image)."""
         ids, hashes, hists, offsets, points, descs = [], [], [], [0], [], []
         for image_id, path in images.items():
+            if abandoned is not None and abandoned.is_set():
+                raise FeaturesAbandoned(f"abandoned after {len(ids)} of {len(images)} images")
             with Image.open(path) as im:
                 rgb = normalized(im)
             pts, desc = orb_features(rgb)
@@ -167,7 +170,13 @@ class FeatureTable:
         )
 
 
-def load_or_compute(images: dict[str, Path], cache_file: Path | None) -> FeatureTable:
+class FeaturesAbandoned(Exception):
+    """The features were no longer wanted: their server is closing (it would otherwise wait for the computation,
+    ~10 s of CPU on the small world, before its process could exit)."""
+
+
+def load_or_compute(images: dict[str, Path], cache_file: Path | None,
+                    abandoned: threading.Event | None = None) -> FeatureTable:
     if cache_file is not None and cache_file.is_file():
         try:
             table = FeatureTable.load(cache_file)
@@ -176,9 +185,12 @@ def load_or_compute(images: dict[str, Path], cache_file: Path | None) -> Feature
             log.warning("feature cache %s does not match the world's images; recomputing", cache_file)
         except (OSError, ValueError, KeyError) as e:
             log.warning("feature cache %s is unreadable (%s); recomputing", cache_file, e)
-    table = FeatureTable.compute(images)
+    table = FeatureTable.compute(images, abandoned)
     if cache_file is not None:
-        table.save(cache_file)
+        try:  # the default cache is the user's source cache, which a container may mount read-only
+            table.save(cache_file)
+        except OSError as e:
+            log.warning("feature cache %s is not writable (%s); the features are kept in memory only", cache_file, e)
     return table
 
 

@@ -2,7 +2,8 @@
 
 Text and image BM25 indexes are built synchronously (seconds on the full world). ORB features for reverse search
 take longer on first start, so they are computed in a worker thread while the server already answers; a reverse
-search waits for them. With a cache directory they are stored under ``features/`` keyed by the world's content hash.
+search waits for them. With a cache directory they are stored under ``features/`` keyed by the world's content hash
+(``python -m tool_server`` always gives one: ``--cache-dir``, else the source cache's).
 """
 
 from __future__ import annotations
@@ -106,10 +107,12 @@ class OfflineWorld:
         if clashes := sum(1 for urls in self._resources.values() if len(urls) > 1):
             log.warning("%d resource ids are shared by several URLs; those ids answer ambiguous_resource", clashes)
         self._paths = {i: world.image_path(i) for i in world.images}
-        cache = features_path(cache_dir, self.content_hash) if cache_dir else None
+        # a world without a content hash (made by hand) has no key: its features would be any such world's
+        cache = features_path(cache_dir, self.content_hash) if cache_dir and self.content_hash else None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="features")
+        self._closing = threading.Event()  # set by close(): a computation still running stops
         self._features: Future[ReverseIndex] = self._executor.submit(
-            lambda: ReverseIndex(load_or_compute(self._paths, cache), self._paths)
+            lambda: ReverseIndex(load_or_compute(self._paths, cache, self._closing), self._paths)
         )
         if search_processes:
             self._executor.submit(self.map_index)  # after the features, off the event loop
@@ -210,7 +213,9 @@ class OfflineWorld:
         return self._features.done()
 
     def close(self, *, wait: bool = False) -> None:
-        """Release threads, search processes (``wait``: until they have exited) and the mapped index files."""
+        """Release threads (features still being computed are abandoned), search processes (``wait``: until they
+        have exited) and the mapped index files."""
+        self._closing.set()
         self._executor.shutdown(wait=False, cancel_futures=True)
         if self._spawned is not None:
             self._spawned.close(wait=wait)
