@@ -190,7 +190,7 @@ async def _open(request: web.Request, body: dict, cuts: dict[str, CutString]) ->
     mei_version = body.get("mei_version", request.app[RUNNER].ctx.mei.version)
     for key, limit in (("group_id", MAX_GROUP_ID_CHARS), ("mei_version", MAX_VERSION_CHARS)):
         if isinstance(body.get(key), str) and body[key] in cuts:
-            raise ToolError("invalid_request", f"{key} is over {limit} characters", key)
+            raise ToolError("input_too_long", f"{key} is over {limit} characters", key)
     if mei_version is not None:
         _check_version(mei_version, "mei_version")
     settings: ServerSettings = request.app[SETTINGS]

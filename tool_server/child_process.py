@@ -9,6 +9,8 @@ import signal
 import threading
 import time
 
+HEAVY_NICE = 10  # heavy work (image pools, helper processes) runs this much below the event loop
+
 
 def _exit_with(parent: int) -> None:
     """End this process once ``parent`` is gone: a killed server never stops its executor, and an idle pool process
@@ -18,10 +20,9 @@ def _exit_with(parent: int) -> None:
     os._exit(0)
 
 
-def start_as_server_child(nice: int) -> None:
-    """Call first in a pool initializer: the server's Ctrl-C stops the server, which stops these; ``nice`` lowers
-    this process's priority by that much."""
+def start_as_server_child() -> None:
+    """Call first in a pool initializer: the server's Ctrl-C stops the server, which stops these."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_exit_with, args=(os.getppid(),), name="exit-with-server", daemon=True).start()
     with contextlib.suppress(OSError):
-        os.nice(nice)
+        os.nice(HEAVY_NICE)

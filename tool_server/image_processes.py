@@ -30,7 +30,6 @@ from PIL import Image
 from tool_server.child_process import start_as_server_child
 from tool_server.errors import ToolError
 from tool_server.offline.pixels import decode_image, png_as_is, set_pil_pixel_limit
-from tool_server.pools import HEAVY_NICE
 
 SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else None  # tmpfs: the files never touch a disk
 CUT_MARK = "\x00cut:"  # a cut string's placeholder: CUT_MARK + its index (escaped as \u0000 in the JSON text)
@@ -87,7 +86,7 @@ class CutString:
 
 # ---------------------------------------------------------------------------------------------- in the processes
 def _init(max_pixels: int) -> None:
-    start_as_server_child(nice=HEAVY_NICE)
+    start_as_server_child()
     set_pil_pixel_limit(max_pixels)
 
 

@@ -41,6 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Literal, TypeVar
 
+from tool_server.child_process import HEAVY_NICE
 from tool_server.errors import ToolError
 
 if TYPE_CHECKING:
@@ -49,7 +50,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 CostClass = Literal["reverse", "image", "large_image", "encode", "parse", "search"]
 HEAVY: frozenset[str] = frozenset({"reverse", "large_image", "encode", "parse"})
-HEAVY_NICE = 10
 LARGE_IMAGE_PIXELS = 4_000_000
 CLIENT: ContextVar[str | None] = ContextVar("tool_server_client", default=None)  # whose request runs in this task
 

@@ -83,7 +83,7 @@ async def test_a_long_string_outside_the_images_is_refused_not_taken_as_its_plac
     _, client = await serve(image_processes=1, image_process_min_bytes=64 * KIB)
     r = await client.post("/v1/sessions", json={"images": [], "group_id": "Q" * 70_000})
     error = (await r.json())["error"]
-    assert (r.status, error["type"], error["field"]) == (400, "invalid_request", "group_id")
+    assert (r.status, error["type"], error["field"]) == (400, "input_too_long", "group_id")
 
 
 def _cut_of(body: bytes, min_chars: int = 8) -> tuple[bytes, list[tuple[int, int]]]:

@@ -284,7 +284,7 @@ _PROCESS_INDEX: ReverseIndex | None = None  # the index of a search process (set
 
 def _search_process_init(table_dir: str, ids: list[str], images: dict[str, Path]) -> None:
     global _PROCESS_INDEX
-    start_as_server_child(nice=10)
+    start_as_server_child()
     cv2.setNumThreads(1)  # one search per process
     _PROCESS_INDEX = ReverseIndex(FeatureTable.mapped(Path(table_dir), ids), images)
 
