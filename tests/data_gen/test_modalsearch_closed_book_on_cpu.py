@@ -29,14 +29,15 @@ async def _graph(world, kg):
     rel = OfflineRelationProposer(world, kg)
     depiction = next(link.relation for link in OfflineImageLinker(world, kg).link(world.images["flag_deu"])
                      if link.page.id == "Germany")
-    t2i = Relation("is the {kind} of {x}", unique=True, source="retrievability")
+    t2i = Relation("is the national flag of {x}", unique=True, source="retrievability")
     for edge in (GraphEdge(image_id("flag_deu"), text_id("Germany"), "i2t", depiction),
                  GraphEdge(text_id("Germany"), text_id("Denmark"), "t2t",
                            await rel.propose(world.pages["Germany"], world.pages["Denmark"])),
                  GraphEdge(text_id("Aluminum"), text_id("Denmark"), "t2t",
                            await rel.propose(world.pages["Aluminum"], world.pages["Denmark"])),
                  GraphEdge(text_id("Denmark"), image_id("flag_dnk"), "t2i", t2i),
-                 GraphEdge(text_id("Denmark"), image_id("map_dnk"), "t2i", t2i)):
+                 GraphEdge(text_id("Denmark"), image_id("map_dnk"), "t2i",
+                           Relation("is the locator map of {x}", unique=True, source="retrievability"))):
         graph.add_edge(edge)
     return graph
 
@@ -102,9 +103,10 @@ def test_a_figure_hop_is_taken_only_through_a_common_fact(setup):
         graph.add_node(builder.text_node(page))
     for image in ("subflag_germany_bavaria", "flag_deu"):
         graph.add_node(builder.image_node(image, ""))
-    figure = Relation("is the {kind} shown on the page of {x}", unique=True, source="page_figure")
-    to_state = GraphEdge(text_id("Munich"), image_id("subflag_germany_bavaria"), "t2i", figure)
-    to_country = GraphEdge(text_id("Bavaria"), image_id("flag_deu"), "t2i", figure)
+    to_state = GraphEdge(text_id("Munich"), image_id("subflag_germany_bavaria"), "t2i",
+                         Relation("is the flag shown on the page of {x}", unique=True, source="page_figure"))
+    to_country = GraphEdge(text_id("Bavaria"), image_id("flag_deu"), "t2i",
+                           Relation("is the national flag shown on the page of {x}", unique=True, source="page_figure"))
     probe = ClosedBookProbe(world, kg)
     assert probe._hop(graph, to_state, {"city:2867714"}) == {"subdivision:germany:bavaria"}
     assert probe._hop(graph, to_country, {"subdivision:germany:bavaria"}) is None
