@@ -20,6 +20,7 @@ from data_gen.modalsearch.visual import (
     OfflineConsistencyJudge,
     OfflineVisualProposer,
     assess,
+    figure_relations,
     offline_stability_screen,
 )
 from data_gen.neos.observer import IMAGE_KINDS, rapid_ocr
@@ -125,6 +126,9 @@ class GraphBuilder:
     async def _expand_visual(self, node_id: str, asm: Assembly, descriptions: dict[str, str],
                              stats: BuildStats) -> None:
         page = self.world.pages[node_id[2:]]
+        for image, relation in figure_relations(self.world, page):
+            stats.counts["visual_page_figures"] += 1
+            asm.propose(node_id, image_id(image.id), "t2i", relation)
         for proposal in self.visual.propose(page):
             stats.counts["visual_proposals"] += 1
             if not offline_stability_screen(proposal, page.title):

@@ -78,6 +78,8 @@ class ClosedBookProbe:
         source, target = graph.nodes[edge.source], graph.nodes[edge.target]
         if target.entity is None:
             return None
+        if edge.relation.source == "page_figure":  # another's flag on the page: known when their link is common
+            return {target.entity} if self._linked(reach, source.entity, target.entity) else None
         if edge.kind == "t2i":  # it pictures the flag or map of the country it holds
             recognised = self.knowledge.recognises(target.entity, self.world.images[target.ref].source)
             return {target.entity} if recognised and reach == {target.entity} else None
@@ -94,3 +96,12 @@ class ClosedBookProbe:
                                                                for c in step):
             return None  # a flag clue among entities whose flags it does not know
         return {target.entity} if len(step) == 1 or edge.relation.unique else None
+
+    def _linked(self, reach: set[str], source: str | None, target: str) -> bool:
+        """Whether a common fact between ``source`` and ``target`` leads the solver from ``reach`` to ``target``
+        (a capital's page shows its state's flag, and the model knows the city is that state's capital)."""
+        if source is None:
+            return False
+        facts = [(p, True) for p, objs in self.kg.outgoing(source).items() if target in objs]
+        facts += [(p, False) for p, subs in self.kg.incoming(source).items() if target in subs]
+        return any(target in (self.knowledge.step(reach, p, forward) or ()) for p, forward in facts)

@@ -14,9 +14,11 @@ the path (the question's composed hops are walked through their supporting image
 - text -> text: the article read must mention the target; ``t2t_search`` of the target's name must return its page;
   a flag clue ("whose national flag is mostly red and white and ...") first has it fetch (``t2i_search``,
   ``read_url``) the flag of every candidate the article names and read its colours: only the target's may match;
-- text -> image: ``t2i_search`` of "<kind> of <source>" must return the image; ``read_url`` loads its pixels;
+- text -> image: ``t2i_search`` of "<kind> of <source>" must return the image; ``read_url`` loads its pixels. An
+  image of another entity (a state's page shows its country's flag) is loaded from the source's page, which lists it;
 - image -> text: ``read_url`` of the image's source page (listed beside the image in the search result) must mention
-  the target, whose page a ``t2t_search`` then finds;
+  the target, whose page a ``t2t_search`` then finds; a figure loaded from a page is followed by its caption (it
+  names the entity depicted: a ``t2t_search`` of that name);
 - terminal: a text answer must be stated in the last article read; an image answer must be read from the pixels
   ``read_url`` returned (``answerers.PixelAnswerer``).
 
@@ -79,6 +81,7 @@ class ModalSearchExpert:
         last_text = ""
         loaded: bytes | None = None
         after = ""  # what the last comparison decided, said in the next turn's reasoning
+        figure = ""  # the caption of a figure loaded from a page, which names what it depicts
         if nodes[0].kind == "image":
             found_page = await _call(episode, seen, "i2i_search", {"image": refs[0]},
                                      "I cannot name what the question's image shows yet; a reverse image search "
@@ -96,6 +99,7 @@ class ModalSearchExpert:
             last_text = seen.last
         hops = {h.target: h for h in task.hops}
         relations = {h.target: h.relation for h in task.hops}
+        figures = {h.via or h.target for h in task.hops if "page_figure" in h.relation_source}
         for prev, node in zip(nodes, nodes[1:]):
             if prev.kind == "text" and node.kind == "text":
                 if not _mentions(last_text, node):
@@ -110,6 +114,13 @@ class ModalSearchExpert:
                 last_text = await self._search_and_read(episode, seen, node, reasoning)
                 if last_text is None:
                     return f"text search did not find the page of {node.name}"
+            elif node.id in figures:  # an image of another entity that prev's page shows
+                if node.url not in seen.last:
+                    return f"the page of {prev.name} does not show {node.url}"
+                loaded = await self._pixels(episode, seen, node.url, (
+                    f"The article on {seen.named(prev.name, 'the last entity')} shows an image captioned "
+                    f"\u201c{node.name}\u201d, a {node.noun} of another entity than the article's; I load it."))
+                figure = f"The image is captioned \u201c{node.name}\u201d. "
             elif node.kind == "image":
                 result = await _call(episode, seen, "t2i_search", {"query": f"{node.noun} of {prev.name}"}, (
                     f"The question's next clue is the {node.noun} of {seen.named(prev.name, 'the last entity')}; I "
@@ -120,6 +131,12 @@ class ModalSearchExpert:
                     f"Of the images the search lists, the one captioned \u201c{node.name}\u201d is the {node.noun} "
                     f"of {prev.name} (the others show other entities or other kinds of image); I load its pixels to "
                     "see what it shows."))
+            elif figure and found(node.name, figure) and node.entity == prev.entity:
+                last_text = await self._search_and_read(episode, seen, node, (  # a figure's caption names it
+                    f"{figure}It depicts {node.name}; I search for its page."))
+                figure = ""
+                if last_text is None:
+                    return f"text search did not find the page of {node.name}"
             else:  # image -> text: the image's source page states the link
                 page_text = await self._read(episode, seen, prev.source_page_url, (
                     f"{after}The image does not say by itself what it depicts; the page that carries it should."))

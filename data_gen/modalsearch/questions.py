@@ -3,8 +3,9 @@ terminal question by the modality of ``v_L`` and verify it, rewrite backward fro
 
 Offline defaults, **no model**, deterministic templates:
 
-- composition: the image-to-text relation with ``{x}`` replaced by "the <image kind> of {x}", so the composed
-  relation mentions the scene/artwork it goes through, never the image node itself or an instruction to search;
+- composition: the image-to-text relation with ``{x}`` replaced by the text-to-image one ("the <image kind> of {x}",
+  "the national flag shown on the page of {x}"), so the composed relation mentions the scene/artwork it goes
+  through, never the image node itself or an instruction to search;
 - terminal text question: up to ``K2 = 5`` candidates from the KG facts of ``v_L`` whose value its article states
   (the evidence sentence); closed-book-answerable ones (``answerers.PriorAnswerer``) and ones whose answer is on
   the path are removed; the evaluator keeps the first one a closed-book model does not know (``CommonKnowledge``:
@@ -152,7 +153,7 @@ def compose(graph: Graph, path: Path) -> list[PathHop]:
         nxt = edges[i + 1] if i + 1 < len(edges) else None
         if e.kind == "t2i" and nxt is not None and nxt.kind == "i2t":
             image = graph.nodes[e.target]
-            phrase = nxt.relation.phrase.replace("{x}", f"the {image.noun} of {{x}}")
+            phrase = nxt.relation.phrase.replace("{x}", e.relation.phrase.removeprefix("is "))
             hops.append(PathHop(source=e.source, target=nxt.target, kind="t2i2t", relation=phrase,
                                 relation_source=f"composed:{e.relation.source}+{nxt.relation.source}", via=image.id))
             i += 2
@@ -166,8 +167,6 @@ def compose(graph: Graph, path: Path) -> list[PathHop]:
 def reference(hop: PathHop, node: Node, source_ref: str) -> str:
     """How the question names ``node`` from its predecessor's reference ("is the capital of {x}" -> "the capital
     of <ref>"; "shares a border with {x}" -> "the country that shares a border with <ref>")."""
-    if hop.kind == "t2i":
-        return f"the {node.noun} of {source_ref}"
     return relative(node.noun, hop.relation.replace("{x}", source_ref))
 
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from data_gen.common.episode import found
+from data_gen.modalsearch.graph import Relation
 from data_gen.neos.observer import IMAGE_KINDS, PaletteObserver
 from neos_core.world.model import Image, Page
 from neos_core.world.store import World
@@ -107,6 +108,7 @@ class OfflineVisualProposer:
 
     def propose(self, page: Page) -> list[Proposal]:
         figures = [t for i in page.image_ids if i in self.world.images
+                   and self.world.images[i].entity_id == page.entity_id  # another's figure: figure_relations
                    for t in (self.world.images[i].alt, self.world.images[i].caption) if t]
         out: dict[str, Proposal] = {}
         for chunk in [*figures, *_SENTENCE.split(page.text)]:
@@ -120,6 +122,22 @@ class OfflineVisualProposer:
             if len(out) == MAX_PROPOSALS:
                 break
         return list(out.values())
+
+
+def figure_relations(world: World, page: Page) -> list[tuple[Image, Relation]]:
+    """The images ``page`` shows of other entities (a state's page shows its country's flag), each as a t2i relation
+    "is the <kind> shown on the page of {x}": read on the page itself, no image search. Unique when no other image on
+    the page is of that kind; the page's own images are found by search (``assess``)."""
+    shown = [world.images[i] for i in page.image_ids if i in world.images]
+    kinds = Counter(IMAGE_KINDS.get(i.source, "image") for i in shown)
+    out = []
+    for image in shown:
+        if image.entity_id is None or image.entity_id == page.entity_id:
+            continue
+        kind = IMAGE_KINDS.get(image.source, "image")
+        out.append((image, Relation(f"is the {kind} shown on the page of {{x}}", unique=kinds[kind] == 1,
+                                    source="page_figure")))
+    return out
 
 
 def offline_stability_screen(proposal: Proposal, subject: str) -> bool:

@@ -1,5 +1,6 @@
 """Builds the world: fetch sources, run adapters, merge, enrich from Wikipedia, resolve page ids, state the facts later
-adapters add on their subjects' pages (``fact_lines``), link mentions, write.
+adapters add on their subjects' pages (``fact_lines``), show a country's flag on its subdivisions' pages and a
+subdivision's on its capital's (``infobox_flags``), link mentions, write.
 
 Merge rules (deterministic, in adapter order):
 
@@ -37,7 +38,7 @@ from typing import Any
 from PIL import Image as PILImage
 from tqdm import tqdm
 
-from data_gen.world import corroborate, fact_lines, wiki
+from data_gen.world import corroborate, fact_lines, infobox_flags, wiki
 from data_gen.world.adapters import ADAPTERS, load_adapter
 from data_gen.world.linking import Form, Linker
 from neos_core.world.model import (
@@ -110,6 +111,7 @@ def build(
 
     pages = _resolve_pages(merged)
     fact_lines.state_facts(pages, merged.entities, merged.triples.values(), merged.relations)
+    infobox_flags.show_infobox_flags(pages, merged.entities, merged.images.values(), merged.triples.values())
     _link(pages, merged, progress)
     _check_references(merged, pages)
 

@@ -101,12 +101,14 @@ async def _graph(small_world):
     rel = OfflineRelationProposer(world, kg)
     linker = {(i, link.page.id): link.relation for i in ("flag_fra", "map_fra")
               for link in OfflineImageLinker(world, kg).link(world.images[i])}
-    t2i = Relation("is the {kind} of {x}", unique=True, source="retrievability")
+    def t2i(kind: str) -> Relation:  # as the builder writes it
+        return Relation(f"is the {kind} of {{x}}", unique=True, source="retrievability")
+
     edges = [
         GraphEdge(text_id("France"), text_id("Spain"), "t2t",
                   await rel.propose(world.pages["France"], world.pages["Spain"])),
-        GraphEdge(text_id("France"), image_id("flag_fra"), "t2i", t2i),
-        GraphEdge(text_id("France"), image_id("map_fra"), "t2i", t2i),
+        GraphEdge(text_id("France"), image_id("flag_fra"), "t2i", t2i("national flag")),
+        GraphEdge(text_id("France"), image_id("map_fra"), "t2i", t2i("locator map")),
         GraphEdge(image_id("flag_fra"), text_id("France"), "i2t", linker[("flag_fra", "France")]),
         GraphEdge(image_id("map_fra"), text_id("Western_Europe"), "i2t", linker[("map_fra", "Western_Europe")]),
     ]

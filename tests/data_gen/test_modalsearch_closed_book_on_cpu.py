@@ -29,14 +29,15 @@ async def _graph(world, kg):
     rel = OfflineRelationProposer(world, kg)
     depiction = next(link.relation for link in OfflineImageLinker(world, kg).link(world.images["flag_deu"])
                      if link.page.id == "Germany")
-    t2i = Relation("is the {kind} of {x}", unique=True, source="retrievability")
+    t2i = Relation("is the national flag of {x}", unique=True, source="retrievability")
     for edge in (GraphEdge(image_id("flag_deu"), text_id("Germany"), "i2t", depiction),
                  GraphEdge(text_id("Germany"), text_id("Denmark"), "t2t",
                            await rel.propose(world.pages["Germany"], world.pages["Denmark"])),
                  GraphEdge(text_id("Aluminum"), text_id("Denmark"), "t2t",
                            await rel.propose(world.pages["Aluminum"], world.pages["Denmark"])),
                  GraphEdge(text_id("Denmark"), image_id("flag_dnk"), "t2i", t2i),
-                 GraphEdge(text_id("Denmark"), image_id("map_dnk"), "t2i", t2i)):
+                 GraphEdge(text_id("Denmark"), image_id("map_dnk"), "t2i",
+                           Relation("is the locator map of {x}", unique=True, source="retrievability"))):
         graph.add_edge(edge)
     return graph
 
@@ -90,3 +91,22 @@ def test_the_writer_marks_closed_book_questions_and_stats_report_both_shares(set
     # 3 of 4 carry the label, 2 of them need a tool; the probe moved 1 (plain was no search-required question)
     assert (stats["search_required_share_without_probe"], stats["search_required_share"]) == (0.75, 0.5)
     assert (stats["closed_book_moved"], stats["closed_book_solved"]) == (1, 2)
+
+
+def test_a_figure_hop_is_taken_only_through_a_common_fact(setup):
+    """Munich's page shows Bavaria's flag: the model knows Munich is Bavaria's capital (P1376), so it holds Bavaria
+    after the hop; Bavaria's page shows Germany's flag, but which country a state lies in (P131) it does not know."""
+    world, kg, _ = setup
+    builder = GraphBuilder(world, kg, search=None)
+    graph = Graph("train")
+    for page in ("Munich", "Bavaria"):
+        graph.add_node(builder.text_node(page))
+    for image in ("subflag_germany_bavaria", "flag_deu"):
+        graph.add_node(builder.image_node(image, ""))
+    to_state = GraphEdge(text_id("Munich"), image_id("subflag_germany_bavaria"), "t2i",
+                         Relation("is the flag shown on the page of {x}", unique=True, source="page_figure"))
+    to_country = GraphEdge(text_id("Bavaria"), image_id("flag_deu"), "t2i",
+                           Relation("is the national flag shown on the page of {x}", unique=True, source="page_figure"))
+    probe = ClosedBookProbe(world, kg)
+    assert probe._hop(graph, to_state, {"city:2867714"}) == {"subdivision:germany:bavaria"}
+    assert probe._hop(graph, to_country, {"subdivision:germany:bavaria"}) is None
