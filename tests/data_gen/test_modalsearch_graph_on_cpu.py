@@ -84,8 +84,10 @@ async def test_text_relations_come_from_the_kg_or_a_masked_context_sentence(worl
     # "shares a border with {x}, and whose name begins with “B”").
     border = await proposer.propose(france, belgium)
     assert border.phrase == "whose name begins with \u201cB\u201d and that shares a border with {x}" and border.unique
-    # Paris from France's side ends with {x}, so nothing trails a nested reference (before: "has {x} as its capital")
-    assert (await proposer.propose(paris, france)).phrase == "whose capital is {x}"
+    # Paris from France's side ends with {x}, so nothing trails a nested reference (before: "has {x} as its capital");
+    # Paris is also Île-de-France's capital (subdivision capitals are cities), so France needs its initial first
+    capital_of = await proposer.propose(paris, france)
+    assert capital_of.phrase == "whose name begins with \u201cF\u201d and whose capital is {x}"
     spain = await proposer.propose(france, world.pages["Spain"])
     assert spain.phrase == "shares a border with {x}" and spain.unique is False
     no_entity = Page("Lists_of_places", "u:lists", "Lists of places", "France is listed here.", "test")

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _command(world: Path, out: Path) -> list[str]:
     return [sys.executable, "-m", "data_gen", "modalsearch", "--world", str(world), "--out", str(out), "--limit", "6",
-            "--max-nodes", "30", "--benchmark-nodes", "16", "--seeds", "4", "--attempts", "400"]
+            "--max-nodes", "30", "--benchmark-nodes", "16", "--seeds", "4", "--attempts", "2000"]
 
 
 def _run(world: Path, out: Path, **popen) -> subprocess.Popen:
