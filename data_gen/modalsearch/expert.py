@@ -64,6 +64,7 @@ class ModalSearchExpert:
         for entity in world.entities.values():
             self._labels.setdefault(entity.kind, []).append(entity.label)
         self._kinds = {e.id: e.kind for e in world.entities.values()}
+        self._names = {e.id: e.label for e in world.entities.values()}
         self._pages = {p.title: PathNode(id=p.id, kind="text", name=p.title, noun="", url=p.url)
                        for p in world.pages.values()}
 
@@ -118,12 +119,12 @@ class ModalSearchExpert:
                 if node.url not in seen.last:
                     return f"the page of {prev.name} does not show {node.url}"
                 loaded = await self._pixels(episode, seen, node.url, (
-                    f"The article on {seen.named(prev.name, 'the last entity')} shows an image captioned "
-                    f"\u201c{node.name}\u201d, a {node.noun} of another entity than the article's; I load it."))
+                    f"The article on {seen.named(prev.name, 'the last one')} shows an image captioned \u201c{node.name}"
+                    f"\u201d, a {node.noun} of something other than the article's subject; I load it."))
                 figure = f"The image is captioned \u201c{node.name}\u201d. "
             elif node.kind == "image":
                 result = await _call(episode, seen, "t2i_search", {"query": f"{node.noun} of {prev.name}"}, (
-                    f"The question's next clue is the {node.noun} of {seen.named(prev.name, 'the last entity')}; I "
+                    f"The question's next clue is the {node.noun} of {seen.named(prev.name, 'the last one')}; I "
                     "search images for it."))
                 if result is None or node.url not in result.text:
                     return f"image search did not find {node.url}"
@@ -138,6 +139,15 @@ class ModalSearchExpert:
                 if last_text is None:
                     return f"text search did not find the page of {node.name}"
             else:  # image -> text: the image's source page states the link
+                if figure:  # loaded from another page: its own page is found by the name its caption gives
+                    depicted = self._names.get(prev.entity or "", "")
+                    if not depicted or not found(depicted, figure):
+                        return f"the caption of {prev.name} does not name what it depicts"
+                    result = await _call(episode, seen, "t2t_search", {"query": depicted},
+                                         f"{figure}It depicts {depicted}; I search for its page.")
+                    figure = ""
+                    if result is None or not prev.source_page_url or prev.source_page_url not in result.text:
+                        return f"text search did not find the page of {depicted}"
                 page_text = await self._read(episode, seen, prev.source_page_url, (
                     f"{after}The image does not say by itself what it depicts; the page that carries it should."))
                 after = ""
@@ -278,7 +288,7 @@ class ModalSearchExpert:
     def _choice(self, seen: Seen, prev: PathNode, node: PathNode, relation: str, article: str) -> str:
         """Why ``node`` is the next entity: the clue the question gives for it ("is part of {x}, and whose name
         begins with “R”"), weighed against the other names of its kind the article offers."""
-        source = seen.named(prev.name, "the last entity")
+        source = seen.named(prev.name, "the last one")
         clue = relation.replace("{x}", source)
         kind = self._kinds.get(node.entity or "")
         offered = [n for n in self._labels.get(kind or "", []) if n != node.name and found(n, article)]

@@ -95,9 +95,9 @@ class OfflineWorld:
         for page in self._pages:
             for image_id in page.image_ids:
                 carriers[image_id].append(page)
-        for image in world.images.values():  # the source page carries its image even if not listed
-            if image.page_id in world.pages and world.pages[image.page_id] not in carriers[image.id]:
-                carriers[image.id].insert(0, world.pages[image.page_id])
+        for image in world.images.values():  # its source page first, listed or not
+            if (source := world.pages.get(image.page_id or "")) is not None:
+                carriers[image.id] = [source, *(p for p in carriers[image.id] if p is not source)]
         self._carriers = dict(carriers)
         self._resources: dict[str, list[str]] = defaultdict(list)
         for page in self._pages:
