@@ -1,6 +1,8 @@
 """Extractive MEI: passage ranking, boilerplate removal, OCR gating and caching, relevance and match thresholds."""
 
 import io
+import multiprocessing
+from pathlib import Path
 
 import pytest
 from PIL import Image, ImageDraw, ImageFont
@@ -169,3 +171,33 @@ def test_ocr_texts_outlive_the_process_on_disk_keyed_by_image_and_settings(tmp_p
     broken = OCR(cache_dir=tmp_path / "file")
     assert broken.text_sync(a) == "other" and broken.disk_errors == 2  # the read and the write
     assert "OCR disk cache" in caplog.text
+
+
+def _ocr_in_a_process(cache_dir: str, texts: list[str], start, out) -> None:
+    """One tool server process's OCR over ``texts`` (each image's "engine" answer is its own text), after ``start``."""
+    OCR._recognise = lambda self, png: png.decode()  # noqa: E731 - a stand-in engine: this is about the disk cache
+    ocr = OCR(cache_dir=Path(cache_dir))
+    start.wait()
+    out.put((sorted(ocr.text_sync(t.encode()) for t in texts), ocr.disk_errors))
+
+
+def test_two_processes_fill_one_ocr_disk_cache_at_once_and_read_each_others_texts(tmp_path):
+    """Tool servers of two jobs share one ``--cache-dir``: both write at once, neither fails, and a third reads every
+    text of both back without running the engine."""
+    ctx = multiprocessing.get_context("fork")
+    start, out = ctx.Event(), ctx.Queue()
+    texts = [[f"job{j}-{i}" for i in range(200)] for j in (0, 1)]
+    shared = [*texts[0][:100], *texts[1][:100]]  # half of each job's images are the other job's too
+    jobs = [ctx.Process(target=_ocr_in_a_process, args=(str(tmp_path), t + shared, start, out)) for t in texts]
+    for job in jobs:
+        job.start()
+    start.set()
+    results = [out.get(timeout=120) for _ in jobs]
+    for job in jobs:
+        job.join(timeout=30)
+    assert [job.exitcode for job in jobs] == [0, 0]
+    assert sorted(results) == sorted((sorted(t + shared), 0) for t in texts)
+    reader = OCR(cache_dir=tmp_path)
+    reader._recognise = lambda png: pytest.fail("read from disk, not recognised")
+    assert [reader.text_sync(t.encode()) for t in texts[0] + texts[1]] == texts[0] + texts[1]
+    assert reader.disk_hits == 400
