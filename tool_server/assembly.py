@@ -8,6 +8,7 @@ import argparse
 import logging
 import os
 import socket
+import tempfile
 from pathlib import Path
 
 from aiohttp import web
@@ -17,10 +18,12 @@ from tool_server.app import ServerSettings, create_app
 from tool_server.bodies import BodyLimits
 from tool_server.cache import TieredCache
 from tool_server.connections import ConnectionLimits
+from tool_server.image_processes import SHM_DIR, SHM_PREFIX
 from tool_server.mei import MEIConfig, build_interface
 from tool_server.mei.ocr import disk_cache_dir
 from tool_server.net import SafeFetcher
-from tool_server.offline.world import OfflineWorld, remove_stale_index_dirs
+from tool_server.offline.world import INDEX_DIR_PREFIX, OfflineWorld
+from tool_server.orphans import remove_orphans
 from tool_server.online import LensClient, ReaderClient
 from tool_server.online.public import PublicImages
 from tool_server.online.web import OnlineBackends
@@ -46,11 +49,13 @@ LISTEN_BACKLOG = 4096
 
 
 def load_world(args: argparse.Namespace) -> OfflineWorld:
-    """The world, after removing the index directories that servers killed outright left behind. Its image features
+    """The world, after removing the index directories and shared-memory files that servers killed outright left
+    behind. Its image features
     go to ``--cache-dir``, else to the source cache's ``tool-server/`` (keyed by the world's content hash, like the
     worlds built there), so that only a server's first start on a world computes them (~10 s of CPU on the small
     world; every eval run, tour and walkthrough started one without a cache directory)."""
-    for path in remove_stale_index_dirs():
+    temp = Path(tempfile.gettempdir())
+    for path in [*remove_orphans(temp, INDEX_DIR_PREFIX), *remove_orphans(Path(SHM_DIR or temp), SHM_PREFIX)]:
         logging.getLogger(__name__).info("removed %s, left by a server process that is gone", path)
     cache_dir = args.cache_dir or default_cache_dir() / "tool-server"
     return OfflineWorld.load(args.world, cache_dir=cache_dir, search_processes=args.search_processes)

@@ -32,6 +32,7 @@ from tool_server.errors import ToolError
 from tool_server.offline.pixels import decode_image, png_as_is, set_pil_pixel_limit
 
 SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else None  # tmpfs: the files never touch a disk
+SHM_PREFIX = "tool-server-image-"  # then the creating process's id (tool_server.orphans)
 CUT_MARK = "\x00cut:"  # a cut string's placeholder: CUT_MARK + its index (escaped as \u0000 in the JSON text)
 _BASE64ISH = rb"[A-Za-z0-9+/=:;,._-]"  # base64, and the data: URL prefix before it
 
@@ -41,7 +42,7 @@ class SharedFile:
 
     def __init__(self, path: str | None = None) -> None:
         if path is None:
-            fd, path = tempfile.mkstemp(prefix="tool-server-image-", dir=SHM_DIR)
+            fd, path = tempfile.mkstemp(prefix=f"{SHM_PREFIX}{os.getpid()}-", dir=SHM_DIR)
         else:
             fd = os.open(path, os.O_RDWR)
         self.fd, self.path = fd, path

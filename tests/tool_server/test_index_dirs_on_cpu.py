@@ -1,5 +1,6 @@
 """The mapped reverse-search index directory a server killed outright leaves in the temp directory (~12 MB each kill
--9) is removed when a server starts; those of live processes are left."""
+-9), and the shared-memory files of its image processes' work, are removed when a server starts; those of live
+processes are left."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import time
 from pathlib import Path
 
 from tool_server.launch import start
-from tool_server.offline.world import INDEX_DIR_PREFIX, remove_stale_index_dirs
+from tool_server.image_processes import SHM_PREFIX, SharedFile
+from tool_server.offline.world import INDEX_DIR_PREFIX
+from tool_server.orphans import remove_orphans
 
 
 def _dead_pid() -> int:
@@ -27,8 +30,22 @@ def test_only_the_directories_of_gone_processes_are_removed(tmp_path):
     for path in (gone, live, unnamed):
         path.mkdir()
         (path / "table.npy").write_bytes(b"x")
-    assert remove_stale_index_dirs(tmp_path) == [gone]
+    assert remove_orphans(tmp_path, INDEX_DIR_PREFIX) == [gone]
     assert not gone.exists() and live.exists() and unnamed.exists()
+
+
+def test_only_the_shared_memory_files_of_gone_processes_are_removed(tmp_path):
+    mine = SharedFile()  # named after this process, in /dev/shm
+    try:
+        assert Path(mine.path).name.startswith(f"{SHM_PREFIX}{os.getpid()}-")
+        gone = tmp_path / f"{SHM_PREFIX}{_dead_pid()}-abc"
+        live = tmp_path / Path(mine.path).name
+        for path in (gone, live):
+            path.write_bytes(b"x")
+        assert remove_orphans(tmp_path, SHM_PREFIX) == [gone]
+        assert not gone.exists() and live.exists()
+    finally:
+        mine.close()
 
 
 def _index_dirs(tmp) -> set[str]:

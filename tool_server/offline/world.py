@@ -54,28 +54,6 @@ def features_path(cache_dir: Path, content_hash: str) -> Path:
 INDEX_DIR_PREFIX = "reverse-index-"  # then the owning process's id: map_index's directories in the temp directory
 
 
-def _process_gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # another user's, alive
-        return False
-    return False
-
-
-def remove_stale_index_dirs(tmp: Path | None = None) -> list[Path]:
-    """Remove the mapped index directories (~12 MB each) whose owning process is gone: a process killed outright
-    (kill -9) never ran :meth:`OfflineWorld.close`. Those of live processes, and unnamed owners, are left."""
-    removed = []
-    for path in Path(tmp or tempfile.gettempdir()).glob(f"{INDEX_DIR_PREFIX}*-*"):
-        pid = path.name[len(INDEX_DIR_PREFIX):].split("-", 1)[0]
-        if path.is_dir() and pid.isascii() and pid.isdigit() and _process_gone(int(pid)):
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-    return removed
-
-
 class OfflineWorld:
     def __init__(self, world: World, *, cache_dir: Path | None = None, search_processes: int = 0) -> None:
         """``search_processes``: reverse searches in that many spawned processes (:class:`SearchProcesses`); 0: in
