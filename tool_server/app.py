@@ -149,6 +149,7 @@ async def metrics(request: web.Request) -> web.Response:
         image_bytes=sessions.image_bytes,
         memory=request.app[MEMORY],
         search_restarts=request.app[WORLD].search_restarts,
+        image_restarts=processes.restarts if (processes := request.app[RUNNER].ctx.pools.processes) else 0,
         online=online.counters() if online is not None else None,
         borrowed={"bodies": request.app[BODIES].share.borrowed, "images": sessions.share.borrowed},
     )

@@ -23,6 +23,7 @@ STATUS = {
     "server_memory_full": 503,  # the process's memory budget is held by sessions too recently used to evict
     "server_busy": 503,  # the request bodies being read at once fill their budget (bodies.BodyBudget)
     "body_timeout": 408,  # a body fell behind the minimum rate (bodies.BodyBudget); its connection is closed
+    "image_process_failed": 503,  # an image process died mid-call (tool_server.image_processes); a retry gets new ones
     "client_quota": 429,  # one client holds its share of bodies, image memory or heavy work; the others go on
     # online mode (tool_server.online.web)
     "blocked_url": 403,

@@ -22,7 +22,10 @@ import os
 import re
 import tempfile
 from collections import Counter
+import logging
+import threading
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
 from PIL import Image
@@ -30,6 +33,8 @@ from PIL import Image
 from tool_server.child_process import start_as_server_child
 from tool_server.errors import ToolError
 from tool_server.offline.pixels import decode_image, png_as_is, set_pil_pixel_limit
+
+log = logging.getLogger(__name__)
 
 SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else None  # tmpfs: the files never touch a disk
 SHM_PREFIX = "tool-server-image-"  # then the creating process's id (tool_server.orphans)
@@ -143,9 +148,29 @@ class ImageProcesses:
             raise ValueError(f"image processes and their threshold must be >= 1, got {processes}, {min_bytes}")
         self.min_bytes = min_bytes
         self.jobs: Counter[str] = Counter()  # jobs sent to the processes, by kind (cut, decode, b64encode)
-        self._pool = ProcessPoolExecutor(
-            processes, mp_context=multiprocessing.get_context("spawn"), initializer=_init, initargs=(max_pixels,)
-        )
+        self.restarts = 0  # pools found broken (a process died: killed, out of memory) and replaced
+        self._processes, self._max_pixels = processes, max_pixels
+        self._lock = threading.Lock()
+        self._pool = self._new_pool()
+
+    def _new_pool(self) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(self._processes, mp_context=multiprocessing.get_context("spawn"), initializer=_init,
+                                   initargs=(self._max_pixels,))
+
+    def _result(self, fn, *args):
+        """``fn(*args)`` in a process. A dead process breaks its pool for good: the first call to see it replaces
+        the pool for later calls (counted), and the calls it broke get a 503 to retry."""
+        pool = self._pool
+        try:
+            return pool.submit(fn, *args).result()
+        except BrokenProcessPool:
+            with self._lock:
+                if self._pool is pool:
+                    log.error("an image process died; starting new ones")
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    self._pool = self._new_pool()
+                    self.restarts += 1
+            raise ToolError("image_process_failed", "an image process failed; retry the call") from None
 
     def cut_long_strings(self, raw: bytes | bytearray) -> tuple[bytes, dict[str, CutString]]:
         """``raw`` (a JSON body) with its strings of :attr:`min_bytes` or more cut out before it is parsed: the body
@@ -154,7 +179,7 @@ class ImageProcesses:
         file = SharedFile()
         try:
             file.write(raw)
-            small, spans = self._pool.submit(_cut, file.path, len(raw), self.min_bytes).result()
+            small, spans = self._result(_cut, file.path, len(raw), self.min_bytes)
         except BaseException:
             file.close()
             raise
@@ -167,9 +192,7 @@ class ImageProcesses:
         self.jobs["decode"] += 1
         out = SharedFile()
         try:
-            w, h, png_len = self._pool.submit(
-                _decode, text.file.path, text.offset, text.length, out.path, max_pixels, field
-            ).result()
+            w, h, png_len = self._result(_decode, text.file.path, text.offset, text.length, out.path, max_pixels, field)
             pixels = bytearray(3 * w * h)
             out.read_into(pixels)
             image = Image.frombuffer("RGB", (w, h), pixels, "raw", "RGB", 0, 1)  # copies, without the GIL
@@ -183,7 +206,7 @@ class ImageProcesses:
         src, dst = SharedFile(), SharedFile()
         try:
             src.write(data)
-            n = self._pool.submit(_b64encode, src.path, len(data), dst.path).result()
+            n = self._result(_b64encode, src.path, len(data), dst.path)
             dst.read_into(memoryview(out)[offset : offset + n])
             return n
         finally:

@@ -44,6 +44,7 @@ class Metrics:
         image_bytes: int = 0,
         memory: MemoryBudget | None = None,
         search_restarts: int = 0,
+        image_restarts: int = 0,
         online: dict[str, int] | None = None,
         borrowed: dict[str, int] | None = None,
     ) -> str:
@@ -126,6 +127,9 @@ class Metrics:
             "# HELP reverse_search_restarts_total Reverse-search processes found dead and replaced.",
             "# TYPE reverse_search_restarts_total counter",
             f"reverse_search_restarts_total {search_restarts}",
+            "# HELP image_process_restarts_total Image process pools found broken (a process died) and replaced.",
+            "# TYPE image_process_restarts_total counter",
+            f"image_process_restarts_total {image_restarts}",
         ]
         if online is not None:
             out += [

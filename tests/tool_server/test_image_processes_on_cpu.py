@@ -8,6 +8,8 @@ import asyncio
 import base64
 import io
 import json
+import os
+import signal
 import socket
 
 import numpy as np
@@ -16,7 +18,8 @@ import pytest
 from PIL import Image
 
 from tool_server.app import MEMORY, RUNNER
-from tool_server.image_processes import CUT_MARK, SharedFile, _cut
+from tool_server.errors import STATUS, ToolError
+from tool_server.image_processes import CUT_MARK, ImageProcesses, SharedFile, _cut
 
 from .conftest import until as raw_http_until
 
@@ -142,3 +145,25 @@ async def test_an_answer_is_charged_while_it_is_written_and_refused_when_it_does
     error = (await r.json())["error"]
     assert (r.status, error["type"]) == (503, "server_busy")
     assert small[MEMORY].used["responses"] == 0 and small[MEMORY].refused["responses"] == 1
+
+
+def test_a_dead_image_process_fails_its_call_with_a_retry_and_the_next_call_gets_new_processes():
+    processes = ImageProcesses(1, max_pixels=10**6, min_bytes=16)
+    body = json.dumps({"images": ["x" * 64], "group_id": "g"}).encode()
+    try:
+        small, cuts = processes.cut_long_strings(body)
+        assert len(cuts) == 1 and processes.restarts == 0
+        for cut in {id(c.file): c.file for c in cuts.values()}.values():
+            cut.close()
+        for pid in list(processes._pool._processes):  # the OOM killer, say
+            os.kill(pid, signal.SIGKILL)
+        with pytest.raises(ToolError) as failed:
+            processes.cut_long_strings(body)
+        assert failed.value.type == "image_process_failed" and STATUS[failed.value.type] == 503
+        assert processes.restarts == 1
+        small, cuts = processes.cut_long_strings(body)  # a new pool
+        assert len(cuts) == 1 and processes.restarts == 1
+        for cut in {id(c.file): c.file for c in cuts.values()}.values():
+            cut.close()
+    finally:
+        processes.close()
