@@ -150,13 +150,14 @@ async def test_the_workers_router_reads_bodies_within_its_own_budget(raw_http):
 
 
 async def test_the_client_sends_a_busy_session_open_again_with_backoff(loopback):
-    """A 503 server_busy and a 429 client_quota, then the session: the open succeeds after two retries; other
-    refusals are raised at once."""
+    """A 503 server_busy, a 429 client_quota and a 503 image_process_failed, then the session: the open succeeds after
+    three retries; other refusals are raised at once."""
     from aiohttp import web
 
     from verl_ext.tools.client import ToolServerClient, ToolServerUnavailable
 
-    answers = [(503, "server_busy"), (429, "client_quota"), (200, None), (503, "server_memory_full")]
+    answers = [(503, "server_busy"), (429, "client_quota"), (503, "image_process_failed"), (200, None),
+               (503, "server_memory_full")]
     seen: list[float] = []
 
     async def handler(request: web.Request) -> web.Response:
@@ -169,11 +170,11 @@ async def test_the_client_sends_a_busy_session_open_again_with_backoff(loopback)
     url = await loopback(handler, "POST")
     async with ToolServerClient(url, timeout_s=10) as client:
         assert (await client.open_session()).session_id == "s_1"
-        assert client.busy_retries == 2 and len(seen) == 3
+        assert client.busy_retries == 3 and len(seen) == 4
         assert seen[2] - seen[1] >= 0.09 and seen[1] - seen[0] >= 0.045  # 0.05 s, then 0.1 s
         with pytest.raises(ToolServerUnavailable) as other:
             await client.open_session()
-        assert other.value.type == "server_memory_full" and client.busy_retries == 2
+        assert other.value.type == "server_memory_full" and client.busy_retries == 3
 
 
 async def test_a_session_open_that_stays_busy_fails_within_the_clients_timeout(loopback):

@@ -21,7 +21,7 @@ from PIL import Image
 
 
 BUSY_FIRST_DELAY_S, BUSY_MAX_DELAY_S = 0.05, 2.0  # backoff of a session open the server is too busy to read
-RETRY_LATER = frozenset({"server_busy", "client_quota"})  # refusals that say "retry later", not "never"
+RETRY_LATER = frozenset({"server_busy", "client_quota", "image_process_failed"})  # "retry later", not "never"
 
 
 class ToolServerError(Exception):
@@ -113,8 +113,9 @@ class ToolServerClient:
     async def open_session(self, images: Sequence[str] = (), group_id: str | None = None) -> SessionInfo:
         """``images``: world image URLs or base64-encoded images; they become img_1.. in order. A 503 ``server_busy``
         (the server reads only so many large bodies at once, and refuses the rest before reading them) or a 429
-        ``client_quota`` (this client holds its share of the server's bodies or images) is sent again with
-        exponential backoff until the client's timeout, then raised."""
+        ``client_quota`` (this client holds its share of the server's bodies or images), or a 503
+        ``image_process_failed`` (an image process died; the server replaced it) is sent again with exponential
+        backoff until the client's timeout, then raised."""
         body: dict[str, Any] = {"images": list(images)}
         if group_id is not None:
             body["group_id"] = group_id
