@@ -310,7 +310,9 @@ def _replay_main(args: argparse.Namespace) -> int:
     data = json.loads(Path(args.replay).read_text())
     recording = Recording([Turn(**t) for t in data["turns"]], data["images"], data["engine"])
     plan = replay_plan(recording, AutoProcessor.from_pretrained(args.model))
+    start = time.perf_counter()
     engine = VllmEngine(os.path.abspath(args.model), recording.engine, max(t.images for t in recording.turns))
+    print(f"vLLM engine ready in {time.perf_counter() - start:.1f} s; replaying {len(plan)} episodes", flush=True)
     times = asyncio.run(replay_rounds(engine, plan, args.reps))
     print("REPLAY " + json.dumps(times), flush=True)
     return 0
@@ -326,9 +328,14 @@ def vllm_rounds(args: argparse.Namespace, recording: Recording) -> list[float]:
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(asdict(recording), f)
     cmd = [sys.executable, __file__, "--replay", f.name, "--model", args.model, "--reps", str(args.reps)]
-    out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True).stdout
-    print(out, end="")
-    return json.loads(next(line for line in out.splitlines() if line.startswith("REPLAY "))[7:])
+    lines = []
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) as proc:
+        for line in proc.stdout:  # passed on as they come: a replay cut short by a timeout shows where it was
+            print(line, end="", flush=True)
+            lines.append(line)
+    if proc.returncode:
+        raise subprocess.CalledProcessError(proc.returncode, cmd)
+    return json.loads(next(line for line in lines if line.startswith("REPLAY "))[7:])
 
 
 # ---------------------------------------------------------------------------------------------- main
