@@ -57,7 +57,7 @@ from data_gen.modalsearch.closed_book import ClosedBookProbe
 from data_gen.modalsearch.facts import DATED, QUANTITIES, conflicting, dated_scope
 from data_gen.modalsearch.graph import Graph, Node
 from data_gen.modalsearch.relations import NOUNS, RELATIVE, kg_phrase, listed, relative
-from data_gen.modalsearch.sampler import Path
+from data_gen.modalsearch.sampler import Path, brings_visual_evidence
 from data_gen.neos.observer import NAMED_SOURCES, SHADE_OF
 from data_gen.neos.open_world import OPEN_WORLD
 from data_gen.modalsearch.schema import Label, PathHop, PathNode, Task, Terminal
@@ -136,11 +136,9 @@ def path_key(graph_name: str, path: Path) -> str:
 def modality(graph: Graph, path: Path) -> tuple[str, Label]:
     kinds = [graph.nodes[n].kind for n in path.nodes]
     pattern = "-".join("I" if k == "image" else "T" for k in kinds)
-    if "image" not in kinds and not any(e.relation.peers for e in path.edges):
-        return pattern, "text_only"
-    # new visual evidence mid-search: an image after the start, or the flags a flag clue makes the solver fetch
-    return pattern, "search_required" if "image" in kinds[1:] or any(e.relation.peers for e in path.edges) \
-        else "input_only"
+    if brings_visual_evidence(graph, path):
+        return pattern, "search_required"
+    return pattern, "input_only" if kinds[0] == "image" else "text_only"
 
 
 def compose(graph: Graph, path: Path) -> list[PathHop]:

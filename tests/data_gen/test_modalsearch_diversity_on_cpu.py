@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from data_gen.common.stats import Shares
 from data_gen.modalsearch.build import GraphBuilder, image_id, text_id
-from data_gen.modalsearch.cli import _judge, plots, relation_type, statistics
+from data_gen.modalsearch.cli import _judge, plots, relation_type, shares_of_run, statistics
 from data_gen.modalsearch.questions import QuestionWriter, Rejection
 
 
@@ -44,6 +44,14 @@ async def test_an_answer_or_answer_type_over_its_share_is_rejected_before_the_ex
     assert stats["filters"]["answer_share"] == {"entering": 2, "rejected": 1, "rate": 0.5}
     assert stats["filters"]["answer_type_share"] == {"entering": 1, "rejected": 1, "rate": 1.0}
     assert stats["filters"]["expert"]["entering"] == 0
+
+
+def test_a_run_caps_each_answer_type_at_8_of_60_and_a_short_run_at_2():
+    # issue 36: largest answer type 13% of a 60-question run; int(0.135 * 60) = 8, int(0.135 * 6) = 0 -> floor 2;
+    # the answer cap stays the shared one (3% of 60 = 1.8 -> 1); no --limit, no share known: no type cap
+    assert (shares_of_run(60).cap, shares_of_run(60).type_cap) == (1, 8)
+    assert shares_of_run(6).type_cap == 2 and shares_of_run(200).type_cap == 27
+    assert shares_of_run(None).type_cap is None
 
 
 def test_a_value_answer_has_the_type_of_what_it_measures_and_a_count_its_year(modalsearch_graph, monkeypatch):
