@@ -54,6 +54,12 @@ class Shares:
         self.per_answer[answer] += 1
         self.per_type[kind] += 1
 
+    def full(self) -> frozenset[str]:
+        """The answer types at their cap: one more task of any of them would be over its share."""
+        if self.type_cap is None:
+            return frozenset()
+        return frozenset(k for k, n in self.per_type.items() if n >= self.type_cap)
+
     def over(self, answer: str, kind: str, shown: str | None = None) -> tuple[str, str] | None:
         """``(filter, detail)`` when one more task answering ``answer`` (written ``shown`` in the detail) would put
         it or its type ``kind`` over its share of the run, else None. The answer's cap is checked first."""
