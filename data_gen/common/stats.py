@@ -24,10 +24,10 @@ def answer_cap(limit: int | None) -> int:
     return max(1, min(MAX_TASKS_PER_ANSWER, int(MAX_ANSWER_SHARE * limit)))
 
 
-def answer_type_cap(limit: int | None) -> int | None:
-    """Verified tasks allowed per answer type: 35% of ``--limit`` (at least one); None (no cap) without a limit,
-    where no share of the run is known."""
-    return None if limit is None else max(1, int(MAX_ANSWER_TYPE_SHARE * limit))
+def answer_type_cap(limit: int | None, share: float = MAX_ANSWER_TYPE_SHARE) -> int | None:
+    """Verified tasks allowed per answer type: ``share`` (35%) of ``--limit`` (at least one); None (no cap) without
+    a limit, where no share of the run is known."""
+    return None if limit is None else max(1, int(share * limit))
 
 
 # The filters the caps below reject by, in both pipelines' ``filters`` of ``stats.json``.
@@ -53,6 +53,12 @@ class Shares:
         """One more verified task answering ``answer``, of type ``kind``."""
         self.per_answer[answer] += 1
         self.per_type[kind] += 1
+
+    def full(self) -> frozenset[str]:
+        """The answer types at their cap: one more task of any of them would be over its share."""
+        if self.type_cap is None:
+            return frozenset()
+        return frozenset(k for k, n in self.per_type.items() if n >= self.type_cap)
 
     def over(self, answer: str, kind: str, shown: str | None = None) -> tuple[str, str] | None:
         """``(filter, detail)`` when one more task answering ``answer`` (written ``shown`` in the detail) would put

@@ -4,7 +4,8 @@ visual evidence fetched mid-search) only when a strong VLM cannot answer it with
 The solver knows what ``data_gen.common.closed_book`` says such a model knows (the Neos probe's knowledge) and walks
 the question's path as a reader would: it names a start image it recognises (a country's flag or locator map) or a
 start described by common facts (or by a lead sentence quoting a code), pictures the flag or map of a country it has
-reached, takes every hop that is a common fact (reading a flag clue among countries, or a name's initial), and
+reached, takes every hop that is a common fact (reading a flag clue among countries, or a name's initial; beyond the
+Neos probe's facts, the country a state or province lies in), and
 states the terminal fact when it is common or the colours of a national flag it pictures. A hop quoting an article's
 sentence, an image it does not recognise, a long-tail fact (a discoverer, a time zone, a script) or a dated figure
 stops it: the question needs a tool.
@@ -20,6 +21,7 @@ from data_gen.kg.distinguish import Fact
 from data_gen.modalsearch.graph import Graph, GraphEdge
 from data_gen.modalsearch.relations import FLAG_SOURCE
 from data_gen.modalsearch.sampler import Path
+from data_gen.world.infobox_flags import SUBDIVISION_KINDS
 from neos_core.world.store import World
 
 # Entities the model names from their masked lead sentence: a country's describes it as plainly as its flag; a
@@ -28,6 +30,9 @@ from neos_core.world.store import World
 NAMED_BY_LEAD = frozenset({"country", "currency", "language", "element"})
 # Images whose colours the model states from memory: a national flag's (a locator map's shares are the renderer's).
 KNOWN_PALETTES = frozenset({FLAG_SOURCE})
+# Which country a state or province lies in: the model places Bavaria, Montana or Inner Mongolia as surely as it names
+# their capitals (which it knows); of a country's states it cannot single one out, so only this direction.
+LIES_IN = frozenset({"P131", "P17"})
 
 
 class ClosedBookProbe:
@@ -54,7 +59,7 @@ class ClosedBookProbe:
             return False
         if self.knowledge.knows_value(last.entity, fact):
             return True
-        answers = self.knowledge.step(reach, fact, True)
+        answers = self._step(reach, fact, True)
         return answers is not None and len(answers) == 1
 
     def _start(self, ref: str, kind: str, entity: str | None, facts: Sequence[Fact] | None) -> set[str] | None:
@@ -66,7 +71,7 @@ class ClosedBookProbe:
             return {entity} if self.knowledge.kinds.get(entity) in NAMED_BY_LEAD else None
         reach: set[str] | None = None
         for f in facts:
-            step = self.knowledge.step({f.neighbour}, f.relation, not f.outgoing)
+            step = self._step({f.neighbour}, f.relation, not f.outgoing)
             if step is None:
                 return None
             reach = step if reach is None else reach & step
@@ -89,7 +94,7 @@ class ClosedBookProbe:
         if relation is None or source.entity is None:
             return None  # a sentence quoted from an article: only the article says what fills the blank
         forward = target.entity in self.kg.objects(source.entity, relation)
-        step = self.knowledge.step(reach, relation, forward)
+        step = self._step(reach, relation, forward)
         if step is None or target.entity not in step:
             return None
         if len(step) > 1 and edge.relation.peers and not all(self.knowledge.recognises(c, FLAG_SOURCE)
@@ -104,4 +109,14 @@ class ClosedBookProbe:
             return False
         facts = [(p, True) for p, objs in self.kg.outgoing(source).items() if target in objs]
         facts += [(p, False) for p, subs in self.kg.incoming(source).items() if target in subs]
-        return any(target in (self.knowledge.step(reach, p, forward) or ()) for p, forward in facts)
+        return any(target in (self._step(reach, p, forward) or ()) for p, forward in facts)
+
+    def _step(self, sources: set[str], relation: str, forward: bool) -> set[str] | None:
+        """``CommonKnowledge.step``, and the country each of ``sources`` lies in when all are states or
+        provinces."""
+        kinds = self.knowledge.kinds
+        if forward and relation in LIES_IN and sources and all(kinds.get(s) in SUBDIVISION_KINDS for s in sources):
+            countries = [{o for o in self.kg.objects(s, relation) if kinds.get(o) == "country"} for s in sources]
+            if all(countries):
+                return set().union(*countries)
+        return self.knowledge.step(sources, relation, forward)

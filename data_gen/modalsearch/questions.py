@@ -57,7 +57,7 @@ from data_gen.modalsearch.closed_book import ClosedBookProbe
 from data_gen.modalsearch.facts import DATED, QUANTITIES, conflicting, dated_scope
 from data_gen.modalsearch.graph import Graph, Node
 from data_gen.modalsearch.relations import NOUNS, RELATIVE, kg_phrase, listed, relative
-from data_gen.modalsearch.sampler import Path
+from data_gen.modalsearch.sampler import Path, brings_visual_evidence
 from data_gen.neos.observer import NAMED_SOURCES, SHADE_OF
 from data_gen.neos.open_world import OPEN_WORLD
 from data_gen.modalsearch.schema import Label, PathHop, PathNode, Task, Terminal
@@ -136,11 +136,9 @@ def path_key(graph_name: str, path: Path) -> str:
 def modality(graph: Graph, path: Path) -> tuple[str, Label]:
     kinds = [graph.nodes[n].kind for n in path.nodes]
     pattern = "-".join("I" if k == "image" else "T" for k in kinds)
-    if "image" not in kinds and not any(e.relation.peers for e in path.edges):
-        return pattern, "text_only"
-    # new visual evidence mid-search: an image after the start, or the flags a flag clue makes the solver fetch
-    return pattern, "search_required" if "image" in kinds[1:] or any(e.relation.peers for e in path.edges) \
-        else "input_only"
+    if brings_visual_evidence(graph, path):
+        return pattern, "search_required"
+    return pattern, "input_only" if kinds[0] == "image" else "text_only"
 
 
 def compose(graph: Graph, path: Path) -> list[PathHop]:
@@ -251,7 +249,9 @@ class QuestionWriter:
         for t in world.triples:
             self._facts.setdefault(t.s, []).append(t)
 
-    def write(self, graph: Graph, path: Path) -> Task | Rejection:
+    def write(self, graph: Graph, path: Path, full: frozenset[str] = frozenset()) -> Task | Rejection:
+        """The question on ``path``; ``full``: answer types the run has no room for, so a terminal fact of another
+        type is asked where the article states one."""
         key = path_key(graph.name, path)
         rng = random.Random(f"{self.seed}:{key}")
         nodes = [graph.nodes[n] for n in path.nodes]
@@ -268,7 +268,7 @@ class QuestionWriter:
         if detour is not None:  # "the country depicted in the locator map of <Nepal>" is Nepal: no image needed
             return Rejection("image_detour", f"{detour.via} depicts {detour.source} itself")
         path_entities = {n.entity for n in nodes if n.entity}
-        terminal = self._terminal_text(nodes[-1], path_entities, rng) if nodes[-1].kind == "text" \
+        terminal = self._terminal_text(nodes[-1], path_entities, rng, full) if nodes[-1].kind == "text" \
             else self._terminal_image(nodes[-1])
         if isinstance(terminal, Rejection):
             return terminal
@@ -317,7 +317,8 @@ class QuestionWriter:
 
     # -- terminal questions -------------------------------------------------------------------------------------
 
-    def _terminal_text(self, node: Node, path_entities: set[str], rng: random.Random):
+    def _terminal_text(self, node: Node, path_entities: set[str], rng: random.Random,
+                       full: frozenset[str] = frozenset()):
         page = self.world.pages[node.ref]
         candidates = []
         for t in self._facts.get(node.entity or "", []):
@@ -345,17 +346,16 @@ class QuestionWriter:
             return Rejection("terminal_text", f"{len(candidates)} candidates, none survives the closed-book and "
                                               "path checks")
         known = self.closed_book.knowledge.knows
-        # long-tail first, then entity-valued (stable: keeps the rng order)
-        t, forms, sentence = min(kept, key=lambda c: (known(node.entity or "", c[0].p, c[0].literal), c[0].literal))
+        # a type with room first, then long-tail, then entity-valued (stable: keeps the rng order)
+        t, forms, sentence = min(kept, key=lambda c: (self._answer_type(c[0]) in full,
+                                                      known(node.entity or "", c[0].p, c[0].literal), c[0].literal))
         label = self.world.relations[t.p].label if t.p in self.world.relations else t.p
         noun = "value" if t.literal else NOUNS.get(self.world.entities[t.o].kind, "entity")
         base = terminal_template(t.p, label, noun) or ""
         if t.literal and t.p in DATED:  # the figure as of its source's year: "what was the 2024 population of"
             base = f"According to its article, what was the {dated_scope(sentence)} {label} of {{REF}}?"
         template = self.wording.terminal(base, TerminalContext(node.noun, label, sentence.strip(), tuple(forms)))
-        # a value's type is what it measures or names ("literal:population", "literal:demonym"): the answer-type cap
-        # and stats.json then tell a run of populations from one mixing populations, areas and calling codes
-        answer_type = f"literal:{label}" if t.literal else self.world.entities[t.o].kind
+        answer_type = self._answer_type(t)
         term = Terminal(modality="text", template=template, question=template.replace("{REF}", node.name),
                         answer=forms[0], evidence=sentence.strip(), candidates=len(candidates), passed=len(kept),
                         fact=t.p)
@@ -363,6 +363,13 @@ class QuestionWriter:
         if not t.literal and t.p in CONTAINMENT:
             aliases |= {self.world.entities[c].label for c in self.containers(t.o)} - {forms[0]}
         return forms[0], sorted(aliases), answer_type, term
+
+    def _answer_type(self, fact: Triple) -> str:
+        """A value's type is what it measures or names ("literal:population", "literal:demonym"): the answer-type
+        cap and stats.json then tell a run of populations from one mixing populations, areas and calling codes."""
+        if not fact.literal:
+            return self.world.entities[fact.o].kind
+        return f"literal:{self.world.relations[fact.p].label if fact.p in self.world.relations else fact.p}"
 
     def _quantity_evidence(self, fact: Triple, label: str, forms: list[str], text: str) -> str | None:
         """The sentence a quantity is asked from (``data_gen.modalsearch.facts``): None, counted in ``counts``, when

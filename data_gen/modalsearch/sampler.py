@@ -30,6 +30,10 @@ ALPHA = 1.0
 # edge bringing new visual evidence weighs while a run's verified questions fall short of it.
 SEARCH_REQUIRED_SHARE = 0.5761
 VISUAL_BOOST = 4.0
+# While the share falls short, a completed path that brings no new visual evidence is drawn again, at most this many
+# times: the boost weighs single edges, and an image start followed by text hops (input-only whatever its edges weigh)
+# was half of a 60-question run.
+VISUAL_REDRAWS = 8
 # Reasoning-path lengths of the paper's generated data (ModalSearcher, App. Table 8: 30.45/34.67/27.36/7.52%).
 HOP_SHARES: dict[int, float] = {1: 0.3045, 2: 0.3467, 3: 0.2736, 4: 0.0752}
 
@@ -67,6 +71,12 @@ class Path:
     @property
     def hops(self) -> int:
         return len(self.edges)
+
+
+def brings_visual_evidence(graph: Graph, path: Path) -> bool:
+    """New visual evidence mid-search (ModalSearcher App. B's search-required label): an image after the start, or
+    a flag clue, whose candidates' flags the solver fetches."""
+    return any(graph.nodes[n].kind == "image" for n in path.nodes[1:]) or any(e.relation.peers for e in path.edges)
 
 
 @dataclass
@@ -117,9 +127,26 @@ class PathSampler:
 
     def sample(self, depth: int | None = None, visual: bool = False) -> Path | None:
         """One path of ``depth`` hops (default: uniform in ``[k_min, k_max]``), or None for a dead end or a
-        duplicate (counted in ``counts``); ``visual``: prefer edges that bring new visual evidence."""
-        start = self.rng.choice(self._starts)
+        duplicate (counted in ``counts``); ``visual``: prefer edges that bring new visual evidence, and draw a
+        completed path without any again (``VISUAL_REDRAWS`` times at most, each counted as
+        ``sampler_visual_redraw``)."""
         depth = self.rng.randint(self.k_min, self.k_max) if depth is None else depth
+        for redraws in range(VISUAL_REDRAWS + 1):
+            path = self._walk(depth, visual)
+            if path is None or not visual or redraws == VISUAL_REDRAWS or brings_visual_evidence(self.graph, path):
+                break
+            self.counts["sampler_visual_redraw"] += 1
+        if path is None:
+            return None
+        if path.nodes in self.seen:
+            self.counts["sampler_duplicate"] += 1
+            return None
+        self.seen.add(path.nodes)
+        return path
+
+    def _walk(self, depth: int, visual: bool) -> Path | None:
+        """A walk of ``depth`` hops from a random start, None at a dead end (counted)."""
+        start = self.rng.choice(self._starts)
         history, used = [start], []
         while len(used) < depth:
             options = self.candidates(history, used, visual)
@@ -129,12 +156,7 @@ class PathSampler:
             edge = self.rng.choices([e for e, _ in options], weights=[w for _, w in options])[0]
             history.append(edge.target)
             used.append(edge)
-        key = tuple(history)
-        if key in self.seen:
-            self.counts["sampler_duplicate"] += 1
-            return None
-        self.seen.add(key)
-        return Path(key, tuple(used))
+        return Path(tuple(history), tuple(used))
 
     def accept(self, path: Path) -> None:
         """The path became a question: its edges count as used (``c(e) += 1``)."""

@@ -1,14 +1,15 @@
 """ModalSearch's diversity discipline, shared with Neos (``data_gen.common.stats.Shares``): a question whose answer
 already has ``answer_cap(--limit)`` verified questions, or whose answer type already has ``answer_type_cap(--limit)``,
-is rejected before the expert runs and counted per filter in stats.json; a value answer's type is what it measures;
-relation types leave out what varies per question; the plots draw answer types, relations and skeletons."""
+is rejected before the expert runs and counted per filter in stats.json, and a terminal fact of a type with room is
+asked first; a value answer's type is what it measures; relation types leave out what varies per question; the plots
+draw answer types, relations and skeletons."""
 
 import random
 from dataclasses import replace
 
 from data_gen.common.stats import Shares
 from data_gen.modalsearch.build import GraphBuilder, image_id, text_id
-from data_gen.modalsearch.cli import _judge, plots, relation_type, statistics
+from data_gen.modalsearch.cli import _judge, plots, relation_type, shares_of_run, statistics
 from data_gen.modalsearch.questions import QuestionWriter, Rejection
 
 
@@ -46,6 +47,14 @@ async def test_an_answer_or_answer_type_over_its_share_is_rejected_before_the_ex
     assert stats["filters"]["expert"]["entering"] == 0
 
 
+def test_a_run_caps_each_answer_type_at_7_of_60_and_a_short_run_at_2():
+    # issue 36: largest answer type 13% of a 60-question run; int(0.12 * 60) = 7, int(0.12 * 6) = 0 -> floor 2;
+    # the answer cap stays the shared one (3% of 60 = 1.8 -> 1); no --limit, no share known: no type cap
+    assert (shares_of_run(60).cap, shares_of_run(60).type_cap) == (1, 7)
+    assert shares_of_run(6).type_cap == 2 and shares_of_run(200).type_cap == 24
+    assert shares_of_run(None).type_cap is None
+
+
 def test_a_value_answer_has_the_type_of_what_it_measures_and_a_count_its_year(modalsearch_graph, monkeypatch):
     # Belgrade's article states its population (P1082), asked in a 60-question run of 2026-12-06 (Serbia on the
     # path, so not asked): typed "literal:number" until then, one type with every area and any other number. Its
@@ -62,6 +71,22 @@ def test_a_value_answer_has_the_type_of_what_it_measures_and_a_count_its_year(mo
     assert not isinstance(term, Rejection), term
     assert (term[3].template, term[2]) == ("According to its article, what was the 2022 population of {REF}?",
                                            "literal:population")
+
+
+def test_a_terminal_fact_of_a_type_with_room_in_the_run_is_asked_first(modalsearch_graph):
+    # Spain's article states its area (asked first: a long-tail value) and its former currency, the peseta; with the
+    # run's areas at their cap the peseta is asked instead of a question the cap would reject
+    world, kg, _ = modalsearch_graph
+    writer = QuestionWriter(world, kg, seed=0)
+    node = GraphBuilder(world, kg, search=None).text_node("Spain")
+    first = writer._terminal_text(node, set(), random.Random(0))
+    assert (first[0], first[2]) == ("505,992", "literal:area")
+    room = writer._terminal_text(node, set(), random.Random(0), frozenset({"literal:area"}))
+    assert (room[0], room[2]) == ("Spanish Peseta", "currency")
+    shares = Shares(cap=3, type_cap=2)
+    for answer, kind in (("a", "literal:area"), ("b", "literal:area"), ("c", "currency")):
+        shares.count(answer, kind)
+    assert shares.full() == {"literal:area"} and Shares(cap=3, type_cap=None).full() == frozenset()
 
 
 def test_relation_types_leave_out_the_name_clue_and_the_quoted_sentence():

@@ -1,12 +1,13 @@
 """Path sampling (App. A.5): Eq. 6's gamma_img, the edge weight, Eq. 5's candidate constraints on a hand-made graph,
-proportional draws, dedupe by node sequence and c(e) bookkeeping."""
+proportional draws, dedupe by node sequence, c(e) bookkeeping and the redraw of a path without new visual evidence
+while a run steers towards the search-required share."""
 
 import random
 
 import pytest
 
 from data_gen.modalsearch.graph import Graph, GraphEdge, Node, Relation
-from data_gen.modalsearch.sampler import PathSampler, edge_weight, gamma_img
+from data_gen.modalsearch.sampler import VISUAL_REDRAWS, PathSampler, brings_visual_evidence, edge_weight, gamma_img
 
 
 @pytest.mark.parametrize("next_is_image,history,expected", [
@@ -102,3 +103,35 @@ def test_an_image_hop_may_lead_where_its_text_predecessor_also_links():
     sampler = PathSampler(g, random.Random(0))
     assert [e.target for e, _ in sampler.candidates(["a", "i"], [g.out["a"]["i"]])] == ["c"]
     assert sampler.candidates(["a", "b"], [g.out["a"]["b"]]) == []
+
+
+def test_a_visual_draw_redraws_a_path_without_new_visual_evidence():
+    # a -> b brings nothing visual, a -> i an image: a visual draw returns a -> i or nothing, never a -> b (starts at
+    # b and i are dead ends); a plain draw returns a -> b too
+    g = _graph([_text("a"), _text("b"), _image("i")], [("a", "b", "r {x}"), ("a", "i", "is the picture of {x}")])
+    visual = PathSampler(g, random.Random(3), k_min=1, k_max=1)
+    paths = {p.nodes for p in (visual.sample(visual=True) for _ in range(40)) if p is not None}
+    assert paths == {("a", "i")}
+    assert visual.counts["sampler_visual_redraw"] >= 1
+    plain = PathSampler(g, random.Random(3), k_min=1, k_max=1)
+    assert {p.nodes for p in (plain.sample() for _ in range(40)) if p is not None} == {("a", "b"), ("a", "i")}
+    assert plain.counts["sampler_visual_redraw"] == 0
+
+
+def test_a_visual_draw_gives_up_after_the_redraw_budget_and_a_flag_clue_counts_as_visual():
+    # no image anywhere: the visual draw walks VISUAL_REDRAWS + 1 times, then returns the text path it has
+    g = _graph([_text("a"), _text("b")], [("a", "b", "r {x}")])
+    sampler = PathSampler(g, random.Random(0), k_min=1, k_max=1, excluded_starts=frozenset({"b"}))
+    path = sampler.sample(visual=True)
+    assert path.nodes == ("a", "b") and not brings_visual_evidence(g, path)
+    assert sampler.counts["sampler_visual_redraw"] == VISUAL_REDRAWS
+    # the same hop as a flag clue (its candidates' flags are fetched): visual, kept at the first draw
+    clue = Graph("train")
+    for n in (_text("a"), _text("b")):
+        clue.add_node(n)
+    clue.add_edge(GraphEdge("a", "b", "t2t", Relation("whose flag is mostly red and borders {x}", unique=True,
+                                                      peers=("b", "c"))))
+    sampler = PathSampler(clue, random.Random(0), k_min=1, k_max=1, excluded_starts=frozenset({"b"}))
+    path = sampler.sample(visual=True)
+    assert path.nodes == ("a", "b") and brings_visual_evidence(clue, path)
+    assert sampler.counts["sampler_visual_redraw"] == 0
