@@ -13,11 +13,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 
 import aiohttp
@@ -367,12 +369,25 @@ def _warn_unlabelled(pids: list[str], dump: Path) -> None:
 
 
 def _misplaced_flag(args: argparse.Namespace) -> str | None:
-    """A flag given where it does nothing: a usage error, not a silently ignored flag."""
+    """A flag given where it does nothing, or two that contradict each other: a usage error, not a silently ignored
+    flag."""
     if getattr(args, "tool_server_cache", None) and not getattr(args, "tool_server", None):
         return "--tool-server-cache only applies with --tool-server"
     if getattr(args, "kg_image_base", None) and (getattr(args, "kg", None) is None or args.kg_images is not None):
         return "--kg-image-base only applies with --kg and no --kg-images"
+    if getattr(args, "min_hops", 0) > getattr(args, "max_hops", math.inf):
+        return f"--min-hops {args.min_hops} exceeds --max-hops {args.max_hops}: no structure has that many hops"
     return None
+
+
+def synth_config(args: argparse.Namespace, kg: bool) -> SynthConfig:
+    """The synthesis settings: a loaded KG's relation variants or the offline world's, and ``--min-hops`` and
+    ``--max-hops`` on the structures (a Namespace built without them keeps the defaults)."""
+    base = SynthConfig(seed_kinds=None, variants=KG_RELATION_VARIANTS) if kg else \
+        SynthConfig(seed_free_variants=SEED_FREE_VARIANTS, convergent_variants=CONVERGENT_VARIANTS)
+    hops = replace(base.structures, min_hops=getattr(args, "min_hops", base.structures.min_hops),
+                   max_hops=getattr(args, "max_hops", base.structures.max_hops))
+    return replace(base, structures=hops)
 
 
 async def _health(url: str) -> None:
@@ -399,8 +414,7 @@ def main(args: argparse.Namespace) -> int:
     world = world_or_exit(args.world, "neos")  # before the output directory or a tool server exists
     if world is None:
         return 2
-    config = SynthConfig(seed_kinds=None, variants=KG_RELATION_VARIANTS) if kg_report else \
-        SynthConfig(seed_free_variants=SEED_FREE_VARIANTS, convergent_variants=CONVERGENT_VARIANTS)
+    config = synth_config(args, kg=kg_report is not None)
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     llm, vlm = model_configs(args)
@@ -414,6 +428,7 @@ def main(args: argparse.Namespace) -> int:
     outcomes = log.outcomes()
     log.close()
     stats = statistics(outcomes)
+    stats["hop_limits"] = {"min": config.structures.min_hops, "max": config.structures.max_hops}
     stats["contested_facts"] = contested_report(world)
     stats["closed_book_recognised_images"] = closed_book_reach(world)
     stats["strict_colour_ablation"] = strict_ablation(Synthesizer(world, seed=args.seed, config=config), [
