@@ -24,10 +24,10 @@ def answer_cap(limit: int | None) -> int:
     return max(1, min(MAX_TASKS_PER_ANSWER, int(MAX_ANSWER_SHARE * limit)))
 
 
-def answer_type_cap(limit: int | None) -> int | None:
-    """Verified tasks allowed per answer type: 35% of ``--limit`` (at least one); None (no cap) without a limit,
-    where no share of the run is known."""
-    return None if limit is None else max(1, int(MAX_ANSWER_TYPE_SHARE * limit))
+def answer_type_cap(limit: int | None, share: float = MAX_ANSWER_TYPE_SHARE) -> int | None:
+    """Verified tasks allowed per answer type: ``share`` of ``--limit`` (at least one); None (no cap) without a
+    limit, where no share of the run is known."""
+    return None if limit is None else max(1, int(share * limit))
 
 
 # The filters the caps below reject by, in both pipelines' ``filters`` of ``stats.json``.
@@ -45,9 +45,9 @@ class Shares:
     per_type: Counter[str] = field(default_factory=Counter)
 
     @classmethod
-    def of_run(cls, limit: int | None) -> Shares:
-        """The caps of a run under ``--limit`` (``answer_cap``, ``answer_type_cap``)."""
-        return cls(answer_cap(limit), answer_type_cap(limit))
+    def of_run(cls, limit: int | None, type_share: float = MAX_ANSWER_TYPE_SHARE) -> Shares:
+        """The caps of a run under ``--limit`` (``answer_cap``, ``answer_type_cap`` at ``type_share``)."""
+        return cls(answer_cap(limit), answer_type_cap(limit, type_share))
 
     def count(self, answer: str, kind: str) -> None:
         """One more verified task answering ``answer``, of type ``kind``."""

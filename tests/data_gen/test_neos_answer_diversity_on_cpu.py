@@ -12,7 +12,8 @@ import pytest
 
 from data_gen.common.stats import Shares, answer_type_cap, diversity
 from data_gen.kg.distinguish import DistinguishingConfig
-from data_gen.neos.cli import answer_type, share_rule
+from data_gen.neos.cli import answer_type, share_rule, short_of_limit
+from data_gen.neos.flags import ANSWER_TYPE_SHARE
 from neos_core.neos_tasks import Step, Task
 from data_gen.neos.synth import SEED_FREE_VARIANTS, SynthConfig, Synthesizer
 from neos_core.world.model import Entity
@@ -69,6 +70,20 @@ def test_kinds_take_turns_in_the_seed_order(tmp_path, flag_images):
 @pytest.mark.parametrize("limit, cap", [(None, None), (1, 1), (2, 1), (10, 3), (60, 21), (100, 35)])
 def test_no_answer_type_above_35_percent_of_a_limited_run(limit, cap):
     assert answer_type_cap(limit) == cap
+
+
+# Neos's own cap, 13%: int(0.13 * 60) = 7 (11.7% of 60), int(0.13 * 100) = 13, int(0.13 * 10) = 1
+@pytest.mark.parametrize("limit, cap", [(None, None), (10, 1), (60, 7), (100, 13)])
+def test_no_neos_answer_type_above_13_percent_of_a_limited_run(limit, cap):
+    assert answer_type_cap(limit, ANSWER_TYPE_SHARE) == cap
+    assert Shares.of_run(limit, ANSWER_TYPE_SHARE).type_cap == cap
+
+
+def test_a_run_short_of_its_limit_says_which_types_were_at_their_cap():
+    stats = {"verified": 9, "answer_type_cap": 7, "answer_types": {"dish": 7, "script": 2}}
+    assert short_of_limit(stats, 60) == ("9 of --limit 60 tasks verified: every seed was tried; answer types at their "
+                                         "cap of 7: dish; below it: script 2")
+    assert short_of_limit(stats, 9) is None and short_of_limit(stats, None) is None
 
 
 # Person P is X's only citizen and the only one of occupation O; Q and S are both B's citizens and of occupation T,
@@ -131,3 +146,14 @@ def test_stats_report_answer_type_and_relation_diversity():
     assert d["distinct_relations"] == 3 and d["relations"] == Counter(capital=2, border=1, **{"member of": 1})
     empty = diversity([], [], [], [])
     assert empty["max_answer_type_share"] == 0.0 and empty["distinct_answer_types"] == 0
+
+
+@pytest.mark.parametrize("value", ["1.5", "-0.1", "many"])
+def test_an_answer_type_share_outside_0_to_1_is_one_line_naming_the_flag(value, tmp_path, capsys):
+    from data_gen.__main__ import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["neos", "--world", str(tmp_path), "--out", str(tmp_path / "out"), "--answer-type-share", value])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1 and "argument --answer-type-share" in err
+    assert not (tmp_path / "out").exists()

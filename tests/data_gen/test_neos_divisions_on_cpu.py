@@ -1,0 +1,60 @@
+"""A country's divisions (issue 36): "the state of Germany whose flag is ..." is closed where the world states the
+country's division count (one KGeography map) and holds that many divisions, and open otherwise (a partial list, or
+no count), so a subdivision capital's city becomes an answer through its state's flag."""
+
+from pathlib import Path
+
+from data_gen.kg import KG, Edge, Structure
+from data_gen.neos.open_world import complete_lists, open_reason, pinning
+from data_gen.world.properties import DIVISION_COUNT
+from neos_core.world.model import Entity, Triple
+from neos_core.world.store import World
+
+
+def _world(root: Path, count: str | None = "2") -> World:
+    """Germany (DEU) with two states, Bavaria and Saxony, each with a capital; France with one region and no count."""
+    labels = {"country:DEU": ("Germany", "country"), "country:FRA": ("France", "country"),
+              "subdivision:by": ("Bavaria", "subdivision"), "subdivision:sn": ("Saxony", "subdivision"),
+              "subdivision:bre": ("Brittany", "subdivision"), "city:muc": ("Munich", "city"),
+              "city:dre": ("Dresden", "city")}
+    facts = [Triple("subdivision:by", "P131", "country:DEU"), Triple("subdivision:sn", "P131", "country:DEU"),
+             Triple("subdivision:bre", "P131", "country:FRA"), Triple("subdivision:by", "P36", "city:muc"),
+             Triple("subdivision:sn", "P36", "city:dre")]
+    if count is not None:
+        facts.append(Triple("country:DEU", DIVISION_COUNT, count, literal=True))
+    entities = {eid: Entity(eid, label, kind) for eid, (label, kind) in labels.items()}
+    return World(root, {}, entities, {}, {}, facts, {}, {}, {})
+
+
+def _kg(world: World) -> KG:
+    return KG.from_triples((t.s, t.p, t.o) for t in world.triples if not t.literal)
+
+
+# Germany's flag, Bavaria (the checkpoint: its flag) as the state of Germany, then its capital Munich
+TO_MUNICH = Structure(branches=((Edge("country:DEU", "subdivision:by", "P131", False),
+                                 Edge("subdivision:by", "city:muc", "P36", True)),), tail=(),
+                      checkpoints=("subdivision:by",))
+
+
+def _pin(world: World, structure: Structure):
+    kinds = {eid: e.kind for eid, e in world.entities.items()}
+    return pinning(structure, kinds, _kg(world), world)
+
+
+def test_a_country_whose_stated_division_count_is_the_divisions_held_is_complete(tmp_path):
+    assert complete_lists(_world(tmp_path), _kg(_world(tmp_path))) == {"country:DEU": 2}
+    short = _world(tmp_path, count="16")  # fourteen states the world lacks: the list reads as open
+    assert complete_lists(short, _kg(short)) == {}
+    assert complete_lists(_world(tmp_path, None), _kg(_world(tmp_path, None))) == {}
+
+
+def test_the_states_of_a_complete_country_are_closed_and_of_another_open(tmp_path):
+    complete = {"country:DEU": 2}
+    assert open_reason("P131", False, "country:DEU", complete) is None
+    assert open_reason("P131", False, "country:FRA", complete) == "a country has many subdivisions; the world's " \
+                                                                   "list may be partial"
+    assert open_reason("P131", True, "subdivision:bre", complete) is None  # a division lies in one country
+    assert _pin(_world(tmp_path), TO_MUNICH) == {}  # nothing to pin: Bavaria is read from Germany's two states
+    missing = _pin(_world(tmp_path, count="16"), TO_MUNICH)
+    assert missing == "subdivision:by (subdivision): a country has many subdivisions; the world's list may be " \
+                      "partial, and nothing stated pins it"
