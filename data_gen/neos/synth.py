@@ -73,10 +73,15 @@ _DEAD_ENDS = frozenset({"P36", "P1376", "P17", "P131", "P1549", "P27", "P189", "
 # discoverer (P61): Finland's only element is yttrium, found by Johann Gadolin alone. The last variant withholds
 # the other dead ends and keeps these, so the element is known by its country, and the country by its borders,
 # region or organisations: not by a language or currency of its own (Finnish; withheld too, another dead end) nor
-# by an element (the distinguishing penalty below).
+# by an element (the distinguishing penalty below). A subdivision with a flag is no dead end either: its flag is an
+# entry image that no closed-book reader recognises, so the last variant keeps P131 alone, and a country that one of
+# its subdivisions singles out is reached from that flag ("the official language of the country of the region that
+# includes the country containing the region whose flag is shown": Andalusia's flag, Spain, Southern Europe, Andorra,
+# Catalan).
 RELATION_VARIANTS: tuple[frozenset[str], ...] = (
     frozenset(), _DEAD_ENDS, frozenset({"P131", "P47"}), frozenset({"P131", "P37", "P38"}),
     _DEAD_ENDS | {"P47"}, _DEAD_ENDS | {"P37", "P38"}, (_DEAD_ENDS - {"P189", "P138"}) | {"P37", "P38"},
+    _DEAD_ENDS - {"P131"},
 )
 
 # A natural feature or a nationality (P1549) is known by its country alone, so as a seed it needs a dead-end

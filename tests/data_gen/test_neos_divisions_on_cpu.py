@@ -58,3 +58,20 @@ def test_the_states_of_a_complete_country_are_closed_and_of_another_open(tmp_pat
     missing = _pin(_world(tmp_path, count="16"), TO_MUNICH)
     assert missing == "subdivision:by (subdivision): a country has many subdivisions; the world's list may be " \
                       "partial, and nothing stated pins it"
+
+
+def test_a_subdivision_flag_is_an_entry_image_through_the_variant_that_keeps_p131(small_world):
+    from data_gen.neos.synth import _DEAD_ENDS, RELATION_VARIANTS, SynthConfig, Synthesizer
+
+    world = World.load(small_world)
+    keeps_p131 = _DEAD_ENDS - {"P131"}
+    assert RELATION_VARIANTS[-1] == keeps_p131
+    # Catalan is Andorra's language alone; Andorra lies in Southern Europe with Spain, and with capitals, currencies
+    # and languages withheld Spain is singled out by its first division, Andalusia, whose flag no reader recognises
+    tasks = [c.task for c in Synthesizer(world, config=SynthConfig(variants=(keeps_p131,))).synthesize(
+        "lang:cat").candidates if c.task]
+    paths = {(t.entry_images[0].entity_id, tuple(s.target for s in t.steps)) for t in tasks}
+    andorra = ("country:ESP", "subregion:southern_europe", "country:AND", "lang:cat")
+    assert ("subdivision:spain:andalucia", andorra) in paths
+    others = SynthConfig(variants=RELATION_VARIANTS[:-1])
+    assert not any(c.task for c in Synthesizer(world, config=others).synthesize("lang:cat").candidates)
