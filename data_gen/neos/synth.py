@@ -90,9 +90,12 @@ RELATION_VARIANTS: tuple[frozenset[str], ...] = (
 # language of its own is singled out by it, another dead end: hence the variant without P37 and P38.) A script's
 # language is known by its country (P37) alone, and that country by its currency unless a variant without P38 makes
 # its borders do; a time zone's capital is known as its country's capital (P1376, a dead end), and that country by
-# its demonym or currency unless the last variant keeps P1376 alone.
+# its demonym or currency unless a variant keeps P1376 alone. The last keeps P131 alone, as RELATION_VARIANTS' last
+# does, and withholds languages and currencies too, so a demonym's country is known by its border with a country
+# that one of its subdivisions singles out (Andalusia's flag, Spain, Andorra, "Andorran").
 SEED_FREE_VARIANTS: tuple[frozenset[str], ...] = (_DEAD_ENDS, _DEAD_ENDS | {"P47"}, _DEAD_ENDS | {"P37", "P38"},
-                                                  _DEAD_ENDS | {"P38"}, (_DEAD_ENDS - {"P1376"}) | {"P37", "P38"})
+                                                  _DEAD_ENDS | {"P38"}, (_DEAD_ENDS - {"P1376"}) | {"P37", "P38"},
+                                                  (_DEAD_ENDS - {"P131"}) | {"P37", "P38"})
 
 # A country's greedy set takes two borders (two facts of one relation) or three facts, which no structure states
 # (a path states one fact into its answer, a convergent structure two of distinct relations). So the seed also gets

@@ -75,3 +75,20 @@ def test_a_subdivision_flag_is_an_entry_image_through_the_variant_that_keeps_p13
     assert ("subdivision:spain:andalucia", andorra) in paths
     others = SynthConfig(variants=RELATION_VARIANTS[:-1])
     assert not any(c.task for c in Synthesizer(world, config=others).synthesize("lang:cat").candidates)
+
+
+def test_a_demonym_is_reached_from_a_subdivision_flag_through_the_last_seed_free_variant(small_world):
+    from data_gen.neos.synth import SEED_FREE_VARIANTS, SynthConfig, Synthesizer
+
+    world = World.load(small_world)
+    andorran = next(e.id for e in world.entities.values() if e.kind == "nationality" and e.label == "Andorran")
+    last = SEED_FREE_VARIANTS[-1]
+    assert "P131" not in last and {"P37", "P38", "P1549"} <= last
+    # the demonym's own fact is kept at the seed; Andorra is known by its border with Spain (its language and the
+    # euro withheld), Spain by its first division, Andalusia, whose flag is the entry image
+    tasks = [c.task for c in Synthesizer(world, config=SynthConfig(variants=(), seed_free_variants=(last,)))
+             .synthesize(andorran).candidates if c.task]
+    paths = {(t.entry_images[0].entity_id, tuple(s.target for s in t.steps)) for t in tasks}
+    assert paths == {("subdivision:spain:andalucia", ("country:ESP", "country:AND", andorran))}
+    before = SynthConfig(variants=(), seed_free_variants=SEED_FREE_VARIANTS[:-1])
+    assert not any(c.task for c in Synthesizer(world, config=before).synthesize(andorran).candidates)
