@@ -390,6 +390,8 @@ def _misplaced_flag(args: argparse.Namespace) -> str | None:
         return "--tool-server-cache only applies with --tool-server"
     if getattr(args, "kg_image_base", None) and (getattr(args, "kg", None) is None or args.kg_images is not None):
         return "--kg-image-base only applies with --kg and no --kg-images"
+    if getattr(args, "answer_type_share", None) is not None and args.limit is None:
+        return "--answer-type-share only applies with --limit (without it no answer type has a cap)"
     if getattr(args, "min_hops", 0) > getattr(args, "max_hops", math.inf):
         return f"--min-hops {args.min_hops} exceeds --max-hops {args.max_hops}: no structure has that many hops"
     return None
@@ -430,7 +432,8 @@ def main(args: argparse.Namespace) -> int:
     if world is None:
         return 2
     config = synth_config(args, kg=kg_report is not None)
-    type_share = getattr(args, "answer_type_share", ANSWER_TYPE_SHARE)
+    type_share = getattr(args, "answer_type_share", None)
+    type_share = ANSWER_TYPE_SHARE if type_share is None else type_share
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     llm, vlm = model_configs(args)

@@ -158,3 +158,13 @@ def test_an_answer_type_share_outside_0_to_1_is_one_line_naming_the_flag(value, 
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and err.count("\n") == 1 and "argument --answer-type-share" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_an_answer_type_share_without_a_limit_is_refused_before_anything_is_written(tmp_path, capsys):
+    from data_gen.__main__ import main
+
+    out = tmp_path / "out"
+    assert main(["neos", "--world", str(tmp_path), "--out", str(out), "--answer-type-share", "0.2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--answer-type-share only applies with --limit" in err
+    assert not out.exists()
