@@ -25,8 +25,8 @@ def answer_cap(limit: int | None) -> int:
 
 
 def answer_type_cap(limit: int | None, share: float = MAX_ANSWER_TYPE_SHARE) -> int | None:
-    """Verified tasks allowed per answer type: ``share`` (35%) of ``--limit`` (at least one); None (no cap) without
-    a limit, where no share of the run is known."""
+    """Verified tasks allowed per answer type: ``share`` of ``--limit`` (at least one); None (no cap) without a
+    limit, where no share of the run is known."""
     return None if limit is None else max(1, int(share * limit))
 
 
@@ -45,9 +45,9 @@ class Shares:
     per_type: Counter[str] = field(default_factory=Counter)
 
     @classmethod
-    def of_run(cls, limit: int | None) -> Shares:
-        """The caps of a run under ``--limit`` (``answer_cap``, ``answer_type_cap``)."""
-        return cls(answer_cap(limit), answer_type_cap(limit))
+    def of_run(cls, limit: int | None, type_share: float = MAX_ANSWER_TYPE_SHARE) -> Shares:
+        """The caps of a run under ``--limit`` (``answer_cap``, ``answer_type_cap`` at ``type_share``)."""
+        return cls(answer_cap(limit), answer_type_cap(limit, type_share))
 
     def count(self, answer: str, kind: str) -> None:
         """One more verified task answering ``answer``, of type ``kind``."""

@@ -13,11 +13,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 
 import aiohttp
@@ -27,7 +29,7 @@ from data_gen.common.closed_book import RECOGNISED_SOURCES
 from data_gen.common.episode import Expert
 from data_gen.common.llm import SyncChat
 from data_gen.common.report import bar_charts
-from data_gen.common.stats import SHARE_FILTERS, Shares, diversity, filter_rates, stage_rates
+from data_gen.common.stats import SHARE_FILTERS, Shares, answer_type_cap, diversity, filter_rates, stage_rates
 from data_gen.common.teacher import TeacherExpert, TeacherSettings
 from data_gen.kg.commons import COMMONS_FILE_PATH, download
 from data_gen.kg.wikidata import WikidataFormatError
@@ -40,6 +42,7 @@ from data_gen.neos.agents import (
     teacher_brief,
 )
 from data_gen.neos.export import check_exportable, export, mei_pairs
+from data_gen.neos.flags import ANSWER_TYPE_SHARE
 from data_gen.neos.kg_world import KGWorldError, entity_subset, image_files, read_graph, write_world
 from data_gen.neos.llm import LLMRewriter, LLMTextOnlyProbe, ProbeUnavailable, VLMEntryImageProbe, VLMObserver
 from data_gen.neos.observer import PaletteObserver, rapid_ocr
@@ -126,29 +129,31 @@ async def _judge(client: ToolServerClient, expert: Expert, cand: Candidate, imag
 async def run(world: World | Path, out: Path, url: str, *, seed: int, limit: int | None, ocr: bool,
               llm: JudgeConfig | None = None, rewrite: JudgeConfig | None = None,
               vlm: JudgeConfig | None = None, teacher: TeacherSettings | None = None,
-              config: SynthConfig = SynthConfig()) -> dict:
+              config: SynthConfig = SynthConfig(), type_share: float = ANSWER_TYPE_SHARE) -> dict:
     """The pipeline on ``world`` (loaded, or its directory); ``llm``: probe 1's model, ``rewrite``: the rewriter's,
     ``vlm``: the observer's and probe 3's (the CLI passes its LLM as both ``llm`` and ``rewrite``), ``teacher``: the
-    expert's. Returns what the synthesis model steps and the teacher did."""
+    expert's; ``type_share``: the answer-type cap's share of ``limit``. Returns what the synthesis model steps and
+    the teacher did."""
     with ExitStack() as models:
         world = world if isinstance(world, World) else World.load(world)
         observer = PaletteObserver(rapid_ocr() if ocr else None)
         vlm_observer = VLMObserver(models.enter_context(SyncChat(vlm)), observer) if vlm else None
         rewriter = LLMRewriter(models.enter_context(SyncChat(rewrite))) if rewrite else None
         synth = Synthesizer(world, seed=seed, config=config, observer=vlm_observer or observer, rewriter=rewriter)
-        taught = await _pipeline(world, synth, observer, out, url, limit=limit, llm=llm, vlm=vlm, teacher=teacher)
+        taught = await _pipeline(world, synth, observer, out, url, limit=limit, llm=llm, vlm=vlm, teacher=teacher,
+                                 type_share=type_share)
         steps = {step.name: step.usage.report() for step in (vlm_observer, rewriter) if step is not None}
         return {**steps, "teacher": taught} if taught else steps
 
 
 async def _pipeline(world: World, synth: Synthesizer, observer: PaletteObserver, out: Path, url: str, *,
                     limit: int | None, llm: JudgeConfig | None, vlm: JudgeConfig | None,
-                    teacher: TeacherSettings | None) -> dict | None:
+                    teacher: TeacherSettings | None, type_share: float) -> dict | None:
     """Steps 7-8 over the seeds, into the log; returns the teacher's report (None without a teacher)."""
     log = ResultLog(out / "results.jsonl")
     done = log.outcomes()
     verified = sum(1 for o in done if o.status == "verified")
-    shares = Shares.of_run(limit)
+    shares = Shares.of_run(limit, type_share)
     for o in done:
         if o.status == "verified" and o.task:
             shares.count(o.task.answer_entity, answer_type(o.task))
@@ -262,6 +267,18 @@ def statistics(outcomes: Sequence[Outcome]) -> dict:
                                    [s.relation_label for t in tasks for s in t.steps], [skeleton(t) for t in tasks])}
 
 
+def short_of_limit(stats: dict, limit: int | None) -> str | None:
+    """Why a run under ``--limit`` verified fewer tasks: the seeds ran out with these answer types at their cap
+    (``answer_type_cap``) and the others short of it; None when it reached its limit (or had none)."""
+    if limit is None or stats["verified"] >= limit:
+        return None
+    cap, types = stats["answer_type_cap"], stats["answer_types"]
+    full = sorted(t for t, n in types.items() if n >= cap)
+    return (f"{stats['verified']} of --limit {limit} tasks verified: every seed was tried; answer types at their "
+            f"cap of {cap}: {', '.join(full) or 'none'}; below it: "
+            f"{', '.join(f'{t} {n}' for t, n in types.items() if n < cap) or 'none'}")
+
+
 def contested_report(world: World) -> dict:
     """The facts a second source contradicts, which no question states (``data_gen.world.corroborate``), per
     relation and source; ``checked`` is False for a world built before the check (or a loaded KG): its facts were
@@ -367,12 +384,27 @@ def _warn_unlabelled(pids: list[str], dump: Path) -> None:
 
 
 def _misplaced_flag(args: argparse.Namespace) -> str | None:
-    """A flag given where it does nothing: a usage error, not a silently ignored flag."""
+    """A flag given where it does nothing, or two that contradict each other: a usage error, not a silently ignored
+    flag."""
     if getattr(args, "tool_server_cache", None) and not getattr(args, "tool_server", None):
         return "--tool-server-cache only applies with --tool-server"
     if getattr(args, "kg_image_base", None) and (getattr(args, "kg", None) is None or args.kg_images is not None):
         return "--kg-image-base only applies with --kg and no --kg-images"
+    if getattr(args, "answer_type_share", None) is not None and args.limit is None:
+        return "--answer-type-share only applies with --limit (without it no answer type has a cap)"
+    if getattr(args, "min_hops", 0) > getattr(args, "max_hops", math.inf):
+        return f"--min-hops {args.min_hops} exceeds --max-hops {args.max_hops}: no structure has that many hops"
     return None
+
+
+def synth_config(args: argparse.Namespace, kg: bool) -> SynthConfig:
+    """The synthesis settings: a loaded KG's relation variants or the offline world's, and ``--min-hops`` and
+    ``--max-hops`` on the structures (a Namespace built without them keeps the defaults)."""
+    base = SynthConfig(seed_kinds=None, variants=KG_RELATION_VARIANTS) if kg else \
+        SynthConfig(seed_free_variants=SEED_FREE_VARIANTS, convergent_variants=CONVERGENT_VARIANTS)
+    hops = replace(base.structures, min_hops=getattr(args, "min_hops", base.structures.min_hops),
+                   max_hops=getattr(args, "max_hops", base.structures.max_hops))
+    return replace(base, structures=hops)
 
 
 async def _health(url: str) -> None:
@@ -399,8 +431,9 @@ def main(args: argparse.Namespace) -> int:
     world = world_or_exit(args.world, "neos")  # before the output directory or a tool server exists
     if world is None:
         return 2
-    config = SynthConfig(seed_kinds=None, variants=KG_RELATION_VARIANTS) if kg_report else \
-        SynthConfig(seed_free_variants=SEED_FREE_VARIANTS, convergent_variants=CONVERGENT_VARIANTS)
+    config = synth_config(args, kg=kg_report is not None)
+    type_share = getattr(args, "answer_type_share", None)
+    type_share = ANSWER_TYPE_SHARE if type_share is None else type_share
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     llm, vlm = model_configs(args)
@@ -409,11 +442,13 @@ def main(args: argparse.Namespace) -> int:
         url = external or server.enter_context(served(args.world, "--cache-dir", str(tool_dir)))
         models = asyncio.run(run(world, args.out, url, seed=args.seed, limit=args.limit, ocr=args.ocr,
                                  llm=llm, rewrite=llm, vlm=vlm, teacher=TeacherSettings.from_args(args),
-                                 config=config))
+                                 config=config, type_share=type_share))
     log = ResultLog(args.out / "results.jsonl")
     outcomes = log.outcomes()
     log.close()
     stats = statistics(outcomes)
+    stats["hop_limits"] = {"min": config.structures.min_hops, "max": config.structures.max_hops}
+    stats["answer_type_cap"] = answer_type_cap(args.limit, type_share)
     stats["contested_facts"] = contested_report(world)
     stats["closed_book_recognised_images"] = closed_book_reach(world)
     stats["strict_colour_ablation"] = strict_ablation(Synthesizer(world, seed=args.seed, config=config), [
@@ -430,6 +465,9 @@ def main(args: argparse.Namespace) -> int:
     stats["wall_seconds_this_run"] = round(time.perf_counter() - start, 1)
     (args.out / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
     print(json.dumps(stats, indent=2))
+    short = short_of_limit(stats, args.limit)
+    if short:
+        print(f"warning: {short}", file=sys.stderr)
     unsure = stats["open_world_undecided"]
     if unsure["tasks"]:
         print(f"warning: {unsure['tasks']} of {stats['verified']} verified tasks go through relations the open-world "

@@ -8,6 +8,15 @@ from pathlib import Path
 
 from data_gen.common.cli import add_common_flags, add_teacher_flags
 from data_gen.kg.commons import COMMONS_FILE_PATH
+from neos_core.usage import share, whole_number
+
+# A structure's hops: edges from the entry anchors to the answer. Two is the fewest (a checkpoint sits between two
+# edges); the defaults are data_gen.neos.synth.SynthConfig's, repeated here so that --help imports no pipeline.
+MIN_HOPS, MAX_HOPS = 2, 5
+# No answer type above 13% of a Neos run by default (issue 36: 60 tasks, at least 13 types): kinds take turns as
+# seeds, but a kind whose every seed verifies (time zones, national dishes) would otherwise fill a third of the run
+# while the rarer kinds wait for their turn. ModalSearch keeps the common 35% (data_gen.common.stats).
+ANSWER_TYPE_SHARE = 0.13
 
 DESCRIPTION = ("Neos task synthesis (Neos: Learning to Interleave Search and Visual Reasoning, Sec. 3): questions "
                "whose answer needs the entry image and visual checkpoints found while searching, checked by shortcut "
@@ -43,5 +52,15 @@ def parser(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    "programmatic probe 3, no model)")
     p.add_argument("--vlm-model", default=None, metavar="NAME",
                    help="model name sent to --vlm-url (default: --llm-model)")
+    p.add_argument("--min-hops", type=whole_number(MIN_HOPS), default=MIN_HOPS, metavar="N",
+                   help="keep only structures of at least N hops, edges from the entry images to the answer over "
+                   f"all branches (default: {MIN_HOPS}, the fewest: a visual checkpoint sits between two hops)")
+    p.add_argument("--max-hops", type=whole_number(MIN_HOPS), default=MAX_HOPS, metavar="N",
+                   help="keep only structures of at most N hops: the difficulty knob, 2 for the easiest tasks "
+                   f"(default: {MAX_HOPS}; a resumed --out keeps the tasks it already holds)")
+    p.add_argument("--answer-type-share", type=share, default=None, metavar="F",
+                   help="with --limit: verify at most F x N tasks of one answer type (entity kind; at least one), "
+                   f"so that no kind fills the run (default: {ANSWER_TYPE_SHARE}); a world with too few reachable "
+                   "kinds then ends short of N, with a warning naming the kinds at their cap")
     add_teacher_flags(p)
     return p

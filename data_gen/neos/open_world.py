@@ -10,7 +10,9 @@ organisation: a convergent structure constrains its merge node through two disti
 
 Whether a relation is open can depend on the entity it is read from: an organisation's members (P463 read from the
 organisation) are open for WordNet's organisations (WordNet, 2006, lists some) and closed for those whose member
-count the world states and whose members it holds, all of them (country_converter's lists:
+count the world states and whose members it holds, all of them (country_converter's lists); so are a country's
+divisions (P131 read from the country): open in general, closed for a country that one KGeography map divides, whose
+division count the world states and whose divisions it holds ("the state of Germany whose flag is ...":
 :data:`COMPLETE_LISTS`, :func:`complete_lists`). Relations the world holds
 completely (every country's borders, languages, currencies, region and continent from world-countries) or whose
 object a reader expects to be one (a capital, a demonym) are closed: one answer in the KG is one in reality. So are
@@ -30,6 +32,7 @@ from data_gen.world.adapters.people import DATES
 from data_gen.world.properties import (
     CULTURE_RELATIONS,
     FEATURE_RELATIONS,
+    DIVISION_COUNT,
     FORMER_CURRENCY,
     LANDMARK_RELATION,
     MAIN_RELIGION,
@@ -133,16 +136,20 @@ PARTIAL: dict[tuple[str, bool], str] = {
 # completely (:func:`complete_lists`): "a country that is a member of the OECD" has the answers a reader finds.
 COMPLETE_LISTS: dict[tuple[str, bool], str] = {
     ("P463", False): "the world holds every member of an organisation whose member count (P2124) it states",
+    ("P131", False): "the world holds every division of a country whose division count (one KGeography map) it states",
 }
 MEMBER_COUNT = "P2124"
+# The literal that states a complete list's length -> the relation whose subjects are the list.
+COUNTED: dict[str, str] = {MEMBER_COUNT: "P463", DIVISION_COUNT: "P131"}
 
 
 def complete_lists(world: World, kg: KG) -> dict[str, int]:
-    """Organisation -> its member count, for those whose members the world holds completely: the count it states
-    (P2124, a literal) is the number of its members in the KG. A member left out (no entity of the world) leaves
-    the list open."""
-    counts = {t.s: int(t.o) for t in world.triples if t.p == MEMBER_COUNT and t.literal and t.o.isdigit()}
-    return {org: n for org, n in counts.items() if len(kg.subjects("P463", org)) == n}
+    """Organisation or country -> its member or division count, for those whose list the world holds completely:
+    the count it states (P2124, ``x:division_count``; a literal) is the number of the list's subjects in the KG
+    (P463 members, P131 divisions). One left out (no entity of the world) leaves the list open."""
+    counts = {(t.s, COUNTED[t.p]): int(t.o) for t in world.triples
+              if t.p in COUNTED and t.literal and t.o.isdigit()}
+    return {entity: n for (entity, relation), n in counts.items() if len(kg.subjects(relation, entity)) == n}
 
 
 def pinning(structure: Structure, kinds: Mapping[str, str], kg: KG, world: World,

@@ -73,10 +73,15 @@ _DEAD_ENDS = frozenset({"P36", "P1376", "P17", "P131", "P1549", "P27", "P189", "
 # discoverer (P61): Finland's only element is yttrium, found by Johann Gadolin alone. The last variant withholds
 # the other dead ends and keeps these, so the element is known by its country, and the country by its borders,
 # region or organisations: not by a language or currency of its own (Finnish; withheld too, another dead end) nor
-# by an element (the distinguishing penalty below).
+# by an element (the distinguishing penalty below). A subdivision with a flag is no dead end either: its flag is an
+# entry image that no closed-book reader recognises, so the last variant keeps P131 alone, and a country that one of
+# its subdivisions singles out is reached from that flag ("the official language of the country of the region that
+# includes the country containing the region whose flag is shown": Andalusia's flag, Spain, Southern Europe, Andorra,
+# Catalan).
 RELATION_VARIANTS: tuple[frozenset[str], ...] = (
     frozenset(), _DEAD_ENDS, frozenset({"P131", "P47"}), frozenset({"P131", "P37", "P38"}),
     _DEAD_ENDS | {"P47"}, _DEAD_ENDS | {"P37", "P38"}, (_DEAD_ENDS - {"P189", "P138"}) | {"P37", "P38"},
+    _DEAD_ENDS - {"P131"},
 )
 
 # A natural feature or a nationality (P1549) is known by its country alone, so as a seed it needs a dead-end
@@ -85,9 +90,12 @@ RELATION_VARIANTS: tuple[frozenset[str], ...] = (
 # language of its own is singled out by it, another dead end: hence the variant without P37 and P38.) A script's
 # language is known by its country (P37) alone, and that country by its currency unless a variant without P38 makes
 # its borders do; a time zone's capital is known as its country's capital (P1376, a dead end), and that country by
-# its demonym or currency unless the last variant keeps P1376 alone.
+# its demonym or currency unless a variant keeps P1376 alone. The last keeps P131 alone, as RELATION_VARIANTS' last
+# does, and withholds languages and currencies too, so a demonym's country is known by its border with a country
+# that one of its subdivisions singles out (Andalusia's flag, Spain, Andorra, "Andorran").
 SEED_FREE_VARIANTS: tuple[frozenset[str], ...] = (_DEAD_ENDS, _DEAD_ENDS | {"P47"}, _DEAD_ENDS | {"P37", "P38"},
-                                                  _DEAD_ENDS | {"P38"}, (_DEAD_ENDS - {"P1376"}) | {"P37", "P38"})
+                                                  _DEAD_ENDS | {"P38"}, (_DEAD_ENDS - {"P1376"}) | {"P37", "P38"},
+                                                  (_DEAD_ENDS - {"P131"}) | {"P37", "P38"})
 
 # A country's greedy set takes two borders (two facts of one relation) or three facts, which no structure states
 # (a path states one fact into its answer, a convergent structure two of distinct relations). So the seed also gets

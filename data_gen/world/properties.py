@@ -48,6 +48,7 @@ _LABELS: dict[str, str] = {
     "x:animal_found_in": "animal found in",
     "x:artifact_associated_with": "artifact associated with",
     "x:desert_in": "desert in",
+    "x:division_count": "number of divisions",
     "x:food_associated_with": "food associated with",
     "x:former_currency": "former currency",
     "x:island_in": "island in",
@@ -101,6 +102,10 @@ TIME_ZONE = "x:time_zone"
 
 # The currency a country's current one replaced, dated by CLDR (data_gen.world.adapters.former_currencies).
 FORMER_CURRENCY = "x:former_currency"
+
+# How many divisions a country's one KGeography map gives it (data_gen.world.adapters.kgeography), all of which the
+# world holds: "the state of Germany whose flag is ..." has the answers a reader finds, as P2124 does for members.
+DIVISION_COUNT = "x:division_count"
 
 
 def relation(pid: str) -> Relation:

@@ -12,7 +12,8 @@ import pytest
 
 from data_gen.common.stats import Shares, answer_type_cap, diversity
 from data_gen.kg.distinguish import DistinguishingConfig
-from data_gen.neos.cli import answer_type, share_rule
+from data_gen.neos.cli import answer_type, share_rule, short_of_limit
+from data_gen.neos.flags import ANSWER_TYPE_SHARE
 from neos_core.neos_tasks import Step, Task
 from data_gen.neos.synth import SEED_FREE_VARIANTS, SynthConfig, Synthesizer
 from neos_core.world.model import Entity
@@ -50,11 +51,12 @@ def test_a_river_known_only_by_its_country_is_reached_through_a_seed_free_varian
     assert {c.structure.answer for c in result.candidates} == {"river:W"}, result.counts
     paths = {tuple(e.relation for e in c.structure.edges) for c in result.candidates}
     assert ("P361", "P361", "P47", "x:river_in") in paths
-    assert result.counts["not_distinguishable"] == 4  # the variants withholding x:river_in at the seed too
+    # the five RELATION_VARIANTS that withhold the dead ends (x:river_in among them) at the seed too
+    assert result.counts["not_distinguishable"] == 5
     # the other variants either withhold x:river_in from the seed too (the river has no other fact) or let the
     # capital identify X (a dead end)
     alone = Synthesizer(world, seed=0).synthesize("river:W")  # the default: no seed-free variants
-    assert not alone.candidates and alone.counts == {"not_distinguishable": 4, "no_structure": 3}
+    assert not alone.candidates and alone.counts == {"not_distinguishable": 5, "no_structure": 3}
 
 
 def test_kinds_take_turns_in_the_seed_order(tmp_path, flag_images):
@@ -69,6 +71,20 @@ def test_kinds_take_turns_in_the_seed_order(tmp_path, flag_images):
 @pytest.mark.parametrize("limit, cap", [(None, None), (1, 1), (2, 1), (10, 3), (60, 21), (100, 35)])
 def test_no_answer_type_above_35_percent_of_a_limited_run(limit, cap):
     assert answer_type_cap(limit) == cap
+
+
+# Neos's own cap, 13%: int(0.13 * 60) = 7 (11.7% of 60), int(0.13 * 100) = 13, int(0.13 * 10) = 1
+@pytest.mark.parametrize("limit, cap", [(None, None), (10, 1), (60, 7), (100, 13)])
+def test_no_neos_answer_type_above_13_percent_of_a_limited_run(limit, cap):
+    assert answer_type_cap(limit, ANSWER_TYPE_SHARE) == cap
+    assert Shares.of_run(limit, ANSWER_TYPE_SHARE).type_cap == cap
+
+
+def test_a_run_short_of_its_limit_says_which_types_were_at_their_cap():
+    stats = {"verified": 9, "answer_type_cap": 7, "answer_types": {"dish": 7, "script": 2}}
+    assert short_of_limit(stats, 60) == ("9 of --limit 60 tasks verified: every seed was tried; answer types at their "
+                                         "cap of 7: dish; below it: script 2")
+    assert short_of_limit(stats, 9) is None and short_of_limit(stats, None) is None
 
 
 # Person P is X's only citizen and the only one of occupation O; Q and S are both B's citizens and of occupation T,
@@ -131,3 +147,24 @@ def test_stats_report_answer_type_and_relation_diversity():
     assert d["distinct_relations"] == 3 and d["relations"] == Counter(capital=2, border=1, **{"member of": 1})
     empty = diversity([], [], [], [])
     assert empty["max_answer_type_share"] == 0.0 and empty["distinct_answer_types"] == 0
+
+
+@pytest.mark.parametrize("value", ["1.5", "-0.1", "many"])
+def test_an_answer_type_share_outside_0_to_1_is_one_line_naming_the_flag(value, tmp_path, capsys):
+    from data_gen.__main__ import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["neos", "--world", str(tmp_path), "--out", str(tmp_path / "out"), "--answer-type-share", value])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1 and "argument --answer-type-share" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_answer_type_share_without_a_limit_is_refused_before_anything_is_written(tmp_path, capsys):
+    from data_gen.__main__ import main
+
+    out = tmp_path / "out"
+    assert main(["neos", "--world", str(tmp_path), "--out", str(out), "--answer-type-share", "0.2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--answer-type-share only applies with --limit" in err
+    assert not out.exists()

@@ -84,3 +84,15 @@ def test_deterministic(small, sources):
     for name in ("entities", "pages", "triples", "relations"):
         assert [to_record(r) for r in getattr(again, name)] == [to_record(r) for r in getattr(small, name)]
     assert [to_record(a.record) for a in again.images] == [to_record(a.record) for a in small.images]
+
+
+def test_a_country_one_map_divides_states_its_division_count(small, full):
+    counts = {t.s: t.o for t in small.triples if t.p == "x:division_count"}
+    assert all(t.literal for t in small.triples if t.p == "x:division_count")
+    assert counts == {"country:AUS": "8", "country:BRA": "27", "country:CAN": "13", "country:CHN": "33",
+                      "country:FRA": "13", "country:DEU": "16", "country:IND": "35", "country:ITA": "20",
+                      "country:JPN": "47", "country:ESP": "17"}  # the small maps' divisions, as above
+    in_full = {t.s: t.o for t in full.triples if t.p == "x:division_count"}
+    # France (departments and regions), Spain (communities and provinces): two levels, no count; the US map's
+    # states are the us_states adapter's
+    assert in_full["country:DEU"] == "16" and not {"country:FRA", "country:ESP", "country:USA"} & in_full.keys()

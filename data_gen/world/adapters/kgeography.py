@@ -7,10 +7,13 @@ is skipped (``allowClickMode`` ones are real divisions). Facts: P131 located in 
 Catalonia, in that state's division; P36 capital, the GeoNames city of the map's country the map's capital names
 (``_geo.match_city``: "Munich" is ``city:2867714``; the ``cities`` adapter gives its page), else a literal label as
 the map gives it ("São Paulo (city)", "Dispur": 7 of the small maps' 219). A division's flag, where
-the map names one, becomes an image. The US map's states are the ``us_state:`` entities of the ``us_states``
-adapter: this one adds their capitals and flags. Left out: continent and world maps (their divisions are
-countries, owned by the ``countries`` adapter), ``waters_world-class`` (seas), ``ireland_provinces`` (the provinces
-span two countries) and ``greece`` (the same peripheries as ``greece_peripheries``).
+the map names one, becomes an image. A country that one map of the size divides gets the map's division count
+(``x:division_count``, a literal): the world holds all of them, so "the state of Germany whose flag is ..." is
+closed to a reader (``data_gen.neos.open_world``); a country two maps divide (France's departments and regions in
+the full size) gets none, its subdivisions being of two levels. The US map's states are the ``us_state:`` entities
+of the ``us_states`` adapter: this one adds their capitals and flags. Left out: continent and world maps (their
+divisions are countries, owned by the ``countries`` adapter), ``waters_world-class`` (seas), ``ireland_provinces``
+(the provinces span two countries) and ``greece`` (the same peripheries as ``greece_peripheries``).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from pathlib import Path
 from PIL import Image as PILImage
 
 from data_gen.world.adapters._geo import load_geo, match_city
-from data_gen.world.properties import relations
+from data_gen.world.properties import DIVISION_COUNT, relations
 from neos_core.world.model import Contribution, Entity, Image, ImageAsset, Page, Triple, image_url, page_url, slugify
 from tool_server.offline.pixels import flattened
 
@@ -233,11 +236,23 @@ def contribute(sources: Mapping[str, Path], size: str) -> Contribution:
             out.pages.append(page)
             out.entities.append(Entity(eid, d.name, "subdivision", _described(kgm, parent_name), [], page_id))
             out.triples.append(Triple(eid, "P131", parent_id))
+    out.triples += division_counts({stem: maps[stem] for stem in stems})
     for parent_id in sorted({p for p, _ in parents.values() if not p.startswith("country:")}):
         if not any(e.id == parent_id for e in out.entities):
             raise KGeographyError(f"a map lies in {parent_id}, whose own map is not in this size")
     out.relations = relations({t.p for t in out.triples})
     return out
+
+
+def division_counts(maps: Mapping[str, KgmMap]) -> list[Triple]:
+    """``(country, x:division_count, n)`` for each country that exactly one of ``maps`` divides (the US map's states
+    come from the us_states adapter, and a map of one division lies in that division, not in a country)."""
+    per_country: dict[str, list[KgmMap]] = {}
+    for stem, kgm in maps.items():
+        if stem in COUNTRY_MAPS and stem != US_MAP:
+            per_country.setdefault(f"country:{COUNTRY_MAPS[stem][0]}", []).append(kgm)
+    return [Triple(country, DIVISION_COUNT, str(len(kgms[0].divisions)), literal=True)
+            for country, kgms in sorted(per_country.items()) if len(kgms) == 1]
 
 
 def _parent(stem: str, maps: dict[str, KgmMap]) -> tuple[str, str]:
