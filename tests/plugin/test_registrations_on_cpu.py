@@ -11,6 +11,8 @@ import pytest
 
 from verl_ext.registrations import REGISTRATIONS, Registration, is_registered
 
+from ..forks import run_forked
+
 # ``import verl`` after the first module: verl loads our plugin then, whatever that module already imported.
 CHECK = (
     "import verl\nimport json\nfrom verl_ext.registrations import missing\n"
@@ -27,56 +29,26 @@ FIRST_IMPORTS = ("verl", "verl_ext.rollout.hf_generate", "verl_ext.mei.server", 
 
 
 # The third-party libraries verl imports, ~7 s of a fresh process's ~9 s of ``import verl`` on 2 cores: imported once
-# by a fresh parent that then forks one child per first module. Neither verl nor any package of ours is loaded in the
-# parent (checked there), so each child imports all of them afresh, in its own order, as a new process would.
+# by a fresh parent that then forks one child per first module (``tests/forks.py``). Neither verl nor any package of
+# ours is loaded in the parent (checked there), so each child imports all of them afresh, in its own order, as a new
+# process would.
 PRELOAD = ("torch", "torch._dynamo", "tensordict", "transformers", "transformers.models.auto.auto_factory",
            "sklearn.metrics", "numpy", "pandas", "pyarrow", "omegaconf", "hydra")
 OURS = ("verl", "verl_ext", "tool_server", "neos_core", "data_gen")
-FORKED = """
-import importlib, json, os, sys
-for name in PRELOAD:
+PARENT = f"""
+import importlib, sys
+for name in {PRELOAD!r}:
     importlib.import_module(name)
-loaded = sorted(m for m in sys.modules if m.split(".")[0] in OURS)
-assert not loaded, f"the parent imported {loaded[:5]}"
-children = {}
-for first in FIRST_IMPORTS:
-    out = os.open(os.path.join(DIR, first), os.O_WRONLY | os.O_CREAT)
-    pid = os.fork()
-    if pid == 0:
-        os.dup2(out, 1)
-        os.dup2(out, 2)
-        code = 1
-        try:
-            exec(compile(f"import {first}\\n" + CHECK, f"<import {first} first>", "exec"), {})
-            code = 0
-        except BaseException:
-            import traceback
-            traceback.print_exc()
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
-    os.close(out)
-    children[pid] = first
-status = {}
-while children:
-    pid, code = os.wait()
-    status[children.pop(pid)] = os.waitstatus_to_exitcode(code)
-print(json.dumps(status))
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in {OURS!r})
+assert not loaded, f"the parent imported {{loaded[:5]}}"
 """
 
 
 def test_every_registration_present_whichever_module_a_fresh_process_imports_first(tmp_path):
-    script = (f"PRELOAD, OURS, FIRST_IMPORTS = {PRELOAD!r}, {OURS!r}, {FIRST_IMPORTS!r}\n"
-              f"CHECK, DIR = {CHECK!r}, {str(tmp_path)!r}\n{FORKED}")
-    parent = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
-    assert parent.returncode == 0, parent.stderr[-3000:]
-    status = json.loads(parent.stdout.strip().splitlines()[-1])
-    assert sorted(status) == sorted(FIRST_IMPORTS)
-    for first in FIRST_IMPORTS:
-        out = (tmp_path / first).read_text()
-        assert status[first] == 0, f"import {first} first:\n{out[-3000:]}"
-        assert json.loads(out.strip().splitlines()[-1]) == [], first
+    children = run_forked(PARENT, {first: f"import {first}\n{CHECK}" for first in FIRST_IMPORTS}, tmp_path)
+    for first, child in children.items():
+        assert child.returncode == 0, f"import {first} first:\n{child.stderr[-3000:]}"
+        assert json.loads(child.stdout.strip().splitlines()[-1]) == [], first
 
 
 def test_plugin_is_loaded_through_verls_entry_point_not_by_us():

@@ -7,34 +7,41 @@ response budget."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 import yaml
 from omegaconf import OmegaConf
 from PIL import Image
 
+from ..forks import run_forked
+
 DEVICE_KEYS = ("actor_rollout_ref.model.path=/models/policy",)
 
 
-def compose_resolved(*overrides: str) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-m", "verl.trainer.main_ppo", *overrides, "--cfg", "job", "--resolve"],
-        capture_output=True, text=True, timeout=300, cwd="/",  # only what pip installed
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    return yaml.safe_load(out.stdout)
+JOBS = {"neos": ("+recipe=neos", *DEVICE_KEYS), "modalsearcher": ("+recipe=modalsearcher", *DEVICE_KEYS),
+        "neos_35b": ("+recipe=neos", *DEVICE_KEYS, "data.train_batch_size=32")}  # the paper's larger model
+MAIN_PPO = "import sys\nfrom verl.trainer import main_ppo\n"
 
 
 @pytest.fixture(scope="module")
-def neos() -> dict:
-    return compose_resolved("+recipe=neos", *DEVICE_KEYS)
+def jobs(tmp_path_factory) -> dict[str, dict]:
+    """``python -m verl.trainer.main_ppo OVERRIDES --cfg job --resolve`` for each of ``JOBS``, in "/" (only what pip
+    installed on the path): forks of one process that imported ``main_ppo`` (``tests/forks.py``)."""
+    runs = {name: f"{MAIN_PPO}sys.argv = [main_ppo.__file__, *{[*overrides, '--cfg', 'job', '--resolve']!r}]\n"
+                  "main_ppo.main()" for name, overrides in JOBS.items()}
+    children = run_forked(MAIN_PPO, runs, tmp_path_factory.mktemp("jobs"), cwd="/")
+    for name, child in children.items():
+        assert child.returncode == 0, f"{name}: {child.stderr[-3000:]}"
+    return {name: yaml.safe_load(child.stdout) for name, child in children.items()}
 
 
 @pytest.fixture(scope="module")
-def modalsearcher() -> dict:
-    return compose_resolved("+recipe=modalsearcher", *DEVICE_KEYS)
+def neos(jobs) -> dict:
+    return jobs["neos"]
+
+
+@pytest.fixture(scope="module")
+def modalsearcher(jobs) -> dict:
+    return jobs["modalsearcher"]
 
 
 def test_neos_table_12_values(neos):
@@ -145,8 +152,8 @@ def test_neos_derived_sampler_and_update_plan(neos):
     assert (selected, selected // per_step * actor.ppo_epochs) == (512, 1)  # one optimizer step per update
 
 
-def test_the_35b_variant_derives_the_papers_smaller_window(tmp_path):
-    job = compose_resolved("+recipe=neos", *DEVICE_KEYS, "data.train_batch_size=32")
+def test_the_35b_variant_derives_the_papers_smaller_window(jobs):
+    job = jobs["neos_35b"]
     from verl_ext.trainer.mixed_groups import mixed_group_settings
 
     sampler, _, _ = mixed_group_settings(OmegaConf.create(job), 32)
