@@ -46,6 +46,21 @@ print(json.dumps(status))
 """
 
 
+# The third-party libraries verl imports, ~7 s of a fresh process's ~9 s of ``import verl`` on 2 cores. A parent that
+# imports only them (checked there) leaves each child to import verl and every package of ours afresh, in its own
+# order and under its own environment variables, as a new process would.
+VERL_DEPENDENCIES = ("torch", "torch._dynamo", "tensordict", "transformers", "transformers.models.auto.auto_factory",
+                     "sklearn.metrics", "numpy", "pandas", "pyarrow", "omegaconf", "hydra")
+OURS = ("verl", "verl_ext", "tool_server", "neos_core", "data_gen")
+FRESH_PARENT = f"""
+import importlib, sys
+for name in {VERL_DEPENDENCIES!r}:
+    importlib.import_module(name)
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in {OURS!r})
+assert not loaded, f"the parent imported {{loaded[:5]}}"
+"""
+
+
 @dataclass
 class Child:
     returncode: int

@@ -11,7 +11,7 @@ import pytest
 
 from verl_ext.registrations import REGISTRATIONS, Registration, is_registered
 
-from ..forks import run_forked
+from ..forks import FRESH_PARENT, run_forked
 
 # ``import verl`` after the first module: verl loads our plugin then, whatever that module already imported.
 CHECK = (
@@ -28,24 +28,9 @@ FIRST_IMPORTS = ("verl", "verl_ext.rollout.hf_generate", "verl_ext.mei.server", 
                  "verl_ext.mei.worker", "verl_ext.rollout.hf_replica", "verl_ext.trainer.neos_trainer")
 
 
-# The third-party libraries verl imports, ~7 s of a fresh process's ~9 s of ``import verl`` on 2 cores: imported once
-# by a fresh parent that then forks one child per first module (``tests/forks.py``). Neither verl nor any package of
-# ours is loaded in the parent (checked there), so each child imports all of them afresh, in its own order, as a new
-# process would.
-PRELOAD = ("torch", "torch._dynamo", "tensordict", "transformers", "transformers.models.auto.auto_factory",
-           "sklearn.metrics", "numpy", "pandas", "pyarrow", "omegaconf", "hydra")
-OURS = ("verl", "verl_ext", "tool_server", "neos_core", "data_gen")
-PARENT = f"""
-import importlib, sys
-for name in {PRELOAD!r}:
-    importlib.import_module(name)
-loaded = sorted(m for m in sys.modules if m.split(".")[0] in {OURS!r})
-assert not loaded, f"the parent imported {{loaded[:5]}}"
-"""
-
-
+# Each first module in a fork of a parent that imported only verl's third-party dependencies (``tests/forks.py``).
 def test_every_registration_present_whichever_module_a_fresh_process_imports_first(tmp_path):
-    children = run_forked(PARENT, {first: f"import {first}\n{CHECK}" for first in FIRST_IMPORTS}, tmp_path)
+    children = run_forked(FRESH_PARENT, {first: f"import {first}\n{CHECK}" for first in FIRST_IMPORTS}, tmp_path)
     for first, child in children.items():
         assert child.returncode == 0, f"import {first} first:\n{child.stderr[-3000:]}"
         assert json.loads(child.stdout.strip().splitlines()[-1]) == [], first
