@@ -4,14 +4,12 @@ verl swallows plugin import errors, so this is the only place a broken plugin sh
 """
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from verl_ext.registrations import REGISTRATIONS, Registration, is_registered
 
-from ..forks import FRESH_PARENT, run_forked
+from ..forks import FRESH_PARENT, Child, run_forked
 
 # ``import verl`` after the first module: verl loads our plugin then, whatever that module already imported.
 CHECK = (
@@ -28,21 +26,29 @@ FIRST_IMPORTS = ("verl", "verl_ext.rollout.hf_generate", "verl_ext.mei.server", 
                  "verl_ext.mei.worker", "verl_ext.rollout.hf_replica", "verl_ext.trainer.neos_trainer")
 
 
-# Each first module in a fork of a parent that imported only verl's third-party dependencies (``tests/forks.py``).
-def test_every_registration_present_whichever_module_a_fresh_process_imports_first(tmp_path):
-    children = run_forked(FRESH_PARENT, {first: f"import {first}\n{CHECK}" for first in FIRST_IMPORTS}, tmp_path)
-    for first, child in children.items():
-        assert child.returncode == 0, f"import {first} first:\n{child.stderr[-3000:]}"
-        assert json.loads(child.stdout.strip().splitlines()[-1]) == [], first
+# Without verl's loader (policy "none", nothing else in the environment) nothing of ours may appear: the first-module
+# checks therefore prove the entry point works, not some import side effect of verl_ext itself.
+WITHOUT_LOADER = ("import os\nos.environ.clear()\nos.environ.update(VERL_USE_EXTERNAL_PLUGINS='none', PATH='')\n"
+                  "import verl\nfrom verl_ext.registrations import missing\nprint(len(missing()))")
 
 
-def test_plugin_is_loaded_through_verls_entry_point_not_by_us():
-    # Without verl's loader (policy "none") nothing of ours may appear: the fresh-process test above therefore
-    # proves the entry point works, not some import side effect of verl_ext itself.
-    code = "import verl\nfrom verl_ext.registrations import missing\nprint(len(missing()))"
-    env = {"VERL_USE_EXTERNAL_PLUGINS": "none", "PATH": ""}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env, check=True)
-    assert int(out.stdout.strip().splitlines()[-1]) == len(REGISTRATIONS)
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory) -> dict[str, Child]:
+    """Each first module's check, and the one without verl's loader, in forks of a parent that imported only verl's
+    third-party dependencies (``tests/forks.py``)."""
+    checks = {first: f"import {first}\n{CHECK}" for first in FIRST_IMPORTS}
+    return run_forked(FRESH_PARENT, {**checks, "without_loader": WITHOUT_LOADER}, tmp_path_factory.mktemp("fresh"))
+
+
+def test_every_registration_present_whichever_module_a_fresh_process_imports_first(fresh):
+    for first in FIRST_IMPORTS:
+        assert fresh[first].returncode == 0, f"import {first} first:\n{fresh[first].stderr[-3000:]}"
+        assert json.loads(fresh[first].stdout.strip().splitlines()[-1]) == [], first
+
+
+def test_plugin_is_loaded_through_verls_entry_point_not_by_us(fresh):
+    assert fresh["without_loader"].returncode == 0, fresh["without_loader"].stderr[-3000:]
+    assert int(fresh["without_loader"].stdout.strip().splitlines()[-1]) == len(REGISTRATIONS)
 
 
 def test_every_registration_present_inside_a_ray_worker(ray_cluster):
