@@ -80,3 +80,20 @@ def run_forked(parent: str, children: dict[str, str], directory: Path, *, cwd: s
     assert sorted(status) == sorted(children)
     return {name: Child(code, *((directory / f"{name}.{s}").read_text() for s in ("out", "err")))
             for name, code in status.items()}
+
+
+MAIN_PPO = "import sys\nfrom verl.trainer import main_ppo\n"
+
+
+def main_ppo_jobs(jobs: dict[str, tuple[str, ...]], directory: Path) -> dict[str, dict]:
+    """``python -m verl.trainer.main_ppo ARGS`` (e.g. ``+recipe=neos --cfg job``) for each of ``jobs`` (name -> ARGS),
+    in "/" (nothing of a source checkout on the path: only what pip installed), each printing a YAML document: forks
+    of one process that imported ``main_ppo``. Returns name -> the parsed document."""
+    import yaml
+
+    runs = {name: f"{MAIN_PPO}sys.argv = [main_ppo.__file__, *{list(args)!r}]\nmain_ppo.main()"
+            for name, args in jobs.items()}
+    children = run_forked(MAIN_PPO, runs, directory, cwd="/")
+    for name, child in children.items():
+        assert child.returncode == 0, f"{name}: {child.stderr[-3000:]}"
+    return {name: yaml.safe_load(child.stdout) for name, child in children.items()}

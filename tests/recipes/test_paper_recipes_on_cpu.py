@@ -8,30 +8,23 @@ response budget."""
 from __future__ import annotations
 
 import pytest
-import yaml
 from omegaconf import OmegaConf
 from PIL import Image
 
-from ..forks import run_forked
+from ..forks import main_ppo_jobs
 
 DEVICE_KEYS = ("actor_rollout_ref.model.path=/models/policy",)
 
 
 JOBS = {"neos": ("+recipe=neos", *DEVICE_KEYS), "modalsearcher": ("+recipe=modalsearcher", *DEVICE_KEYS),
         "neos_35b": ("+recipe=neos", *DEVICE_KEYS, "data.train_batch_size=32")}  # the paper's larger model
-MAIN_PPO = "import sys\nfrom verl.trainer import main_ppo\n"
 
 
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory) -> dict[str, dict]:
-    """``python -m verl.trainer.main_ppo OVERRIDES --cfg job --resolve`` for each of ``JOBS``, in "/" (only what pip
-    installed on the path): forks of one process that imported ``main_ppo`` (``tests/forks.py``)."""
-    runs = {name: f"{MAIN_PPO}sys.argv = [main_ppo.__file__, *{[*overrides, '--cfg', 'job', '--resolve']!r}]\n"
-                  "main_ppo.main()" for name, overrides in JOBS.items()}
-    children = run_forked(MAIN_PPO, runs, tmp_path_factory.mktemp("jobs"), cwd="/")
-    for name, child in children.items():
-        assert child.returncode == 0, f"{name}: {child.stderr[-3000:]}"
-    return {name: yaml.safe_load(child.stdout) for name, child in children.items()}
+    """``python -m verl.trainer.main_ppo OVERRIDES --cfg job --resolve`` for each of ``JOBS``, as pip installed it."""
+    resolved = {name: (*overrides, "--cfg", "job", "--resolve") for name, overrides in JOBS.items()}
+    return main_ppo_jobs(resolved, tmp_path_factory.mktemp("jobs"))
 
 
 @pytest.fixture(scope="module")
@@ -221,7 +214,8 @@ def test_system_prompt_tool_schemas_long_question_and_a_large_image_fit_the_prom
 
 def test_the_response_budget_holds_every_turn_the_neos_protocol_allows(neos):
     rollout = neos["actor_rollout_ref"]["rollout"]
-    turns, turn_tokens = rollout["multi_turn"]["max_assistant_turns"], rollout["custom"]["neos_rollout"]["max_turn_tokens"]
+    turns = rollout["multi_turn"]["max_assistant_turns"]
+    turn_tokens = rollout["custom"]["neos_rollout"]["max_turn_tokens"]
     response = neos["data"]["max_response_length"]
     assert turns * turn_tokens <= response
     assert (response - turns * turn_tokens) / turns >= 200  # room left per turn for observations beyond generation
