@@ -53,14 +53,14 @@ def test_sigkill_mid_run_then_resume_loses_nothing_and_repeats_nothing(small_wor
     data = results.read_bytes()
     before = data[: data.rfind(b"\n") + 1].decode().splitlines()  # what was fully written (a torn tail is allowed)
 
-    assert _run(small_world, killed).wait(timeout=300) == 0  # resumed
-    # the uninterrupted run, given the saved graphs (built before any path is judged, written atomically, reused only
-    # when their fingerprint matches) and the tool server's feature and OCR caches, so it repeats the judging, not
-    # the builds
+    # beside the resumed run, the uninterrupted one, given the saved graphs (built before any path is judged, written
+    # atomically, reused only when their fingerprint matches) and the tool server's feature and OCR caches, so it
+    # repeats the judging, not the builds
     features_cached(whole / "tool_server_cache")
     for graph in killed.glob("graph_*.json"):
         shutil.copy(graph, whole / graph.name)
-    assert _run(small_world, whole).wait(timeout=300) == 0
+    resumed, uninterrupted = _run(small_world, killed), _run(small_world, whole)
+    assert resumed.wait(timeout=300) == 0 and uninterrupted.wait(timeout=300) == 0
 
     after = results.read_text().splitlines()
     assert after[: len(before)] == before  # nothing written before the kill is lost or rewritten

@@ -18,6 +18,8 @@ from transformers import AutoModelForImageTextToText
 
 from verl_ext.models import freeze
 
+from ..forks import FRESH_PARENT, run_forked
+
 
 @pytest.fixture
 def fresh_model(tiny_vl_model_dir: Path):
@@ -90,15 +92,12 @@ def test_freezing_is_idempotent_and_finds_the_tower_under_model(fresh_model):
 
 
 def test_the_plugin_installs_the_hook_in_a_fresh_process_only_when_asked(tmp_path):
-    import os
-    import subprocess
-    import sys
-
-    probe = "import verl, verl_ext.models.freeze as f; print(f._handle is not None)"
-    for flag, expected in (("1", "True"), ("0", "False")):
-        env = {**os.environ, freeze.ENV_FLAG: flag}
-        out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
-        assert out.stdout.strip().splitlines()[-1] == expected, out.stderr[-2000:]
+    """Each flag in a fork of a parent that imported only verl's third-party dependencies (``tests/forks.py``)."""
+    probe = "import os\nos.environ[{!r}] = {!r}\nimport verl, verl_ext.models.freeze as f\nprint(f._handle is not None)"
+    flags = {"1": "True", "0": "False"}
+    children = run_forked(FRESH_PARENT, {flag: probe.format(freeze.ENV_FLAG, flag) for flag in flags}, tmp_path)
+    for flag, expected in flags.items():
+        assert children[flag].stdout.strip().splitlines()[-1] == expected, children[flag].stderr[-2000:]
 
 
 @pytest.fixture

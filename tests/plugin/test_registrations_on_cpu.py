@@ -4,12 +4,12 @@ verl swallows plugin import errors, so this is the only place a broken plugin sh
 """
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from verl_ext.registrations import REGISTRATIONS, Registration, is_registered
+
+from ..forks import FRESH_PARENT, Child, run_forked
 
 # ``import verl`` after the first module: verl loads our plugin then, whatever that module already imported.
 CHECK = (
@@ -26,66 +26,29 @@ FIRST_IMPORTS = ("verl", "verl_ext.rollout.hf_generate", "verl_ext.mei.server", 
                  "verl_ext.mei.worker", "verl_ext.rollout.hf_replica", "verl_ext.trainer.neos_trainer")
 
 
-# The third-party libraries verl imports, ~7 s of a fresh process's ~9 s of ``import verl`` on 2 cores: imported once
-# by a fresh parent that then forks one child per first module. Neither verl nor any package of ours is loaded in the
-# parent (checked there), so each child imports all of them afresh, in its own order, as a new process would.
-PRELOAD = ("torch", "torch._dynamo", "tensordict", "transformers", "transformers.models.auto.auto_factory",
-           "sklearn.metrics", "numpy", "pandas", "pyarrow", "omegaconf", "hydra")
-OURS = ("verl", "verl_ext", "tool_server", "neos_core", "data_gen")
-FORKED = """
-import importlib, json, os, sys
-for name in PRELOAD:
-    importlib.import_module(name)
-loaded = sorted(m for m in sys.modules if m.split(".")[0] in OURS)
-assert not loaded, f"the parent imported {loaded[:5]}"
-children = {}
-for first in FIRST_IMPORTS:
-    out = os.open(os.path.join(DIR, first), os.O_WRONLY | os.O_CREAT)
-    pid = os.fork()
-    if pid == 0:
-        os.dup2(out, 1)
-        os.dup2(out, 2)
-        code = 1
-        try:
-            exec(compile(f"import {first}\\n" + CHECK, f"<import {first} first>", "exec"), {})
-            code = 0
-        except BaseException:
-            import traceback
-            traceback.print_exc()
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
-    os.close(out)
-    children[pid] = first
-status = {}
-while children:
-    pid, code = os.wait()
-    status[children.pop(pid)] = os.waitstatus_to_exitcode(code)
-print(json.dumps(status))
-"""
+# Without verl's loader (policy "none", nothing else in the environment) nothing of ours may appear: the first-module
+# checks therefore prove the entry point works, not some import side effect of verl_ext itself.
+WITHOUT_LOADER = ("import os\nos.environ.clear()\nos.environ.update(VERL_USE_EXTERNAL_PLUGINS='none', PATH='')\n"
+                  "import verl\nfrom verl_ext.registrations import missing\nprint(len(missing()))")
 
 
-def test_every_registration_present_whichever_module_a_fresh_process_imports_first(tmp_path):
-    script = (f"PRELOAD, OURS, FIRST_IMPORTS = {PRELOAD!r}, {OURS!r}, {FIRST_IMPORTS!r}\n"
-              f"CHECK, DIR = {CHECK!r}, {str(tmp_path)!r}\n{FORKED}")
-    parent = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
-    assert parent.returncode == 0, parent.stderr[-3000:]
-    status = json.loads(parent.stdout.strip().splitlines()[-1])
-    assert sorted(status) == sorted(FIRST_IMPORTS)
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory) -> dict[str, Child]:
+    """Each first module's check, and the one without verl's loader, in forks of a parent that imported only verl's
+    third-party dependencies (``tests/forks.py``)."""
+    checks = {first: f"import {first}\n{CHECK}" for first in FIRST_IMPORTS}
+    return run_forked(FRESH_PARENT, {**checks, "without_loader": WITHOUT_LOADER}, tmp_path_factory.mktemp("fresh"))
+
+
+def test_every_registration_present_whichever_module_a_fresh_process_imports_first(fresh):
     for first in FIRST_IMPORTS:
-        out = (tmp_path / first).read_text()
-        assert status[first] == 0, f"import {first} first:\n{out[-3000:]}"
-        assert json.loads(out.strip().splitlines()[-1]) == [], first
+        assert fresh[first].returncode == 0, f"import {first} first:\n{fresh[first].stderr[-3000:]}"
+        assert json.loads(fresh[first].stdout.strip().splitlines()[-1]) == [], first
 
 
-def test_plugin_is_loaded_through_verls_entry_point_not_by_us():
-    # Without verl's loader (policy "none") nothing of ours may appear: the fresh-process test above therefore
-    # proves the entry point works, not some import side effect of verl_ext itself.
-    code = "import verl\nfrom verl_ext.registrations import missing\nprint(len(missing()))"
-    env = {"VERL_USE_EXTERNAL_PLUGINS": "none", "PATH": ""}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env, check=True)
-    assert int(out.stdout.strip().splitlines()[-1]) == len(REGISTRATIONS)
+def test_plugin_is_loaded_through_verls_entry_point_not_by_us(fresh):
+    assert fresh["without_loader"].returncode == 0, fresh["without_loader"].stderr[-3000:]
+    assert int(fresh["without_loader"].stdout.strip().splitlines()[-1]) == len(REGISTRATIONS)
 
 
 def test_every_registration_present_inside_a_ray_worker(ray_cluster):

@@ -7,34 +7,34 @@ response budget."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
-import yaml
 from omegaconf import OmegaConf
 from PIL import Image
+
+from ..forks import main_ppo_jobs
 
 DEVICE_KEYS = ("actor_rollout_ref.model.path=/models/policy",)
 
 
-def compose_resolved(*overrides: str) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-m", "verl.trainer.main_ppo", *overrides, "--cfg", "job", "--resolve"],
-        capture_output=True, text=True, timeout=300, cwd="/",  # only what pip installed
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    return yaml.safe_load(out.stdout)
+JOBS = {"neos": ("+recipe=neos", *DEVICE_KEYS), "modalsearcher": ("+recipe=modalsearcher", *DEVICE_KEYS),
+        "neos_35b": ("+recipe=neos", *DEVICE_KEYS, "data.train_batch_size=32")}  # the paper's larger model
 
 
 @pytest.fixture(scope="module")
-def neos() -> dict:
-    return compose_resolved("+recipe=neos", *DEVICE_KEYS)
+def jobs(tmp_path_factory) -> dict[str, dict]:
+    """``python -m verl.trainer.main_ppo OVERRIDES --cfg job --resolve`` for each of ``JOBS``, as pip installed it."""
+    resolved = {name: (*overrides, "--cfg", "job", "--resolve") for name, overrides in JOBS.items()}
+    return main_ppo_jobs(resolved, tmp_path_factory.mktemp("jobs"))
 
 
 @pytest.fixture(scope="module")
-def modalsearcher() -> dict:
-    return compose_resolved("+recipe=modalsearcher", *DEVICE_KEYS)
+def neos(jobs) -> dict:
+    return jobs["neos"]
+
+
+@pytest.fixture(scope="module")
+def modalsearcher(jobs) -> dict:
+    return jobs["modalsearcher"]
 
 
 def test_neos_table_12_values(neos):
@@ -145,8 +145,8 @@ def test_neos_derived_sampler_and_update_plan(neos):
     assert (selected, selected // per_step * actor.ppo_epochs) == (512, 1)  # one optimizer step per update
 
 
-def test_the_35b_variant_derives_the_papers_smaller_window(tmp_path):
-    job = compose_resolved("+recipe=neos", *DEVICE_KEYS, "data.train_batch_size=32")
+def test_the_35b_variant_derives_the_papers_smaller_window(jobs):
+    job = jobs["neos_35b"]
     from verl_ext.trainer.mixed_groups import mixed_group_settings
 
     sampler, _, _ = mixed_group_settings(OmegaConf.create(job), 32)
@@ -214,7 +214,8 @@ def test_system_prompt_tool_schemas_long_question_and_a_large_image_fit_the_prom
 
 def test_the_response_budget_holds_every_turn_the_neos_protocol_allows(neos):
     rollout = neos["actor_rollout_ref"]["rollout"]
-    turns, turn_tokens = rollout["multi_turn"]["max_assistant_turns"], rollout["custom"]["neos_rollout"]["max_turn_tokens"]
+    turns = rollout["multi_turn"]["max_assistant_turns"]
+    turn_tokens = rollout["custom"]["neos_rollout"]["max_turn_tokens"]
     response = neos["data"]["max_response_length"]
     assert turns * turn_tokens <= response
     assert (response - turns * turn_tokens) / turns >= 200  # room left per turn for observations beyond generation

@@ -1,32 +1,25 @@
 """``python -m verl.trainer.main_ppo +recipe=neos --cfg job`` resolves from the installed package."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from omegaconf import OmegaConf
 
+from ..forks import main_ppo_jobs
 
 URL_FROM_ENV = "${oc.env:NEOS_TOOL_SERVER_URL,http://127.0.0.1:8080}"  # --cfg job prints interpolations unresolved
 
 
-def compose_job(*overrides: str) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-m", "verl.trainer.main_ppo", *overrides, "--cfg", "job"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd="/",  # nothing of a source checkout on the path: only what pip installed
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    return yaml.safe_load(out.stdout)
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory) -> dict[str, dict]:
+    """``python -m verl.trainer.main_ppo +recipe=RECIPE --cfg job`` for both paper recipes, as pip installed them."""
+    recipes = {name: (f"+recipe={name}", "--cfg", "job") for name in ("neos", "modalsearcher")}
+    return main_ppo_jobs(recipes, tmp_path_factory.mktemp("jobs"))
 
 
 @pytest.fixture(scope="module")
-def neos_job() -> dict:
-    return compose_job("+recipe=neos")
+def neos_job(jobs) -> dict:
+    return jobs["neos"]
 
 
 def test_recipes_come_from_site_packages_not_the_checkout():
@@ -100,8 +93,8 @@ def test_the_tool_server_url_comes_from_the_environment_with_a_loopback_default(
     )
 
 
-def test_modalsearcher_recipe_is_rloo_over_six_rollouts_with_the_react_loop():
-    job = compose_job("+recipe=modalsearcher")
+def test_modalsearcher_recipe_is_rloo_over_six_rollouts_with_the_react_loop(jobs):
+    job = jobs["modalsearcher"]
     assert job["algorithm"]["adv_estimator"] == "rloo_vectorized"
     assert job["data"]["train_batch_size"] == 96
     assert job["actor_rollout_ref"]["actor"]["loss_agg_mode"] == "token-mean"

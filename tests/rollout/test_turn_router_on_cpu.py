@@ -4,24 +4,26 @@ verl's ``LLMServerManager`` builds the load balancer from ``rollout.router_confi
 ``recipes/routers/*.yaml``, verl's router plugin hook) and its replicas are added with verl's own ``add_servers``, as
 verl's elastic trainers add standalone replicas; verl's ``LLMServerClient`` acquires and releases a replica around
 every generate request of our ``neos_search_agent`` loop, which runs a verl ``FunctionTool`` (``tool_backend: verl``).
-The replicas are :class:`StandInGenerateServer` actors: no vLLM/SGLang can run here; each answers every turn with the
-same pre-tokenized tool call after sleeping a configurable time per token, and records the prompts it served.
+The replicas are ``StandInGenerateServer`` actors (``stand_in_replica``): no vLLM/SGLang can run here; each answers
+every turn with the same pre-tokenized tool call after sleeping a configurable time per token, and records the
+prompts it served.
 """
 
 from __future__ import annotations
 
 import asyncio
-import sys
 from pathlib import Path
 
 import pytest
 import ray
 from omegaconf import OmegaConf
 from verl.workers.rollout.llm_server import LLMServerManager
-from verl.workers.rollout.replica import TokenOutput
 
 from verl_ext.rollout.instantiate import instantiate_agent_loop
 from verl_ext.rollout.record import RECORD_KEY, TrajectoryRecord
+
+from . import stand_in_replica
+from .stand_in_replica import StandInGenerateServer
 
 ROUTERS = Path(__file__).resolve().parents[2] / "recipes" / "routers"
 PAD_WORDS = 120  # each tool observation: ~120 words
@@ -39,33 +41,6 @@ def pad(words: int) -> ToolResponse:
     """
     return ToolResponse(text=" ".join(["filler"] * words))
 '''
-
-
-class StandInGenerateServer:
-    """Stands in for a vLLM/SGLang rollout server (none can run on this machine) behind verl's ``generate`` contract:
-    replies ``reply_ids`` to every request after ``seconds_per_token`` x (prompt + reply tokens), and keeps each
-    request's prompt so a test can tell which episode's turns it served."""
-
-    def __init__(self, reply_ids: list[int], seconds_per_token: float) -> None:
-        self.reply_ids = list(reply_ids)
-        self.seconds_per_token = seconds_per_token
-        self.prompts: list[tuple[int, ...]] = []
-
-    async def generate(self, request_id: str, prompt_ids: list[int], sampling_params: dict, **kwargs) -> TokenOutput:
-        self.prompts.append(tuple(prompt_ids))
-        await asyncio.sleep(self.seconds_per_token * (len(prompt_ids) + len(self.reply_ids)))
-        return TokenOutput(
-            token_ids=self.reply_ids,
-            log_probs=[0.0] * len(self.reply_ids),
-            stop_reason="stop",
-            extra_fields={"global_steps": 0},
-        )
-
-    async def served(self) -> list[tuple[int, ...]]:
-        return self.prompts
-
-    async def reset(self) -> None:
-        self.prompts = []
 
 
 class Pool:
@@ -155,7 +130,7 @@ def reply_ids(tiny_vl_processor) -> list[int]:
 
 
 def stand_in(reply_ids: list[int], seconds_per_token: float = 2e-5):
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the stand-in class travels to its actor
+    ray.cloudpickle.register_pickle_by_value(stand_in_replica)  # the stand-in class travels to its actor
     return ray.remote(StandInGenerateServer).remote(reply_ids, seconds_per_token)
 
 

@@ -18,9 +18,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 SCRIPT = r"""
-import json, os, sys, time
+import json
 import ray
-from ray.util.placement_group import remove_placement_group
 from hydra import compose, initialize_config_module
 
 from verl.single_controller.base import Worker
@@ -38,48 +37,40 @@ class GPUProbe(Worker):
         return [int(i) for i in ray.get_gpu_ids()]
 
 
-def trainer_for(placement, mei_gpus):
+def pools(placement, mei_gpus):
     with initialize_config_module(config_module="verl.trainer.config", version_base=None):
         config = compose(config_name="ppo_trainer", overrides=[
             "+recipe=neos_smoke", "trainer.n_gpus_per_node=1", f"++trainer.v1.neos.mei.pool={placement}",
             f"++trainer.v1.neos.mei.n_gpus_per_node={mei_gpus}"])
     trainer = NeosTrainer(config)
     trainer._init_resource_pool_mgr()
-    return trainer
-
-
-def ranks(pool):
-    group = RayWorkerGroup(resource_pool=pool, ray_cls_with_init=RayClassWithInitArgs(ray.remote(GPUProbe)),
-                           device_name="cuda")
-    gpus = sorted(g for gs in group.gpu() for g in gs)
-    for worker in group.workers:
-        ray.kill(worker)
-    return gpus
-
-
-def placed(placement, mei_gpus):
-    trainer = trainer_for(placement, mei_gpus)
     try:
         trainer.resource_pool_manager.create_resource_pool()
     except ValueError as e:
         return {"error": str(e)}
+    for pool in trainer.resource_pool_manager.resource_pool_dict.values():  # two trainers' pools in one Ray:
+        pool.name_prefix = f"{placement}_{pool.name_prefix}"  # their placement groups' names must differ
     policy = trainer.resource_pool_manager.get_resource_pool(trainer._actor_role())
-    mei = trainer._mei_resource_pool()
-    seen = {"spec": trainer.resource_pool_manager.resource_pool_spec, "same_pool": mei is policy,
-            "policy": ranks(policy), "mei": ranks(mei)}
-    for pool in {id(p): p for p in (policy, mei)}.values():  # give the GPUs back for the next placement
-        for pg in pool.get_placement_groups():
-            remove_placement_group(pg)
-    deadline = time.monotonic() + 60
-    while ray.available_resources().get("GPU", 0) < GPUS and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return seen
+    return {"spec": trainer.resource_pool_manager.resource_pool_spec, "policy": policy,
+            "mei": trainer._mei_resource_pool()}
 
 
-GPUS = 3  # one Ray for all three placements (each ray.init costs ~15 s)
+def group(pool):
+    return RayWorkerGroup(resource_pool=pool, ray_cls_with_init=RayClassWithInitArgs(ray.remote(GPUProbe)),
+                          device_name="cuda")
+
+
+# One Ray (a ray.init costs ~5-15 s on 2 cores) with room for the shared and the dedicated placement at once
+# (1 + 1 + 2 GPUs), so that all their ranks start together: each is a fresh process importing verl (~10 s of CPU).
+GPUS = 4
 ray.init(address="local", num_cpus=16, num_gpus=GPUS, include_dashboard=False, log_to_driver=False)
-print(json.dumps({"too_few": placed("dedicated", 3), "shared": placed("shared", 2),
-                  "dedicated": placed("dedicated", 2)}))
+seen = {"too_few": pools("dedicated", GPUS)}
+placements = {"shared": pools("shared", 2), "dedicated": pools("dedicated", 2)}
+groups = {(name, role): group(p[role]) for name, p in placements.items() for role in ("policy", "mei")}
+for name, p in placements.items():  # the shared MEI ranks start while the policy's hold the same GPU
+    seen[name] = {"spec": p["spec"], "same_pool": p["mei"] is p["policy"],
+                  **{role: sorted(g for gs in groups[name, role].gpu() for g in gs) for role in ("policy", "mei")}}
+print(json.dumps(seen))
 """
 
 
@@ -93,10 +84,10 @@ def _run(tmp_path: Path) -> dict:
 
 
 def test_dedicated_and_shared_mei_pools_on_ray(tmp_path):
-    """Three logical GPUs: a policy of 1 and an MEI pool of 3 do not fit; MEI beside the policy (shared) or on 2 GPUs
-    of its own (dedicated) do."""
+    """Four logical GPUs: a policy of 1 and an MEI pool of 4 do not fit; MEI beside the policy (shared: both groups'
+    ranks on one GPU at once) or on 2 GPUs of its own (dedicated) do."""
     seen = _run(tmp_path)
-    assert seen["too_few"] == {"error": "Total available GPUs 3.0 is less than total desired GPUs 4"}
+    assert seen["too_few"] == {"error": "Total available GPUs 4.0 is less than total desired GPUs 5"}
 
     shared = seen["shared"]
     assert shared["spec"] == {"global_pool": [1]} and shared["same_pool"]

@@ -1,6 +1,8 @@
-"""Paper-scale rehearsal on CPU: one update's rollout of the composed ``+recipe=neos`` at B = 64, G = 8 (window 128,
-admission limit 1,024) with injected faults, through the real sampler, agent-loop worker, tool server, credit judge
-client, advantage step and MEI schedule (``tests/trainer/rehearsal.py`` says what is real and what stands in).
+"""Paper-scale rehearsal on CPU: one update's rollout of the composed ``+recipe=neos`` as the recipe sets it for the
+paper's 35B variant, B = 32, G = 8 (window 64, admission limit 512), with injected faults, through the real sampler,
+agent-loop worker, tool server, credit judge client, advantage step and MEI schedule (``tests/trainer/rehearsal.py``
+says what is real and what stands in). The 9B model's B = 64 (window 128, 1,024 admitted) runs the same round in
+``bench/bench_rehearsal.py`` (~1.7x this test's time on 2 cores, for the same checks).
 
 Faults: tool calls answered 503 or stalled past the call timeout; a judge that stalls past its timeout or answers
 text that is no JSON; one agent loop raising. Each must end in a counted, bounded outcome: the batch is still exactly
@@ -37,12 +39,12 @@ from .rehearsal import (
 )
 
 HANG_GUARD_S = 600
-B, G = 64, 8
-# The tool call timeout must hold the real server's answers under 1,024 concurrent sessions on 2 busy cores: the
-# stalls (the injected timeouts) last it plus a second. The judge's likewise holds a valid reply while the same
-# event loop runs the whole rollout.
+B, G = 32, 8
+# The tool call timeout holds the real server's answers under 1,024 concurrent sessions on 2 busy cores (the bench's
+# B = 64; 512 here): the stalls (the injected timeouts) last it plus a second. The judge's likewise holds a valid reply
+# while the same event loop runs the whole rollout.
 TOOL_TIMEOUT_S, JUDGE_TIMEOUT_S = 15.0, 3.0
-QUESTIONS = 160  # > the window (128): the dataloader never wraps around within the update
+QUESTIONS = 80  # > the window (64): the dataloader never wraps around within the update
 
 
 @pytest.fixture
@@ -66,12 +68,14 @@ async def test_one_paper_scale_update_with_faults_selects_b_times_g_and_counts_e
     monkeypatch.setenv("NEOS_JUDGE_URL", judge_url)
     monkeypatch.setenv("NEOS_MEI_LOG", str(tmp_path / "mei.jsonl"))  # the tool_server fixture's MEI log
     config = compose_ppo_config(
-        tiny_vl_model_dir, *recipe_overrides(tool_timeout_s=TOOL_TIMEOUT_S, judge_timeout_s=JUDGE_TIMEOUT_S)
+        tiny_vl_model_dir,
+        *recipe_overrides(tool_timeout_s=TOOL_TIMEOUT_S, judge_timeout_s=JUDGE_TIMEOUT_S),
+        f"data.train_batch_size={B}",  # the recipe's switch for the 35B variant
     )
     # The recipe's paper values at work (composed as a user would, device keys aside).
     assert (config.data.train_batch_size, config.actor_rollout_ref.rollout.n) == (B, G)
     sampler, _, _ = mixed_group_settings(config, groups=B)
-    assert (sampler.window, sampler.admission_limit) == (2 * B, 2 * B * G) == (128, 1024)
+    assert (sampler.window, sampler.admission_limit) == (2 * B, 2 * B * G) == (64, 512)
     replica = StandInGenerateServer(tiny_vl_processor.tokenizer, per_token_s=1e-4)
     worker = _ExactMatchScored(config, replica)
     assert worker.llm_judge is not None  # the recipe's kind: llm
