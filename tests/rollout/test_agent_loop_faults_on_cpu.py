@@ -19,6 +19,7 @@ import logging
 
 import pytest
 import transfer_queue as tq
+from aiohttp import web
 from PIL import Image
 from transfer_queue import KVBatchMeta
 
@@ -97,6 +98,29 @@ def thin_question_image() -> list[dict]:
     return [{"type": "image", "image": Image.new("RGB", (6000, 20), "red")}, {"type": "text", "text": "Which city?"}]
 
 
+def closes_held_until_opens(n: int):
+    """A middleware that holds session closes until ``n`` session opens were answered: a group's sessions overlap
+    however loaded the machine is, so a server at ``max_sessions=n - 1`` refuses exactly one member (without it, a
+    member that finished before the last one opened let that one in)."""
+    opened = 0
+    all_opened = asyncio.Event()
+
+    @web.middleware
+    async def hold(request: web.Request, handler):
+        nonlocal opened
+        if request.method == "DELETE" and request.path.startswith("/v1/sessions/"):
+            await asyncio.wait_for(all_opened.wait(), HANG_GUARD_S)
+        try:
+            return await handler(request)
+        finally:
+            if request.method == "POST" and request.path == "/v1/sessions":
+                opened += 1
+                if opened >= n:
+                    all_opened.set()
+
+    return hold
+
+
 class StandInPPOStep:
     """Stand-in for verl's ``PPOTrainerSync._step_once`` (its PPO pipeline needs GPU workers): returns the sampled
     batch as verl's replay buffer materializes it, every row of the sampled groups."""
@@ -116,7 +140,8 @@ class _Trainer(MixedGroupSamplingMixin, StandInPPOStep):
 async def test_without_the_sampler_a_refused_session_open_does_not_hang_its_group_and_is_counted(
     transfer_queue, tool_server_with, config_for, tiny_vl_model, tiny_vl_processor, caplog
 ):
-    server = await tool_server_with(max_sessions=N - 1)  # the last member to open is refused ("too_many_sessions")
+    # the last member to open is refused ("too_many_sessions")
+    server = await tool_server_with((closes_held_until_opens(N),), max_sessions=N - 1)
     config = config_for(server, "+trainer.v1.neos.sampler.enable=false")
     worker = worker_for(config, tiny_vl_model, tiny_vl_processor)
     uid = "faultrefused"
@@ -168,7 +193,7 @@ async def test_with_the_sampler_faulty_sessions_end_with_a_failure_tag_and_the_o
     transfer_queue, tool_server_with, config_for, tiny_vl_model, tiny_vl_processor
 ):
     media.QUESTION_MEDIA.clear()
-    server = await tool_server_with(max_sessions=N - 1)
+    server = await tool_server_with((closes_held_until_opens(N),), max_sessions=N - 1)
     worker = worker_for(config_for(server), tiny_vl_model, tiny_vl_processor)
     refused, processor = "faultsamplerrefused", "faultsamplerprocessor"
     await run_prompt(worker, row(refused, "What is the capital of France?", **{SESSIONS_KEY: [10, 11, 12]}))
