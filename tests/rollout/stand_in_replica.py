@@ -1,10 +1,28 @@
 """A stand-in rollout replica for routing tests, in a module of its own that imports no verl: Ray pickles the class by
 value (tests are no installed package), and every process that unpickles a handle to one of its actors, such as each
-load balancer it is added to, runs this module; a verl import there costs ~10 s of CPU per balancer."""
+load balancer it is added to, runs this module; a verl import there costs ~10 s of CPU per balancer. The replicas
+themselves import no verl either: their answers become verl's ``TokenOutput`` where they are unpickled, in the caller
+(three replicas importing verl on their first request took ~20 s of a 2-core machine)."""
 
 from __future__ import annotations
 
 import asyncio
+
+
+def _token_output(fields: dict):
+    from verl.workers.rollout.replica import TokenOutput  # runs in the caller, which has verl loaded
+
+    return TokenOutput(**fields)
+
+
+class _Reply:
+    """A reply that unpickles as verl's ``TokenOutput``."""
+
+    def __init__(self, **fields) -> None:
+        self.fields = fields
+
+    def __reduce__(self):
+        return _token_output, (self.fields,)
 
 
 class StandInGenerateServer:
@@ -18,11 +36,9 @@ class StandInGenerateServer:
         self.prompts: list[tuple[int, ...]] = []
 
     async def generate(self, request_id: str, prompt_ids: list[int], sampling_params: dict, **kwargs):
-        from verl.workers.rollout.replica import TokenOutput  # here, not above: see the module's docstring
-
         self.prompts.append(tuple(prompt_ids))
         await asyncio.sleep(self.seconds_per_token * (len(prompt_ids) + len(self.reply_ids)))
-        return TokenOutput(
+        return _Reply(
             token_ids=self.reply_ids,
             log_probs=[0.0] * len(self.reply_ids),
             stop_reason="stop",
