@@ -328,6 +328,7 @@ def vllm_rounds(args: argparse.Namespace, recording: Recording) -> list[float]:
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(asdict(recording), f)
     cmd = [sys.executable, __file__, "--replay", f.name, "--model", args.model, "--reps", str(args.reps)]
+    print("vLLM's side, rerunnable alone:", " ".join(cmd[1:]), flush=True)  # if a time limit cuts this call short
     lines = []
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) as proc:
         for line in proc.stdout:  # passed on as they come: a replay cut short by a timeout shows where it was
