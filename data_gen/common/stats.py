@@ -12,9 +12,6 @@ from typing import Any
 # structures are variations of each other, and a run that repeats its answers teaches a policy its answer prior.
 MAX_ANSWER_SHARE = 0.03
 MAX_TASKS_PER_ANSWER = 3
-# No answer type (city, river, ...) above about a third of a run: the world holds far more of some kinds than of
-# others, and a run of capitals teaches one question form, however many distinct capitals it names.
-MAX_ANSWER_TYPE_SHARE = 0.35
 
 
 def answer_cap(limit: int | None) -> int:
@@ -24,10 +21,12 @@ def answer_cap(limit: int | None) -> int:
     return max(1, min(MAX_TASKS_PER_ANSWER, int(MAX_ANSWER_SHARE * limit)))
 
 
-def answer_type_cap(limit: int | None, share: float = MAX_ANSWER_TYPE_SHARE) -> int | None:
-    """Verified tasks allowed per answer type: ``share`` of ``--limit`` (at least one); None (no cap) without a
-    limit, where no share of the run is known."""
-    return None if limit is None else max(1, int(share * limit))
+def answer_type_cap(limit: int | None, share: float, minimum: int = 1) -> int | None:
+    """Verified tasks allowed per answer type (city, river, ...): ``share`` of ``--limit``, at least ``minimum``;
+    None (no cap) without a limit, where no share of the run is known. Each pipeline sets its share: the world holds
+    far more of some kinds than of others, and a run of capitals teaches one question form, however many distinct
+    capitals it names."""
+    return None if limit is None else max(minimum, int(share * limit))
 
 
 # The filters the caps below reject by, in both pipelines' ``filters`` of ``stats.json``.
@@ -45,9 +44,9 @@ class Shares:
     per_type: Counter[str] = field(default_factory=Counter)
 
     @classmethod
-    def of_run(cls, limit: int | None, type_share: float = MAX_ANSWER_TYPE_SHARE) -> Shares:
-        """The caps of a run under ``--limit`` (``answer_cap``, ``answer_type_cap`` at ``type_share``)."""
-        return cls(answer_cap(limit), answer_type_cap(limit, type_share))
+    def of_run(cls, limit: int | None, type_share: float, min_type_cap: int = 1) -> Shares:
+        """The caps of a run under ``--limit`` (``answer_cap``, ``answer_type_cap``)."""
+        return cls(answer_cap(limit), answer_type_cap(limit, type_share, min_type_cap))
 
     def count(self, answer: str, kind: str) -> None:
         """One more verified task answering ``answer``, of type ``kind``."""

@@ -35,15 +35,7 @@ from data_gen.common.episode import Expert
 from data_gen.common.export import hash_unit
 from data_gen.common.llm import SyncChat
 from data_gen.common.report import bar_charts
-from data_gen.common.stats import (
-    SHARE_FILTERS,
-    Shares,
-    answer_cap,
-    answer_type_cap,
-    diversity,
-    filter_rates,
-    stage_rates,
-)
+from data_gen.common.stats import SHARE_FILTERS, Shares, diversity, filter_rates, stage_rates
 from data_gen.common.teacher import TeacherExpert, TeacherSettings
 from data_gen.kg import KG
 from data_gen.modalsearch.build import BuildConfig, GraphBuilder
@@ -166,7 +158,7 @@ async def _sample(args: argparse.Namespace, url: str, world: World, kg: KG, plan
         if args.llm_url:
             relations = LLMRelationProposer(JudgeConfig(url=args.llm_url, model=args.llm_model), http, relations)
         report["relation_proposer"] = relations.name
-        shares = shares_of_run(args.limit)
+        shares = Shares.of_run(args.limit, MAX_ANSWER_TYPE_SHARE, MIN_ANSWER_TYPE_CAP)
         searching: set[str] = set()  # verified paths whose question is search-required (probe included)
         for o in log.outcomes():
             if o.status == "verified" and o.task:
@@ -222,13 +214,6 @@ async def _sample(args: argparse.Namespace, url: str, world: World, kg: KG, plan
             report["llm_relations"] = {"calls": relations.calls, "fallbacks": relations.fallbacks}
         if isinstance(expert, TeacherExpert):
             report["teacher"] = expert.report()
-
-
-def shares_of_run(limit: int | None) -> Shares:
-    """The answer and answer-type caps of a run under ``--limit`` (``MAX_ANSWER_TYPE_SHARE``, at least
-    ``MIN_ANSWER_TYPE_CAP`` a type; no type cap without a limit)."""
-    cap = answer_type_cap(limit, MAX_ANSWER_TYPE_SHARE)
-    return Shares(answer_cap(limit), None if cap is None else max(MIN_ANSWER_TYPE_CAP, cap))
 
 
 def _quotas(limit: int | None) -> dict[str, int | None]:

@@ -15,7 +15,7 @@ from neos_core.usage import share, whole_number
 MIN_HOPS, MAX_HOPS = 2, 5
 # No answer type above 13% of a Neos run by default (issue 36: 60 tasks, at least 13 types): kinds take turns as
 # seeds, but a kind whose every seed verifies (time zones, national dishes) would otherwise fill a third of the run
-# while the rarer kinds wait for their turn. ModalSearch keeps the common 35% (data_gen.common.stats).
+# while the rarer kinds wait for their turn (ModalSearch's own cap: data_gen.modalsearch.cli).
 ANSWER_TYPE_SHARE = 0.13
 
 DESCRIPTION = ("Neos task synthesis (Neos: Learning to Interleave Search and Visual Reasoning, Sec. 3): questions "

@@ -9,7 +9,14 @@ from dataclasses import replace
 
 from data_gen.common.stats import Shares
 from data_gen.modalsearch.build import GraphBuilder, image_id, text_id
-from data_gen.modalsearch.cli import _judge, plots, relation_type, shares_of_run, statistics
+from data_gen.modalsearch.cli import (
+    MAX_ANSWER_TYPE_SHARE,
+    MIN_ANSWER_TYPE_CAP,
+    _judge,
+    plots,
+    relation_type,
+    statistics,
+)
 from data_gen.modalsearch.questions import QuestionWriter, Rejection
 
 
@@ -50,6 +57,9 @@ async def test_an_answer_or_answer_type_over_its_share_is_rejected_before_the_ex
 def test_a_run_caps_each_answer_type_at_7_of_60_and_a_short_run_at_2():
     # issue 36: largest answer type 13% of a 60-question run; int(0.12 * 60) = 7, int(0.12 * 6) = 0 -> floor 2;
     # the answer cap stays the shared one (3% of 60 = 1.8 -> 1); no --limit, no share known: no type cap
+    def shares_of_run(limit):
+        return Shares.of_run(limit, MAX_ANSWER_TYPE_SHARE, MIN_ANSWER_TYPE_CAP)  # as the CLI's run makes them
+
     assert (shares_of_run(60).cap, shares_of_run(60).type_cap) == (1, 7)
     assert shares_of_run(6).type_cap == 2 and shares_of_run(200).type_cap == 24
     assert shares_of_run(None).type_cap is None

@@ -69,8 +69,8 @@ def test_kinds_take_turns_in_the_seed_order(tmp_path, flag_images):
 
 
 @pytest.mark.parametrize("limit, cap", [(None, None), (1, 1), (2, 1), (10, 3), (60, 21), (100, 35)])
-def test_no_answer_type_above_35_percent_of_a_limited_run(limit, cap):
-    assert answer_type_cap(limit) == cap
+def test_no_answer_type_above_its_share_of_a_limited_run_and_at_least_one(limit, cap):
+    assert answer_type_cap(limit, 0.35) == cap
 
 
 # Neos's own cap, 13%: int(0.13 * 60) = 7 (11.7% of 60), int(0.13 * 100) = 13, int(0.13 * 10) = 1
