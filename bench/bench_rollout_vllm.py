@@ -69,11 +69,12 @@ class Turn:
 @dataclass
 class Recording:
     """What ours generated, for the replay: turns in call order, each episode's question image (PNG, base64) and the
-    engine arguments of verl's server."""
+    engine arguments and CUDA-graph batch sizes of verl's server."""
 
     turns: list[Turn] = field(default_factory=list)
     images: dict[str, str] = field(default_factory=dict)
     engine: dict[str, Any] = field(default_factory=dict)
+    capture_sizes: list[int] = field(default_factory=list)
 
     def episodes(self) -> dict[str, list[Turn]]:
         out: dict[str, list[Turn]] = {}
@@ -146,12 +147,13 @@ class VllmEngine:
     """vLLM's own ``AsyncLLM`` (vLLM's side): token-id prompts with their images, ``ignore_eos``, log-probs on (as
     verl asks), nothing else between the caller and the engine."""
 
-    def __init__(self, model: str, engine: dict[str, Any], max_images: int) -> None:
+    def __init__(self, model: str, engine: dict[str, Any], max_images: int, capture_sizes: list[int]) -> None:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
+        compilation = {"cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": capture_sizes}  # as verl's
         args = AsyncEngineArgs(model=model, limit_mm_per_prompt={"image": max(max_images, 1)},
-                               compilation_config={"cudagraph_mode": "FULL_AND_PIECEWISE"}, **engine)
+                               compilation_config=compilation, **engine)
         self.llm = AsyncLLM.from_engine_args(args)
         self.n = 0
 
@@ -207,6 +209,12 @@ async def run_ours(args: argparse.Namespace, client: Any, processor: Any, config
     return time.perf_counter() - start
 
 
+def capture_sizes(episodes: int) -> list[int]:
+    """CUDA-graph batch sizes for at most ``episodes`` running sequences: powers of two and ``episodes`` itself, on
+    both sides (vLLM's default list runs to 512, whose capture would dominate each side's start)."""
+    return sorted({min(2 ** i, episodes) for i in range(episodes.bit_length() + 1)})
+
+
 def _compose_vllm_config(args: argparse.Namespace):
     from hydra import compose, initialize_config_module
     from omegaconf import OmegaConf
@@ -222,6 +230,7 @@ def _compose_vllm_config(args: argparse.Namespace):
             "actor_rollout_ref.rollout.load_format=dummy",
             "actor_rollout_ref.rollout.ignore_eos=True",
             f"actor_rollout_ref.rollout.gpu_memory_utilization={args.gpu_memory_utilization}",
+            f"actor_rollout_ref.rollout.cudagraph_capture_sizes={capture_sizes(args.episodes)}",
             f"actor_rollout_ref.rollout.max_model_len={args.max_model_len}",
             f"actor_rollout_ref.rollout.prompt_length={rollout['prompt_length']}",
             f"actor_rollout_ref.rollout.response_length={rollout['response_length']}",
@@ -251,7 +260,9 @@ async def ours_rounds(args: argparse.Namespace, recording: Recording) -> list[fl
         config = _compose_vllm_config(args)
         manager = await LLMServerManager.create(config=config)
         inner = manager.get_client()
-        recording.engine = {k: OmegaConf.to_container(config.actor_rollout_ref.rollout)[k] for k in ENGINE_FIELDS}
+        rollout = OmegaConf.to_container(config.actor_rollout_ref.rollout)
+        recording.engine = {k: rollout[k] for k in ENGINE_FIELDS}
+        recording.capture_sizes = rollout["cudagraph_capture_sizes"]
 
         async def reset() -> None:
             await asyncio.gather(*(r.clear_kv_cache() for r in manager.rollout_replicas))
@@ -308,10 +319,11 @@ def _replay_main(args: argparse.Namespace) -> int:
     from transformers import AutoProcessor
 
     data = json.loads(Path(args.replay).read_text())
-    recording = Recording([Turn(**t) for t in data["turns"]], data["images"], data["engine"])
+    recording = Recording([Turn(**t) for t in data["turns"]], data["images"], data["engine"], data["capture_sizes"])
     plan = replay_plan(recording, AutoProcessor.from_pretrained(args.model))
     start = time.perf_counter()
-    engine = VllmEngine(os.path.abspath(args.model), recording.engine, max(t.images for t in recording.turns))
+    engine = VllmEngine(os.path.abspath(args.model), recording.engine, max(t.images for t in recording.turns),
+                        recording.capture_sizes)
     print(f"vLLM engine ready in {time.perf_counter() - start:.1f} s; replaying {len(plan)} episodes", flush=True)
     times = asyncio.run(replay_rounds(engine, plan, args.reps))
     print("REPLAY " + json.dumps(times), flush=True)

@@ -88,8 +88,14 @@ def test_the_vllm_side_composes_verls_config_with_the_workload_and_every_mirrore
     assert rollout.gpu_memory_utilization == 0.4 and rollout.prompt_length == rollout.response_length == 4096
     plain = OmegaConf.to_container(rollout)
     assert set(bench.ENGINE_FIELDS) <= set(plain)  # what the replay's AsyncLLM is built with
+    assert plain["cudagraph_capture_sizes"] == [1, 2, 4, 8, 16, 32, 64]  # --episodes 64: both sides capture these
     settings = resolve_settings("modalsearch", plain, {})
     assert (settings.max_turns, settings.max_turn_tokens, settings.max_consecutive_errors) == (5, 64, None)
+
+
+def test_cuda_graph_sizes_cover_every_batch_up_to_the_episode_count():
+    assert bench.capture_sizes(1) == [1]
+    assert bench.capture_sizes(48) == [1, 2, 4, 8, 16, 32, 48]
 
 
 def test_ours_runs_at_the_qwen3_vl_shape_with_its_processor_and_builder(tmp_path):
