@@ -54,6 +54,8 @@ def test_rl_on_the_rl_split_success_on_the_held_out_benchmark_split(jobs):
     assert (trainer["total_training_steps"], trainer["test_freq"], trainer["val_before_train"]) == (20, 5, True)
     assert "file" in trainer["logger"]  # what python -m verl_ext.eval training reads
     assert (trainer["save_freq"], trainer["resume_mode"]) == (10, "auto")
+    data, actor = job["data"], job["actor_rollout_ref"]["actor"]
+    assert data["max_prompt_length"] + data["max_response_length"] == actor["ppo_max_token_len_per_gpu"] == 7168
 
 
 def test_one_gpu_vllm_rollout_our_loop_and_the_answer_rule(jobs):
