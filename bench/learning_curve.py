@@ -6,6 +6,9 @@ by the run's MEI updates), its own tool server (``python -m tool_server --mei-en
 directory), its own Ray instance and its own share of the GPU, then ``python -m verl.trainer.main_ppo
 +recipe=neos_curve algorithm.adv_estimator=E trainer.seed=S``. ``--parallel`` runs share the GPU at once.
 
+Runs start in waves of ``--parallel``, the next when the whole wave has ended: vLLM sizes its cache from the
+free memory it measures while it starts, which another run's trainer changes as it trains.
+
 ``OUT/<estimator>/seed<S>/`` holds a run's metrics (verl's file logger, ``metrics-<attempt>.jsonl``: verl truncates
 its file on open, so each attempt writes its own), logs (``main_ppo-<attempt>.log``, ``tools.log``, ``mei.log``) and
 ``done.json`` once main_ppo exited 0 having logged the last step. A second invocation skips finished runs and
@@ -229,13 +232,12 @@ def parser() -> OneLineParser:
                    help="trainer.seed values (default: 1 2 3)")
     p.add_argument("--steps", type=positive_int, default=STEPS, help=f"policy updates per run (default: {STEPS})")
     p.add_argument("--parallel", type=positive_int, default=3, metavar="N",
-                   help="runs sharing the GPU at once (default: 3, an H100's worth: docs/training.md)")
+                   help="runs sharing the GPU at once, started together as a wave; the next wave starts when the "
+                   "whole wave has ended (default: 3, an H100's worth: docs/training.md)")
     p.add_argument("--policy-gpu-share", type=share, default=0.08, metavar="F",
                    help="each run's vLLM policy engine, rollout.gpu_memory_utilization (default: 0.08)")
     p.add_argument("--mei-gpu-share", type=share, default=0.05, metavar="F",
                    help="each run's vLLM MEI server, --gpu-memory-utilization (default: 0.05)")
-    p.add_argument("--stagger-s", type=positive_float, default=20.0, metavar="SECONDS",
-                   help="pause between starting runs, so engines do not measure free memory at once (default: 20)")
     p.add_argument("--timeout-s", type=positive_float, default=1200.0, metavar="SECONDS",
                    help="one run's main_ppo limit, after which it is stopped and left to resume (default: 1200)")
     p.add_argument("--dry-run", action="store_true", help="print each run's commands (or that it is done) and exit")
@@ -282,15 +284,11 @@ def main(argv: list[str] | None = None) -> int:
                   f"  main_ppo: {shlex.join(main_ppo_command(run, settings))}")
         return 0
     results = []
-    with ThreadPoolExecutor(max_workers=args.parallel) as pool:
-        futures = []
-        for i, run in enumerate(pending):
-            if 0 < i < args.parallel:
-                time.sleep(args.stagger_s)
-            futures.append(pool.submit(run_one, run, settings))
-        for future in futures:
-            results.append(future.result())
-            print(json.dumps(results[-1]), flush=True)
+    for first in range(0, len(pending), args.parallel):  # waves: no engine starts beside a run that trains
+        with ThreadPoolExecutor(max_workers=args.parallel) as pool:
+            for result in pool.map(lambda run: run_one(run, settings), pending[first:first + args.parallel]):
+                results.append(result)
+                print(json.dumps(result), flush=True)
     print(f"plot: python -m verl_ext.eval training {settings.out}/*/seed* --out {settings.out}/plots")
     return 0 if all(r["status"] == "done" for r in results) else 1
 

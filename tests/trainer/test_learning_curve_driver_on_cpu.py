@@ -29,7 +29,8 @@ TOOLS = "import time; print('tool_server listening on http://127.0.0.1:9 (stand-
 # main_ppo: a file-logger line per step up to STOP (default: trainer.total_training_steps), then the exit code; what
 # it was given goes beside its log.
 MAIN_PPO = """
-import json, os, sys
+import json, os, sys, time
+began = time.time()
 args = dict(a.split("=", 1) for a in sys.argv[1:] if "=" in a)
 steps = int(args["trainer.total_training_steps"])
 stop = int(os.environ.get("STAND_IN_STOP", steps))
@@ -38,7 +39,7 @@ with open(os.environ["VERL_FILE_LOGGER_PATH"], "w") as f:
         f.write(json.dumps({"step": step, "data": {"critic/score/mean": step / 10}}) + "\\n")
 seen = {k: os.environ[k] for k in ("NEOS_CURVE_DATA", "NEOS_CURVE_POLICY", "NEOS_MEI_MODEL", "NEOS_MEI_LOG",
                                    "NEOS_MEI_SERVER_URL", "NEOS_TOOL_SERVER_URL", "VERL_FILE_LOGGER_PATH")}
-json.dump({"args": args, "env": seen}, open("seen.json", "w"))
+json.dump({"args": args, "env": seen, "began": began, "ended": time.time()}, open("seen.json", "w"))
 sys.exit(0 if stop == steps else 1)
 """
 
@@ -57,7 +58,7 @@ def inputs(tmp_path, monkeypatch):
                         lambda run, settings: [sys.executable, "-c", MAIN_PPO, *real(run, settings)[3:]])
     return ["--data", str(tmp_path / "data"), "--policy", str(tmp_path / "policy"), "--mei", str(tmp_path / "mei"),
             "--world", str(tmp_path / "world"), "--out", str(tmp_path / "out"), "--checkpoints",
-            str(tmp_path / "ckpt"), "--seeds", "1", "2", "--steps", "4", "--parallel", "2", "--stagger-s", "0.01"]
+            str(tmp_path / "ckpt"), "--seeds", "1", "2", "--steps", "4", "--parallel", "2"]
 
 
 def test_each_estimator_and_seed_runs_once_then_is_skipped(inputs, tmp_path, capsys):
@@ -79,6 +80,8 @@ def test_each_estimator_and_seed_runs_once_then_is_skipped(inputs, tmp_path, cap
             assert env["NEOS_CURVE_DATA"] == str(tmp_path / "data")
             assert env["NEOS_TOOL_SERVER_URL"] == "http://127.0.0.1:9"
     assert len({s["env"]["NEOS_MEI_SERVER_URL"] for s in seen.values()}) == 4  # an MEI server per run
+    # two waves of --parallel 2, seed by seed: the second starts once the first has ended (an order, not a speed)
+    assert max(seen[e, 1]["ended"] for e in driver.ESTIMATORS) <= min(seen[e, 2]["began"] for e in driver.ESTIMATORS)
     capsys.readouterr()
     assert driver.main(inputs) == 0  # all finished: nothing runs again
     printed = capsys.readouterr().out
@@ -87,8 +90,7 @@ def test_each_estimator_and_seed_runs_once_then_is_skipped(inputs, tmp_path, cap
 
 
 def test_a_run_cut_short_is_not_done_and_its_next_attempt_logs_apart(inputs, tmp_path, monkeypatch):
-    one = [*inputs[:inputs.index("--seeds")], "--seeds", "1", "--estimators", "grpo", "--steps", "4",
-           "--stagger-s", "0.01"]
+    one = [*inputs[:inputs.index("--seeds")], "--seeds", "1", "--estimators", "grpo", "--steps", "4"]
     monkeypatch.setenv("STAND_IN_STOP", "3")
     assert driver.main(one) == 1
     run = tmp_path / "out" / "grpo" / "seed1"
