@@ -80,3 +80,30 @@ def test_verl_validates_both_runs(jobs):
 
     for job in jobs.values():
         validate_config(OmegaConf.create(job), use_reference_policy=False, use_critic=False)
+
+
+def test_the_drivers_overrides_compose_and_validate(monkeypatch, tmp_path):
+    """What bench/learning_curve.py adds per run (its GPU share, checkpoint directory, a Ray instance of its own)."""
+    import sys
+    from pathlib import Path
+
+    from verl.utils.config import validate_config
+
+    from .test_recipe_resolution_on_cpu import compose_in_process
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    import learning_curve as driver
+
+    for key, value in ENV.items():
+        monkeypatch.setenv(key, value)
+    settings = driver.Settings(data=tmp_path, policy=tmp_path, mei=tmp_path, world=tmp_path, out=tmp_path,
+                               checkpoints=tmp_path / "ckpt", steps=20, policy_gpu_share=0.08, mei_gpu_share=0.05,
+                               timeout_s=1.0)
+    command = driver.main_ppo_command(driver.Run("grpo", 3), settings)
+    assert command[1:3] == ["-m", "verl.trainer.main_ppo"]
+    job = compose_in_process(*command[3:])
+    assert job.ray_kwargs.ray_init.address == "local" and job.ray_kwargs.ray_init.include_dashboard is False
+    assert (job.algorithm.adv_estimator, job.data.seed, job.trainer.experiment_name) == ("grpo", 3, "grpo_seed3")
+    assert job.actor_rollout_ref.rollout.gpu_memory_utilization == 0.08
+    assert job.trainer.default_local_dir == str(tmp_path / "ckpt" / "grpo" / "seed3")
+    validate_config(job, use_reference_policy=False, use_critic=False)
