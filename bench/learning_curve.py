@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from neos_core.usage import OneLineParser, positive_float, positive_int, share, whole_number
+from tool_server.launch import start as start_tools
 
 REPO = Path(__file__).resolve().parents[1]
 ESTIMATORS = ("neos_turn_credit", "grpo")
@@ -120,11 +121,10 @@ def mei_command(settings: Settings, port: int) -> list[str]:
     return server_command(serve, str(settings.mei), "v0", port)
 
 
-def tool_server_command(run: Run, settings: Settings, mei_port: int) -> list[str]:
-    """The run's tool server on a free port (it prints ``listening on URL`` when it serves), its MEI at the run's MEI
-    server, its MEI log in the run's directory (what the trainer's co-evolution reads)."""
-    return [sys.executable, "-m", "tool_server", "--world", str(settings.world), "--port", "0",
-            "--mei-endpoint", f"http://127.0.0.1:{mei_port}/v1",
+def tool_server_argv(run: Run, settings: Settings, mei_port: int) -> list[str]:
+    """``python -m tool_server`` for the run: a free port, its MEI at the run's MEI server, its MEI log in the run's
+    directory (what the trainer's co-evolution reads)."""
+    return ["--world", str(settings.world), "--port", "0", "--mei-endpoint", f"http://127.0.0.1:{mei_port}/v1",
             "--mei-log", str(run.directory(settings) / "mei" / "mei.jsonl"), "--no-ocr"]
 
 
@@ -148,14 +148,21 @@ def free_port() -> int:
 
 
 def _stop(proc: subprocess.Popen) -> None:
-    """The process and its group (a server's engine children, main_ppo's Ray processes)."""
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
+    """The process, and its group where it leads one (the MEI server's engine, main_ppo's Ray processes); the tool
+    server stops its own workers on SIGTERM."""
+    if proc.poll() is not None:
+        return
+    group = os.getpgid(proc.pid) == proc.pid
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if group:
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
         try:
             proc.wait(timeout=60)
+            return
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            continue
 
 
 def run_one(run: Run, settings: Settings) -> dict:
@@ -176,13 +183,9 @@ def run_one(run: Run, settings: Settings) -> dict:
                                           stderr=subprocess.STDOUT, start_new_session=True,
                                           preexec_fn=die_with_parent))
             asyncio.run(wait_healthy(f"http://127.0.0.1:{mei_port}", procs[0], timeout_s=600))
-            tools = subprocess.Popen(tool_server_command(run, settings, mei_port), env=env, stdout=subprocess.PIPE,
-                                     stderr=tools_log, text=True, start_new_session=True, preexec_fn=die_with_parent)
+            tools, tool_url = start_tools(tool_server_argv(run, settings, mei_port), stderr=tools_log.fileno(),
+                                          preexec_fn=die_with_parent)
             procs.append(tools)
-            line = tools.stdout.readline()  # "tool_server listening on URL ..." once it serves
-            if "listening on " not in line:
-                raise RuntimeError(f"tool server did not start (exit {tools.wait(timeout=30)}): {directory}/tools.log")
-            tool_url = line.split("listening on ", 1)[1].split()[0]
             log_path = directory / f"main_ppo-{number}.log"
             with open(log_path, "w") as log:
                 trainer = subprocess.Popen(main_ppo_command(run, settings), cwd=directory, stdout=log,
@@ -280,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         for run in pending:
             print(f"{run.name} (attempt {attempt(run, settings)}):\n  mei: {shlex.join(mei_command(settings, 0))}\n"
-                  f"  tools: {shlex.join(tool_server_command(run, settings, 0))}\n"
+                  f"  tools: python -m tool_server {shlex.join(tool_server_argv(run, settings, 0))}\n"
                   f"  main_ppo: {shlex.join(main_ppo_command(run, settings))}")
         return 0
     results = []

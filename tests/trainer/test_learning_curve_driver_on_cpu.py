@@ -7,6 +7,7 @@ marked done and its next attempt writes a metrics file of its own. The real comm
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -25,7 +26,7 @@ class H(BaseHTTPRequestHandler):
         pass
 HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 """
-TOOLS = "import time; print('tool_server listening on http://127.0.0.1:9 (stand-in)', flush=True); time.sleep(600)"
+TOOLS = "import time; time.sleep(600)"
 # main_ppo: a file-logger line per step up to STOP (default: trainer.total_training_steps), then the exit code; what
 # it was given goes beside its log.
 MAIN_PPO = """
@@ -52,7 +53,8 @@ def inputs(tmp_path, monkeypatch):
         for f in files:
             (tmp_path / name / f).write_text("")
     monkeypatch.setattr(driver, "mei_command", lambda settings, port: [sys.executable, "-c", HEALTH, str(port)])
-    monkeypatch.setattr(driver, "tool_server_command", lambda run, settings, port: [sys.executable, "-c", TOOLS])
+    monkeypatch.setattr(driver, "start_tools", lambda argv, **kw: (subprocess.Popen([sys.executable, "-c", TOOLS],
+                                                                                  **kw), "http://127.0.0.1:9"))
     real = driver.main_ppo_command
     monkeypatch.setattr(driver, "main_ppo_command",
                         lambda run, settings: [sys.executable, "-c", MAIN_PPO, *real(run, settings)[3:]])
@@ -111,7 +113,7 @@ def test_dry_run_prints_the_real_commands(tmp_path, inputs, capsys, monkeypatch)
     assert "+ray_kwargs.ray_init.address=local" in main_ppo[0]  # a Ray instance per run
     assert "actor_rollout_ref.rollout.gpu_memory_utilization=0.08" in main_ppo[0]
     assert printed.count("verl_ext.mei.vllm_server") == 4 and "--gpu-memory-utilization 0.05" in printed
-    assert printed.count("-m tool_server") == 4 and "--mei-log" in printed
+    assert printed.count("python -m tool_server --world") == 4 and "--mei-log" in printed
     assert not (tmp_path / "out").exists()  # nothing written
 
 
