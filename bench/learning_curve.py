@@ -236,7 +236,7 @@ def parser() -> OneLineParser:
     p.add_argument("--steps", type=positive_int, default=STEPS, help=f"policy updates per run (default: {STEPS})")
     p.add_argument("--parallel", type=positive_int, default=3, metavar="N",
                    help="runs sharing the GPU at once, started together as a wave; the next wave starts when the "
-                   "whole wave has ended (default: 3, an H100's worth: docs/training.md)")
+                   "whole wave has ended (default: 3, an H100's worth: docs/appendix/learning_curve.md)")
     p.add_argument("--policy-gpu-share", type=share, default=0.08, metavar="F",
                    help="each run's vLLM policy engine, rollout.gpu_memory_utilization (default: 0.08)")
     p.add_argument("--mei-gpu-share", type=share, default=0.05, metavar="F",
