@@ -12,7 +12,8 @@ free memory it measures while it starts, which another run's trainer changes as 
 ``OUT/<estimator>/seed<S>/`` holds a run's metrics (verl's file logger, ``metrics-<attempt>.jsonl``: verl truncates
 its file on open, so each attempt writes its own), logs (``main_ppo-<attempt>.log``, ``tools.log``, ``mei.log``) and
 ``done.json`` once main_ppo exited 0 having logged the last step. A second invocation skips finished runs and
-restarts the others, which resume from their last checkpoint under ``--checkpoints`` (verl's ``resume_mode: auto``).
+restarts the others, which resume from their last checkpoint under ``--checkpoints`` (verl's ``resume_mode: auto``);
+one with a larger ``--steps`` extends the finished runs the same way.
 Then ``python -m verl_ext.eval training OUT/*/seed* --out OUT/plots`` overlays them, grouped by estimator.
 
 Why a Python driver rather than a shell loop: ports, per-run services and their teardown (a run's process group
@@ -83,7 +84,10 @@ def plan(estimators: list[str], seeds: list[int]) -> list[Run]:
 
 
 def finished(run: Run, settings: Settings) -> bool:
-    return (run.directory(settings) / "done.json").is_file()
+    """Done with at least ``settings.steps`` updates: a larger ``--steps`` extends a finished run from its last
+    checkpoint (verl resumes it), the warm start untouched."""
+    done = run.directory(settings) / "done.json"
+    return done.is_file() and json.loads(done.read_text())["steps"] >= settings.steps
 
 
 def attempt(run: Run, settings: Settings) -> int:

@@ -89,6 +89,11 @@ def test_each_estimator_and_seed_runs_once_then_is_skipped(inputs, tmp_path, cap
     printed = capsys.readouterr().out
     assert printed.count("done, skipped") == 4 and '"status"' not in printed
     assert not list(out.glob("*/seed*/main_ppo-2.log"))
+    # more steps asked: every run is extended by a second attempt (verl resumes it from its last checkpoint)
+    more = [*inputs[:inputs.index("--steps")], "--steps", "6", "--parallel", "2"]
+    assert driver.main(more) == 0
+    assert {json.loads(p.read_text())["last_step"] for p in out.glob("*/seed*/done.json")} == {6}
+    assert len(list(out.glob("*/seed*/main_ppo-2.log"))) == 4
 
 
 def test_a_run_cut_short_is_not_done_and_its_next_attempt_logs_apart(inputs, tmp_path, monkeypatch):
