@@ -132,12 +132,17 @@ def tool_server_argv(run: Run, settings: Settings, mei_port: int) -> list[str]:
             "--mei-log", str(run.directory(settings) / "mei" / "mei.jsonl"), "--no-ocr"]
 
 
+def service_env() -> dict[str, str]:
+    """Every process of a run: this checkout importable wherever the driver was started from, ``SERVICE_ENV``."""
+    return {**os.environ, **SERVICE_ENV,
+            "PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(REPO)) if p)}
+
+
 def run_env(run: Run, settings: Settings, mei_port: int, tool_url: str, number: int) -> dict[str, str]:
     """What the recipe and the neos trainer read from the environment, for this run and attempt."""
     directory = run.directory(settings)
     return {
-        **os.environ, **SERVICE_ENV,
-        "PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(REPO)) if p),
+        **service_env(),
         "NEOS_CURVE_DATA": str(settings.data), "NEOS_CURVE_POLICY": str(settings.policy),
         "NEOS_MEI_MODEL": str(settings.mei), "NEOS_MEI_LOG": str(directory / "mei" / "mei.jsonl"),
         "NEOS_MEI_SERVER_URL": f"http://127.0.0.1:{mei_port}", "NEOS_TOOL_SERVER_URL": tool_url,
@@ -173,28 +178,25 @@ def run_one(run: Run, settings: Settings) -> dict:
     """Services up, ``main_ppo`` to its end or ``--timeout-s``, services down; ``done.json`` when it finished."""
     import asyncio
 
-    from tool_server.ray_fleet import die_with_parent
     from verl_ext.mei.vllm_server import wait_healthy
 
     directory, number = run.directory(settings), attempt(run, settings)
     (directory / "mei").mkdir(parents=True, exist_ok=True)
     start, mei_port = time.monotonic(), free_port()
-    env = {**os.environ, **SERVICE_ENV}
+    env = service_env()
     procs: list[subprocess.Popen] = []
     try:
         with open(directory / "mei.log", "a") as mei_log, open(directory / "tools.log", "a") as tools_log:
             procs.append(subprocess.Popen(mei_command(settings, mei_port), env=env, stdout=mei_log,
-                                          stderr=subprocess.STDOUT, start_new_session=True,
-                                          preexec_fn=die_with_parent))
+                                          stderr=subprocess.STDOUT, start_new_session=True))
             asyncio.run(wait_healthy(f"http://127.0.0.1:{mei_port}", procs[0], timeout_s=600))
             tools, tool_url = start_tools(tool_server_argv(run, settings, mei_port), stderr=tools_log.fileno(),
-                                          preexec_fn=die_with_parent)
+                                          env=env)
             procs.append(tools)
             log_path = directory / f"main_ppo-{number}.log"
             with open(log_path, "w") as log:
                 trainer = subprocess.Popen(main_ppo_command(run, settings), cwd=directory, stdout=log,
                                            stderr=subprocess.STDOUT, start_new_session=True,
-                                           preexec_fn=die_with_parent,
                                            env=run_env(run, settings, mei_port, tool_url, number))
                 procs.append(trainer)
                 try:
@@ -251,7 +253,7 @@ def parser() -> OneLineParser:
     return p
 
 
-def _input_error(p: argparse.ArgumentParser, args: argparse.Namespace) -> str | None:
+def _input_error(args: argparse.Namespace) -> str | None:
     required = {"--data": [args.data / "rl.parquet", args.data / "benchmark.parquet"],
                 "--policy": [args.policy / "config.json"], "--mei": [args.mei / "config.json"],
                 "--world": [args.world / "manifest.json"]}
@@ -272,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     split = argv.index("--") if "--" in argv else len(argv)
     p = parser()
     args = p.parse_args(argv[:split])
-    problem = _input_error(p, args)
+    problem = _input_error(args)
     if problem:
         p.error(problem)
     settings = Settings(data=args.data.resolve(), policy=args.policy.resolve(), mei=args.mei.resolve(),

@@ -39,7 +39,8 @@ with open(os.environ["VERL_FILE_LOGGER_PATH"], "w") as f:
     for step in range(1, stop + 1):
         f.write(json.dumps({"step": step, "data": {"critic/score/mean": step / 10}}) + "\\n")
 seen = {k: os.environ[k] for k in ("NEOS_CURVE_DATA", "NEOS_CURVE_POLICY", "NEOS_MEI_MODEL", "NEOS_MEI_LOG",
-                                   "NEOS_MEI_SERVER_URL", "NEOS_TOOL_SERVER_URL", "VERL_FILE_LOGGER_PATH")}
+                                   "NEOS_MEI_SERVER_URL", "NEOS_TOOL_SERVER_URL", "VERL_FILE_LOGGER_PATH",
+                                   "PYTHONPATH", "VERL_USE_EXTERNAL_MODULES")}
 json.dump({"args": args, "env": seen, "began": began, "ended": time.time()}, open("seen.json", "w"))
 sys.exit(0 if stop == steps else 1)
 """
@@ -81,6 +82,8 @@ def test_each_estimator_and_seed_runs_once_then_is_skipped(inputs, tmp_path, cap
             assert env["NEOS_MEI_LOG"] == str(run / "mei" / "mei.jsonl")
             assert env["NEOS_CURVE_DATA"] == str(tmp_path / "data")
             assert env["NEOS_TOOL_SERVER_URL"] == "http://127.0.0.1:9"
+            assert str(driver.REPO) in env["PYTHONPATH"].split(":")  # our plugin, wherever the driver started
+            assert env["VERL_USE_EXTERNAL_MODULES"] == "verl_ext.plugin"
     assert len({s["env"]["NEOS_MEI_SERVER_URL"] for s in seen.values()}) == 4  # an MEI server per run
     # two waves of --parallel 2, seed by seed: the second starts once the first has ended (an order, not a speed)
     assert max(seen[e, 1]["ended"] for e in driver.ESTIMATORS) <= min(seen[e, 2]["began"] for e in driver.ESTIMATORS)
