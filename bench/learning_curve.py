@@ -116,12 +116,14 @@ def main_ppo_command(run: Run, settings: Settings) -> list[str]:
 
 
 def mei_command(settings: Settings, port: int) -> list[str]:
-    """The run's MEI server: vLLM on its share of the GPU (the smoke's engine flags), the warm start as v0."""
+    """The run's MEI server: vLLM on its share of the GPU (the smoke's engine flags), the warm start as v0; at most 64
+    requests at once (a run's 32 trajectories make one MEI call at a time each), which also bounds the sampler's
+    memory vLLM reserves at start (its default on an H100 is 1,024 sequences of 151,669 logits)."""
     from verl_ext.mei.serving import ServeSettings, server_command
 
     serve = ServeSettings(engine="vllm", max_new_tokens=MEI_MAX_NEW_TOKENS,
                           args=["--gpu-memory-utilization", str(settings.mei_gpu_share), "--max-model-len", "16384",
-                                "--enforce-eager", "--generation-config", "vllm"])
+                                "--max-num-seqs", "64", "--enforce-eager", "--generation-config", "vllm"])
     return server_command(serve, str(settings.mei), "v0", port)
 
 
