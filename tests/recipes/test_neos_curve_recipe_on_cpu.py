@@ -75,6 +75,17 @@ def test_one_gpu_vllm_rollout_our_loop_and_the_answer_rule(jobs):
     assert job["trainer"]["n_gpus_per_node"] == 1
 
 
+def test_rl_sees_images_at_the_resolution_the_warm_start_was_trained_at(jobs, tiny_vl_model_dir):
+    # verl's SFT trainer processes images with the model's saved processor; RL with data.mm_processor_kwargs
+    import json
+
+    from verl_ext.models.tiny_vl import MAX_PIXELS, MIN_PIXELS
+
+    saved = json.loads((tiny_vl_model_dir / "processor_config.json").read_text())["image_processor"]["size"]
+    size = jobs["turn_credit"]["data"]["mm_processor_kwargs"]["size"]
+    assert size == saved == {"shortest_edge": MIN_PIXELS, "longest_edge": MAX_PIXELS}
+
+
 def test_verl_validates_both_runs(jobs):
     from verl.utils.config import validate_config
 
