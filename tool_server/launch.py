@@ -6,22 +6,24 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 
 def start(
-    argv: Sequence[str], *, stderr: int | None = subprocess.DEVNULL, preexec_fn: Callable[[], None] | None = None
+    argv: Sequence[str], *, stderr: int | None = subprocess.DEVNULL, preexec_fn: Callable[[], None] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> tuple[subprocess.Popen, str]:
     """``python -m tool_server ARGV`` once it listens: the process and the URL it announced. ``stderr``: where its
-    log goes (default: discarded; None: this process's stderr)."""
+    log goes (default: discarded; None: this process's stderr); ``env``: its environment (default: this process's)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "tool_server", *argv],
         stdout=subprocess.PIPE,
         stderr=stderr,
         text=True,
         preexec_fn=preexec_fn,
+        env=env,
     )
     line = proc.stdout.readline() if proc.stdout else ""
     if "listening on " not in line:

@@ -398,13 +398,14 @@ def _misplaced_flag(args: argparse.Namespace) -> str | None:
 
 
 def synth_config(args: argparse.Namespace, kg: bool) -> SynthConfig:
-    """The synthesis settings: a loaded KG's relation variants or the offline world's, and ``--min-hops`` and
-    ``--max-hops`` on the structures (a Namespace built without them keeps the defaults)."""
+    """The synthesis settings: a loaded KG's relation variants or the offline world's, ``--min-hops`` and
+    ``--max-hops`` on the structures and ``--keep-closed-book`` (a Namespace built without them keeps the
+    defaults)."""
     base = SynthConfig(seed_kinds=None, variants=KG_RELATION_VARIANTS) if kg else \
         SynthConfig(seed_free_variants=SEED_FREE_VARIANTS, convergent_variants=CONVERGENT_VARIANTS)
     hops = replace(base.structures, min_hops=getattr(args, "min_hops", base.structures.min_hops),
                    max_hops=getattr(args, "max_hops", base.structures.max_hops))
-    return replace(base, structures=hops)
+    return replace(base, structures=hops, closed_book=not getattr(args, "keep_closed_book", False))
 
 
 async def _health(url: str) -> None:
@@ -448,6 +449,7 @@ def main(args: argparse.Namespace) -> int:
     log.close()
     stats = statistics(outcomes)
     stats["hop_limits"] = {"min": config.structures.min_hops, "max": config.structures.max_hops}
+    stats["closed_book_filter"] = config.closed_book  # False: --keep-closed-book, tasks for a from-scratch policy
     stats["answer_type_cap"] = answer_type_cap(args.limit, type_share)
     stats["contested_facts"] = contested_report(world)
     stats["closed_book_recognised_images"] = closed_book_reach(world)

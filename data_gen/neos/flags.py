@@ -58,6 +58,11 @@ def parser(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--max-hops", type=whole_number(MIN_HOPS), default=MAX_HOPS, metavar="N",
                    help="keep only structures of at most N hops: the difficulty knob, 2 for the easiest tasks "
                    f"(default: {MAX_HOPS}; a resumed --out keeps the tasks it already holds)")
+    p.add_argument("--keep-closed-book", action="store_true",
+                   help="skip the closed-book filter: keep tasks a strong pretrained model could answer without a "
+                   "tool, for a policy trained from scratch, which knows no flag or capital (about 85%% of the small "
+                   "world's 2-hop candidates; a resumed --out keeps the rejections it holds; default: filtered, as "
+                   "in the paper)")
     p.add_argument("--answer-type-share", type=share, default=None, metavar="F",
                    help="with --limit: verify at most F x N tasks of one answer type (entity kind; at least one), "
                    f"so that no kind fills the run (default: {ANSWER_TYPE_SHARE}); a world with too few reachable "

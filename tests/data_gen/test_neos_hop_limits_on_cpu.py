@@ -40,3 +40,19 @@ def test_a_run_capped_at_two_hops_writes_only_two_hop_tasks(small_world, tmp_pat
     assert len(verified) == 3 and {len(t["steps"]) for t in verified} == {2}  # a task has at least 2 steps
     stats = json.loads((out / "stats.json").read_text())
     assert stats["hops"] == {"2": 3} and stats["hop_limits"] == {"min": 2, "max": 2}
+
+
+def test_keep_closed_book_turns_the_closed_book_filter_off_and_nothing_else():
+    # The learning curve's from-scratch policy knows no flag: tasks a strong model answers closed-book are learnable
+    # tasks for it (issue 39). Default: the paper's filter stays on.
+    import argparse
+
+    from data_gen.neos.cli import synth_config
+    from data_gen.neos.flags import parser
+
+    default = synth_config(parser(argparse.ArgumentParser()).parse_args(["--world", "w", "--out", "o"]), kg=False)
+    kept = synth_config(parser(argparse.ArgumentParser()).parse_args(
+        ["--world", "w", "--out", "o", "--max-hops", "2", "--keep-closed-book"]), kg=False)
+    assert default.closed_book is True and kept.closed_book is False
+    assert (kept.structures.min_hops, kept.structures.max_hops) == (2, 2)
+    assert (kept.variants, kept.convergent_variants) == (default.variants, default.convergent_variants)

@@ -39,7 +39,8 @@ tests/rollout/test_hf_replica_on_gpu.py). Tools are JSON text in the parquet, he
 ``data_gen.common.sft``). lr 1e-3 (verl's FSDP optimizer default) so that a randomly initialised model's loss visibly
 falls in 6 steps over a handful of repeated episodes (``NEOS_SFT_LR`` and ``NEOS_SFT_STEPS`` change both).
 ``NEOS_SFT_WORKERS`` sets ``data.num_workers`` (the processor then runs beside the GPU step) and
-``NEOS_SFT_SAVE_FREQ`` ``trainer.save_freq`` (checkpoints a run cut short can still hand to the smoke).
+``NEOS_SFT_SAVE_FREQ`` ``trainer.save_freq`` (checkpoints a run cut short can still hand to the smoke) and
+``NEOS_SFT_BATCH`` ``data.train_batch_size`` (default 2; the learning curve's hundreds of rows take 16).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parents[2]
 STEPS = int(os.environ.get("NEOS_SFT_STEPS", 6))  # the RL smoke's warm start uses more (see test_neos_smoke_on_gpu)
 LR = float(os.environ.get("NEOS_SFT_LR", 1e-3))
-BATCH = 2
+BATCH = int(os.environ.get("NEOS_SFT_BATCH", 2))  # rows per optimizer step (micro-batches of 1)
 # the dataset's processor runs in the loader (~0.3-0.5 s a row on CPU): workers take it off the GPU step's path
 WORKERS = int(os.environ.get("NEOS_SFT_WORKERS", 0))
 SAVE_FREQ = int(os.environ.get("NEOS_SFT_SAVE_FREQ", -1))  # > 0: intermediate checkpoints a cut-short run can use

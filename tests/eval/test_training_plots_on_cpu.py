@@ -115,3 +115,53 @@ def test_tensorboard_event_files_read_the_same(tmp_path) -> None:
     assert series["neos_tools/calls_per_trajectory/FetchImage"] == [(1, 0.5), (2, 1.0), (3, 1.5)]
     written = training_plots(tmp_path / "tb", tmp_path / "plots")
     assert sorted(p.name for p in written) == ["credit_composition.png", "tool_use.png"]
+
+
+def _curve(path, values: dict[int, float], extra: dict | None = None) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"step": s, "data": {"val-core/neos/acc/mean@2": v, **(extra or {})}}) + "\n"
+                            for s, v in values.items()))
+
+
+def test_several_runs_overlay_grouped_by_estimator_with_each_groups_mean(tmp_path, capsys) -> None:
+    # bench/learning_curve.py's layout: OUT/<estimator>/seed<S>/metrics-<attempt>.jsonl. grpo/seed2 was cut after
+    # step 5 and resumed: its second attempt logs step 5 again (0.3, not the first attempt's 0.9) and step 10.
+    out = tmp_path / "curve"
+    _curve(out / "neos_turn_credit" / "seed1" / "metrics-1.jsonl", {0: 0.2, 5: 0.3, 10: 0.5},
+           {"neos_groups/mixed_share": 0.5, "mei/version_index": 1.0})
+    _curve(out / "neos_turn_credit" / "seed2" / "metrics-1.jsonl", {0: 0.2, 5: 0.4, 10: 0.6})
+    _curve(out / "grpo" / "seed1" / "metrics-1.jsonl", {0: 0.2, 5: 0.2, 10: 0.3})
+    _curve(out / "grpo" / "seed2" / "metrics-1.jsonl", {0: 0.2, 5: 0.9})
+    _curve(out / "grpo" / "seed2" / "metrics-2.jsonl", {5: 0.3, 10: 0.4})
+    (out / "grpo" / "seed2" / "mei").mkdir()
+    (out / "grpo" / "seed2" / "mei" / "mei.jsonl").write_text('{"call_id": "x"}\n')  # the tool server's MEI log
+    runs = sorted(str(p) for p in out.glob("*/seed*"))
+    assert main(["training", *runs, "--out", str(tmp_path / "plots")]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert [p.rsplit("/", 1)[-1] for p in printed[:2]] == ["curves.png", "curves.json"]
+    summary = json.loads((tmp_path / "plots" / "curves.json").read_text())
+    assert summary["runs"] == {"grpo": ["seed1", "seed2"], "neos_turn_credit": ["seed1", "seed2"]}
+    def rounded(points):  # [step, mean, runs]
+        return [[s, round(v, 9), n] for s, v, n in points]
+
+    grpo = summary["means"]["grpo"]["val-core/neos/acc/mean@2"]
+    assert rounded(grpo) == [[0, 0.2, 2], [5, 0.25, 2], [10, 0.35, 2]]
+    ours = summary["means"]["neos_turn_credit"]
+    assert rounded(ours["val-core/neos/acc/mean@2"]) == [[0, 0.2, 2], [5, 0.35, 2], [10, 0.55, 2]]
+    assert rounded(ours["neos_groups/mixed_share"]) == [[0, 0.5, 1], [5, 0.5, 1], [10, 0.5, 1]]
+    assert "neos_groups/mixed_share" not in summary["means"]["grpo"]  # not logged there: no made-up zero
+    assert "grpo: val-core/neos/acc/mean@2 0.200 (step 0) -> 0.350 (step 10), 2 runs" in printed
+    with Image.open(tmp_path / "plots" / "curves.png") as im:
+        assert im.width > 800  # three panels: success, mixed share, MEI version
+
+
+def test_overlay_of_runs_without_tracked_metrics_is_one_line(tmp_path, capsys) -> None:
+    for seed in (1, 2):
+        (tmp_path / "grpo" / f"seed{seed}").mkdir(parents=True)
+        (tmp_path / "grpo" / f"seed{seed}" / "m.jsonl").write_text('{"step": 1, "data": {"timing_s/gen": 3.0}}\n')
+    with pytest.raises(SystemExit) as exit_:
+        main(["training", str(tmp_path / "grpo" / "seed1"), str(tmp_path / "grpo" / "seed2"), "--out",
+              str(tmp_path / "plots")])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "none of the tracked metrics is logged" in err

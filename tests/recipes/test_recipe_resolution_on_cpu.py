@@ -107,7 +107,7 @@ def test_modalsearcher_recipe_is_rloo_over_six_rollouts_with_the_react_loop(jobs
     assert job["reward"]["reward_manager"]["name"] == "modalsearch_reward"
 
 
-def test_every_name_a_recipe_uses_is_registered_by_us_or_verl():
+def test_every_name_a_recipe_uses_is_registered_by_us_or_verl(monkeypatch):
     import verl  # noqa: F401  (loads our plugin)
     from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
     from verl.experimental.reward_loop.reward_manager.registry import REWARD_MANAGER
@@ -115,12 +115,15 @@ def test_every_name_a_recipe_uses_is_registered_by_us_or_verl():
 
     from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
 
-    for recipe in ("neos", "neos_smoke", "modalsearcher"):
+    monkeypatch.setenv("NEOS_CURVE_DATA", "/data/curve")
+    monkeypatch.setenv("NEOS_CURVE_POLICY", "/models/warm")
+    for recipe in ("neos", "neos_smoke", "neos_curve", "modalsearcher"):
         job = compose_in_process(f"+recipe={recipe}")
         assert job.trainer.v1.trainer_mode in TRAINER_REGISTRY
         assert job.algorithm.adv_estimator in ADV_ESTIMATOR_REGISTRY
         assert job.actor_rollout_ref.rollout.agent.default_agent_loop in _agent_loop_registry
         assert job.reward.reward_manager.name in REWARD_MANAGER
+    assert "grpo" in ADV_ESTIMATOR_REGISTRY  # neos_curve's other estimator
 
 
 def test_unknown_recipe_fails_with_hydras_message():

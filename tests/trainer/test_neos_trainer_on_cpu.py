@@ -195,6 +195,28 @@ def test_batch_metrics_answer_judge_fallback_share_over_llm_judged_answers():
     assert batch_metrics(rows, CreditParams())["neos_reward/judge_fallback_share"] == 1 / 3  # "rule" was a choice
 
 
+def test_group_metrics_count_the_batchs_groups_by_outcome_mix_from_transfer_queue(transfer_queue):
+    # q1: success and failure (mixed); q2: two failures; q3: one success (its second row is padding, not counted:
+    # it would make q3 look mixed if its score were read); rewards at 0.5 count as successes (the threshold).
+    from verl_ext.trainer.metrics import group_metrics
+    from verl_ext.trainer.rows import selected_groups
+
+    rows = [("q1", [0.0, 1.0]), ("q1", [0.0, 0.0]), ("q2", [0.0, 0.2]), ("q2", [0.0, 0.0]), ("q3", [0.0, 0.5]),
+            ("q3", [0.0, 0.0])]
+    keys = [f"{uid}_{i}_0" for i, (uid, _) in enumerate(rows)]
+    fields = tu.list_of_dict_to_tensordict([{"uid": uid, "rm_scores": torch.tensor(r)} for uid, r in rows])
+    transfer_queue.kv_batch_put(keys=keys, partition_id="groups_test", fields=fields, tags=[{}] * len(keys))
+    batch = KVBatchMeta(partition_id="groups_test", keys=keys, tags=[{}] * 5 + [{"is_padding": True}])
+
+    groups, scores = selected_groups(batch)
+    assert groups == ["q1", "q1", "q2", "q2", "q3"] and scores == pytest.approx([1.0, 0.0, 0.2, 0.0, 0.5])
+    assert group_metrics(groups, scores) == pytest.approx({"neos_groups/mixed_share": 1 / 3,
+                                                           "neos_groups/all_success_share": 1 / 3,
+                                                           "neos_groups/all_failure_share": 1 / 3})
+    assert group_metrics([], []) == {}  # an empty batch logs nothing rather than a 0 share
+    transfer_queue.kv_clear(keys=keys, partition_id="groups_test")
+
+
 def test_a_round_spanning_two_mei_versions_is_counted_and_warned(caplog):
     from verl_ext.mei.selection import RolloutResult
     from verl_ext.trainer.mei_coevolution import version_mix

@@ -8,7 +8,8 @@
   validation dump becomes the same results, judged and reported as an endpoint's.
 - ``report``: ``report.md``, plots, ``summary.json`` and the trajectory viewer from a run directory (or from
   trajectories exported during training, ``--trajectories FILE``).
-- ``training``: plots of a run's logged metrics (verl's file logger JSONL, TensorBoard events or console output).
+- ``training``: plots of a run's logged metrics (verl's file logger JSONL, TensorBoard events or console output);
+  several runs: their learning curves on one figure, grouped by estimator (``verl_ext.eval.curves``).
 
 Usage errors are one line on stderr and exit code 2.
 """
@@ -184,8 +185,10 @@ def parser() -> argparse.ArgumentParser:
                         "console logger)",
                         description="Plot a training run's logged metrics: verl's file logger JSONL, else its "
                         "TensorBoard event files, else its console logger's captured output.")
-    tr.add_argument("metrics", type=Path, help="the file logger's JSONL or a captured console log, or a run "
-                    "directory holding either or TensorBoard event files")
+    tr.add_argument("metrics", type=Path, nargs="+", help="the file logger's JSONL or a captured console log, or a "
+                    "run directory holding either or TensorBoard event files; several: their learning curves on one "
+                    "figure (curves.png), grouped by each run's parent directory (bench/learning_curve.py's "
+                    "OUT/<estimator>/seed<S>)")
     tr.add_argument("--out", type=Path, required=True, metavar="DIR", help="directory for the plots (created)")
     return p
 
@@ -339,14 +342,21 @@ def _report(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
 
 
 def _training(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
-    if not args.metrics.exists():
-        p.error(f"METRICS: {args.metrics}: no such file or directory")
-    from verl_ext.eval.training import training_plots
+    for path in args.metrics:
+        if not path.exists():
+            p.error(f"METRICS: {path}: no such file or directory")
+    if len(args.metrics) == 1:
+        from verl_ext.eval.training import training_plots
+
+        with _usage_errors(p):
+            written = training_plots(args.metrics[0], args.out)
+        print("\n".join(map(str, written)))
+        return 0
+    from verl_ext.eval.curves import first_and_last, overlay_plots
 
     with _usage_errors(p):
-        written = training_plots(args.metrics, args.out)
-    for path in written:
-        print(path)
+        written = overlay_plots(args.metrics, args.out)
+    print("\n".join([*map(str, written), *first_and_last(written[-1])]))
     return 0
 
 

@@ -11,7 +11,10 @@ event files of its ``tensorboard`` logger (``$TENSORBOARD_DIR``), or, failing bo
   (Neos Fig. 9), stacked;
 - ``sampler.png``: ``neos_sampler/*`` (the mixed-group sampler); ``mei.png``: ``mei/*`` (MEI co-evolution); one
   panel per metric, since these families mix counts, shares, losses, tokens and seconds;
+- ``groups.png``: ``neos_groups/*``, the batch's groups by outcome mix (mixed, all success, all failure);
 - ``reward.png``: ``critic/score/mean`` and every ``val-core/*`` accuracy.
+
+Several runs on one figure: :mod:`verl_ext.eval.curves`.
 
 A run directory also holds other JSONL (verl's validation and rollout dumps, ``{step}.jsonl``): in a directory only
 files whose first line is a file-logger line are read; a bad line further down such a file is an error.
@@ -36,6 +39,7 @@ FAMILIES = {
     "credit_composition.png": ("neos_credit/turn_share/", "credit-type share of judged failures' turns (Neos Fig. 9)"),
     "sampler.png": ("neos_sampler/", "mixed-group sampler"),
     "mei.png": ("mei/", "MEI co-evolution"),
+    "groups.png": ("neos_groups/", "the batch's groups by outcome mix"),
 }
 PANELLED = frozenset({"sampler.png", "mei.png"})  # metrics of unlike units: a panel each
 PANEL_COLUMNS = 3

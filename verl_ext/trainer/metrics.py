@@ -14,6 +14,7 @@ from typing import Any
 
 from verl_ext.credit.labels import CREDIT_KEY, CREDIT_TYPES, CreditLabels
 from verl_ext.credit.params import CreditParams
+from verl_ext.rollout.admission import SUCCESS_THRESHOLD
 from verl_ext.rollout.record import RECORD_KEY
 
 log = logging.getLogger(__name__)
@@ -91,3 +92,18 @@ def batch_metrics(rows: Sequence[dict[str, Any] | None], params: CreditParams) -
     if total:
         out.update({f"neos_credit/turn_share/{kind}": types[kind] / total for kind in CREDIT_TYPES})
     return out
+
+
+def group_metrics(groups: Sequence[str], scores: Sequence[float]) -> dict[str, float]:
+    """``neos_groups/{mixed,all_success,all_failure}_share``: the batch's groups (rows of one uid) by outcome mix.
+    Only a mixed group gives GRPO a non-zero advantage (and turn credit a success to judge failures against), so its
+    share says how much of a batch trains; the sampler's own ``neos_sampler/*`` count only when it is on."""
+    outcomes: dict[str, set[bool]] = {}
+    for group, score in zip(groups, scores, strict=True):
+        outcomes.setdefault(group, set()).add(score >= SUCCESS_THRESHOLD)
+    if not outcomes:
+        return {}
+    n = len(outcomes)
+    return {"neos_groups/mixed_share": sum(len(o) == 2 for o in outcomes.values()) / n,
+            "neos_groups/all_success_share": sum(o == {True} for o in outcomes.values()) / n,
+            "neos_groups/all_failure_share": sum(o == {False} for o in outcomes.values()) / n}

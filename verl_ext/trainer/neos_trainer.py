@@ -5,7 +5,8 @@
 - Turn credit: ``TurnCreditAdvantageMixin`` hands each row's judge labels (put beside the trajectory by
   ``NeosAgentLoopManagerTQ`` while the rest of the rollout runs) to the ``neos_turn_credit`` estimator.
 - MEI co-evolution: ``MEICoEvolutionMixin`` retains MEI calls after each update and fine-tunes MEI every K updates.
-- Diagnostics: the selected batch's tool-call mix and credit-type composition (``verl_ext.trainer.metrics``).
+- Diagnostics: the selected batch's tool-call mix, credit-type composition and mixed-group share
+  (``verl_ext.trainer.metrics``).
 - The policy's vision tower frozen (Neos, Appendix C): verl reads ``actor.freeze_vision_tower`` nowhere, so the
   trainer refuses a config whose engine would not do what that key says (``verl_ext.models.freeze``).
 - Everything else is verl's ``PPOTrainerSync``: colocated rollout and training, weights pushed after each step.
@@ -26,9 +27,9 @@ from verl_ext.advantage.estimator import credit_params_from_config
 from verl_ext.advantage.trainer_mixin import TurnCreditAdvantageMixin
 from verl_ext.models.freeze import vision_freeze_caveat, vision_freeze_gap
 from verl_ext.trainer.mei_coevolution import MEICoEvolutionMixin
-from verl_ext.trainer.metrics import batch_metrics
+from verl_ext.trainer.metrics import batch_metrics, group_metrics
 from verl_ext.trainer.mixed_groups import MixedGroupSamplingMixin
-from verl_ext.trainer.rows import selected_rows
+from verl_ext.trainer.rows import selected_groups, selected_rows
 
 TRAINER_NAME = "neos"
 
@@ -51,4 +52,5 @@ class NeosTrainer(MixedGroupSamplingMixin, MEICoEvolutionMixin, TurnCreditAdvant
     def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
         rows, _ = selected_rows(batch)
         metrics.update(batch_metrics(rows, credit_params_from_config(self.config.algorithm)))
+        metrics.update(group_metrics(*selected_groups(batch)))
         return super()._compute_metrics(batch, metrics, timing_raw, global_steps=global_steps, epoch=epoch)

@@ -1,0 +1,308 @@
+"""Learning curves on one GPU: ``+recipe=neos_curve`` for each estimator x seed from one warm-start checkpoint
+(docs/training.md, "Learning curve").
+
+Each run gets its own MEI server (``python -m verl_ext.mei.vllm_server`` on the warm-started MEI, reloaded in place
+by the run's MEI updates), its own tool server (``python -m tool_server --mei-endpoint``, its MEI log in the run's
+directory), its own Ray instance and its own share of the GPU, then ``python -m verl.trainer.main_ppo
++recipe=neos_curve algorithm.adv_estimator=E trainer.seed=S``. ``--parallel`` runs share the GPU at once.
+
+Runs start in waves of ``--parallel``, the next when the whole wave has ended: vLLM sizes its cache from the
+free memory it measures while it starts, which another run's trainer changes as it trains.
+
+``OUT/<estimator>/seed<S>/`` holds a run's metrics (verl's file logger, ``metrics-<attempt>.jsonl``: verl truncates
+its file on open, so each attempt writes its own), logs (``main_ppo-<attempt>.log``, ``tools.log``, ``mei.log``) and
+``done.json`` once main_ppo exited 0 having logged the last step. A second invocation skips finished runs and
+restarts the others, which resume from their last checkpoint under ``--checkpoints`` (verl's ``resume_mode: auto``);
+one with a larger ``--steps`` extends the finished runs the same way.
+Then ``python -m verl_ext.eval training OUT/*/seed* --out OUT/plots`` overlays them, grouped by estimator.
+
+Why a Python driver rather than a shell loop: ports, per-run services and their teardown (a run's process group
+killed at its time limit, with the Ray processes it started), resumability and input checks are one-line errors
+before anything starts, and ``--dry-run`` prints every command without a GPU (tests/bench/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from neos_core.usage import OneLineParser, positive_float, positive_int, share, whole_number
+from tool_server.launch import start as start_tools
+
+REPO = Path(__file__).resolve().parents[1]
+ESTIMATORS = ("neos_turn_credit", "grpo")
+RECIPE = "neos_curve"
+STEPS = 20  # the recipe's trainer.total_training_steps
+MEI_MAX_NEW_TOKENS = 768  # the smoke's: an MEI answer of the small world fits with room
+# What a checkout needs to run verl with our plugin; JAX kept off the GPU (the GPU image's JAX takes ~75% of it if
+# anything initialises it).
+SERVICE_ENV = {"VERL_USE_EXTERNAL_MODULES": "verl_ext.plugin", "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+               "JAX_PLATFORMS": "cpu"}
+
+
+@dataclass(frozen=True)
+class Settings:
+    data: Path
+    policy: Path
+    mei: Path
+    world: Path
+    out: Path
+    checkpoints: Path
+    steps: int
+    policy_gpu_share: float
+    mei_gpu_share: float
+    timeout_s: float
+    overrides: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Run:
+    estimator: str
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.estimator}/seed{self.seed}"
+
+    def directory(self, settings: Settings) -> Path:
+        return settings.out / self.estimator / f"seed{self.seed}"
+
+
+def plan(estimators: list[str], seeds: list[int]) -> list[Run]:
+    """Seeds outermost: with ``--parallel`` = number of estimators, each wave compares the estimators at one seed."""
+    return [Run(e, s) for s in seeds for e in estimators]
+
+
+def finished(run: Run, settings: Settings) -> bool:
+    """Done with at least ``settings.steps`` updates: a larger ``--steps`` extends a finished run from its last
+    checkpoint (verl resumes it), the warm start untouched."""
+    done = run.directory(settings) / "done.json"
+    return done.is_file() and json.loads(done.read_text())["steps"] >= settings.steps
+
+
+def attempt(run: Run, settings: Settings) -> int:
+    """1 + the attempts already logged in the run's directory."""
+    return 1 + len(list(run.directory(settings).glob("main_ppo-*.log")))
+
+
+def last_step(metrics: Path) -> int:
+    """The last step verl's file logger wrote (0: none)."""
+    if not metrics.is_file():
+        return 0
+    steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines() if line.strip()]
+    return max(steps, default=0)
+
+
+def main_ppo_command(run: Run, settings: Settings) -> list[str]:
+    """The run's ``main_ppo`` command: the recipe, the estimator and seed, the run's GPU share, checkpoint directory
+    and Ray instance of its own (``address=local``: a second run on the machine would otherwise join the first's)."""
+    return [sys.executable, "-m", "verl.trainer.main_ppo", f"+recipe={RECIPE}",
+            f"algorithm.adv_estimator={run.estimator}", f"trainer.seed={run.seed}",
+            f"trainer.total_training_steps={settings.steps}",
+            f"trainer.default_local_dir={settings.checkpoints / run.estimator / f'seed{run.seed}'}",
+            f"actor_rollout_ref.rollout.gpu_memory_utilization={settings.policy_gpu_share}",
+            "+ray_kwargs.ray_init.address=local", "+ray_kwargs.ray_init.include_dashboard=false",
+            *settings.overrides]
+
+
+def mei_command(settings: Settings, port: int) -> list[str]:
+    """The run's MEI server: vLLM on its share of the GPU (the smoke's engine flags), the warm start as v0; at most 64
+    requests at once (a run's 32 trajectories make one MEI call at a time each), which also bounds the sampler's
+    memory vLLM reserves at start (its default on an H100 is 1,024 sequences of 151,669 logits)."""
+    from verl_ext.mei.serving import ServeSettings, server_command
+
+    serve = ServeSettings(engine="vllm", max_new_tokens=MEI_MAX_NEW_TOKENS,
+                          args=["--gpu-memory-utilization", str(settings.mei_gpu_share), "--max-model-len", "16384",
+                                "--max-num-seqs", "64", "--enforce-eager", "--generation-config", "vllm"])
+    return server_command(serve, str(settings.mei), "v0", port)
+
+
+def tool_server_argv(run: Run, settings: Settings, mei_port: int) -> list[str]:
+    """``python -m tool_server`` for the run: a free port, its MEI at the run's MEI server, its MEI log in the run's
+    directory (what the trainer's co-evolution reads)."""
+    return ["--world", str(settings.world), "--port", "0", "--mei-endpoint", f"http://127.0.0.1:{mei_port}/v1",
+            "--mei-log", str(run.directory(settings) / "mei" / "mei.jsonl"), "--no-ocr"]
+
+
+def service_env() -> dict[str, str]:
+    """Every process of a run: this checkout importable wherever the driver was started from, ``SERVICE_ENV``."""
+    return {**os.environ, **SERVICE_ENV,
+            "PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(REPO)) if p)}
+
+
+def run_env(run: Run, settings: Settings, mei_port: int, tool_url: str, number: int) -> dict[str, str]:
+    """What the recipe and the neos trainer read from the environment, for this run and attempt."""
+    directory = run.directory(settings)
+    return {
+        **service_env(),
+        "NEOS_CURVE_DATA": str(settings.data), "NEOS_CURVE_POLICY": str(settings.policy),
+        "NEOS_MEI_MODEL": str(settings.mei), "NEOS_MEI_LOG": str(directory / "mei" / "mei.jsonl"),
+        "NEOS_MEI_SERVER_URL": f"http://127.0.0.1:{mei_port}", "NEOS_TOOL_SERVER_URL": tool_url,
+        "VERL_FILE_LOGGER_PATH": str(directory / f"metrics-{number}.jsonl"),
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """The process, and its group where it leads one (the MEI server's engine, main_ppo's Ray processes); the tool
+    server stops its own workers on SIGTERM."""
+    if proc.poll() is not None:
+        return
+    group = os.getpgid(proc.pid) == proc.pid
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if group:
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
+        try:
+            proc.wait(timeout=60)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_one(run: Run, settings: Settings) -> dict:
+    """Services up, ``main_ppo`` to its end or ``--timeout-s``, services down; ``done.json`` when it finished."""
+    import asyncio
+
+    from verl_ext.mei.vllm_server import wait_healthy
+
+    directory, number = run.directory(settings), attempt(run, settings)
+    (directory / "mei").mkdir(parents=True, exist_ok=True)
+    start, mei_port = time.monotonic(), free_port()
+    env = service_env()
+    procs: list[subprocess.Popen] = []
+    try:
+        with open(directory / "mei.log", "a") as mei_log, open(directory / "tools.log", "a") as tools_log:
+            procs.append(subprocess.Popen(mei_command(settings, mei_port), env=env, stdout=mei_log,
+                                          stderr=subprocess.STDOUT, start_new_session=True))
+            asyncio.run(wait_healthy(f"http://127.0.0.1:{mei_port}", procs[0], timeout_s=600))
+            tools, tool_url = start_tools(tool_server_argv(run, settings, mei_port), stderr=tools_log.fileno(),
+                                          env=env)
+            procs.append(tools)
+            log_path = directory / f"main_ppo-{number}.log"
+            with open(log_path, "w") as log:
+                trainer = subprocess.Popen(main_ppo_command(run, settings), cwd=directory, stdout=log,
+                                           stderr=subprocess.STDOUT, start_new_session=True,
+                                           env=run_env(run, settings, mei_port, tool_url, number))
+                procs.append(trainer)
+                try:
+                    code = trainer.wait(timeout=settings.timeout_s)
+                except subprocess.TimeoutExpired:
+                    code = None
+    except RuntimeError as err:
+        return {"run": run.name, "status": "failed", "why": str(err), "attempt": number}
+    finally:
+        for proc in reversed(procs):
+            _stop(proc)
+    step = last_step(directory / f"metrics-{number}.jsonl")
+    result = {"run": run.name, "estimator": run.estimator, "seed": run.seed, "attempt": number, "exit": code,
+              "last_step": step, "steps": settings.steps, "wall_s": round(time.monotonic() - start, 1)}
+    if code == 0 and step >= settings.steps:
+        (directory / "done.json").write_text(json.dumps(result, indent=2) + "\n")
+        return {**result, "status": "done"}
+    why = "timed out" if code is None else f"exit {code}"
+    return {**result, "status": "failed", "why": f"{why} at step {step} of {settings.steps}: {log_path}"}
+
+
+def parser() -> OneLineParser:
+    p = OneLineParser(prog="python bench/learning_curve.py", description="Learning curves on one GPU: the neos_curve "
+                      "recipe for each estimator and seed from one warm-start policy and MEI, several runs sharing "
+                      "the GPU, each with its own MEI server, tool server and log directory; finished runs are "
+                      "skipped. Arguments after -- are Hydra overrides for every run.")
+    p.add_argument("--data", type=Path, required=True, metavar="DIR",
+                   help="export of python -m data_gen neos --max-hops 2 --keep-closed-book (rl.parquet: RL "
+                   "questions, benchmark.parquet: the held-out set)")
+    p.add_argument("--policy", type=Path, required=True, metavar="DIR",
+                   help="the warm-started policy, an HF directory (the SFT checkpoint's huggingface/)")
+    p.add_argument("--mei", type=Path, required=True, metavar="DIR",
+                   help="the warm-started MEI, an HF directory (python -m verl_ext.mei.warm_start's v0/huggingface)")
+    p.add_argument("--world", type=Path, required=True, metavar="DIR", help="the world the data was generated on")
+    p.add_argument("--out", type=Path, required=True, metavar="DIR",
+                   help="runs' metrics and logs, OUT/<estimator>/seed<S>/ (small: bring it back from the GPU machine)")
+    p.add_argument("--checkpoints", type=Path, default=Path("/tmp/neos-curve-ckpt"), metavar="DIR",
+                   help="runs' checkpoints, resumed from by a restarted run (default: /tmp/neos-curve-ckpt)")
+    p.add_argument("--estimators", nargs="+", choices=ESTIMATORS, default=list(ESTIMATORS), metavar="NAME",
+                   help=f"algorithm.adv_estimator values (default: {' '.join(ESTIMATORS)})")
+    p.add_argument("--seeds", nargs="+", type=whole_number(0), default=[1, 2, 3], metavar="S",
+                   help="trainer.seed values (default: 1 2 3)")
+    p.add_argument("--steps", type=positive_int, default=STEPS, help=f"policy updates per run (default: {STEPS})")
+    p.add_argument("--parallel", type=positive_int, default=3, metavar="N",
+                   help="runs sharing the GPU at once, started together as a wave; the next wave starts when the "
+                   "whole wave has ended (default: 3, an H100's worth: docs/appendix/learning_curve.md)")
+    p.add_argument("--policy-gpu-share", type=share, default=0.08, metavar="F",
+                   help="each run's vLLM policy engine, rollout.gpu_memory_utilization (default: 0.08)")
+    p.add_argument("--mei-gpu-share", type=share, default=0.05, metavar="F",
+                   help="each run's vLLM MEI server, --gpu-memory-utilization (default: 0.05)")
+    p.add_argument("--timeout-s", type=positive_float, default=1200.0, metavar="SECONDS",
+                   help="one run's main_ppo limit, after which it is stopped and left to resume (default: 1200)")
+    p.add_argument("--dry-run", action="store_true", help="print each run's commands (or that it is done) and exit")
+    return p
+
+
+def _input_error(args: argparse.Namespace) -> str | None:
+    required = {"--data": [args.data / "rl.parquet", args.data / "benchmark.parquet"],
+                "--policy": [args.policy / "config.json"], "--mei": [args.mei / "config.json"],
+                "--world": [args.world / "manifest.json"]}
+    for flag, files in required.items():
+        missing = [f for f in files if not f.is_file()]
+        if missing:
+            return f"{flag}: {missing[0]} not found"
+    if args.out.exists() and not args.out.is_dir():
+        return f"--out: {args.out} is not a directory"
+    if args.parallel * (args.policy_gpu_share + args.mei_gpu_share) > 0.9:
+        return (f"--parallel {args.parallel} x (--policy-gpu-share {args.policy_gpu_share} + --mei-gpu-share "
+                f"{args.mei_gpu_share}) leaves the trainers under 10% of the GPU")
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    split = argv.index("--") if "--" in argv else len(argv)
+    p = parser()
+    args = p.parse_args(argv[:split])
+    problem = _input_error(args)
+    if problem:
+        p.error(problem)
+    settings = Settings(data=args.data.resolve(), policy=args.policy.resolve(), mei=args.mei.resolve(),
+                        world=args.world.resolve(), out=args.out.resolve(), checkpoints=args.checkpoints.resolve(),
+                        steps=args.steps, policy_gpu_share=args.policy_gpu_share, mei_gpu_share=args.mei_gpu_share,
+                        timeout_s=args.timeout_s, overrides=tuple(argv[split + 1:]))
+    runs = plan(args.estimators, args.seeds)
+    pending = [r for r in runs if not finished(r, settings)]
+    for run in runs:
+        if run not in pending:
+            print(f"{run.name}: done, skipped ({run.directory(settings)}/done.json)")
+    if args.dry_run:
+        for run in pending:
+            print(f"{run.name} (attempt {attempt(run, settings)}):\n  mei: {shlex.join(mei_command(settings, 0))}\n"
+                  f"  tools: python -m tool_server {shlex.join(tool_server_argv(run, settings, 0))}\n"
+                  f"  main_ppo: {shlex.join(main_ppo_command(run, settings))}")
+        return 0
+    results = []
+    for first in range(0, len(pending), args.parallel):  # waves: no engine starts beside a run that trains
+        with ThreadPoolExecutor(max_workers=args.parallel) as pool:
+            for result in pool.map(lambda run: run_one(run, settings), pending[first:first + args.parallel]):
+                results.append(result)
+                print(json.dumps(result), flush=True)
+    print(f"plot: python -m verl_ext.eval training {settings.out}/*/seed* --out {settings.out}/plots")
+    return 0 if all(r["status"] == "done" for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

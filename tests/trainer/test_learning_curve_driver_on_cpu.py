@@ -1,0 +1,143 @@
+"""``bench/learning_curve.py`` with stand-ins for the three processes of a run (an MEI server answering ``/health``, a
+tool server announcing its URL, a ``main_ppo`` writing file-logger lines): every estimator x seed runs once with its
+own ports, log file and seed; a finished run is skipped on the next invocation; a run that stopped short is not
+marked done and its next attempt writes a metrics file of its own. The real commands are checked as printed by
+``--dry-run``; the GPU runs them (docs/training.md, "Learning curve")."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))  # the bench scripts, as they run
+import learning_curve as driver  # noqa: E402
+
+HEALTH = """
+import sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+class H(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers()
+    def log_message(self, *a):
+        pass
+HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+TOOLS = "import time; time.sleep(600)"
+# main_ppo: a file-logger line per step up to STOP (default: trainer.total_training_steps), then the exit code; what
+# it was given goes beside its log.
+MAIN_PPO = """
+import json, os, sys, time
+began = time.time()
+args = dict(a.split("=", 1) for a in sys.argv[1:] if "=" in a)
+steps = int(args["trainer.total_training_steps"])
+stop = int(os.environ.get("STAND_IN_STOP", steps))
+with open(os.environ["VERL_FILE_LOGGER_PATH"], "w") as f:
+    for step in range(1, stop + 1):
+        f.write(json.dumps({"step": step, "data": {"critic/score/mean": step / 10}}) + "\\n")
+seen = {k: os.environ[k] for k in ("NEOS_CURVE_DATA", "NEOS_CURVE_POLICY", "NEOS_MEI_MODEL", "NEOS_MEI_LOG",
+                                   "NEOS_MEI_SERVER_URL", "NEOS_TOOL_SERVER_URL", "VERL_FILE_LOGGER_PATH",
+                                   "PYTHONPATH", "VERL_USE_EXTERNAL_MODULES")}
+json.dump({"args": args, "env": seen, "began": began, "ended": time.time()}, open("seen.json", "w"))
+sys.exit(0 if stop == steps else 1)
+"""
+
+
+@pytest.fixture
+def inputs(tmp_path, monkeypatch):
+    for name, files in {"data": ["rl.parquet", "benchmark.parquet"], "policy": ["config.json"],
+                        "mei": ["config.json"], "world": ["manifest.json"]}.items():
+        (tmp_path / name).mkdir()
+        for f in files:
+            (tmp_path / name / f).write_text("")
+    monkeypatch.setattr(driver, "mei_command", lambda settings, port: [sys.executable, "-c", HEALTH, str(port)])
+    monkeypatch.setattr(driver, "start_tools", lambda argv, **kw: (subprocess.Popen([sys.executable, "-c", TOOLS],
+                                                                                  **kw), "http://127.0.0.1:9"))
+    real = driver.main_ppo_command
+    monkeypatch.setattr(driver, "main_ppo_command",
+                        lambda run, settings: [sys.executable, "-c", MAIN_PPO, *real(run, settings)[3:]])
+    return ["--data", str(tmp_path / "data"), "--policy", str(tmp_path / "policy"), "--mei", str(tmp_path / "mei"),
+            "--world", str(tmp_path / "world"), "--out", str(tmp_path / "out"), "--checkpoints",
+            str(tmp_path / "ckpt"), "--seeds", "1", "2", "--steps", "4", "--parallel", "2"]
+
+
+def test_each_estimator_and_seed_runs_once_then_is_skipped(inputs, tmp_path, capsys):
+    assert driver.main([*inputs, "--", "trainer.test_freq=2"]) == 0
+    out = tmp_path / "out"
+    seen = {}
+    for estimator in driver.ESTIMATORS:
+        for seed in (1, 2):
+            run = out / estimator / f"seed{seed}"
+            done = json.loads((run / "done.json").read_text())
+            assert (done["estimator"], done["seed"], done["last_step"], done["attempt"]) == (estimator, seed, 4, 1)
+            seen[estimator, seed] = json.loads((run / "seen.json").read_text())
+            args, env = seen[estimator, seed]["args"], seen[estimator, seed]["env"]
+            assert (args["algorithm.adv_estimator"], args["trainer.seed"]) == (estimator, str(seed))
+            assert args["trainer.default_local_dir"] == str(tmp_path / "ckpt" / estimator / f"seed{seed}")
+            assert args["trainer.test_freq"] == "2"  # the overrides after --
+            assert env["VERL_FILE_LOGGER_PATH"] == str(run / "metrics-1.jsonl")
+            assert env["NEOS_MEI_LOG"] == str(run / "mei" / "mei.jsonl")
+            assert env["NEOS_CURVE_DATA"] == str(tmp_path / "data")
+            assert env["NEOS_TOOL_SERVER_URL"] == "http://127.0.0.1:9"
+            assert str(driver.REPO) in env["PYTHONPATH"].split(":")  # our plugin, wherever the driver started
+            assert env["VERL_USE_EXTERNAL_MODULES"] == "verl_ext.plugin"
+    assert len({s["env"]["NEOS_MEI_SERVER_URL"] for s in seen.values()}) == 4  # an MEI server per run
+    # two waves of --parallel 2, seed by seed: the second starts once the first has ended (an order, not a speed)
+    assert max(seen[e, 1]["ended"] for e in driver.ESTIMATORS) <= min(seen[e, 2]["began"] for e in driver.ESTIMATORS)
+    capsys.readouterr()
+    assert driver.main(inputs) == 0  # all finished: nothing runs again
+    printed = capsys.readouterr().out
+    assert printed.count("done, skipped") == 4 and '"status"' not in printed
+    assert not list(out.glob("*/seed*/main_ppo-2.log"))
+    # more steps asked: every run is extended by a second attempt (verl resumes it from its last checkpoint)
+    more = [*inputs[:inputs.index("--steps")], "--steps", "6", "--parallel", "2"]
+    assert driver.main(more) == 0
+    assert {json.loads(p.read_text())["last_step"] for p in out.glob("*/seed*/done.json")} == {6}
+    assert len(list(out.glob("*/seed*/main_ppo-2.log"))) == 4
+
+
+def test_a_run_cut_short_is_not_done_and_its_next_attempt_logs_apart(inputs, tmp_path, monkeypatch):
+    one = [*inputs[:inputs.index("--seeds")], "--seeds", "1", "--estimators", "grpo", "--steps", "4"]
+    monkeypatch.setenv("STAND_IN_STOP", "3")
+    assert driver.main(one) == 1
+    run = tmp_path / "out" / "grpo" / "seed1"
+    assert not (run / "done.json").exists() and driver.last_step(run / "metrics-1.jsonl") == 3
+    monkeypatch.delenv("STAND_IN_STOP")
+    assert driver.main(one) == 0
+    assert json.loads((run / "done.json").read_text())["attempt"] == 2
+    assert driver.last_step(run / "metrics-1.jsonl") == 3  # the first attempt's lines are kept
+    assert json.loads((run / "seen.json").read_text())["env"]["VERL_FILE_LOGGER_PATH"] == str(run / "metrics-2.jsonl")
+
+
+def test_dry_run_prints_the_real_commands(tmp_path, inputs, capsys, monkeypatch):
+    monkeypatch.undo()  # the real command builders
+    assert driver.main([*inputs, "--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    main_ppo = [line for line in printed.splitlines() if "main_ppo:" in line]
+    assert len(main_ppo) == 4 and all("+recipe=neos_curve" in line for line in main_ppo)
+    assert "+ray_kwargs.ray_init.address=local" in main_ppo[0]  # a Ray instance per run
+    assert "actor_rollout_ref.rollout.gpu_memory_utilization=0.08" in main_ppo[0]
+    assert printed.count("verl_ext.mei.vllm_server") == 4 and "--gpu-memory-utilization 0.05" in printed
+    assert printed.count("python -m tool_server --world") == 4 and "--mei-log" in printed
+    assert not (tmp_path / "out").exists()  # nothing written
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--parallel", "8"], "leaves the trainers under 10% of the GPU"),
+    (["--seeds", "-1"], "argument --seeds"),
+])
+def test_bad_values_are_one_line_naming_the_flag(inputs, flags, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        driver.main([*inputs, *flags])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1 and message in err
+
+
+def test_a_missing_input_names_its_flag(inputs, tmp_path, capsys):
+    (tmp_path / "data" / "benchmark.parquet").unlink()
+    with pytest.raises(SystemExit):
+        driver.main(inputs)
+    assert "--data:" in capsys.readouterr().err and not (tmp_path / "out").exists()
