@@ -194,10 +194,13 @@ async def run_ours(args: argparse.Namespace, client: Any, processor: Any, config
     from verl_ext.rollout.instantiate import instantiate_agent_loop
 
     model_type = AutoConfig.from_pretrained(args.model).model_type  # verl's Continuous Token builder family
+    # drawn before the clock starts, as the replay's are: a rollout's images come decoded from its dataset
+    images = [question_image(args.seed * 100_000 + i, args.image_side) if args.image_side else None
+              for i in range(args.episodes)]
 
     async def episode(i: int) -> None:
         loop = instantiate_agent_loop(AGENT["agent"], client, processor, config, hf_model_type=model_type)
-        image = question_image(args.seed * 100_000 + i, args.image_side) if args.image_side else None
+        image = images[i]
         content: Any = f"Question number {i}: what does this picture show?"
         if image is not None:
             content = [{"type": "image", "image": image}, {"type": "text", "text": content}]
@@ -341,14 +344,13 @@ def vllm_rounds(args: argparse.Namespace, recording: Recording) -> list[float]:
         json.dump(asdict(recording), f)
     cmd = [sys.executable, __file__, "--replay", f.name, "--model", args.model, "--reps", str(args.reps)]
     print("vLLM's side, rerunnable alone:", " ".join(cmd[1:]), flush=True)  # if a time limit cuts this call short
-    lines = []
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) as proc:
         for line in proc.stdout:  # passed on as they come: a replay cut short by a timeout shows where it was
             print(line, end="", flush=True)
-            lines.append(line)
-    if proc.returncode:
-        raise subprocess.CalledProcessError(proc.returncode, cmd)
-    return json.loads(next(line for line in lines if line.startswith("REPLAY "))[7:])
+            if line.startswith("REPLAY "):  # the figures are in: the engine's shutdown is not waited for
+                proc.terminate()
+                return json.loads(line[7:])
+    raise subprocess.CalledProcessError(proc.returncode, cmd)
 
 
 # ---------------------------------------------------------------------------------------------- main
