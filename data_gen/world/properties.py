@@ -43,6 +43,9 @@ _LABELS: dict[str, str] = {
     "P1448": "official name",
     "P1549": "demonym",
     "P2124": "member count",
+    "P238": "IATA airport code",
+    "P239": "ICAO airport code",
+    "P931": "place served by transport hub",
     "P2046": "area",
     "P5061": "unit symbol",
     "x:animal_found_in": "animal found in",
@@ -102,6 +105,9 @@ TIME_ZONE = "x:time_zone"
 
 # The currency a country's current one replaced, dated by CLDR (data_gen.world.adapters.former_currencies).
 FORMER_CURRENCY = "x:former_currency"
+
+# The city an airport serves (airportsdata, checked against country-json; data_gen.world.adapters.airports).
+AIRPORT_CITY = "P931"
 
 # How many divisions a country's one KGeography map gives it (data_gen.world.adapters.kgeography), all of which the
 # world holds: "the state of Germany whose flag is ..." has the answers a reader finds, as P2124 does for members.

@@ -29,6 +29,7 @@ ADAPTERS: tuple[str, ...] = (
     "religions",
     "scripts",
     "time_zones",
+    "airports",
     "former_currencies",
 )
 
