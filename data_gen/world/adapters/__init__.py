@@ -30,6 +30,7 @@ ADAPTERS: tuple[str, ...] = (
     "scripts",
     "time_zones",
     "airports",
+    "summits",
     "former_currencies",
 )
 
