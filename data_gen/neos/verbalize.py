@@ -28,6 +28,7 @@ from data_gen.world.properties import (
     FORMER_CURRENCY,
     HIGHEST_POINT,
     LANDMARK_RELATION,
+    LOWEST_POINT,
     MAIN_RELIGION,
     NATIONAL_DISH,
     TIME_ZONE,
@@ -71,6 +72,7 @@ RELATION_PHRASES: dict[str, tuple[str, str]] = {
     TIME_ZONE: ("{p} keeps {x}", "{p} is the time zone of {x}"),
     AIRPORT_CITY: ("{p} serves {x}", "{p} is served by {x}"),
     HIGHEST_POINT: ("whose highest point is {x}", "{p} is the highest point of {x}"),
+    LOWEST_POINT: ("whose lowest point is {x}", "{p} is the lowest point of {x}"),
     FORMER_CURRENCY: ("whose former currency is {x}", "{p} is the former currency of {x}"),
 }
 KIND_NOUNS: dict[str, str] = {
@@ -82,6 +84,7 @@ KIND_NOUNS: dict[str, str] = {
     "artifact": "artifact", "animal": "animal", "plant": "plant", "landmark": "landmark",
     "element": "chemical element", "dish": "dish", "religion": "religion",
     "script": "script", "time_zone": "time zone", "airport": "airport", "summit": "summit",
+    "lowest_point": "place",
     **{kind: kind for kind in FEATURE_RELATIONS},
 }
 

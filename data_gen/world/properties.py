@@ -43,6 +43,7 @@ _LABELS: dict[str, str] = {
     "P1376": "capital of",
     "P1448": "official name",
     "P1549": "demonym",
+    "P1589": "lowest point",
     "P2124": "member count",
     "P238": "IATA airport code",
     "P239": "ICAO airport code",
@@ -110,8 +111,10 @@ FORMER_CURRENCY = "x:former_currency"
 # The city an airport serves (airportsdata, checked against country-json; data_gen.world.adapters.airports).
 AIRPORT_CITY = "P931"
 
-# A country's highest point, a named summit (CIA World Factbook; data_gen.world.adapters.summits).
+# A country's highest point, a named summit, and its lowest point, a named place below the coast's sea level or
+# inland (CIA World Factbook; data_gen.world.adapters.elevations).
 HIGHEST_POINT = "P610"
+LOWEST_POINT = "P1589"
 
 # How many divisions a country's one KGeography map gives it (data_gen.world.adapters.kgeography), all of which the
 # world holds: "the state of Germany whose flag is ..." has the answers a reader finds, as P2124 does for members.

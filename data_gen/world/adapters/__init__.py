@@ -30,7 +30,7 @@ ADAPTERS: tuple[str, ...] = (
     "scripts",
     "time_zones",
     "airports",
-    "summits",
+    "elevations",
     "former_currencies",
 )
 
