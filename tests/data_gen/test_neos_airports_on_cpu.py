@@ -47,7 +47,7 @@ def test_capitals_get_the_airports_both_sources_agree_on(found):
     assert sum(len(v) == 1 for v in by_city.values()) == 211
     assert [(a.iata, a.name, a.size) for a in by_city[AIZAWL]] == [("AJL", "Lengpui Airport", "medium")]
     assert [a.iata for a in by_city[KATHMANDU]] == ["KTM"]
-    # Islamabad's airport moved in 2018: airportsdata's ISB lies 20 km from country-json's
+    # Islamabad's airport moved in 2018: airportsdata's ISB lies 27 km from country-json's (the old one)
     assert left_out[ISLAMABAD] == "ISB: country-json places it elsewhere"
 
 
