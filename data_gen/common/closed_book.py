@@ -7,8 +7,9 @@ search to name the country an entry image shows, nor to tell which country's fla
 words; and it knows each country's capital, currency, official languages, continent and region, demonym and
 neighbours, its calling code, Internet domain and official name, and what each euro country used before the euro
 (the German mark). :class:`CommonKnowledge` holds exactly those facts of the world; everything else (a chemical
-element's discoverer, a capital's time zone, a language's script, a subdivision's flag, the currency Ghana used
-before its current cedi, a population as of a year, ...) needs a tool call.
+element's discoverer, a capital's time zone or airport, a language's script, a country's highest or lowest point
+where WordNet does not name it, a subdivision's flag, the currency Ghana used before its current cedi, a population
+as of a year, ...) needs a tool call.
 """
 
 from __future__ import annotations

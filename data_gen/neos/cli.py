@@ -16,8 +16,8 @@ import json
 import math
 import sys
 import time
-from collections import Counter
-from collections.abc import Sequence
+from collections import Counter, deque
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
@@ -168,7 +168,7 @@ async def _pipeline(world: World, synth: Synthesizer, observer: PaletteObserver,
         llm_probe = LLMTextOnlyProbe(llm, http) if llm else None
         vqa_probe = VLMEntryImageProbe(vlm, http, world.image_path) if vlm else None
         bar = progress(limit, verified, len(seeds), "neos", "seed")
-        for seed_entity in seeds:
+        for seed_entity in kinds_with_room_first(seeds, lambda s: _kind(world, s), shares):
             if limit is not None and verified >= limit:
                 break
             if f"seed:{seed_entity}" in log.done:
@@ -219,6 +219,26 @@ async def _pipeline(world: World, synth: Synthesizer, observer: PaletteObserver,
     return expert.report() if isinstance(expert, TeacherExpert) else None
 
 
+def kinds_with_room_first(seeds: Sequence[str], kind_of: Callable[[str], str], shares: Shares) -> Iterator[str]:
+    """``seeds``, the next one always of a kind with the fewest verified tasks so far (``shares``, read as the run
+    goes), ties in ``seeds``' order (the synthesizer's: kinds take turns). A task answers its seed, so the run's last
+    tasks go to a kind it has not answered yet rather than to one more time zone: under the type cap, 60 tasks then
+    reach every kind that verifies one (issue 36), and the kinds that verify none cost one pass over their seeds."""
+    queues: dict[str, deque[tuple[int, str]]] = {}
+    for i, seed in enumerate(seeds):
+        queues.setdefault(kind_of(seed), deque()).append((i, seed))
+    while queues:
+        kind = min(queues, key=lambda k: (shares.per_type[k], queues[k][0][0]))
+        yield queues[kind].popleft()[1]
+        if not queues[kind]:
+            del queues[kind]
+
+
+def _kind(world: World, seed: str) -> str:
+    entity = world.entities.get(seed)
+    return entity.kind if entity else seed.split(":", 1)[0]
+
+
 def share_rule(task: Task, shares: Shares) -> tuple[str, str] | None:
     """``(filter, detail)`` when verifying ``task`` would put its answer or its answer type over its share of the
     run (``Shares.over``), else None."""
@@ -228,8 +248,7 @@ def share_rule(task: Task, shares: Shares) -> tuple[str, str] | None:
 def seed_over_share(world: World, seed: str, shares: Shares) -> str | None:
     """The share filter every task of ``seed`` would fail (a task answers its seed), or None: such a seed is not
     synthesized, and ``seed_level`` counts it as ``skipped:<filter>``."""
-    entity = world.entities.get(seed)
-    over = shares.over(seed, entity.kind if entity else seed.split(":", 1)[0])
+    over = shares.over(seed, _kind(world, seed))
     return over[0] if over else None
 
 

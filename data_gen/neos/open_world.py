@@ -20,7 +20,9 @@ the chemical elements' facts (mendeleev): the world holds all 118, so "the chemi
 Finland" has the answers a reader finds, and the discoverers of an element are all listed or none is. A country's
 national dish and main religion are closed as the source names one (country-json), the countries of a dish or a
 religion open, and a language's script closed (CLDR's likely subtags give one; languages written officially in
-two get none), the languages of a script open; a capital's time zone (CLDR's metazone) closed, its cities open.
+two get none), the languages of a script open; a capital's time zone (CLDR's metazone) closed, its cities open; an
+airport's city closed, and a capital's airports closed where the world gives it any (it holds all of them); a
+country's highest and lowest points (the Factbook's) closed, the countries of a point open.
 """
 
 from __future__ import annotations
@@ -30,11 +32,14 @@ from collections.abc import Iterable, Mapping
 from data_gen.kg import KG, Structure
 from data_gen.world.adapters.people import DATES
 from data_gen.world.properties import (
+    AIRPORT_CITY,
     CULTURE_RELATIONS,
-    FEATURE_RELATIONS,
     DIVISION_COUNT,
+    FEATURE_RELATIONS,
     FORMER_CURRENCY,
+    HIGHEST_POINT,
     LANDMARK_RELATION,
+    LOWEST_POINT,
     MAIN_RELIGION,
     NATIONAL_DISH,
     TIME_ZONE,
@@ -75,6 +80,8 @@ OPEN_WORLD: dict[tuple[str, bool], str] = {
     (MAIN_RELIGION, False): "a religion is the main one of many countries",
     (WRITING_SYSTEM, False): "a script writes many languages (Cyrillic: Russian, Ukrainian, Bulgarian and more)",
     (TIME_ZONE, False): "many cities keep one time zone (34 capitals keep Central European Time)",
+    **{(rel, False): "a summit or a lake on a border is the point of both countries, which the Factbook may spell two "
+                     "ways (Mont Nimba, Monts Nimba)" for rel in (HIGHEST_POINT, LOWEST_POINT)},
     (FORMER_CURRENCY, False): "several countries used one currency before their own (the French franc: France and "
                               "its overseas departments)",
 }
@@ -114,6 +121,11 @@ CLOSED_WORLD: dict[tuple[str, bool], str] = {
                             "second (Serbian in Latin) get none",
     (TIME_ZONE, True): "a city's zone keeps one CLDR metazone at a time",
     (FORMER_CURRENCY, True): "CLDR dates one currency that the country's one current currency replaced",
+    (AIRPORT_CITY, True): "airportsdata files an airport under one city",
+    (HIGHEST_POINT, True): "the CIA World Factbook names one highest point per country",
+    (LOWEST_POINT, True): "the CIA World Factbook names one lowest point per country",
+    (AIRPORT_CITY, False): "the world holds every airport of a capital where it holds any, the list checked against "
+                           "country-json (data_gen.world.adapters.airports)",
 }
 
 # (relation, forward) -> why the world lacks the fact for some subjects that have it in reality: closed read from one
@@ -130,6 +142,12 @@ PARTIAL: dict[tuple[str, bool], str] = {
     (TIME_ZONE, True): "the world gives capitals only a time zone, and not Amman's or Damascus's (no CLDR metazone)",
     (FORMER_CURRENCY, True): "the world gives a former currency only where CLDR dates the current one replacing it, "
                              "and not where that currency is another country's current one (Nepal's Indian rupee)",
+    (HIGHEST_POINT, True): "the world gives no highest point where the Factbook's is unnamed (Benin) or WordNet names "
+                           "it (Kilimanjaro: textbook, left out)",
+    (LOWEST_POINT, True): "the world gives no lowest point at sea level (the coast's sea), unnamed or named by WordNet "
+                          "(the Dead Sea: textbook, left out)",
+    (AIRPORT_CITY, False): "the world gives airports only to capitals whose list both sources agree on (none to "
+                           "Vienna, whose airport airportsdata files under Schwechat)",
 }
 
 # (relation, forward) of OPEN_WORLD -> why it is closed after all when read from an entity whose list the world holds

@@ -27,10 +27,13 @@ from data_gen.neos.observer import IMAGE_KINDS, NAMED_SOURCES, Description, Obse
 from data_gen.neos.open_world import complete_lists, open_reason, pinning, pinning_noun, unlisted
 from data_gen.neos.verbalize import Rewriter, TemplateVerbalizer, Verbalizer, check_coverage
 from data_gen.world.properties import (
+    AIRPORT_CITY,
     CULTURE_RELATIONS,
     FEATURE_RELATIONS,
     FORMER_CURRENCY,
+    HIGHEST_POINT,
     LANDMARK_RELATION,
+    LOWEST_POINT,
     MAIN_RELIGION,
     NATIONAL_DISH,
     TIME_ZONE,
@@ -48,10 +51,10 @@ from neos_core.world.store import World
 # discoverer of a chemical element; an element by where it was discovered or the country it is named after; an
 # organisation whose member list the world holds completely by its member count (WordNet's stay open); a dish or a
 # religion as its country's one national dish or main religion; a script as its language's one script; a time
-# zone as a capital's.
+# zone or an airport as a capital's; a summit or a place as its country's highest or lowest point.
 SEED_KINDS = frozenset({"country", "city", "subdivision", "us_state", "currency", "language", "region", "continent",
                         "nationality", "person", "element", "organization", "dish", "religion",
-                        "script", "time_zone"})
+                        "script", "time_zone", "airport", "summit", "lowest_point"})
 
 
 # Relation families withheld from distinguishing sets, one DAG per entry: greedy selection always takes the same
@@ -64,10 +67,11 @@ SEED_KINDS = frozenset({"country", "city", "subdivision", "us_state", "currency"
 # same sort, and so are a food, an artifact, an animal, a plant or a landmark of one country and a country's only
 # citizen (P27) the world knows, and so is the one chemical element discovered in (P189) or named after (P138) one
 # country, and a country's national dish, main religion or former currency, a language's script and a capital's
-# time zone.
+# time zone or airport, and a country's highest and lowest points.
 _DEAD_ENDS = frozenset({"P36", "P1376", "P17", "P131", "P1549", "P27", "P189", "P138", *FEATURE_RELATIONS.values(),
                         *CULTURE_RELATIONS.values(), *WILDLIFE_RELATIONS.values(), LANDMARK_RELATION, NATIONAL_DISH,
-                        MAIN_RELIGION, WRITING_SYSTEM, TIME_ZONE, FORMER_CURRENCY})
+                        MAIN_RELIGION, WRITING_SYSTEM, TIME_ZONE, FORMER_CURRENCY, AIRPORT_CITY,
+                        HIGHEST_POINT, LOWEST_POINT})
 
 # A chemical element's country (P189, P138) is a dead end for the country but the way to the element's one
 # discoverer (P61): Finland's only element is yttrium, found by Johann Gadolin alone. The last variant withholds

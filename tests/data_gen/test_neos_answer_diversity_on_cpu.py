@@ -2,7 +2,7 @@
 the seed-free variants, and so does a country's only citizen (not through the occupation), kinds take turns in the
 seed order and within a kind the seeds closed facts single out from a pictured entity come first, no answer type
 takes more than its share of a run, the new relations read as English, and stats.json reports type and relation
-diversity."""
+diversity, and the next seed is of a kind with the fewest verified tasks."""
 
 from collections import Counter
 from dataclasses import replace
@@ -12,7 +12,7 @@ import pytest
 
 from data_gen.common.stats import Shares, answer_type_cap, diversity
 from data_gen.kg.distinguish import DistinguishingConfig
-from data_gen.neos.cli import answer_type, share_rule, short_of_limit
+from data_gen.neos.cli import answer_type, kinds_with_room_first, share_rule, short_of_limit
 from data_gen.neos.flags import ANSWER_TYPE_SHARE
 from neos_core.neos_tasks import Step, Task
 from data_gen.neos.synth import SEED_FREE_VARIANTS, SynthConfig, Synthesizer
@@ -168,3 +168,18 @@ def test_an_answer_type_share_without_a_limit_is_refused_before_anything_is_writ
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--answer-type-share only applies with --limit" in err
     assert not out.exists()
+
+
+def test_the_next_seed_is_of_a_kind_with_the_fewest_verified_tasks():
+    """Issue 36: the run's last tasks go to kinds not yet answered. Seeds a1 a2 a3 b1 b2 c1 (kind: first letter);
+    a1 verifies, b1 does not: b2 comes before a2 (b has none yet), then c1, then a's rest."""
+    shares = Shares(cap=1, type_cap=None)
+    order = kinds_with_room_first(["a1", "a2", "a3", "b1", "b2", "c1"], lambda s: s[0], shares)
+    assert next(order) == "a1"
+    shares.count("answer:a1", "a")
+    assert [next(order), next(order), next(order)] == ["b1", "b2", "c1"]  # kinds with none, in the seeds' order
+    assert list(order) == ["a2", "a3"]
+    # no verified task at all: the synthesizer's order, kinds taking turns as it gave them
+    assert list(kinds_with_room_first(["a1", "b1", "a2", "b2"], lambda s: s[0], Shares(cap=1, type_cap=None))) == \
+        ["a1", "b1", "a2", "b2"]
+

@@ -308,3 +308,23 @@ def test_help_is_clean_and_imports_no_torch_transformers_or_verl():
     assert done.stderr == "" and lines[-1] == "[]"
     assert lines[0].startswith("usage: python -m verl_ext.walkthrough")
     assert "One Neos RL step on CPU" in done.stdout and "``" not in done.stdout
+
+
+def test_a_distractor_page_names_no_path_item():
+    """Terbium's page says it was found in Sweden: on a path through Sweden a judge reading the visit would take it
+    for progress, so only gold (its page naming no path item) is a distractor; the answer itself never is."""
+    from types import SimpleNamespace
+
+    from neos_core.world.model import Entity, Page
+    from verl_ext.walkthrough.questions import pick_distractor
+
+    entities = {e.id: e for e in (Entity("element:y", "Yttrium", "element", page_id="Y"),
+                                  Entity("element:tb", "Terbium", "element", page_id="Tb"),
+                                  Entity("element:au", "Gold", "element", page_id="Au"))}
+    pages = {p.id: p for p in (Page("Y", "u/Y", "Yttrium", "Found in Finland.", "mendeleev"),
+                               Page("Tb", "u/Tb", "Terbium", "Discovered in Sweden.", "mendeleev"),
+                               Page("Au", "u/Au", "Gold", "Known since antiquity.", "mendeleev"))}
+    world = SimpleNamespace(entities=entities, pages=pages)
+    task = SimpleNamespace(answer_entity="element:y", answer="Yttrium", aliases=[],
+                           evidence=lambda: ["Norway", "Sweden", "Finland"])
+    assert {pick_distractor(world, task, random.Random(s)).name for s in range(20)} == {"Gold"}

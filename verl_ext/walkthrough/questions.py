@@ -68,7 +68,9 @@ def load_questions(tasks_dir: Path, world: World, limit: int, seed: int = 0) -> 
 
 def pick_distractor(world: World, task: Task, rng: random.Random) -> Distractor:
     """A world entity of the answer's kind with a page, off the task's path: no path name (or the answer, or an
-    alias) inside its name and no such name inside it, so a judge cannot mistake it for progress."""
+    alias) inside its name, no such name inside it, and none on its page (a judge reading the visit's observation
+    would take terbium's "discovered in Sweden" for progress on a path through Sweden), so a judge cannot mistake
+    it for progress."""
     kind = world.entities[task.answer_entity].kind
     taken = [n.lower() for n in (*task.evidence(), task.answer, *task.aliases)]
     candidates = sorted(
@@ -78,6 +80,7 @@ def pick_distractor(world: World, task: Task, rng: random.Random) -> Distractor:
         and e.page_id in world.pages
         and e.id != task.answer_entity
         and not any(n in e.label.lower() or e.label.lower() in n for n in taken)
+        and not any(n in world.pages[e.page_id].text.lower() for n in taken)
     )
     if not candidates:
         raise ValueError(f"the world has no other {kind!r} entity with a page to serve as a wrong answer")

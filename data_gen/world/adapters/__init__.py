@@ -29,6 +29,8 @@ ADAPTERS: tuple[str, ...] = (
     "religions",
     "scripts",
     "time_zones",
+    "airports",
+    "elevations",
     "former_currencies",
 )
 
