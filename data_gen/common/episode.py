@@ -14,6 +14,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from functools import lru_cache
 from typing import Any, Protocol as Interface
 
 from verl_ext.rollout.record import CallRecord, Protocol, TrajectoryRecord, TurnRecord
@@ -22,7 +23,14 @@ from verl_ext.tools.client import ToolCallError, ToolServerClient
 
 def found(name: str, text: str) -> bool:
     """``name`` occurs in ``text`` as a whole word or phrase, any case."""
-    return re.search(rf"(?<!\w){re.escape(name)}(?!\w)", text, re.IGNORECASE) is not None
+    return _whole_word(name).search(text) is not None
+
+
+@lru_cache(maxsize=65_536)
+def _whole_word(name: str) -> re.Pattern[str]:
+    """Compiled once per name: a run checks tens of thousands of (name, text) pairs over a few thousand names, more
+    than ``re``'s own cache of 512 patterns holds (a run spent a quarter of its CPU recompiling)."""
+    return re.compile(rf"(?<!\w){re.escape(name)}(?!\w)", re.IGNORECASE)
 
 
 def call_text(name: str, arguments: dict[str, Any]) -> str:
