@@ -7,7 +7,10 @@ directory), its own Ray instance and its own share of the GPU, then ``python -m 
 +recipe=neos_curve algorithm.adv_estimator=E trainer.seed=S``. ``--parallel`` runs share the GPU at once.
 
 Runs start in waves of ``--parallel``, the next when the whole wave has ended: vLLM sizes its cache from the
-free memory it measures while it starts, which another run's trainer changes as it trains.
+free memory it measures while it starts, which another run's trainer changes as it trains. Within a wave the runs
+start one at a time (MEI server up, then ``main_ppo`` until verl reports its rollout engine started): two vLLM
+engines profiling at once each count the other's allocations as their own (on 2026-12-07 two replicas started
+together on an H100 and one computed a KV cache of -16.5 GiB).
 
 ``OUT/<estimator>/seed<S>/`` holds a run's metrics (verl's file logger, ``metrics-<attempt>.jsonl``: verl truncates
 its file on open, so each attempt writes its own), logs (``main_ppo-<attempt>.log``, ``tools.log``, ``mei.log``) and
@@ -31,6 +34,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -176,6 +180,19 @@ def _stop(proc: subprocess.Popen) -> None:
             continue
 
 
+ENGINE_STARTED = "LLMServerManager: "  # verl prints it once a run's rollout engines have started (llm_server.py)
+START_GATE = threading.Lock()  # one run of a wave starting its vLLM engines at a time
+
+
+def wait_engine_started(log_path: Path, trainer: subprocess.Popen, timeout_s: float) -> None:
+    """Until the trainer's log says its rollout engine started, it exits, or ``timeout_s`` passes."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and trainer.poll() is None:
+        if ENGINE_STARTED in log_path.read_text(errors="replace"):
+            return
+        time.sleep(1)
+
+
 def run_one(run: Run, settings: Settings) -> dict:
     """Services up, ``main_ppo`` to its end or ``--timeout-s``, services down; ``done.json`` when it finished."""
     import asyncio
@@ -188,23 +205,25 @@ def run_one(run: Run, settings: Settings) -> dict:
     env = service_env()
     procs: list[subprocess.Popen] = []
     try:
-        with open(directory / "mei.log", "a") as mei_log, open(directory / "tools.log", "a") as tools_log:
-            procs.append(subprocess.Popen(mei_command(settings, mei_port), env=env, stdout=mei_log,
-                                          stderr=subprocess.STDOUT, start_new_session=True))
-            asyncio.run(wait_healthy(f"http://127.0.0.1:{mei_port}", procs[0], timeout_s=600))
-            tools, tool_url = start_tools(tool_server_argv(run, settings, mei_port), stderr=tools_log.fileno(),
-                                          env=env)
-            procs.append(tools)
-            log_path = directory / f"main_ppo-{number}.log"
-            with open(log_path, "w") as log:
+        log_path = directory / f"main_ppo-{number}.log"
+        with (open(directory / "mei.log", "a") as mei_log, open(directory / "tools.log", "a") as tools_log,
+              open(log_path, "w") as log):
+            with START_GATE:  # the next run of the wave starts its engines once this one's have started
+                procs.append(subprocess.Popen(mei_command(settings, mei_port), env=env, stdout=mei_log,
+                                              stderr=subprocess.STDOUT, start_new_session=True))
+                asyncio.run(wait_healthy(f"http://127.0.0.1:{mei_port}", procs[0], timeout_s=600))
+                tools, tool_url = start_tools(tool_server_argv(run, settings, mei_port), stderr=tools_log.fileno(),
+                                              env=env)
+                procs.append(tools)
                 trainer = subprocess.Popen(main_ppo_command(run, settings), cwd=directory, stdout=log,
                                            stderr=subprocess.STDOUT, start_new_session=True,
                                            env=run_env(run, settings, mei_port, tool_url, number))
                 procs.append(trainer)
-                try:
-                    code = trainer.wait(timeout=settings.timeout_s)
-                except subprocess.TimeoutExpired:
-                    code = None
+                wait_engine_started(log_path, trainer, timeout_s=settings.timeout_s)
+            try:
+                code = trainer.wait(timeout=max(settings.timeout_s - (time.monotonic() - start), 1))
+            except subprocess.TimeoutExpired:
+                code = None
     except RuntimeError as err:
         return {"run": run.name, "status": "failed", "why": str(err), "attempt": number}
     finally:

@@ -32,6 +32,9 @@ TOOLS = "import time; time.sleep(600)"
 MAIN_PPO = """
 import json, os, sys, time
 began = time.time()
+time.sleep(0.5)  # the rollout engine starting
+print("LLMServerManager: ['stand-in']", flush=True)  # what verl prints once it has
+ready = time.time()
 args = dict(a.split("=", 1) for a in sys.argv[1:] if "=" in a)
 steps = int(args["trainer.total_training_steps"])
 stop = int(os.environ.get("STAND_IN_STOP", steps))
@@ -41,7 +44,7 @@ with open(os.environ["VERL_FILE_LOGGER_PATH"], "w") as f:
 seen = {k: os.environ[k] for k in ("NEOS_CURVE_DATA", "NEOS_CURVE_POLICY", "NEOS_MEI_MODEL", "NEOS_MEI_LOG",
                                    "NEOS_MEI_SERVER_URL", "NEOS_TOOL_SERVER_URL", "VERL_FILE_LOGGER_PATH",
                                    "PYTHONPATH", "VERL_USE_EXTERNAL_MODULES")}
-json.dump({"args": args, "env": seen, "began": began, "ended": time.time()}, open("seen.json", "w"))
+json.dump({"args": args, "env": seen, "began": began, "ready": ready, "ended": time.time()}, open("seen.json", "w"))
 sys.exit(0 if stop == steps else 1)
 """
 
@@ -87,6 +90,10 @@ def test_each_estimator_and_seed_runs_once_then_is_skipped(inputs, tmp_path, cap
     assert len({s["env"]["NEOS_MEI_SERVER_URL"] for s in seen.values()}) == 4  # an MEI server per run
     # two waves of --parallel 2, seed by seed: the second starts once the first has ended (an order, not a speed)
     assert max(seen[e, 1]["ended"] for e in driver.ESTIMATORS) <= min(seen[e, 2]["began"] for e in driver.ESTIMATORS)
+    # within a wave, one run starts its engines at a time: the second once the first's have started
+    for seed in (1, 2):
+        first, second = sorted((seen[e, seed] for e in driver.ESTIMATORS), key=lambda s: s["began"])
+        assert first["ready"] <= second["began"]
     capsys.readouterr()
     assert driver.main(inputs) == 0  # all finished: nothing runs again
     printed = capsys.readouterr().out
