@@ -53,14 +53,14 @@ def flag_images(striped_png):
     return make
 
 
-MODALSEARCH_RUN_LIMIT = 20
+MODALSEARCH_RUN_LIMIT = 12
 
 
 @pytest.fixture(scope="session")
 def modalsearch_run(small_world, tmp_path_factory, features_cached):
-    """``python -m data_gen modalsearch --limit 20`` on the small world (defaults otherwise), run once for the
+    """``python -m data_gen modalsearch --limit 12`` on the small world (defaults otherwise), run once for the
     session: (its output directory, stats.json, the verified outcomes as JSON). The rules a whole run must keep are
-    checked on it together; 20 questions keep it near a minute on 2 cores (the 60-question figures are
+    checked on it together; 12 questions keep it near 20 s on 2 cores (the 60-question figures are
     docs/benchmarks.md's)."""
     import argparse
     import json
