@@ -25,7 +25,7 @@ def parser() -> argparse.ArgumentParser:
                        description="Fetch the source packages (cached) and build a world into --out; the directory "
                        "is checked before the build starts and replaced only once the new world is complete.")
     b.add_argument("--size", required=True, choices=SIZES,
-                   help="small: ~3k entities, for tests and make demo (~15 s once the sources are cached); full: ~67k "
+                   help="small: ~4k entities, for tests and make demo (~25 s once the sources are cached); full: ~67k "
                    "entities, for data generation at scale")
     b.add_argument("--out", required=True, type=Path, metavar="DIR",
                    help="world directory; created, or replaced if it holds a world (never a directory holding "
