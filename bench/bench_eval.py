@@ -47,6 +47,7 @@ def _scripted_policy():
     return module.scripted_policy
 
 
+from neos_core.ports import free_local_port  # noqa: E402
 from neos_core.usage import OneLineParser, int_list, nonnegative_float, positive_int  # noqa: E402
 from tool_server.launch import served  # noqa: E402
 
@@ -71,12 +72,6 @@ def serve(port: int, answers_file: Path, latency_s: float, judge_latency_s: floa
     app = web.Application(client_max_size=64 << 20)
     app.router.add_post("/v1/chat/completions", chat)
     web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait(port: int, timeout_s: float = 60) -> None:
@@ -152,7 +147,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         answers_file = Path(tmp) / "answers.json"
         answers_file.write_text(json.dumps(answers))
-        port = _free_port()
+        port = free_local_port()
         server = subprocess.Popen([sys.executable, __file__, "--world", str(args.world), "--bench", str(args.bench),
                                    "--latency", str(args.latency), "--judge-latency", str(args.judge_latency),
                                    "--serve", str(port), str(answers_file)],

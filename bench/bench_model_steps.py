@@ -23,6 +23,7 @@ import aiohttp
 from aiohttp import web
 
 from data_gen.common.llm import QuestionReply, SyncChat, Usage
+from neos_core.ports import free_local_port
 from neos_core.usage import OneLineParser, positive_int
 from verl_ext.reward.judge import JudgeConfig, chat_completion
 
@@ -38,12 +39,6 @@ def _serve(port: int) -> None:
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
     web.run_app(app, host="127.0.0.1", port=port, print=None)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def bare(config: JudgeConfig, calls: int) -> float:
@@ -84,7 +79,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main() -> None:
     args = parser().parse_args()
-    port = _free_port()
+    port = free_local_port()
     server = multiprocessing.Process(target=_serve, args=(port,), daemon=True)
     server.start()
     config = JudgeConfig(url=f"http://127.0.0.1:{port}/v1", model="bench")

@@ -34,6 +34,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
+from neos_core.ports import free_local_port  # noqa: E402
 from neos_core.usage import OneLineParser, int_list, positive_int, subset  # noqa: E402  (PYTHONPATH=. as above)
 from tool_server.loop import run, uvloop_available  # noqa: E402  (PYTHONPATH=. as in the command above)
 
@@ -102,14 +103,6 @@ def serve_trivial(port: int, loop: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- process control
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Server:
     def __init__(self, argv: list[str], cpu: int | None, *, name: str, timeout: float = 600) -> None:
         pre = ["taskset", "-c", str(cpu)] if cpu is not None else []
@@ -178,7 +171,7 @@ def start_ours(world: Path, cpu: int | None, *extra: str) -> Server:
 
 
 def start_baseline(world: Path, cpu: int | None) -> Server:
-    port = _free_port()
+    port = free_local_port()
     return Server(
         [sys.executable, str(Path(__file__).resolve()), "--serve-baseline", "--world", str(world), "--port", str(port),
          "--loop", LOOP],
@@ -188,7 +181,7 @@ def start_baseline(world: Path, cpu: int | None) -> Server:
 
 
 def start_trivial(cpu: int | None) -> Server:
-    port = _free_port()
+    port = free_local_port()
     return Server(
         [sys.executable, str(Path(__file__).resolve()), "--serve-trivial", "--port", str(port), "--loop", LOOP],
         cpu,

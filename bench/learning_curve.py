@@ -31,7 +31,6 @@ import json
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -40,6 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from neos_core.ports import free_local_port
 from neos_core.usage import OneLineParser, positive_float, positive_int, share, whole_number
 from tool_server.launch import start as start_tools
 
@@ -156,12 +156,6 @@ def run_env(run: Run, settings: Settings, mei_port: int, tool_url: str, number: 
     }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _stop(proc: subprocess.Popen) -> None:
     """The process, and its group where it leads one (the MEI server's engine, main_ppo's Ray processes); the tool
     server stops its own workers on SIGTERM."""
@@ -201,7 +195,7 @@ def run_one(run: Run, settings: Settings) -> dict:
 
     directory, number = run.directory(settings), attempt(run, settings)
     (directory / "mei").mkdir(parents=True, exist_ok=True)
-    start, mei_port = time.monotonic(), free_port()
+    start, mei_port = time.monotonic(), free_local_port()
     env = service_env()
     procs: list[subprocess.Popen] = []
     try:

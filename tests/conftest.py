@@ -316,14 +316,9 @@ def threaded_chat():
 @pytest.fixture(scope="session")
 def free_port():
     """``free_port()``: a loopback TCP port free right now (for servers a test starts as subprocesses)."""
-    import socket
+    from neos_core.ports import free_local_port
 
-    def pick() -> int:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return s.getsockname()[1]
-
-    return pick
+    return free_local_port
 
 
 @pytest.fixture(scope="session")

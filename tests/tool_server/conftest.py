@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 import types
@@ -15,6 +14,8 @@ from collections.abc import Awaitable, Callable
 import pytest
 import redis
 from aiohttp import web
+
+from neos_core.ports import free_local_port
 
 
 @pytest.fixture
@@ -87,12 +88,6 @@ async def serve(world, tmp_path):
         await client.close()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def redis_url():
     """A redis-server started on a free loopback port, or the existing server NEOS_TEST_REDIS_URL names."""
@@ -103,7 +98,7 @@ def redis_url():
     if binary is None:
         pytest.fail("redis-server binary not found: install the Debian package `redis-server` "
                     "(apt-get install -y redis-server) or set NEOS_TEST_REDIS_URL=redis://HOST:PORT/DB")
-    port = free_port()
+    port = free_local_port()
     proc = subprocess.Popen(
         [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

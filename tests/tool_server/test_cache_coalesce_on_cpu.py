@@ -13,10 +13,9 @@ import uuid
 
 import redis
 
+from neos_core.ports import free_local_port
 from neos_core.world.sources import default_cache_dir
 from tool_server.cache import TieredCache
-
-from .conftest import free_port
 
 # One process of a tool server, reduced to its cache: 4 concurrent identical misses once every process is ready (a
 # Redis key NS:go), the backend call counted in Redis (NS:backend_calls) and held open long enough for all to miss.
@@ -147,7 +146,7 @@ async def test_a_live_holder_past_the_bounded_wait_and_unshareable_results(redis
 
 
 async def test_redis_down_computes_without_coalescing_counted():
-    cache = TieredCache.from_config(memory_items=4, redis_url=f"redis://127.0.0.1:{free_port()}/0")
+    cache = TieredCache.from_config(memory_items=4, redis_url=f"redis://127.0.0.1:{free_local_port()}/0")
 
     async def backend() -> bytes:
         return b"v"

@@ -4,9 +4,8 @@ import asyncio
 
 import pytest
 
+from neos_core.ports import free_local_port
 from tool_server.cache import TieredCache, cache_key
-
-from .conftest import free_port
 
 
 def test_cache_key_is_canonical_and_scoped():
@@ -75,7 +74,7 @@ async def test_redis_shared_tier(redis_url, tmp_path):
 
 
 async def test_unreachable_redis_counts_errors_and_misses():
-    cache = TieredCache.from_config(memory_items=4, redis_url=f"redis://127.0.0.1:{free_port()}/0")
+    cache = TieredCache.from_config(memory_items=4, redis_url=f"redis://127.0.0.1:{free_local_port()}/0")
     await cache.set("k", b"v")  # memory gets it, redis fails
     assert await cache.get("k") == b"v"
     assert await cache.get("other") is None

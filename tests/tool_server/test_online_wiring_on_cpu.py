@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import io
-import socket
 
 import aiohttp
 import pytest
@@ -19,6 +18,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from PIL import Image
 
+from neos_core.ports import free_local_port
 from tool_server.app import RUNNER, create_app
 from tool_server.cache import TieredCache
 from tool_server.mei import MEIConfig, build_interface
@@ -38,12 +38,6 @@ def _png(size: tuple[int, int] = (6, 4), colour: tuple[int, int, int] = (10, 200
     buf = io.BytesIO()
     Image.new("RGB", size, colour).save(buf, format="PNG")
     return buf.getvalue()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Replay:
@@ -112,7 +106,7 @@ async def serve(world, tmp_path, replay):
     clients: list[TestClient] = []
 
     async def start(*, public: bool = True, reader: bool = False) -> TestClient:
-        port = _free_port()
+        port = free_local_port()
         search = LensClient(replay.base, "KEY", rate_per_s=None, retry=NO_RETRY)
         online = OnlineBackends(
             SafeFetcher(allowed_endpoints=[("127.0.0.1", replay.port)], timeout_s=5),
@@ -211,7 +205,7 @@ async def test_reverse_search_by_web_url_hands_the_url_over_and_refuses_blocked_
 async def test_pages_are_read_through_the_reader_after_the_address_checks(serve, replay):
     client = await serve(reader=True)
     sid = await _session(client)
-    other = _free_port()  # loopback, but not the replay's port
+    other = free_local_port()  # loopback, but not the replay's port
     urls = [f"{replay.base}/ada", f"http://localhost:{other}/admin", "http://10.1.2.3/", "http://[::1]/x"]
     status, visit = await _call(client, sid, "WebVisit", {"url": urls, "goal": "when was Ada Lovelace born"})
     assert status == 200
@@ -257,7 +251,7 @@ async def test_question_images_by_url_load_through_the_safe_fetcher(serve, repla
     assert status == 200 and replay.lens_urls == [f"{replay.base}/portrait.png"]
     for bad, kind, status_code in (
         ("http://10.0.0.1/a.png", "blocked_url", 403),
-        (f"http://127.0.0.1:{_free_port()}/a.png", "blocked_url", 403),
+        (f"http://127.0.0.1:{free_local_port()}/a.png", "blocked_url", 403),
         (f"{replay.base}/missing.png", "not_found", 404),
     ):
         r = await client.post("/v1/sessions", json={"images": [f"{replay.base}/portrait.png", bad]})

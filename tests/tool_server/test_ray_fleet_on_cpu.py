@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from omegaconf import OmegaConf
 
+from neos_core.ports import free_local_port
 from neos_core.world.sources import default_cache_dir
 from tool_server.ray_fleet import cluster_nodes, deploy
 from verl_ext.rllm.episode import SearchSettings
@@ -26,8 +27,6 @@ from verl_ext.rollout.tool_backend import ToolSession, tool_catalog
 from verl_ext.rollout.tool_fleet import deploy_configured
 from verl_ext.tools.client import ToolServerClient, ToolServerUnavailable
 from verl_ext.tools.shards import ServerShards, server_urls
-
-from .conftest import free_port
 
 
 def _server_args(small_world, tmp_path, name: str) -> list[str]:
@@ -132,7 +131,7 @@ def test_address_settings_take_one_url_a_list_or_a_comma_separated_string():
 
 
 async def test_with_every_server_down_an_open_fails_after_trying_each_once_counted():
-    urls = [f"http://127.0.0.1:{free_port()}" for _ in range(2)]  # nothing listens there
+    urls = [f"http://127.0.0.1:{free_local_port()}" for _ in range(2)]  # nothing listens there
     shards = ServerShards(urls, timeout_s=5.0)
     with pytest.raises(ToolServerUnavailable):
         await shards.place("g", lambda client: client.open_session([]))
