@@ -40,7 +40,11 @@ tests/rollout/test_hf_replica_on_gpu.py). Tools are JSON text in the parquet, he
 falls in 6 steps over a handful of repeated episodes (``NEOS_SFT_LR`` and ``NEOS_SFT_STEPS`` change both).
 ``NEOS_SFT_WORKERS`` sets ``data.num_workers`` (the processor then runs beside the GPU step) and
 ``NEOS_SFT_SAVE_FREQ`` ``trainer.save_freq`` (checkpoints a run cut short can still hand to the smoke) and
-``NEOS_SFT_BATCH`` ``data.train_batch_size`` (default 2; the learning curve's hundreds of rows take 16).
+``NEOS_SFT_BATCH`` ``data.train_batch_size`` (default 2; the learning curve's hundreds of rows take 16). The
+trainer's output goes to ``$OUT/sft_trainer.log`` as it runs (``grep train/loss`` it to follow a long warm start).
+``NEOS_SFT_MAX_TOKENS=N`` packs rows into verl's dynamic micro-batches of at most N tokens (``data.use_dynamic_bsz``)
+instead of one row each; the curve's warm start ran ~10 s a step of 16 single-row micro-batches on an H100 beside the
+MEI's warm start (2026-12-07), and whether packing helps this model is to be measured.
 """
 
 from __future__ import annotations
@@ -63,6 +67,8 @@ BATCH = int(os.environ.get("NEOS_SFT_BATCH", 2))  # rows per optimizer step (mic
 # the dataset's processor runs in the loader (~0.3-0.5 s a row on CPU): workers take it off the GPU step's path
 WORKERS = int(os.environ.get("NEOS_SFT_WORKERS", 0))
 SAVE_FREQ = int(os.environ.get("NEOS_SFT_SAVE_FREQ", -1))  # > 0: intermediate checkpoints a cut-short run can use
+# > 0: verl's dynamic micro-batches of at most this many tokens instead of one row each (fewer, larger GPU steps)
+MAX_TOKENS = int(os.environ.get("NEOS_SFT_MAX_TOKENS", 0))
 LOSS = re.compile(r"step:(\d+) - .*?train/loss:([0-9.eE+-]+)")
 
 
@@ -73,8 +79,8 @@ def overrides(model: Path, data: Path, out: Path) -> list[str]:
         "data.custom_cls.path=pkg://verl_ext.data.sft_dataset",
         "data.custom_cls.name=JsonToolsMultiTurnSFTDataset",
         f"data.train_batch_size={BATCH}",
-        "data.micro_batch_size_per_gpu=1",
-        "data.use_dynamic_bsz=false",
+        *(["data.use_dynamic_bsz=true", f"data.max_token_len_per_gpu={MAX_TOKENS}"] if MAX_TOKENS > 0
+          else ["data.micro_batch_size_per_gpu=1", "data.use_dynamic_bsz=false"]),
         "data.max_length=16384",
         "data.truncation=error",
         "data.pad_mode=no_padding",
@@ -132,10 +138,13 @@ def test_verl_sft_trainer_on_the_cold_start_data(tmp_path):
     }
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc_per_node=1",
                "-m", "verl.trainer.sft_trainer", *overrides(model, data, out)]
-    print(f"\n{rows} SFT rows; command:\n{shlex.join(command)}")
-    run = subprocess.run(command, check=False, cwd=tmp_path, env=env, capture_output=True, text=True,
-                         timeout=float(os.environ.get("NEOS_SFT_TIMEOUT", 540)))  # ~3 s a step on an H200
-    log = run.stdout + run.stderr
+    out.mkdir(parents=True, exist_ok=True)
+    log_path = out / "sft_trainer.log"  # written as it runs: follow the losses, keep them if the timeout ends it
+    print(f"\n{rows} SFT rows; log: {log_path}; command:\n{shlex.join(command)}")
+    with open(log_path, "w") as log_file:
+        run = subprocess.run(command, check=False, cwd=tmp_path, env=env, stdout=log_file, stderr=subprocess.STDOUT,
+                             timeout=float(os.environ.get("NEOS_SFT_TIMEOUT", 540)))  # ~3 s a step on an H200
+    log = log_path.read_text(errors="replace")
     assert run.returncode == 0, log[-8000:]
     losses = {int(step): float(loss) for step, loss in LOSS.findall(log)}
     for line in (m.group(0) for m in LOSS.finditer(log)):
