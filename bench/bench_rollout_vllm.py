@@ -17,6 +17,16 @@ vLLM's median round time over ours (the goal is >= 0.9) and the overhead per tur
 sides against :class:`StandInEngine` (instant random tokens, in-process): a CPU check of the workload, recording and
 replay; its ratio means nothing.
 
+Where ours runs its episodes: verl runs them in ``actor_rollout_ref.rollout.agent.num_workers`` ``AgentLoopWorker``
+Ray actors (its ``AgentLoopManager`` hands each a contiguous equal chunk of the batch), so building each episode's
+loop and handling its turns costs CPU in several processes, not one. ``--agent-workers N`` (default: verl's
+``num_workers``) does the same for the timed rounds: N :class:`EpisodeWorker` actors, each handed verl's
+``LLMServerClient`` and its chunk, its images drawn and its first episode run once when it starts (off the clock);
+a round is the wall time from starting every actor's chunk together to the last episode's end. With the stand-in
+each actor builds its own :class:`StandInEngine` (an in-process engine cannot be shared; it is a stand-in). The
+warm-up round always runs in this process, recorded: the replay needs its prompt ids. ``--agent-workers 1`` runs
+the timed rounds in this process too (the bench before the flag).
+
 On the GPU machine (verl + Ray + vLLM staged by ``../shared/gpu/gpu_wheels.sh``, environment of its README)::
 
     python -m verl_ext.models shape --like qwen3-vl-8b --out /tmp/q3vl8b
@@ -64,6 +74,9 @@ class Turn:
     prompt_ids: list[int]
     images: int
     generated: int
+
+
+RoundRan = list[dict[str, list[int]]]  # a timed round: per worker, each episode's uid and its tokens a turn
 
 
 @dataclass
@@ -187,29 +200,95 @@ def loop_config(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-async def run_ours(args: argparse.Namespace, client: Any, processor: Any, config: Any) -> float:
-    """One round: ``--episodes`` episodes at once, a fresh loop each (as verl's worker builds them); wall seconds."""
-    from transformers import AutoConfig
+def draw_images(args: argparse.Namespace, episodes: list[int]) -> dict[int, Any]:
+    """Each episode's question image, drawn before any clock starts, as the replay's are: a rollout's images come
+    decoded from its dataset."""
+    return {i: question_image(args.seed * 100_000 + i, args.image_side) if args.image_side else None
+            for i in episodes}
 
+
+async def run_episodes(args: argparse.Namespace, client: Any, processor: Any, config: Any, model_type: str,
+                       images: dict[int, Any]) -> dict[str, list[int]]:
+    """The episodes of ``images`` at once, a fresh loop each (as verl's worker builds them); per episode (its uid),
+    the tokens each turn generated, from the loop's own trajectory record."""
     from verl_ext.rollout.instantiate import instantiate_agent_loop
+    from verl_ext.rollout.record import RECORD_KEY
 
-    model_type = AutoConfig.from_pretrained(args.model).model_type  # verl's Continuous Token builder family
-    # drawn before the clock starts, as the replay's are: a rollout's images come decoded from its dataset
-    images = [question_image(args.seed * 100_000 + i, args.image_side) if args.image_side else None
-              for i in range(args.episodes)]
-
-    async def episode(i: int) -> None:
+    async def episode(i: int) -> tuple[str, list[int]]:
         loop = instantiate_agent_loop(AGENT["agent"], client, processor, config, hf_model_type=model_type)
         image = images[i]
         content: Any = f"Question number {i}: what does this picture show?"
         if image is not None:
             content = [{"type": "image", "image": image}, {"type": "text", "text": content}]
-        await loop.run({"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True},
-                       raw_prompt=[{"role": "user", "content": content}], uid=f"q{i}")
+        out = await loop.run({"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True},
+                             raw_prompt=[{"role": "user", "content": content}], uid=f"q{i}")
+        return f"q{i}", [end - start for start, end in (t["span"] for t in out.extra_fields[RECORD_KEY]["turns"])]
 
+    return dict(await asyncio.gather(*(episode(i) for i in images)))
+
+
+def _model_type(model: str) -> str:
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(model).model_type  # verl's Continuous Token builder family
+
+
+async def run_ours(args: argparse.Namespace, client: Any, processor: Any, config: Any) -> tuple[float, RoundRan]:
+    """One round in this process: every episode at once; wall seconds and what each episode ran."""
+    model_type, images = _model_type(args.model), draw_images(args, list(range(args.episodes)))
     start = time.perf_counter()
-    await asyncio.gather(*(episode(i) for i in range(args.episodes)))
-    return time.perf_counter() - start
+    ran = await run_episodes(args, client, processor, config, model_type, images)
+    return time.perf_counter() - start, [ran]
+
+
+class EpisodeWorker:
+    """One of verl's ``AgentLoopWorker`` actors, reduced to what the bench times: its chunk of the episodes, a fresh
+    loop each, over the client it was handed at start (as verl hands its workers the server client). Its processor,
+    images and modules are loaded when it starts, and :meth:`warm_up` runs its first episode once, off the clock: a
+    long-lived verl worker is past its first-call costs (module imports, the chat template's compilation), as this
+    process is after the recorded warm-up round. ``client=None``: a :class:`StandInEngine` of its own (the stand-in
+    answers in-process, so each actor holds one; only the workload is shared)."""
+
+    def __init__(self, args: argparse.Namespace, client: Any, config: Any, episodes: list[int], rank: int) -> None:
+        from transformers import AutoProcessor
+
+        import verl_ext.rollout.instantiate  # noqa: F401  (verl's and our loop modules, imported off the clock)
+
+        self.args, self.config = args, config
+        self.client = StandInEngine(args.seed + 1 + rank) if client is None else client
+        self.processor = AutoProcessor.from_pretrained(args.model)
+        self.model_type, self.images = _model_type(args.model), draw_images(args, episodes)
+
+    async def warm_up(self) -> dict[str, list[int]]:
+        first = min(self.images)
+        return await run_episodes(self.args, self.client, self.processor, self.config, self.model_type,
+                                  {first: self.images[first]})
+
+    async def run_round(self) -> dict[str, list[int]]:
+        return await run_episodes(self.args, self.client, self.processor, self.config, self.model_type, self.images)
+
+
+def worker_chunks(episodes: int, workers: int) -> list[list[int]]:
+    """The episode indices each worker runs: verl's ``AgentLoopManager`` splits its batch with ``DataProto.chunk``,
+    contiguous equal chunks (the batch must divide)."""
+    import numpy as np
+    from verl.protocol import DataProto
+
+    batch = DataProto(non_tensor_batch={"index": np.arange(episodes)})
+    return [chunk.non_tensor_batch["index"].tolist() for chunk in batch.chunk(workers)]
+
+
+async def start_workers(args: argparse.Namespace, client: Any, config: Any) -> list[Any]:
+    """``--agent-workers`` actors holding their chunks, started and warmed up (the barrier: start-up is not timed)."""
+    import ray
+
+    if __name__ != "__main__":  # imported (the tests): a script directory, so the actors get this module by value
+        ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    actor = ray.remote(EpisodeWorker)
+    workers = [actor.remote(args, client, config, chunk, rank)
+               for rank, chunk in enumerate(worker_chunks(args.episodes, args.agent_workers))]
+    await asyncio.gather(*(w.warm_up.remote() for w in workers))
+    return workers
 
 
 def capture_sizes(episodes: int) -> list[int]:
@@ -232,6 +311,7 @@ def _compose_vllm_config(args: argparse.Namespace):
             "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
             "actor_rollout_ref.rollout.load_format=dummy",
             "actor_rollout_ref.rollout.ignore_eos=True",
+            f"actor_rollout_ref.rollout.agent.num_workers={args.agent_workers}",
             f"actor_rollout_ref.rollout.gpu_memory_utilization={args.gpu_memory_utilization}",
             f"actor_rollout_ref.rollout.cudagraph_capture_sizes={capture_sizes(args.episodes)}",
             f"actor_rollout_ref.rollout.max_model_len={args.max_model_len}",
@@ -245,24 +325,27 @@ def _compose_vllm_config(args: argparse.Namespace):
     return config
 
 
-async def ours_rounds(args: argparse.Namespace, recording: Recording) -> list[float]:
-    """Warm-up (recorded) then ``--reps`` timed rounds of ours; the stand-in in-process, else verl's vLLM replica."""
+async def ours_rounds(args: argparse.Namespace, recording: Recording) -> tuple[list[float], list[RoundRan]]:
+    """Warm-up (in this process, recorded) then ``--reps`` timed rounds of ours, in this process (``--agent-workers
+    1``) or split over worker actors; the stand-in engine, else verl's vLLM replica. Round times and what ran."""
+    import ray
     from omegaconf import OmegaConf
     from transformers import AutoProcessor
 
+    start_ray = (args.engine != "stand-in" or args.agent_workers > 1) and not ray.is_initialized()
+    if start_ray:
+        ray.init(include_dashboard=False, log_to_driver=False)
     processor = AutoProcessor.from_pretrained(args.model)
     if args.engine == "stand-in":
         engine = StandInEngine(args.seed)
         config = OmegaConf.create({"actor_rollout_ref": {"rollout": loop_config(args)}, "data": {}})
-        inner, reset = engine, engine.reset_prefix_cache
+        inner, reset, shared = engine, engine.reset_prefix_cache, None  # each worker actor builds its own stand-in
     else:
-        import ray
         from verl.workers.rollout.llm_server import LLMServerManager
 
-        ray.init(include_dashboard=False, log_to_driver=False)
         config = _compose_vllm_config(args)
         manager = await LLMServerManager.create(config=config)
-        inner = manager.get_client()
+        inner = shared = manager.get_client()
         rollout = OmegaConf.to_container(config.actor_rollout_ref.rollout)
         recording.engine = {k: rollout[k] for k in ENGINE_FIELDS}
         recording.capture_sizes = rollout["cudagraph_capture_sizes"]
@@ -270,17 +353,27 @@ async def ours_rounds(args: argparse.Namespace, recording: Recording) -> list[fl
         async def reset() -> None:
             await asyncio.gather(*(r.clear_kv_cache() for r in manager.rollout_replicas))
 
-    times = []
-    for rep in range(args.reps + 1):
+    await reset()
+    seconds, _ = await run_ours(args, RecordingClient(inner, recording), processor, config)
+    print(f"ours round 0 (warm-up, in this process, recorded): {seconds:.2f} s", flush=True)
+    workers = await start_workers(args, shared, config) if args.agent_workers > 1 else []
+    times, rounds = [], []
+    for rep in range(1, args.reps + 1):
         await reset()
-        client = RecordingClient(inner, recording) if rep == 0 else inner
-        seconds = await run_ours(args, client, processor, config)
-        print(f"ours round {rep}{' (warm-up, recorded)' if rep == 0 else ''}: {seconds:.2f} s", flush=True)
-        if rep:
-            times.append(seconds)
-    if args.engine != "stand-in":
+        if workers:  # as verl's AgentLoopManager: every worker's chunk at once, the round ends with the last
+            start = time.perf_counter()
+            ran = list(await asyncio.gather(*(w.run_round.remote() for w in workers)))
+            seconds = time.perf_counter() - start
+        else:
+            seconds, ran = await run_ours(args, inner, processor, config)
+        print(f"ours round {rep} (--agent-workers {args.agent_workers}): {seconds:.2f} s", flush=True)
+        times.append(seconds)
+        rounds.append(ran)
+    for worker in workers:
+        ray.kill(worker)
+    if start_ray:
         ray.shutdown()  # the replica's GPU memory goes back before vLLM's side starts
-    return times
+    return times, rounds
 
 
 # ---------------------------------------------------------------------------------------------- vLLM's side
@@ -375,36 +468,75 @@ def parser() -> argparse.ArgumentParser:
                    help="vLLM's share of the GPU, both sides (default: 0.8)")
     p.add_argument("--max-model-len", type=positive_int, default=16384, metavar="TOKENS",
                    help="vLLM's context; half is the prompt budget, half the response budget (default: 16384)")
+    p.add_argument("--agent-workers", type=positive_int, default=None, metavar="N",
+                   help="agent-loop worker actors the timed rounds of ours are split over, as verl's AgentLoopManager "
+                   "splits a batch; 1: all in this process (default: verl's actor_rollout_ref.rollout.agent."
+                   "num_workers)")
     p.add_argument("--seed", type=int, default=0, help="images and stand-in tokens (default: 0)")
     p.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the figures here")
     p.add_argument("--replay", default=None, help=argparse.SUPPRESS)
     return p
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Both sides, the ratio printed; the figures and the recording returned."""
-    recording = Recording()
-    ours = asyncio.run(ours_rounds(args, recording))
+def _check_rounds(args: argparse.Namespace, recording: Recording, rounds: list[RoundRan]) -> None:
+    """Every round, the warm-up included, ran every episode for ``--turns`` turns: else the figure is not the
+    workload asked for."""
+    short = "an episode ended early (an answer or the context budget)"
     expected = args.episodes * args.turns
     if len(recording.turns) != expected:
-        raise RuntimeError(f"ours ran {len(recording.turns)} turns, expected {args.episodes} x {args.turns}: an "
-                           "episode ended early (an answer or the context budget)")
+        raise RuntimeError(f"ours ran {len(recording.turns)} turns, expected {args.episodes} x {args.turns}: {short}")
+    for rep, ran in enumerate(rounds, 1):
+        turns = {uid: len(t) for worker in ran for uid, t in worker.items()}
+        if sorted(turns) != sorted(f"q{i}" for i in range(args.episodes)) or set(turns.values()) != {args.turns}:
+            raise RuntimeError(f"ours round {rep} ran {len(turns)} episodes of {sorted(set(turns.values()))} turns, "
+                               f"expected {args.episodes} of {args.turns}: {short}")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Both sides, the ratio printed; the figures, what each timed round of ours ran and the recording returned."""
+    recording = Recording()
+    ours, rounds = asyncio.run(ours_rounds(args, recording))
+    _check_rounds(args, recording, rounds)
+    expected = args.episodes * args.turns
     theirs = vllm_rounds(args, recording)
     ours_s, vllm_s = statistics.median(ours), statistics.median(theirs)
     result = {"engine": args.engine, "model": str(args.model), "episodes": args.episodes, "turns": args.turns,
-              "gen": args.gen, "image_side": args.image_side, "ours_s": ours, "vllm_s": theirs,
-              "ratio": vllm_s / ours_s, "overhead_ms_per_turn": 1e3 * (ours_s - vllm_s) / expected,
-              "recording": recording}
-    print(f"vLLM/ours: {result['ratio']:.3f}x (median round {vllm_s:.2f} s vs {ours_s:.2f} s; "
-          f"{result['overhead_ms_per_turn']:+.1f} ms per turn over {expected} turns of {args.gen} tokens)")
+              "gen": args.gen, "image_side": args.image_side, "agent_workers": args.agent_workers, "ours_s": ours,
+              "vllm_s": theirs, "ratio": vllm_s / ours_s, "overhead_ms_per_turn": 1e3 * (ours_s - vllm_s) / expected,
+              "rounds": rounds, "recording": recording}
+    print(f"vLLM/ours: {result['ratio']:.3f}x (median round {vllm_s:.2f} s vs {ours_s:.2f} s, --agent-workers "
+          f"{args.agent_workers}; {result['overhead_ms_per_turn']:+.1f} ms per turn over {expected} turns of "
+          f"{args.gen} tokens)")
     if args.json:
-        args.json.write_text(json.dumps({k: v for k, v in result.items() if k != "recording"}, indent=1) + "\n")
+        figures = {k: v for k, v in result.items() if k not in ("rounds", "recording")}
+        args.json.write_text(json.dumps(figures, indent=1) + "\n")
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
+def verl_agent_workers() -> int:
+    """verl's default ``actor_rollout_ref.rollout.agent.num_workers``, from its composed trainer config."""
+    from hydra import compose, initialize_config_module
+
+    with initialize_config_module(config_module="verl.trainer.config", version_base=None):
+        return compose(config_name="ppo_trainer").actor_rollout_ref.rollout.agent.num_workers
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, ``--agent-workers`` resolved (verl's default when not given) and checked: verl's split
+    needs equal chunks."""
     p = parser()
     args = p.parse_args(argv)
+    if args.replay:
+        return args
+    args.agent_workers = args.agent_workers or verl_agent_workers()
+    if args.episodes % args.agent_workers:
+        p.error(f"--episodes {args.episodes} is not a multiple of --agent-workers {args.agent_workers} (verl's "
+                "AgentLoopManager splits a batch into equal chunks)")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     if args.replay:
         return _replay_main(args)
     run(args)

@@ -1,6 +1,7 @@
 """``bench/bench_rollout_vllm.py`` on the stand-in engine: our loop runs the workload it is told (episodes x turns of
 ``--gen`` tokens, one question image each), the recording holds what the engine was sent, and the replay sends vLLM
-the same turns with one placeholder per image, as verl's server does. The vLLM side itself needs the GPU."""
+the same turns with one placeholder per image, as verl's server does; the timed rounds run in this process or split
+over worker actors as verl's AgentLoopManager splits a batch. The vLLM side itself needs the GPU."""
 
 from __future__ import annotations
 
@@ -19,9 +20,19 @@ IMAGE_PAD = 151655
 @pytest.fixture(scope="module")
 def result(tiny_vl_model_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("bench") / "figures.json"
-    args = bench.parser().parse_args(["--model", str(tiny_vl_model_dir), "--engine", "stand-in", "--episodes", "3",
-                                      "--turns", "3", "--gen", "8", "--image-side", "56", "--reps", "1",
-                                      "--json", str(out)])
+    args = bench.parse_args(["--model", str(tiny_vl_model_dir), "--engine", "stand-in", "--episodes", "3",
+                             "--turns", "3", "--gen", "8", "--image-side", "56", "--reps", "1", "--agent-workers", "1",
+                             "--json", str(out)])
+    return bench.run(args), out
+
+
+@pytest.fixture(scope="module")
+def two_workers(tiny_vl_model_dir, ray_cluster, tmp_path_factory):
+    """Timed rounds split over two worker actors, on the session's Ray."""
+    out = tmp_path_factory.mktemp("bench") / "figures.json"
+    args = bench.parse_args(["--model", str(tiny_vl_model_dir), "--engine", "stand-in", "--episodes", "4",
+                             "--turns", "2", "--gen", "8", "--image-side", "56", "--reps", "2", "--agent-workers", "2",
+                             "--json", str(out)])
     return bench.run(args), out
 
 
@@ -36,6 +47,33 @@ def test_ours_runs_every_turn_of_every_episode_with_the_token_count_asked(result
             assert len(after.prompt_ids) > len(before.prompt_ids) + 8  # its reply and an error observation
         # a 56x56 image is the tiny model's minimum, 4 x 28^2 pixels: 4 merged visual tokens
         assert all(t.images == 1 and t.prompt_ids.count(IMAGE_PAD) == 4 for t in turns)
+
+
+def test_one_worker_runs_every_timed_round_in_this_process(result):
+    figures, path = result
+    assert figures["rounds"] == [[{"q0": [8, 8, 8], "q1": [8, 8, 8], "q2": [8, 8, 8]}]]  # one round, one "worker"
+    assert json.loads(path.read_text())["agent_workers"] == 1
+
+
+def test_two_workers_split_each_round_into_contiguous_chunks_of_whole_episodes(two_workers):
+    figures, path = two_workers
+    # verl's AgentLoopManager split: 4 episodes over 2 workers, q0 q1 to the first, q2 q3 to the second; every
+    # episode ran its 2 turns of 8 tokens in both timed rounds
+    assert figures["rounds"] == [[{"q0": [8, 8], "q1": [8, 8]}, {"q2": [8, 8], "q3": [8, 8]}]] * 2
+    assert len(figures["recording"].turns) == 4 * 2  # the warm-up, in this process, recorded
+    written = json.loads(path.read_text())
+    assert written["agent_workers"] == 2 and len(written["ours_s"]) == 2 and "rounds" not in written
+
+
+def test_worker_chunks_are_verls_contiguous_equal_chunks():
+    assert bench.worker_chunks(6, 3) == [[0, 1], [2, 3], [4, 5]]
+    assert bench.worker_chunks(2, 1) == [[0, 1]]
+
+
+def test_episodes_that_do_not_divide_among_the_workers_are_a_usage_error(capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--model", "m", "--episodes", "6", "--agent-workers", "4"])
+    assert "--episodes 6 is not a multiple of --agent-workers 4" in capsys.readouterr().err
 
 
 def test_replay_sends_the_recorded_turns_with_one_placeholder_per_image(result, tiny_vl_processor):
@@ -80,9 +118,11 @@ def test_the_vllm_side_composes_verls_config_with_the_workload_and_every_mirrore
 
     from verl_ext.rollout.settings import resolve_settings
 
-    args = bench.parser().parse_args(["--model", str(tiny_vl_model_dir), "--turns", "5", "--gen", "64",
-                                      "--max-model-len", "8192", "--gpu-memory-utilization", "0.4"])
+    args = bench.parse_args(["--model", str(tiny_vl_model_dir), "--turns", "5", "--gen", "64",
+                             "--max-model-len", "8192", "--gpu-memory-utilization", "0.4"])
+    assert args.agent_workers == 8  # verl 0.9.1's default agent.num_workers, read from its composed config
     rollout = bench._compose_vllm_config(args).actor_rollout_ref.rollout
+    assert rollout.agent.num_workers == 8
     assert (rollout.name, rollout.load_format, rollout.ignore_eos, rollout.max_model_len) == ("vllm", "dummy", True,
                                                                                               8192)
     assert rollout.gpu_memory_utilization == 0.4 and rollout.prompt_length == rollout.response_length == 4096
@@ -104,7 +144,7 @@ def test_ours_runs_at_the_qwen3_vl_shape_with_its_processor_and_builder(tmp_path
     from verl_ext.models.shapes import write_shape
 
     model = write_shape("qwen3-vl-8b", tmp_path / "q3vl")
-    args = bench.parser().parse_args(["--model", str(model), "--engine", "stand-in", "--episodes", "2",
-                                      "--turns", "2", "--gen", "8", "--image-side", "512", "--reps", "1"])
+    args = bench.parse_args(["--model", str(model), "--engine", "stand-in", "--episodes", "2", "--turns", "2",
+                             "--gen", "8", "--image-side", "512", "--reps", "1", "--agent-workers", "1"])
     turns = bench.run(args)["recording"].turns
     assert len(turns) == 4 and all(t.prompt_ids.count(IMAGE_PAD) == 256 for t in turns)
