@@ -6,11 +6,13 @@ by the run's MEI updates), its own tool server (``python -m tool_server --mei-en
 directory), its own Ray instance and its own share of the GPU, then ``python -m verl.trainer.main_ppo
 +recipe=neos_curve algorithm.adv_estimator=E trainer.seed=S``. ``--parallel`` runs share the GPU at once.
 
-Runs start in waves of ``--parallel``, the next when the whole wave has ended: vLLM sizes its cache from the
-free memory it measures while it starts, which another run's trainer changes as it trains. Within a wave the runs
-start one at a time (MEI server up, then ``main_ppo`` until verl reports its rollout engine started): two vLLM
-engines profiling at once each count the other's allocations as their own (on 2026-12-07 two replicas started
-together on an H100 and one computed a KV cache of -16.5 GiB).
+Runs start in waves of ``--parallel``, the next when the whole wave has ended. Every engine gets a fixed KV cache
+(``--policy-kv-gib``, ``--mei-kv-gib``: vLLM's ``kv_cache_memory_bytes``) instead of sizing one from the free memory
+it measures while it starts: that measurement fails when another process frees memory meanwhile (2026-12-07: a
+run's engine died with vLLM's "Error in memory profiling" as the wave's first run trained beside it; earlier two
+replicas started together and one computed a KV cache of -16.5 GiB). Within a wave the runs still start one at a
+time (MEI server up, then ``main_ppo`` until verl reports its rollout engine started), which keeps the start-up
+peaks apart.
 
 ``OUT/<estimator>/seed<S>/`` holds a run's metrics (verl's file logger, ``metrics-<attempt>.jsonl``: verl truncates
 its file on open, so each attempt writes its own), logs (``main_ppo-<attempt>.log``, ``tools.log``, ``mei.log``) and
@@ -66,6 +68,8 @@ class Settings:
     policy_gpu_share: float
     mei_gpu_share: float
     timeout_s: float
+    policy_kv_gib: float = 2.0
+    mei_kv_gib: float = 1.0
     overrides: tuple[str, ...] = ()
 
 
@@ -107,6 +111,10 @@ def last_step(metrics: Path) -> int:
     return max(steps, default=0)
 
 
+def gib(size: float) -> int:
+    return int(size * 2**30)
+
+
 def main_ppo_command(run: Run, settings: Settings) -> list[str]:
     """The run's ``main_ppo`` command: the recipe, the estimator and seed, the run's GPU share, checkpoint directory
     and Ray instance of its own (``address=local``: a second run on the machine would otherwise join the first's)."""
@@ -115,6 +123,7 @@ def main_ppo_command(run: Run, settings: Settings) -> list[str]:
             f"trainer.total_training_steps={settings.steps}",
             f"trainer.default_local_dir={settings.checkpoints / run.estimator / f'seed{run.seed}'}",
             f"actor_rollout_ref.rollout.gpu_memory_utilization={settings.policy_gpu_share}",
+            f"+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes={gib(settings.policy_kv_gib)}",
             "+ray_kwargs.ray_init.address=local", "+ray_kwargs.ray_init.include_dashboard=false",
             *settings.overrides]
 
@@ -126,7 +135,8 @@ def mei_command(settings: Settings, port: int) -> list[str]:
     from verl_ext.mei.serving import ServeSettings, server_command
 
     serve = ServeSettings(engine="vllm", max_new_tokens=MEI_MAX_NEW_TOKENS,
-                          args=["--gpu-memory-utilization", str(settings.mei_gpu_share), "--max-model-len", "16384",
+                          args=["--gpu-memory-utilization", str(settings.mei_gpu_share),
+                                "--kv-cache-memory-bytes", str(gib(settings.mei_kv_gib)), "--max-model-len", "16384",
                                 "--max-num-seqs", "64", "--enforce-eager", "--generation-config", "vllm"])
     return server_command(serve, str(settings.mei), "v0", port)
 
@@ -262,6 +272,12 @@ def parser() -> OneLineParser:
                    help="each run's vLLM policy engine, rollout.gpu_memory_utilization (default: 0.08)")
     p.add_argument("--mei-gpu-share", type=share, default=0.05, metavar="F",
                    help="each run's vLLM MEI server, --gpu-memory-utilization (default: 0.05)")
+    p.add_argument("--policy-kv-gib", type=positive_float, default=2.0, metavar="GIB",
+                   help="each run's policy KV cache, fixed (vLLM's kv_cache_memory_bytes; default: 2, 2M tokens of the "
+                   "tiny policy): vLLM then skips the start-up memory profile that fails when another run's trainer "
+                   "frees memory meanwhile")
+    p.add_argument("--mei-kv-gib", type=positive_float, default=1.0, metavar="GIB",
+                   help="each run's MEI KV cache, fixed likewise (default: 1, 64 sequences of 16,384 tokens)")
     p.add_argument("--timeout-s", type=positive_float, default=1200.0, metavar="SECONDS",
                    help="one run's main_ppo limit, after which it is stopped and left to resume (default: 1200)")
     p.add_argument("--dry-run", action="store_true", help="print each run's commands (or that it is done) and exit")
@@ -295,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings(data=args.data.resolve(), policy=args.policy.resolve(), mei=args.mei.resolve(),
                         world=args.world.resolve(), out=args.out.resolve(), checkpoints=args.checkpoints.resolve(),
                         steps=args.steps, policy_gpu_share=args.policy_gpu_share, mei_gpu_share=args.mei_gpu_share,
-                        timeout_s=args.timeout_s, overrides=tuple(argv[split + 1:]))
+                        timeout_s=args.timeout_s, policy_kv_gib=args.policy_kv_gib, mei_kv_gib=args.mei_kv_gib,
+                        overrides=tuple(argv[split + 1:]))
     runs = plan(args.estimators, args.seeds)
     pending = [r for r in runs if not finished(r, settings)]
     for run in runs:

@@ -128,6 +128,9 @@ def test_dry_run_prints_the_real_commands(tmp_path, inputs, capsys, monkeypatch)
     assert "+ray_kwargs.ray_init.address=local" in main_ppo[0]  # a Ray instance per run
     assert "actor_rollout_ref.rollout.gpu_memory_utilization=0.08" in main_ppo[0]
     assert printed.count("verl_ext.mei.vllm_server") == 4 and "--gpu-memory-utilization 0.05" in printed
+    # fixed KV caches (2 and 1 GiB): no engine's start-up memory profile, which another run's trainer can break
+    assert "+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=2147483648" in main_ppo[0]
+    assert printed.count("--kv-cache-memory-bytes 1073741824") == 4
     assert printed.count("python -m tool_server --world") == 4 and "--mei-log" in printed
     assert not (tmp_path / "out").exists()  # nothing written
 
