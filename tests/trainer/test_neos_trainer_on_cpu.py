@@ -161,6 +161,9 @@ def test_batch_metrics_tool_mix_and_credit_composition_hand_computed():
     assert "neos_reward/judge_fallback_share" not in got  # no answer went to an LLM judge
     assert got["neos_rollout/termination_share/answer"] == 1.0
     assert not any("turn_errors" in k for k in got)  # every turn was a clean call or the answer
+    # 10 turns: 7 well-formed WebVisit calls (2 + 4 + 1) and 3 answers
+    assert {k.rsplit("/", 1)[1]: v for k, v in got.items() if "turn_outcome_share" in k} == {
+        "call_ok": 7 / 10, "answer": 3 / 10}
 
 
 def test_batch_metrics_say_why_a_run_made_no_tool_call():
@@ -185,6 +188,9 @@ def test_batch_metrics_say_why_a_run_made_no_tool_call():
     assert got["neos_rollout/termination_share/max_turns"] == 2 / 3
     assert got["neos_rollout/termination_share/answer"] == 1 / 3
     assert not any(k.startswith("neos_tools/calls_per_trajectory") for k in got)
+    # 8 turns: 5 malformed (no_action), 3 answers; not one well-formed call
+    assert {k.rsplit("/", 1)[1]: v for k, v in got.items() if "turn_outcome_share" in k} == {
+        "no_action": 5 / 8, "answer": 3 / 8}
 
 
 def test_batch_metrics_answer_judge_fallback_share_over_llm_judged_answers():

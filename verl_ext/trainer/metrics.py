@@ -58,12 +58,15 @@ def sessions_present(keys: Iterable[str], tags: Iterable[dict[str, Any]]) -> int
 def batch_metrics(rows: Sequence[dict[str, Any] | None], params: CreditParams) -> dict[str, float]:
     """``neos_tools/calls_per_trajectory/<tool>`` and ``neos_rollout/turn_errors_per_trajectory/<error type>`` (the
     format or call errors the policy's turns drew: what says why a run made no tool call) over rows with a trajectory
-    record, ``neos_rollout/termination_share/<reason>`` over the same, ``neos_credit/turn_share/<type>`` over the
+    record, ``neos_rollout/termination_share/<reason>`` over the same, ``neos_rollout/turn_outcome_share/<outcome>``
+    over their turns (``call_ok`` + ``call_error``: the share of turns that were well-formed calls, what a warm start
+    is judged by), ``neos_credit/turn_share/<type>`` over the
     turns of assessed failures and ``neos_reward/judge_fallback_share`` over the answers sent to the LLM answer judge
     (each absent when there are none)."""
     calls: Counter[str] = Counter()
     errors: Counter[str] = Counter()
     endings: Counter[str] = Counter()
+    outcomes: Counter[str] = Counter()
     types: Counter[str] = Counter()
     trajectories = llm_judged = judge_fallbacks = 0
     for extra in rows:
@@ -78,6 +81,7 @@ def batch_metrics(rows: Sequence[dict[str, Any] | None], params: CreditParams) -
             calls.update(call["tool_name"] for turn in record["turns"] for call in turn["calls"])
             errors.update(turn["error_type"] for turn in record["turns"] if turn.get("error_type"))
             endings[record["termination_reason"]] += 1
+            outcomes.update(turn["outcome"] for turn in record["turns"])
         labels = extra.get(CREDIT_KEY)
         if labels is not None:
             labels = CreditLabels.model_validate(labels)
@@ -86,6 +90,8 @@ def batch_metrics(rows: Sequence[dict[str, Any] | None], params: CreditParams) -
     out = {f"neos_tools/calls_per_trajectory/{tool}": n / trajectories for tool, n in calls.items()}
     out.update({f"neos_rollout/turn_errors_per_trajectory/{kind}": n / trajectories for kind, n in errors.items()})
     out.update({f"neos_rollout/termination_share/{reason}": n / trajectories for reason, n in endings.items()})
+    turns = sum(outcomes.values())
+    out.update({f"neos_rollout/turn_outcome_share/{outcome}": n / turns for outcome, n in outcomes.items()})
     if llm_judged:  # the answer judge's rule fallbacks (each process also warns: verl_ext.reward.judge)
         out["neos_reward/judge_fallback_share"] = judge_fallbacks / llm_judged
     total = sum(types.values())
