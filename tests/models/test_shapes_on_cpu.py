@@ -18,6 +18,10 @@ from verl_ext.models.__main__ import main as cli_main
 
 # name: (config class, processor class, parameters, of them in the vision tower, image side, its image tokens)
 EXPECTED = {
+    # Qwen2.5-VL-3B-Instruct ("3.75B"), by hand from its config: text = 151936 x 2048 embedding shared with the head
+    # + 36 x 77,076,992 + 2048 = 3,085,938,688; vision = 1,505,280 + 32 x 19,702,200 + 1280 + 36,707,328 (a merger
+    # ending at 2048 wide, 7,865,856 fewer than the 7B's). A 448x448 image: as the 7B's.
+    "qwen2.5-vl-3b": ("Qwen2_5_VLConfig", "Qwen2_5_VLProcessor", 3_754_622_976, 668_684_288, 448, 256),
     # Qwen2.5-VL-7B-Instruct's model card / safetensors total. A 448x448 image: 32x32 patches of 14, merged 2x2.
     "qwen2.5-vl-7b": ("Qwen2_5_VLConfig", "Qwen2_5_VLProcessor", 8_292_166_656, 676_550_144, 448, 256),
     # Qwen3-VL-8B-Instruct ("8.77B"), by hand from its config: text = 2 x 151936 x 4096 (untied embeddings and head)
@@ -26,6 +30,7 @@ EXPECTED = {
     # deepstack mergers x 40,125,952 = 576,388,336. A 512x512 image: 32x32 patches of 16, merged 2x2.
     "qwen3-vl-8b": ("Qwen3VLConfig", "Qwen3VLProcessor", 8_767_123_696, 576_388_336, 512, 256),
 }
+TIED = {"qwen2.5-vl-3b": True, "qwen2.5-vl-7b": False, "qwen3-vl-8b": False}  # the released config.json's flag
 
 
 @pytest.fixture(scope="module", params=sorted(EXPECTED))
@@ -43,6 +48,8 @@ def test_config_loads_through_auto_config_and_builds_the_released_parameter_coun
     assert shapes.count_params(config) == params
     assert shapes.count_params(config, lambda n: n.startswith("model.visual.")) == vision_params
     assert not (out / "model.safetensors").exists() and not list(out.glob("*.safetensors"))  # no weights travel
+    # top level, where transformers 5 ties the head and vLLM copies it into the text config from
+    assert json.loads((out / "config.json").read_text())["tie_word_embeddings"] is TIED[name]
     text = config.text_config
     # derived per-layer fields agree with the layer count (a hand-edited config.json once left 4 for 28: vLLM refused)
     assert len(getattr(text, "layer_types", None) or [None] * text.num_hidden_layers) == text.num_hidden_layers
@@ -79,18 +86,25 @@ def test_cli_refuses_to_replace_a_directory_it_did_not_write(tmp_path: Path, cap
     assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
 
 
-def test_random_weights_are_written_loadable_in_the_requested_dtype(tmp_path: Path, monkeypatch):
-    """The --weights random path, on a cut-down qwen3-vl (2 text layers, 1 vision block) so CPU memory suffices."""
-    real = shapes.SHAPES["qwen3-vl-8b"]
-    small = dataclasses.replace(
-        real, text={**real.text, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-                    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
-                    "rope_parameters": {**real.text["rope_parameters"], "mrope_section": [4, 2, 2]}},
-        vision={**real.vision, "depth": 1, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2,
-                "out_hidden_size": 64, "deepstack_visual_indexes": [0]})
-    monkeypatch.setitem(shapes.SHAPES, "qwen3-vl-8b", small)
-    out = shapes.write_shape("qwen3-vl-8b", tmp_path / "m", weights=True, device="cpu")
+# cut-down text and vision overrides per shape (2 text layers of 4 heads of 16, 1 vision block) so CPU memory suffices
+SMALL_TEXT = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "num_key_value_heads": 2}
+SMALL_VISION = {"depth": 1, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": 64}
+SMALL = {"qwen2.5-vl-3b": ({}, {}), "qwen3-vl-8b": ({"head_dim": 16}, {"deepstack_visual_indexes": [0]})}
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_random_weights_are_written_loadable_in_the_requested_dtype(name: str, tmp_path: Path, monkeypatch):
+    """The --weights random path on a cut-down shape; a tied head (the 3B's) comes back tied from disk."""
+    real = shapes.SHAPES[name]
+    text, vision = SMALL[name]
+    rope = {**real.text["rope_parameters"], "mrope_section": [4, 2, 2]}  # sums to half the head dim, 16
+    small = dataclasses.replace(real, text={**real.text, **SMALL_TEXT, **text, "rope_parameters": rope},
+                                vision={**real.vision, **SMALL_VISION, **vision})
+    monkeypatch.setitem(shapes.SHAPES, name, small)
+    out = shapes.write_shape(name, tmp_path / "m", weights=True, device="cpu")
     model = AutoModelForImageTextToText.from_pretrained(out)
     assert model.dtype.is_floating_point and str(model.dtype) == "torch.bfloat16"
     assert sum(p.numel() for p in model.parameters()) == shapes.count_params(model.config)
+    assert (model.get_output_embeddings().weight is model.get_input_embeddings().weight) is TIED[name]
     assert json.loads((out / shapes.SHAPE_FILE).read_text())["weights"] == "random on cpu"

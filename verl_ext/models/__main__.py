@@ -11,7 +11,8 @@ from pathlib import Path
 
 from neos_core.usage import OneLineParser, nonnegative_int, positive_int
 
-SHAPE_NAMES = ("qwen2.5-vl-7b", "qwen3-vl-8b")  # verl_ext.models.shapes.SHAPES, named here so --help stays light
+# verl_ext.models.shapes.SHAPES, named here so --help stays light
+SHAPE_NAMES = ("qwen2.5-vl-3b", "qwen2.5-vl-7b", "qwen3-vl-8b")
 
 
 def parser() -> argparse.ArgumentParser:

@@ -51,6 +51,8 @@ class Shape:
     architecture: str  # config.json's "architectures": vLLM picks its model class by it
     text: dict[str, Any]
     vision: dict[str, Any]
+    tie_word_embeddings: bool  # config.json's top-level flag: the LM head shares the embedding (transformers 5 and
+    # vLLM read it there, not from text_config)
     pixels: tuple[int, int]  # the released image processor's (shortest_edge, longest_edge), in pixels
     image_norm: tuple[float, float] | None  # (mean, std) of every channel; None: the processor's default (CLIP's)
     released_params: int
@@ -58,6 +60,37 @@ class Shape:
 
 
 SHAPES: dict[str, Shape] = {
+    # Qwen/Qwen2.5-VL-3B-Instruct. Source: whaler404/Hf-Learn transfomers_learn/api/models/multimodal_models/
+    # qwen2.5_vl/qwen2.5_vl.md (the released config.json in full, and a torchinfo table of the model's modules). The
+    # 7B's layout at 2048 wide: vocab 151936 (the 7B pads to 152064), 36 layers, 16 heads, 2 KV heads, intermediate
+    # 11008, rope_theta 1e6, mrope_section [16, 24, 24], max_position_embeddings 128000 and tie_word_embeddings true
+    # (the 7B is untied); the 7B's vision tower (depth 32, 1280 wide, intermediate 3420, 16 heads, window 112,
+    # fullatt [7, 15, 23, 31]) with out_hidden_size 2048. Sliding-window fields: off (use_sliding_window false), as
+    # in the 7B. Pixel bounds: the 7B's (the 3B's preprocessor_config.json is in no stored source; the family shares
+    # the processor). released_params by hand from this config, each module equal to the source's torchinfo row:
+    # text = embedding 151936 x 2048 = 311,164,928 (the head shares it) + 36 layers x 77,076,992 (q 2048^2 + 2048
+    # bias, k and v 2048 x 256 + 256, o 2048^2, MLP 3 x 2048 x 11008, 2 norms) + norm 2048 = 3,085,938,688;
+    # vision = patch conv 1,505,280 + 32 blocks x 19,702,200 + merger 1280 + 36,707,328 = 668,684,288; total
+    # 3,754,622,976, the model card's "3.75B" (7,509,245,952 bytes of bf16 safetensors).
+    "qwen2.5-vl-3b": Shape(
+        config_class=Qwen2_5_VLConfig,
+        processor_class=Qwen2_5_VLProcessor,
+        video_processor_class=Qwen2VLVideoProcessor,
+        hf_model_type="qwen2_5_vl",
+        architecture="Qwen2_5_VLForConditionalGeneration",
+        text={"vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 11008, "num_hidden_layers": 36,
+              "num_attention_heads": 16, "num_key_value_heads": 2, "max_position_embeddings": 128000,
+              "rms_norm_eps": 1e-6, "hidden_act": "silu",
+              "rope_parameters": {"rope_type": "default", "rope_theta": 1_000_000.0, "mrope_section": [16, 24, 24]}},
+        vision={"depth": 32, "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16, "out_hidden_size": 2048,
+                "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "window_size": 112,
+                "fullatt_block_indexes": [7, 15, 23, 31], "tokens_per_second": 2, "hidden_act": "silu"},
+        tie_word_embeddings=True,
+        pixels=(3136, 12845056),
+        image_norm=None,
+        released_params=3_754_622_976,
+        source="whaler404/Hf-Learn transfomers_learn/api/models/multimodal_models/qwen2.5_vl/qwen2.5_vl.md",
+    ),
     # Qwen/Qwen2.5-VL-7B-Instruct. Source: NVIDIA/TensorRT-LLM tests/unittest/_torch/modeling/
     # test_modeling_qwen2_5vl.py (QWEN2_5_VL_7B_CONFIG, the released config.json with the layer counts cut for the
     # test; its comments give the full model's 28 text layers and 32 vision blocks). fullatt_block_indexes
@@ -76,6 +109,7 @@ SHAPES: dict[str, Shape] = {
         vision={"depth": 32, "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16, "out_hidden_size": 3584,
                 "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "window_size": 112,
                 "fullatt_block_indexes": [7, 15, 23, 31], "tokens_per_second": 2, "hidden_act": "silu"},
+        tie_word_embeddings=False,
         pixels=(3136, 12845056),
         image_norm=None,
         released_params=8_292_166_656,
@@ -101,6 +135,7 @@ SHAPES: dict[str, Shape] = {
                 "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2,
                 "deepstack_visual_indexes": [8, 16, 24], "num_position_embeddings": 2304,
                 "hidden_act": "gelu_pytorch_tanh"},
+        tie_word_embeddings=False,
         pixels=(65536, 16777216),
         image_norm=(0.5, 0.5),
         released_params=8_767_123_696,
@@ -116,7 +151,8 @@ def shape_config(name: str, tokenizer: PreTrainedTokenizerBase) -> PretrainedCon
     shape = SHAPES[name]
     ids = {"eos_token_id": tokenizer.convert_tokens_to_ids("<|im_end|>"), "pad_token_id": tokenizer.pad_token_id}
     return shape.config_class(text_config={**shape.text, **ids}, vision_config=dict(shape.vision),
-                              tie_word_embeddings=False, architectures=[shape.architecture], dtype="bfloat16")
+                              tie_word_embeddings=shape.tie_word_embeddings, architectures=[shape.architecture],
+                              dtype="bfloat16")
 
 
 def shape_processor(name: str, tokenizer: PreTrainedTokenizerBase) -> ProcessorMixin:
