@@ -10,15 +10,24 @@ gradient checkpointing and padding; its steps are timed by a wrapper of its work
 tokens/s of the epochs after the first and verl's MFU. The ratio is ours over verl's (the goal is >= 1.0). Differences
 that stay: verl's trainer trains the vision tower (ours freezes it, as the paper does: verl has no working switch)
 and tokenizes the conversation its own way (its token count is its own). Needs a CUDA device, verl and Ray, and a
-model directory with weights: at a real shape, random ones built on the GPU machine::
+model directory with weights: at a real shape, random ones built on the GPU machine.
+
+FSDP keeps fp32 weights, gradients and Adam's two moments: 16 bytes a trained parameter, 4 a frozen one. On an H100
+(80 GB) the Qwen2.5-VL-3B shape is the one that fits without offload: 3,754,622,976 x 16 B = 60 GB for verl's
+trainer, 52 GB for ours (its 668,684,288 vision parameters frozen); the two run one after the other, and a call
+(~305 tokens) leaves a micro-batch of 4 far inside the ~20 GB left, so the defaults need no change::
+
+    python -m verl_ext.models shape --like qwen2.5-vl-3b --out /tmp/q3b --weights random --device cuda
+    python bench/bench_mei_sft.py --model /tmp/q3b --examples 64 --updates 3 --json /tmp/out/mei_sft.json
+
+(should it run out of GPU memory, ``--offload optimizer`` moves the moments, 25-30 GB, to host memory). At 7B/8B the
+16 bytes a parameter are ~130-140 GB: ``--offload optimizer`` keeps the moments (~70 GB) in host memory and an
+H200's 141 GB holds the rest, an H100 does not; ``--offload all`` needs ~140 GB of host memory, more than the GPU
+machine's 128 GiB::
 
     python -m verl_ext.models shape --like qwen3-vl-8b --out /tmp/q3vl8b --weights random --device cuda
     python bench/bench_mei_sft.py --model /tmp/q3vl8b --examples 64 --updates 3 --offload optimizer \
         --json /tmp/out/mei_sft.json
-
-At 8B, FSDP's fp32 weights and gradients take ~70 GB and Adam's two moments another ~70 GB: ``--offload optimizer``
-keeps the moments in host memory (an H200's 141 GB then holds the rest); ``--offload all`` needs ~140 GB of host
-memory, more than the GPU machine's 128 GiB.
 
 On CPU (``tests/mei/test_bench_mei_sft_on_cpu.py``): the parquet, verl's dataset reading it, the config, the timing;
 neither engine runs there.
