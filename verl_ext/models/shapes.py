@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -59,62 +59,56 @@ class Shape:
     source: str
 
 
+# Qwen/Qwen2.5-VL-7B-Instruct. Source: NVIDIA/TensorRT-LLM tests/unittest/_torch/modeling/
+# test_modeling_qwen2_5vl.py (QWEN2_5_VL_7B_CONFIG, the released config.json with the layer counts cut for the
+# test; its comments give the full model's 28 text layers and 32 vision blocks). fullatt_block_indexes
+# [7, 15, 23, 31] and hidden_act silu: the same file's vision block and transformers' Qwen2_5_VLVisionConfig
+# defaults. Released image processor: min_pixels 3136 = 4 x 28^2, max_pixels 12845056 = 16384 x 28^2.
+_QWEN2_5_VL_7B = Shape(
+    config_class=Qwen2_5_VLConfig,
+    processor_class=Qwen2_5_VLProcessor,
+    video_processor_class=Qwen2VLVideoProcessor,
+    hf_model_type="qwen2_5_vl",
+    architecture="Qwen2_5_VLForConditionalGeneration",
+    text={"vocab_size": 152064, "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
+          "num_attention_heads": 28, "num_key_value_heads": 4, "max_position_embeddings": 128000,
+          "rms_norm_eps": 1e-6, "hidden_act": "silu",
+          "rope_parameters": {"rope_type": "default", "rope_theta": 1_000_000.0, "mrope_section": [16, 24, 24]}},
+    vision={"depth": 32, "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16, "out_hidden_size": 3584,
+            "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "window_size": 112,
+            "fullatt_block_indexes": [7, 15, 23, 31], "tokens_per_second": 2, "hidden_act": "silu"},
+    tie_word_embeddings=False,
+    pixels=(3136, 12845056),
+    image_norm=None,
+    released_params=8_292_166_656,
+    source="NVIDIA/TensorRT-LLM tests/unittest/_torch/modeling/test_modeling_qwen2_5vl.py",
+)
+
+# Qwen/Qwen2.5-VL-3B-Instruct. Source: whaler404/Hf-Learn transfomers_learn/api/models/multimodal_models/qwen2.5_vl/
+# qwen2.5_vl.md (the released config.json in full, and a torchinfo table of the model's modules): the 7B's layout at
+# 2048 wide, with vocab 151936 (the 7B pads to 152064), 36 layers, 16 heads, 2 KV heads, intermediate 11008 and
+# tie_word_embeddings true (the 7B is untied); the rest as the 7B's, which it states: max_position_embeddings 128000,
+# rms_norm_eps 1e-6, silu, rope_theta 1e6, mrope_section [16, 24, 24], sliding window off; the 7B's vision tower
+# (depth 32, 1280 wide, intermediate 3420, 16 heads, window 112, fullatt [7, 15, 23, 31]) but for out_hidden_size
+# 2048. Pixel bounds: the 7B's (the 3B's preprocessor_config.json is in no stored source; the family shares the
+# processor). released_params by hand from this config, each module equal to the source's torchinfo row: text =
+# embedding 151936 x 2048 = 311,164,928 (the head shares it) + 36 layers x 77,076,992 (q 2048^2 + 2048 bias, k and v
+# 2048 x 256 + 256, o 2048^2, MLP 3 x 2048 x 11008, 2 norms) + norm 2048 = 3,085,938,688; vision = patch conv
+# 1,505,280 + 32 blocks x 19,702,200 + merger 1280 + 36,707,328 = 668,684,288; total 3,754,622,976, the model
+# card's "3.75B" (7,509,245,952 bytes of bf16 safetensors).
+_QWEN2_5_VL_3B = replace(
+    _QWEN2_5_VL_7B,
+    text={**_QWEN2_5_VL_7B.text, "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 11008,
+          "num_hidden_layers": 36, "num_attention_heads": 16, "num_key_value_heads": 2},
+    vision={**_QWEN2_5_VL_7B.vision, "out_hidden_size": 2048},
+    tie_word_embeddings=True,
+    released_params=3_754_622_976,
+    source="whaler404/Hf-Learn transfomers_learn/api/models/multimodal_models/qwen2.5_vl/qwen2.5_vl.md",
+)
+
 SHAPES: dict[str, Shape] = {
-    # Qwen/Qwen2.5-VL-3B-Instruct. Source: whaler404/Hf-Learn transfomers_learn/api/models/multimodal_models/
-    # qwen2.5_vl/qwen2.5_vl.md (the released config.json in full, and a torchinfo table of the model's modules). The
-    # 7B's layout at 2048 wide: vocab 151936 (the 7B pads to 152064), 36 layers, 16 heads, 2 KV heads, intermediate
-    # 11008, rope_theta 1e6, mrope_section [16, 24, 24], max_position_embeddings 128000 and tie_word_embeddings true
-    # (the 7B is untied); the 7B's vision tower (depth 32, 1280 wide, intermediate 3420, 16 heads, window 112,
-    # fullatt [7, 15, 23, 31]) with out_hidden_size 2048. Sliding-window fields: off (use_sliding_window false), as
-    # in the 7B. Pixel bounds: the 7B's (the 3B's preprocessor_config.json is in no stored source; the family shares
-    # the processor). released_params by hand from this config, each module equal to the source's torchinfo row:
-    # text = embedding 151936 x 2048 = 311,164,928 (the head shares it) + 36 layers x 77,076,992 (q 2048^2 + 2048
-    # bias, k and v 2048 x 256 + 256, o 2048^2, MLP 3 x 2048 x 11008, 2 norms) + norm 2048 = 3,085,938,688;
-    # vision = patch conv 1,505,280 + 32 blocks x 19,702,200 + merger 1280 + 36,707,328 = 668,684,288; total
-    # 3,754,622,976, the model card's "3.75B" (7,509,245,952 bytes of bf16 safetensors).
-    "qwen2.5-vl-3b": Shape(
-        config_class=Qwen2_5_VLConfig,
-        processor_class=Qwen2_5_VLProcessor,
-        video_processor_class=Qwen2VLVideoProcessor,
-        hf_model_type="qwen2_5_vl",
-        architecture="Qwen2_5_VLForConditionalGeneration",
-        text={"vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 11008, "num_hidden_layers": 36,
-              "num_attention_heads": 16, "num_key_value_heads": 2, "max_position_embeddings": 128000,
-              "rms_norm_eps": 1e-6, "hidden_act": "silu",
-              "rope_parameters": {"rope_type": "default", "rope_theta": 1_000_000.0, "mrope_section": [16, 24, 24]}},
-        vision={"depth": 32, "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16, "out_hidden_size": 2048,
-                "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "window_size": 112,
-                "fullatt_block_indexes": [7, 15, 23, 31], "tokens_per_second": 2, "hidden_act": "silu"},
-        tie_word_embeddings=True,
-        pixels=(3136, 12845056),
-        image_norm=None,
-        released_params=3_754_622_976,
-        source="whaler404/Hf-Learn transfomers_learn/api/models/multimodal_models/qwen2.5_vl/qwen2.5_vl.md",
-    ),
-    # Qwen/Qwen2.5-VL-7B-Instruct. Source: NVIDIA/TensorRT-LLM tests/unittest/_torch/modeling/
-    # test_modeling_qwen2_5vl.py (QWEN2_5_VL_7B_CONFIG, the released config.json with the layer counts cut for the
-    # test; its comments give the full model's 28 text layers and 32 vision blocks). fullatt_block_indexes
-    # [7, 15, 23, 31] and hidden_act silu: the same file's vision block and transformers' Qwen2_5_VLVisionConfig
-    # defaults. Released image processor: min_pixels 3136 = 4 x 28^2, max_pixels 12845056 = 16384 x 28^2.
-    "qwen2.5-vl-7b": Shape(
-        config_class=Qwen2_5_VLConfig,
-        processor_class=Qwen2_5_VLProcessor,
-        video_processor_class=Qwen2VLVideoProcessor,
-        hf_model_type="qwen2_5_vl",
-        architecture="Qwen2_5_VLForConditionalGeneration",
-        text={"vocab_size": 152064, "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
-              "num_attention_heads": 28, "num_key_value_heads": 4, "max_position_embeddings": 128000,
-              "rms_norm_eps": 1e-6, "hidden_act": "silu",
-              "rope_parameters": {"rope_type": "default", "rope_theta": 1_000_000.0, "mrope_section": [16, 24, 24]}},
-        vision={"depth": 32, "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16, "out_hidden_size": 3584,
-                "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "window_size": 112,
-                "fullatt_block_indexes": [7, 15, 23, 31], "tokens_per_second": 2, "hidden_act": "silu"},
-        tie_word_embeddings=False,
-        pixels=(3136, 12845056),
-        image_norm=None,
-        released_params=8_292_166_656,
-        source="NVIDIA/TensorRT-LLM tests/unittest/_torch/modeling/test_modeling_qwen2_5vl.py",
-    ),
+    "qwen2.5-vl-3b": _QWEN2_5_VL_3B,
+    "qwen2.5-vl-7b": _QWEN2_5_VL_7B,
     # Qwen/Qwen3-VL-8B-Instruct. Source: NVIDIA/TensorRT-LLM tests/unittest/_torch/modeling/
     # test_modeling_qwen3vl.py (QWEN3_VL_8B_CONFIG, the released config.json with 4 text layers "for testing, 36
     # layers for full model"). Released image processor (Qwen2VLImageProcessorFast): shortest_edge 65536 = 64 x 32^2,
