@@ -61,9 +61,12 @@ def group(pool):
 
 
 # One Ray (a ray.init costs ~5-15 s on 2 cores) with room for the shared and the dedicated placement at once
-# (1 + 1 + 2 GPUs), so that all their ranks start together: each is a fresh process importing verl (~10 s of CPU).
+# (1 + 1 + 2 GPUs), so that all their ranks start together: each is a fresh process importing verl (~7 s of CPU).
+# The probe ranks load no verl plugin: ours would add ~5 s of CPU to each, and what it registers is checked inside
+# a Ray worker by tests/plugin; the driver, which builds the pools, loads it.
 GPUS = 4
-ray.init(address="local", num_cpus=16, num_gpus=GPUS, include_dashboard=False, log_to_driver=False)
+ray.init(address="local", num_cpus=16, num_gpus=GPUS, include_dashboard=False, log_to_driver=False,
+         runtime_env={"env_vars": {"VERL_USE_EXTERNAL_PLUGINS": "none"}})
 seen = {"too_few": pools("dedicated", GPUS)}
 placements = {"shared": pools("shared", 2), "dedicated": pools("dedicated", 2)}
 groups = {(name, role): group(p[role]) for name, p in placements.items() for role in ("policy", "mei")}
