@@ -10,14 +10,13 @@ from __future__ import annotations
 import asyncio
 import json
 import shlex
-import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
-import yaml
 from omegaconf import OmegaConf
 from tensordict import TensorDict
 
@@ -26,6 +25,8 @@ from verl_ext.eval.specs import BenchmarkSpec
 from verl_ext.eval.verl_val import VerlValConfig, checkpoint_overrides, evaluate_verl, recipe_facts, run_pin
 from verl_ext.rollout.record import EVAL_KEY, RECORD_KEY, TRAJECTORY_JSON, CallRecord, ImageEntry, \
     TrajectoryRecord, TurnRecord
+
+from ..forks import main_ppo_jobs
 
 TOOL_URL = "http://127.0.0.1:9"  # never contacted: the dry run only composes; conversion needs no tools
 
@@ -41,12 +42,10 @@ def test_the_composed_command_is_a_val_only_run_of_the_recipe(tmp_path, benchmar
                      overrides=["trainer.n_gpus_per_node=1", "actor_rollout_ref.rollout.name=hf"])
     command = shlex.split(evaluate_verl(config, dry_run=True)["command"])  # as a shell reads the printed line
     attempt = tmp_path / "run" / "verl" / "attempt-1"
-    assert command[1:4] == ["-m", "verl.trainer.main_ppo", "+recipe=neos"]
+    assert command[:4] == [sys.executable, "-m", "verl.trainer.main_ppo", "+recipe=neos"]
     assert command[-2:] == config.overrides  # the user's keys come last and win
-    out = subprocess.run([*command, "--cfg", "job", "--resolve"], capture_output=True, text=True, timeout=300,
-                         cwd="/")
-    assert out.returncode == 0, out.stderr[-3000:]
-    job = yaml.safe_load(out.stdout)
+    # main_ppo itself resolves its arguments, in a fork of the process the recipe tests' runs fork from
+    job = main_ppo_jobs({"val": (*command[3:], "--cfg", "job", "--resolve")}, tmp_path)["val"]
     trainer, rollout = job["trainer"], job["actor_rollout_ref"]["rollout"]
     assert (trainer["val_only"], trainer["val_before_train"], trainer["resume_mode"]) == (True, True, "disable")
     assert trainer["validation_data_dir"] == str(attempt / "dump") and trainer["logger"] == ["console"]
