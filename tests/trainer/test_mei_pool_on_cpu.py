@@ -2,7 +2,8 @@
 machine can declare GPUs it does not have): the resource pools the neos trainer builds through verl's
 ``ResourcePoolManager``, and verl ``RayWorkerGroup``s placed on them. ``dedicated``: the MEI ranks get GPUs of their
 own, disjoint from the policy's; ``shared``: they land on the policy's GPUs; too few GPUs for both pools is verl's
-clear error, not a hang. Its own Ray (``address="local"``) in a child process: the session's Ray has no GPUs.
+clear error, not a hang. Its own Ray (``address="local"``) in a child process (a fork: ``tests/forks.py``): the
+session's Ray has no GPUs.
 
 What Ray cannot show here: the MEI SFT engine itself on those GPUs (FSDP/Megatron need CUDA; the H200 run does it).
 """
@@ -10,12 +11,9 @@ What Ray cannot show here: the MEI SFT engine itself on those GPUs (FSDP/Megatro
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from ..forks import MAIN_PPO, run_forked
 
 SCRIPT = r"""
 import json
@@ -67,29 +65,34 @@ def group(pool):
 GPUS = 4
 ray.init(address="local", num_cpus=16, num_gpus=GPUS, include_dashboard=False, log_to_driver=False,
          runtime_env={"env_vars": {"VERL_USE_EXTERNAL_PLUGINS": "none"}})
-seen = {"too_few": pools("dedicated", GPUS)}
-placements = {"shared": pools("shared", 2), "dedicated": pools("dedicated", 2)}
-groups = {(name, role): group(p[role]) for name, p in placements.items() for role in ("policy", "mei")}
-for name, p in placements.items():  # the shared MEI ranks start while the policy's hold the same GPU
-    seen[name] = {"spec": p["spec"], "same_pool": p["mei"] is p["policy"],
-                  **{role: sorted(g for gs in groups[name, role].gpu() for g in gs) for role in ("policy", "mei")}}
-print(json.dumps(seen))
+try:
+    seen = {"too_few": pools("dedicated", GPUS)}
+    placements = {"shared": pools("shared", 2), "dedicated": pools("dedicated", 2)}
+    groups = {(name, role): group(p[role]) for name, p in placements.items() for role in ("policy", "mei")}
+    for name, p in placements.items():  # the shared MEI ranks start while the policy's hold the same GPU
+        seen[name] = {"spec": p["spec"], "same_pool": p["mei"] is p["policy"],
+                      **{role: sorted(g for gs in groups[name, role].gpu() for g in gs) for role in ("policy", "mei")}}
+    print(json.dumps(seen))
+finally:
+    ray.shutdown()  # a fork ends without atexit handlers: nothing else stops this Ray
 """
 
 
-def _run(tmp_path: Path) -> dict:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-           "NEOS_SMOKE_DATA": str(tmp_path), "NEOS_SMOKE_MODEL": str(tmp_path), "RAY_ADDRESS": ""}
-    out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=600, cwd=tmp_path,
-                         env=env)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def _run(tmp_path: Path, monkeypatch) -> dict:
+    """The script in a fork of the process the recipe tests' ``main_ppo`` runs fork from (``tests/forks.py``), which
+    imported verl and our plugin already, in ``tmp_path``."""
+    for key, value in {"NEOS_SMOKE_DATA": str(tmp_path), "NEOS_SMOKE_MODEL": str(tmp_path), "RAY_ADDRESS": ""}.items():
+        monkeypatch.setenv(key, value)
+    script = f"import os\nos.chdir({str(tmp_path)!r})\n{SCRIPT}"
+    pools = run_forked(MAIN_PPO, {"pools": script}, tmp_path, cwd="/")["pools"]
+    assert pools.returncode == 0, pools.stderr[-3000:]
+    return json.loads(pools.stdout.strip().splitlines()[-1])
 
 
-def test_dedicated_and_shared_mei_pools_on_ray(tmp_path):
+def test_dedicated_and_shared_mei_pools_on_ray(tmp_path, monkeypatch):
     """Four logical GPUs: a policy of 1 and an MEI pool of 4 do not fit; MEI beside the policy (shared: both groups'
     ranks on one GPU at once) or on 2 GPUs of its own (dedicated) do."""
-    seen = _run(tmp_path)
+    seen = _run(tmp_path, monkeypatch)
     assert seen["too_few"] == {"error": "Total available GPUs 4.0 is less than total desired GPUs 5"}
 
     shared = seen["shared"]
