@@ -41,6 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from neos_core.polling import poll_delays
 from neos_core.ports import free_local_port
 from neos_core.usage import OneLineParser, positive_float, positive_int, share, whole_number
 from tool_server.launch import start as start_tools
@@ -190,11 +191,11 @@ START_GATE = threading.Lock()  # one run of a wave starting its vLLM engines at 
 
 def wait_engine_started(log_path: Path, trainer: subprocess.Popen, timeout_s: float) -> None:
     """Until the trainer's log says its rollout engine started, it exits, or ``timeout_s`` passes."""
-    deadline = time.monotonic() + timeout_s
+    deadline, delays = time.monotonic() + timeout_s, poll_delays()
     while time.monotonic() < deadline and trainer.poll() is None:
         if ENGINE_STARTED in log_path.read_text(errors="replace"):
             return
-        time.sleep(1)
+        time.sleep(next(delays))
 
 
 def run_one(run: Run, settings: Settings) -> dict:

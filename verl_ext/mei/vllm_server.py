@@ -37,6 +37,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from neos_core.polling import poll_delays
 from neos_core.usage import OneLineParser, listening_socket, port, positive_int
 from verl_ext.mei.server import LISTEN_BACKLOG, chat_request, create_app, error_response, load_request
 
@@ -202,7 +203,7 @@ def vllm_command(model_dir: Path, vllm_port: int, extra: Sequence[str]) -> list[
 async def wait_healthy(url: str, proc: subprocess.Popen | None, timeout_s: float) -> None:
     """Until ``url``/health answers 200 (vLLM, and both MEI servers); raises ``RuntimeError`` if ``proc`` exits or the
     time runs out."""
-    deadline = time.monotonic() + timeout_s
+    deadline, delays = time.monotonic() + timeout_s, poll_delays()
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
         while time.monotonic() < deadline:
             if proc is not None and proc.poll() is not None:
@@ -211,7 +212,7 @@ async def wait_healthy(url: str, proc: subprocess.Popen | None, timeout_s: float
                 async with session.get(url + "/health") as resp:
                     if resp.status == 200:
                         return
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(next(delays))
     raise RuntimeError(f"{url} not healthy after {timeout_s:.0f} s")
 
 
