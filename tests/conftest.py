@@ -17,22 +17,28 @@ from aiohttp import web
 from neos_core.keyed_dirs import use_keyed_dir
 
 REPO = Path(__file__).resolve().parents[1]
-# Files that take a minute or more on 2 cores (a whole pipeline run, a fleet of fresh processes, a paper-scale
-# rehearsal): `make test`'s workers start them first, so that neither is left running one alone at the end. A long
-# file not listed costs only that balance; a listed file that no longer exists stops the run.
-LONG_FILES = ("data_gen/test_modalsearch_run_on_cpu.py", "plugin/test_registrations_on_cpu.py",
-              "rollout/test_turn_router_on_cpu.py", "trainer/test_rehearsal_on_cpu.py",
-              "trainer/test_mei_pool_on_cpu.py")
+# The files that take longest in `make test` (a whole pipeline run, a fleet of fresh processes, a paper-scale
+# rehearsal, Ray actors, several servers or CLI runs), longest first: `make test`'s workers start them first, so
+# that the run ends on short files and neither worker is left running a long one alone at the end. A long file not
+# listed costs only that balance; a listed file that no longer exists stops the run.
+LONG_FILES = ("trainer/test_rehearsal_on_cpu.py", "trainer/test_mei_pool_on_cpu.py",
+              "plugin/test_registrations_on_cpu.py", "data_gen/test_modalsearch_run_on_cpu.py",
+              "tool_server/test_workers_on_cpu.py", "rollout/test_hf_replica_on_cpu.py",
+              "world/test_world_build_on_cpu.py", "install/test_resolution_on_cpu.py",
+              "rollout/test_turn_router_on_cpu.py", "data_gen/test_modalsearch_kill_on_cpu.py",
+              "eval/test_verl_val_on_cpu.py", "cli/test_verl_notices_on_cpu.py",
+              "walkthrough/test_walkthrough_on_cpu.py", "mei/test_serving_on_cpu.py",
+              "recipes/test_paper_recipes_on_cpu.py", "world/test_concurrent_builds_on_cpu.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (``make test``: ``--dist loadfile --no-loadscope-reorder``, files handed out in collection
-    order) the long files come first; a run in one process keeps pytest's order."""
+    order) the long files come first, longest first; a run in one process keeps pytest's order."""
     if hasattr(config, "workerinput"):
-        long_files = {REPO / "tests" / f for f in LONG_FILES}
-        if missing := [str(f) for f in long_files if not f.is_file()]:
+        rank = {REPO / "tests" / f: i for i, f in enumerate(LONG_FILES)}
+        if missing := [str(f) for f in rank if not f.is_file()]:
             raise pytest.UsageError(f"tests/conftest.py LONG_FILES: no such file {', '.join(missing)}")
-        items.sort(key=lambda item: item.path not in long_files)  # stable: the rest keep their order
+        items.sort(key=lambda item: rank.get(item.path, len(rank)))  # stable: the rest keep their order
 
 
 def _code_digest() -> str:
