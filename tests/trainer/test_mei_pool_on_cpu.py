@@ -80,7 +80,8 @@ finally:
 
 def _run(tmp_path: Path, monkeypatch) -> dict:
     """The script in a fork of the process the recipe tests' ``main_ppo`` runs fork from (``tests/forks.py``), which
-    imported verl and our plugin already, in ``tmp_path``."""
+    imported verl and our plugin already (started in "/": our package as pip installed it, ``make test`` installs this
+    checkout first), in ``tmp_path``."""
     for key, value in {"NEOS_SMOKE_DATA": str(tmp_path), "NEOS_SMOKE_MODEL": str(tmp_path), "RAY_ADDRESS": ""}.items():
         monkeypatch.setenv(key, value)
     script = f"import os\nos.chdir({str(tmp_path)!r})\n{SCRIPT}"
