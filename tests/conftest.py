@@ -24,11 +24,12 @@ REPO = Path(__file__).resolve().parents[1]
 LONG_FILES = ("trainer/test_rehearsal_on_cpu.py", "trainer/test_mei_pool_on_cpu.py",
               "plugin/test_registrations_on_cpu.py", "data_gen/test_modalsearch_run_on_cpu.py",
               "tool_server/test_workers_on_cpu.py", "rollout/test_hf_replica_on_cpu.py",
-              "world/test_world_build_on_cpu.py", "install/test_resolution_on_cpu.py",
-              "rollout/test_turn_router_on_cpu.py", "data_gen/test_modalsearch_kill_on_cpu.py",
-              "eval/test_verl_val_on_cpu.py", "cli/test_verl_notices_on_cpu.py",
-              "walkthrough/test_walkthrough_on_cpu.py", "mei/test_serving_on_cpu.py",
-              "recipes/test_paper_recipes_on_cpu.py", "world/test_concurrent_builds_on_cpu.py")
+              "rollout/test_bench_rollout_vllm_on_cpu.py", "world/test_world_build_on_cpu.py",
+              "install/test_resolution_on_cpu.py", "rollout/test_turn_router_on_cpu.py",
+              "data_gen/test_modalsearch_kill_on_cpu.py", "eval/test_verl_val_on_cpu.py",
+              "cli/test_verl_notices_on_cpu.py", "walkthrough/test_walkthrough_on_cpu.py",
+              "mei/test_serving_on_cpu.py", "recipes/test_paper_recipes_on_cpu.py",
+              "world/test_concurrent_builds_on_cpu.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
