@@ -104,14 +104,6 @@ def attempt(run: Run, settings: Settings) -> int:
     return 1 + len(list(run.directory(settings).glob("main_ppo-*.log")))
 
 
-def last_step(metrics: Path) -> int:
-    """The last step verl's file logger wrote (0: none)."""
-    if not metrics.is_file():
-        return 0
-    steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines() if line.strip()]
-    return max(steps, default=0)
-
-
 def gib(size: float) -> int:
     return int(size * 2**30)
 
@@ -198,6 +190,42 @@ def wait_engine_started(log_path: Path, trainer: subprocess.Popen, timeout_s: fl
         time.sleep(next(delays))
 
 
+PROGRESS_EVERY_S = 30.0  # how often a running run's newest logged step is looked at
+
+
+def newest_step(metrics: Path) -> tuple[int, dict]:
+    """The newest complete line verl's file logger wrote: its step and data ((0, {}): none yet). A line being
+    written is skipped, not an error: the trainer is still writing the file."""
+    if not metrics.is_file():
+        return 0, {}
+    for line in reversed(metrics.read_text().splitlines()):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        return int(record["step"]), record.get("data", {})
+    return 0, {}
+
+
+def follow(run: Run, trainer: subprocess.Popen, metrics: Path, steps: int, deadline: float) -> int | None:
+    """Wait for the trainer, printing each newly logged step (reward, held-out success when validated): a run
+    lasts minutes and the driver would otherwise say nothing until it ends. Its exit code; None at the deadline."""
+    shown = 0
+    while True:
+        try:
+            return trainer.wait(timeout=max(min(PROGRESS_EVERY_S, deadline - time.monotonic()), 0.01))
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= deadline:
+                return None
+        step, data = newest_step(metrics)
+        if step > shown:
+            shown = step
+            figures = [f"reward {data['critic/score/mean']:.3f}"] if "critic/score/mean" in data else []
+            figures += [f"{key} {value:.3f}" for key, value in data.items()  # verl's held-out success, mean@n
+                        if key.startswith("val-core/") and "/acc/mean@" in key]
+            print(f"{run.name}: step {step} of {steps}" + "".join(f", {f}" for f in figures), flush=True)
+
+
 def run_one(run: Run, settings: Settings) -> dict:
     """Services up, ``main_ppo`` to its end or ``--timeout-s``, services down; ``done.json`` when it finished."""
     import asyncio
@@ -225,16 +253,15 @@ def run_one(run: Run, settings: Settings) -> dict:
                                            env=run_env(run, settings, mei_port, tool_url, number))
                 procs.append(trainer)
                 wait_engine_started(log_path, trainer, timeout_s=settings.timeout_s)
-            try:
-                code = trainer.wait(timeout=max(settings.timeout_s - (time.monotonic() - start), 1))
-            except subprocess.TimeoutExpired:
-                code = None
+            print(f"{run.name} (attempt {number}): engine up after {time.monotonic() - start:.0f} s", flush=True)
+            code = follow(run, trainer, directory / f"metrics-{number}.jsonl", settings.steps,
+                          deadline=start + settings.timeout_s)
     except RuntimeError as err:
         return {"run": run.name, "status": "failed", "why": str(err), "attempt": number}
     finally:
         for proc in reversed(procs):
             _stop(proc)
-    step = last_step(directory / f"metrics-{number}.jsonl")
+    step, _ = newest_step(directory / f"metrics-{number}.jsonl")
     result = {"run": run.name, "estimator": run.estimator, "seed": run.seed, "attempt": number, "exit": code,
               "last_step": step, "steps": settings.steps, "wall_s": round(time.monotonic() - start, 1)}
     if code == 0 and step >= settings.steps:

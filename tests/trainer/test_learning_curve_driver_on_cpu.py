@@ -40,7 +40,10 @@ steps = int(args["trainer.total_training_steps"])
 stop = int(os.environ.get("STAND_IN_STOP", steps))
 with open(os.environ["VERL_FILE_LOGGER_PATH"], "w") as f:
     for step in range(1, stop + 1):
-        f.write(json.dumps({"step": step, "data": {"critic/score/mean": step / 10}}) + "\\n")
+        data = {"critic/score/mean": step / 10, **({"val-core/neos_synth/acc/mean@2": step / 20} if step % 2 else {})}
+        f.write(json.dumps({"step": step, "data": data}) + "\\n")
+        f.flush()
+        time.sleep(float(os.environ.get("STAND_IN_STEP_S", 0)))
 seen = {k: os.environ[k] for k in ("NEOS_CURVE_DATA", "NEOS_CURVE_POLICY", "NEOS_MEI_MODEL", "NEOS_MEI_LOG",
                                    "NEOS_MEI_SERVER_URL", "NEOS_TOOL_SERVER_URL", "VERL_FILE_LOGGER_PATH",
                                    "PYTHONPATH", "VERL_USE_EXTERNAL_MODULES")}
@@ -111,11 +114,11 @@ def test_a_run_cut_short_is_not_done_and_its_next_attempt_logs_apart(inputs, tmp
     monkeypatch.setenv("STAND_IN_STOP", "3")
     assert driver.main(one) == 1
     run = tmp_path / "out" / "grpo" / "seed1"
-    assert not (run / "done.json").exists() and driver.last_step(run / "metrics-1.jsonl") == 3
+    assert not (run / "done.json").exists() and driver.newest_step(run / "metrics-1.jsonl")[0] == 3
     monkeypatch.delenv("STAND_IN_STOP")
     assert driver.main(one) == 0
     assert json.loads((run / "done.json").read_text())["attempt"] == 2
-    assert driver.last_step(run / "metrics-1.jsonl") == 3  # the first attempt's lines are kept
+    assert driver.newest_step(run / "metrics-1.jsonl")[0] == 3  # the first attempt's lines are kept
     assert json.loads((run / "seen.json").read_text())["env"]["VERL_FILE_LOGGER_PATH"] == str(run / "metrics-2.jsonl")
 
 
@@ -151,3 +154,21 @@ def test_a_missing_input_names_its_flag(inputs, tmp_path, capsys):
     with pytest.raises(SystemExit):
         driver.main(inputs)
     assert "--data:" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def test_a_running_run_prints_each_new_step_with_its_reward_and_held_out_success(inputs, capsys, monkeypatch):
+    monkeypatch.setattr(driver, "PROGRESS_EVERY_S", 0.05)
+    monkeypatch.setenv("STAND_IN_STEP_S", "0.4")  # steps far apart: each is seen before the next
+    one = [*inputs[:inputs.index("--seeds")], "--seeds", "1", "--estimators", "grpo", "--steps", "3"]
+    assert driver.main(one) == 0
+    printed = capsys.readouterr().out
+    assert "grpo/seed1 (attempt 1): engine up after" in printed
+    assert "grpo/seed1: step 1 of 3, reward 0.100, val-core/neos_synth/acc/mean@2 0.050" in printed
+    assert "grpo/seed1: step 2 of 3, reward 0.200\n" in printed  # not validated at step 2
+
+
+def test_newest_step_skips_a_line_still_being_written(tmp_path):
+    metrics = tmp_path / "metrics-1.jsonl"
+    assert driver.newest_step(metrics) == (0, {})
+    metrics.write_text('{"step": 1, "data": {"x": 1}}\n{"step": 2, "da')
+    assert driver.newest_step(metrics) == (1, {"x": 1})
