@@ -45,6 +45,7 @@ from neos_core.polling import poll_delays
 from neos_core.ports import free_local_port
 from neos_core.usage import OneLineParser, positive_float, positive_int, share, whole_number
 from tool_server.launch import start as start_tools
+from tool_server.mei.jsonl import write_atomic
 
 REPO = Path(__file__).resolve().parents[1]
 ESTIMATORS = ("neos_turn_credit", "grpo")
@@ -265,7 +266,8 @@ def run_one(run: Run, settings: Settings) -> dict:
     result = {"run": run.name, "estimator": run.estimator, "seed": run.seed, "attempt": number, "exit": code,
               "last_step": step, "steps": settings.steps, "wall_s": round(time.monotonic() - start, 1)}
     if code == 0 and step >= settings.steps:
-        (directory / "done.json").write_text(json.dumps(result, indent=2) + "\n")
+        # through a rename: a driver killed mid-write must not leave a done.json the next invocation cannot read
+        write_atomic(directory / "done.json", (json.dumps(result, indent=2) + "\n").encode(), durable=True)
         return {**result, "status": "done"}
     why = "timed out" if code is None else f"exit {code}"
     return {**result, "status": "failed", "why": f"{why} at step {step} of {settings.steps}: {log_path}"}
@@ -353,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"  main_ppo: {shlex.join(main_ppo_command(run, settings))}")
         return 0
     results = []
-    for first in range(0, len(pending), args.parallel):  # waves: no engine starts beside a run that trains
+    for first in range(0, len(pending), args.parallel):  # waves; within one, engines start one run at a time
         with ThreadPoolExecutor(max_workers=args.parallel) as pool:
             for result in pool.map(lambda run: run_one(run, settings), pending[first:first + args.parallel]):
                 results.append(result)
