@@ -27,6 +27,8 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 
+from neos_core.polling import poll_delays
+
 log = logging.getLogger(__name__)
 
 FIRST_POLL_S = 0.005
@@ -137,13 +139,12 @@ class RedisLeases:
     async def _wait(self, key: str, deadline: float) -> bytes | str:
         """Poll until the value is there (returned), the holder says "unshared", the lease is free, or time is up."""
         keys = [self._prefix + key, self._prefix + "unshared:" + key, self._prefix + "lease:" + key]
-        delay = FIRST_POLL_S
+        delays = poll_delays(FIRST_POLL_S, MAX_POLL_S)
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 return "wait_timeouts"
-            await asyncio.sleep(min(delay, left))
-            delay = min(2 * delay, MAX_POLL_S)
+            await asyncio.sleep(min(next(delays), left))
             try:
                 value, unshared, holder = await self._client.mget(keys)
             except self._errors:

@@ -35,6 +35,7 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
+from neos_core.polling import poll_delays
 from tool_server.assembly import (
     LISTEN_BACKLOG,
     announce,
@@ -178,8 +179,7 @@ class Router:
     async def _forward(self, request: web.Request, index: int, body: bytes) -> web.Response:
         headers = {h: request.headers[h] for h in _FORWARDED_HEADERS if h in request.headers}
         headers[CLIENT_HEADER] = request.remote or ""
-        deadline = time.monotonic() + self._connect_retry_s
-        delay = 0.01
+        deadline, delays = time.monotonic() + self._connect_retry_s, poll_delays(0.01, 0.25)
         while True:
             try:
                 async with self._clients[index].request(
@@ -192,6 +192,7 @@ class Router:
                 if not self.alive(index):
                     return self._lost(index)
                 self.counters["connect_retries"] += 1
+                delay = next(delays)
                 if time.monotonic() + delay > deadline:
                     self.counters["busy"] += 1
                     log.warning("server process %d accepted no connection for %g s", index, self._connect_retry_s)
@@ -202,7 +203,6 @@ class Router:
                         "the session is kept, retry the call",
                     )
                 await asyncio.sleep(delay)
-                delay = min(2 * delay, 0.25)
             except aiohttp.ClientError:
                 return await self._failed_after_send(index)
 
