@@ -1,9 +1,13 @@
 """The Neos cold-start SFT export read by verl's own ``MultiTurnSFTDataset`` (through the JSON-tools subclass) with
 the tiny Qwen2.5-VL processor: targets are exactly the assistant turns, images line up with their placeholders, and
-tool calls decode back to the JSON the policy writes. The episode is hand-written over a real synthesized task."""
+tool calls decode back to the JSON the policy writes. The episode is hand-written over a real synthesized task.
+The same row trains in ``bench/curve_sft_plain.py``, the learning curve's warm start."""
 
+import importlib.util
 import json
+import math
 import re
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -20,6 +24,7 @@ from tool_server.protocol import tool_schemas
 from verl_ext.rollout.prompts import system_prompt
 from verl_ext.rollout.record import CallRecord, TrajectoryRecord, TurnRecord
 
+REPO = Path(__file__).resolve().parents[2]
 GOAL = "Whose flag is this? (São Tomé or not)"  # non-ASCII: must reach the template verbatim, as the policy writes it
 
 
@@ -191,3 +196,74 @@ def test_a_protocol_that_lists_its_tools_in_the_system_prompt_loads_in_verl(smal
         item = dataset[0]
         trained = tiny_vl_processor.tokenizer.decode(item["input_ids"][item["loss_mask"] == 1])
         assert "<answer>euro</answer>" in trained and "a flag" not in trained
+
+
+@pytest.fixture(scope="module")
+def plain_sft():
+    """``bench/curve_sft_plain.py``, the learning curve's warm start, loaded as a module."""
+    spec = importlib.util.spec_from_file_location("curve_sft_plain", REPO / "bench" / "curve_sft_plain.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_plain_sft_loss_is_the_masked_cross_entropy_of_the_full_logits(plain_sft, exported, tiny_vl_processor,
+                                                                        tiny_vl_model_dir):
+    from transformers import AutoModelForImageTextToText
+
+    model = AutoModelForImageTextToText.from_pretrained(tiny_vl_model_dir, dtype=torch.float32)
+    (row,) = plain_sft.load_rows(exported, tiny_vl_processor)
+    ids = row.input_ids
+    full = model(input_ids=ids[None], pixel_values=row.pixel_values, image_grid_thw=row.image_grid_thw).logits[0]
+    # written out the usual way: every position's logits, the next token as label, -100 where it is not a target
+    labels = torch.where(row.loss_mask, ids, torch.full_like(ids, -100))[1:]
+    expected = torch.nn.functional.cross_entropy(full[:-1], labels, ignore_index=-100, reduction="sum")
+    assert torch.allclose(plain_sft.masked_ce_sum(model, row, "cpu"), expected, rtol=1e-5)
+    assert int(row.loss_mask.sum()) == int((labels != -100).sum()) > 0  # the first token is never a target
+
+
+def test_plain_sft_first_turn_prompt_ends_at_the_assistant_header_with_the_question_image(plain_sft, exported,
+                                                                                        tiny_vl_processor):
+    tok = tiny_vl_processor.tokenizer
+    (row,) = plain_sft.load_rows(exported, tiny_vl_processor)
+    prefix, pixels, grid = plain_sft.first_turn_prompt(row, tok.convert_tokens_to_ids("<|vision_start|>"))
+    assert tok.decode(prefix).endswith("<|im_start|>assistant\n")
+    assert grid.tolist() == [[1, 14, 16]] and pixels.shape[0] == 14 * 16  # the entry flag only, not img_2
+    assert plain_sft.expert_first_tool(row, tok) == "ReverseImageSearch"
+
+
+def test_plain_sft_lr_factor_warms_up_then_decays_to_the_floor(plain_sft):
+    f = plain_sft.lr_factor
+    assert f(0, warmup=4, total=100) == pytest.approx(0.25 * (0.1 + 0.9 * 1.0))
+    assert f(3, warmup=4, total=100) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 3 / 100)))
+    assert f(50, warmup=4, total=100) == pytest.approx(0.55)
+    assert f(100, warmup=4, total=100) == pytest.approx(0.1) == f(150, warmup=4, total=100)
+
+
+def test_plain_sft_trains_saves_resumes_and_checks_the_first_turn(plain_sft, exported, tiny_vl_model_dir, tmp_path,
+                                                                capsys):
+    from safetensors.torch import load_file
+
+    out = tmp_path / "sft"
+    common = ["--model", str(tiny_vl_model_dir), "--data", str(exported.parent), "--out", str(out), "--batch", "1",
+              "--device", "cpu", "--workers", "0", "--lr", "1e-2", "--warmup", "0"]
+    assert plain_sft.main([*common, "--steps", "2", "--save-every", "2", "--check", "1"]) == 0
+    assert plain_sft.newest_step(out) == 2
+    check = json.loads((out / "check.json").read_text())
+    assert check["rows"] == 1 and sum(check["outcomes"].values()) == 1 and 0 <= check["well_formed_call_share"] <= 1
+    assert "well-formed calls" in capsys.readouterr().out
+    start = load_file(tiny_vl_model_dir / "model.safetensors")
+    trained = load_file(out / "step_2" / "huggingface" / "model.safetensors")
+    assert any(not torch.equal(trained[k].float(), start[k].float()) for k in start)
+    # resumed: only step 3 runs, from step 2's weights
+    assert plain_sft.main([*common, "--steps", "3", "--save-every", "1", "--check", "0", "--resume"]) == 0
+    assert plain_sft.newest_step(out) == 3 and not (out / "step_1").exists()
+    logged = [json.loads(line)["step"] for line in (out / "log.jsonl").read_text().splitlines()]
+    assert logged == [1, 3]
+
+
+def test_plain_sft_refuses_a_directory_without_the_export(plain_sft, tmp_path, tiny_vl_model_dir, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        plain_sft.main(["--model", str(tiny_vl_model_dir), "--data", str(tmp_path), "--out", str(tmp_path / "o")])
+    assert exit_info.value.code == 2
+    assert f"--data: {tmp_path / 'sft.parquet'} not found" in capsys.readouterr().err
