@@ -11,8 +11,8 @@ Runs start in waves of ``--parallel``, the next when the whole wave has ended. E
 it measures while it starts: that measurement fails when another process frees memory meanwhile (2026-12-07: a
 run's engine died with vLLM's "Error in memory profiling" as the wave's first run trained beside it; earlier two
 replicas started together and one computed a KV cache of -16.5 GiB). Within a wave the runs still start one at a
-time (MEI server up, then ``main_ppo`` until verl reports its rollout engine started), which keeps the start-up
-peaks apart.
+time (a run's MEI server and ``main_ppo`` side by side, until the MEI answers and verl reports the rollout engine
+started), which keeps the start-up peaks apart.
 
 ``OUT/<estimator>/seed<S>/`` holds a run's metrics (verl's file logger, ``metrics-<attempt>.jsonl``: verl truncates
 its file on open, so each attempt writes its own), logs (``main_ppo-<attempt>.log``, ``tools.log``, ``mei.log``) and
@@ -243,9 +243,11 @@ def run_one(run: Run, settings: Settings) -> dict:
         with (open(directory / "mei.log", "a") as mei_log, open(directory / "tools.log", "a") as tools_log,
               open(log_path, "w") as log):
             with START_GATE:  # the next run of the wave starts its engines once this one's have started
+                # The MEI server and main_ppo start side by side (each took minutes on 2026-12-07: a run's engine
+                # was up 379 s after its MEI server was launched); the first MEI call comes after the trainer's
+                # engine is up, and the MEI must be healthy before the gate opens.
                 procs.append(subprocess.Popen(mei_command(settings, mei_port), env=env, stdout=mei_log,
                                               stderr=subprocess.STDOUT, start_new_session=True))
-                asyncio.run(wait_healthy(f"http://127.0.0.1:{mei_port}", procs[0], timeout_s=600))
                 tools, tool_url = start_tools(tool_server_argv(run, settings, mei_port), stderr=tools_log.fileno(),
                                               env=env)
                 procs.append(tools)
@@ -253,6 +255,7 @@ def run_one(run: Run, settings: Settings) -> dict:
                                            stderr=subprocess.STDOUT, start_new_session=True,
                                            env=run_env(run, settings, mei_port, tool_url, number))
                 procs.append(trainer)
+                asyncio.run(wait_healthy(f"http://127.0.0.1:{mei_port}", procs[0], timeout_s=600))
                 wait_engine_started(log_path, trainer, timeout_s=settings.timeout_s)
             print(f"{run.name} (attempt {number}): engine up after {time.monotonic() - start:.0f} s", flush=True)
             code = follow(run, trainer, directory / f"metrics-{number}.jsonl", settings.steps,

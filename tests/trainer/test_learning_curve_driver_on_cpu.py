@@ -40,10 +40,10 @@ steps = int(args["trainer.total_training_steps"])
 stop = int(os.environ.get("STAND_IN_STOP", steps))
 with open(os.environ["VERL_FILE_LOGGER_PATH"], "w") as f:
     for step in range(1, stop + 1):
+        time.sleep(float(os.environ.get("STAND_IN_STEP_S", 0)))
         data = {"critic/score/mean": step / 10, **({"val-core/neos_synth/acc/mean@2": step / 20} if step % 2 else {})}
         f.write(json.dumps({"step": step, "data": data}) + "\\n")
         f.flush()
-        time.sleep(float(os.environ.get("STAND_IN_STEP_S", 0)))
 seen = {k: os.environ[k] for k in ("NEOS_CURVE_DATA", "NEOS_CURVE_POLICY", "NEOS_MEI_MODEL", "NEOS_MEI_LOG",
                                    "NEOS_MEI_SERVER_URL", "NEOS_TOOL_SERVER_URL", "VERL_FILE_LOGGER_PATH",
                                    "PYTHONPATH", "VERL_USE_EXTERNAL_MODULES")}
@@ -109,6 +109,17 @@ def test_each_estimator_and_seed_runs_once_then_is_skipped(inputs, tmp_path, cap
     assert len(list(out.glob("*/seed*/main_ppo-2.log"))) == 4
 
 
+def test_the_trainer_starts_while_the_mei_server_is_still_starting(inputs, tmp_path, monkeypatch):
+    # an MEI server that answers /health only after 1.5 s (a real one took about two minutes), noting when
+    slow = "import sys, time; time.sleep(1.5); open(sys.argv[2], 'w').write(repr(time.time()))\n" + HEALTH
+    monkeypatch.setattr(driver, "mei_command",
+                        lambda settings, port: [sys.executable, "-c", slow, str(port), str(tmp_path / "mei-up")])
+    one = [*inputs[:inputs.index("--seeds")], "--seeds", "1", "--estimators", "grpo", "--steps", "2"]
+    assert driver.main(one) == 0
+    seen = json.loads((tmp_path / "out" / "grpo" / "seed1" / "seen.json").read_text())
+    assert seen["began"] < float((tmp_path / "mei-up").read_text())
+
+
 def test_a_run_cut_short_is_not_done_and_its_next_attempt_logs_apart(inputs, tmp_path, monkeypatch):
     one = [*inputs[:inputs.index("--seeds")], "--seeds", "1", "--estimators", "grpo", "--steps", "4"]
     monkeypatch.setenv("STAND_IN_STOP", "3")
@@ -158,7 +169,7 @@ def test_a_missing_input_names_its_flag(inputs, tmp_path, capsys):
 
 def test_a_running_run_prints_each_new_step_with_its_reward_and_held_out_success(inputs, capsys, monkeypatch):
     monkeypatch.setattr(driver, "PROGRESS_EVERY_S", 0.05)
-    monkeypatch.setenv("STAND_IN_STEP_S", "0.4")  # steps far apart: each is seen before the next
+    monkeypatch.setenv("STAND_IN_STEP_S", "0.8")  # steps far apart: each is seen before the next
     one = [*inputs[:inputs.index("--seeds")], "--seeds", "1", "--estimators", "grpo", "--steps", "3"]
     assert driver.main(one) == 0
     printed = capsys.readouterr().out
