@@ -14,7 +14,7 @@ directories), sequence packing (one row per forward).
 step-100 checkpoint at loss 0.25 wrote 8% well-formed turns in RL, 2026-12-07). ``--check N`` samples the first
 assistant turn of N rows at the rollout's temperature and parses it with the agent loop's own parser
 (``verl_ext.rollout.protocols.parse_neos_turn``): the share of well-formed calls, and of those naming the expert's
-tool, printed and kept in ``OUT/check.json``.
+tool, printed and kept in ``OUT/check.json`` (one report per ``--check-temperature``).
 
     python bench/curve_sft_plain.py --model DIR --data CURVE_DATA --out OUT --steps 800 --check 32
 
@@ -25,6 +25,7 @@ newest ``step_<N>`` (weights only: a fresh optimizer; the schedule continues at 
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import re
@@ -146,6 +147,12 @@ def check_first_turns(model, processor, rows: list[Row], *, temperature: float, 
             "expert_tool_share": same_tool / n, "outcomes": outcomes, "samples": samples}
 
 
+def save(model, processor, hf: Path, dtype) -> None:
+    """The HF directory of the policy, its weights stored in ``dtype`` (the training copy stays float32)."""
+    copy.deepcopy(model).to(dtype).save_pretrained(hf)  # a copy: configs and weights agree on the dtype
+    processor.save_pretrained(hf)
+
+
 def newest_step(out: Path) -> int:
     steps = [int(m.group(1)) for p in out.glob("step_*") if (m := STEP_DIR.search(p.name))
              and (p / "huggingface" / "config.json").is_file()]
@@ -166,8 +173,12 @@ def parser() -> OneLineParser:
     p.add_argument("--save-every", type=positive_int, default=200, metavar="N", help="checkpoint period (default: 200)")
     p.add_argument("--check", type=whole_number(0), default=32, metavar="N",
                    help="rows whose first turn is sampled and parsed at the end (default: 32; 0: none)")
-    p.add_argument("--check-temperature", type=positive_float, default=1.0, help="(default: 1.0, the rollout's)")
+    p.add_argument("--check-temperature", type=positive_float, nargs="+", default=[1.0], metavar="T",
+                   help="sampling temperatures of the check, each a report (default: 1.0, the rollout's)")
     p.add_argument("--check-only", action="store_true", help="no training: check --model")
+    p.add_argument("--save-dtype", choices=("bfloat16", "float32"), default="bfloat16",
+                   help="dtype of the saved weights (default: bfloat16: half the bytes to carry, as verl's rollout "
+                   "serves them)")
     p.add_argument("--resume", action="store_true", help="continue from the newest OUT/step_<N>")
     p.add_argument("--workers", type=whole_number(0), default=8, help="processes running the processor (default: 8)")
     p.add_argument("--device", default="cuda", help="(default: cuda)")
@@ -200,14 +211,16 @@ def main(argv: list[str] | None = None) -> int:
         train(model, processor, rows, args, start, autocast)
     if args.check:
         picked = [rows[i] for i in torch.randperm(len(rows), generator=torch.Generator().manual_seed(1))[:args.check]]
-        with autocast:
-            report = check_first_turns(model, processor, picked, temperature=args.check_temperature,
-                                       max_new_tokens=256, device=args.device)
+        reports = []
+        for temperature in args.check_temperature:
+            with autocast:
+                report = check_first_turns(model, processor, picked, temperature=temperature, max_new_tokens=256,
+                                           device=args.device)
+            reports.append(report)
+            print(f"first turns at T={temperature}: {report['well_formed_call_share']:.0%} well-formed calls, "
+                  f"{report['expert_tool_share']:.0%} the expert's tool ({report['outcomes']})", flush=True)
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "check.json").write_text(json.dumps({"model": str(source), **report}, indent=1) + "\n")
-        print(f"first turns: {report['well_formed_call_share']:.0%} well-formed calls, "
-              f"{report['expert_tool_share']:.0%} the expert's tool ({report['outcomes']}, T={args.check_temperature})",
-              flush=True)
+        (args.out / "check.json").write_text(json.dumps({"model": str(source), "reports": reports}, indent=1) + "\n")
     return 0
 
 
@@ -246,8 +259,7 @@ def train(model, processor, rows: list[Row], args, start: int, autocast) -> None
                 print(json.dumps(line), flush=True)
             if step % args.save_every == 0 or step == args.steps:
                 hf = args.out / f"step_{step}" / "huggingface"
-                model.save_pretrained(hf)
-                processor.save_pretrained(hf)
+                save(model, processor, hf, getattr(torch, args.save_dtype))
                 print(f"saved {hf}", flush=True)
 
 

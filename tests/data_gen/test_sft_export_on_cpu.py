@@ -247,13 +247,17 @@ def test_plain_sft_trains_saves_resumes_and_checks_the_first_turn(plain_sft, exp
     out = tmp_path / "sft"
     common = ["--model", str(tiny_vl_model_dir), "--data", str(exported.parent), "--out", str(out), "--batch", "1",
               "--device", "cpu", "--workers", "0", "--lr", "1e-2", "--warmup", "0"]
-    assert plain_sft.main([*common, "--steps", "2", "--save-every", "2", "--check", "1"]) == 0
+    assert plain_sft.main([*common, "--steps", "2", "--save-every", "2", "--check", "1",
+                           "--check-temperature", "1.0", "0.5"]) == 0
     assert plain_sft.newest_step(out) == 2
-    check = json.loads((out / "check.json").read_text())
-    assert check["rows"] == 1 and sum(check["outcomes"].values()) == 1 and 0 <= check["well_formed_call_share"] <= 1
-    assert "well-formed calls" in capsys.readouterr().out
+    reports = json.loads((out / "check.json").read_text())["reports"]
+    assert [r["temperature"] for r in reports] == [1.0, 0.5]
+    assert all(r["rows"] == 1 and sum(r["outcomes"].values()) == 1 for r in reports)
+    assert "first turns at T=0.5: " in capsys.readouterr().out
     start = load_file(tiny_vl_model_dir / "model.safetensors")
     trained = load_file(out / "step_2" / "huggingface" / "model.safetensors")
+    assert {t.dtype for t in trained.values()} == {torch.bfloat16}  # --save-dtype's default
+    assert json.loads((out / "step_2" / "huggingface" / "config.json").read_text())["dtype"] == "bfloat16"
     assert any(not torch.equal(trained[k].float(), start[k].float()) for k in start)
     # resumed: only step 3 runs, from step 2's weights
     assert plain_sft.main([*common, "--steps", "3", "--save-every", "1", "--check", "0", "--resume"]) == 0
