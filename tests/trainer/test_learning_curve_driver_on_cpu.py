@@ -183,3 +183,34 @@ def test_newest_step_skips_a_line_still_being_written(tmp_path):
     assert driver.newest_step(metrics) == (0, {})
     metrics.write_text('{"step": 1, "data": {"x": 1}}\n{"step": 2, "da')
     assert driver.newest_step(metrics) == (1, {"x": 1})
+
+
+def test_device_script_copies_data_splits_a_directory_back_and_prints_its_usage(tmp_path):
+    """``bench/curve_device.sh``'s steps that need no GPU: ``data``, ``peek`` with nothing started, ``back``."""
+    script = driver.REPO / "bench" / "curve_device.sh"
+    data = tmp_path / "carried"
+    (data / "world").mkdir(parents=True)
+    (data / "rl.parquet").write_bytes(b"x" * 10)
+    (data / "world" / "manifest.json").write_text("{}")
+    env = {"PATH": "/usr/bin:/bin", "OUT": str(tmp_path / "out"), "HOME": str(tmp_path),
+           "CURVE_DATA": str(tmp_path / "data")}
+
+    def run(*args):
+        return subprocess.run(["bash", str(script), *args], cwd=driver.REPO, env=env, capture_output=True, text=True)
+
+    usage = run()
+    assert usage.returncode == 2 and "curve_device.sh warm [STEPS]" in usage.stdout
+    assert run("data", str(data)).returncode == 0
+    assert (tmp_path / "data" / "world" / "manifest.json").read_text() == "{}"
+    assert (tmp_path / "data" / "rl.parquet").read_bytes() == b"x" * 10
+    assert run("peek").returncode == 0  # nothing started yet: nothing to show, no error
+    blob = tmp_path / "ckpt" / "huggingface"
+    blob.mkdir(parents=True)
+    (blob / "model.safetensors").write_bytes(bytes(range(256)) * 100_000)  # 25.6 MB: two 15-MiB parts
+    assert run("back", str(blob), "policy").returncode == 0
+    parts = sorted((tmp_path / "out").glob("policy.tar.*"))
+    assert [p.name for p in parts] == ["policy.tar.aa", "policy.tar.ab"]
+    joined = tmp_path / "joined"
+    joined.mkdir()
+    subprocess.run(f"cat {' '.join(map(str, parts))} | tar xf - -C {joined}", shell=True, check=True)
+    assert (joined / "huggingface" / "model.safetensors").read_bytes() == (blob / "model.safetensors").read_bytes()

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The learning curve's steps on the GPU machine, each one device call (docs/appendix/learning_curve.md, "Device
+# session"). Run from the checkout's root after ../shared/gpu's staging (gpu_install.sh: /tmp/site, the tiny model in
+# /tmp/stage/model). Long steps run in the background (setsid: they outlive the call on a warm machine); `peek`
+# follows them. Everything lands under /tmp; what a later call must bring back goes to $OUT.
+#
+#   bash bench/curve_device.sh data DIR          carried data (sft/rl/benchmark parquet, world/) -> /tmp/data
+#                                                (CURVE_DATA: elsewhere)
+#   bash bench/curve_device.sh warm [STEPS]      build the WIDTHxLAYERS policy (default 512x4), plain SFT in the
+#                                                background -> /tmp/curve-sft (then its first-turn check)
+#   bash bench/curve_device.sh curve POLICY [ARGS...]   bench/learning_curve.py in the background -> /tmp/curve
+#                                                (ARGS: its flags, e.g. --seeds 1 --parallel 2 -- OVERRIDES)
+#   bash bench/curve_device.sh peek [SECONDS]    wait, then print the warm start's and the runs' progress; metrics,
+#                                                logs and check.json to $OUT
+#   bash bench/curve_device.sh back DIR NAME     DIR as $OUT/NAME.tar.* parts of 15 MiB (a call returns ~64 MiB)
+set -uo pipefail
+export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
+  VLLM_NO_USAGE_STATS=1 VLLM_USE_FLASHINFER_SAMPLER=0 XLA_PYTHON_CLIENT_PREALLOCATE=false JAX_PLATFORMS=cpu
+OUT=${OUT:-/tmp/out}
+DATA=${CURVE_DATA:-/tmp/data}  # where `data` copies to and the other steps read
+mkdir -p "$OUT"
+background() {  # LOG CMD...: detached from this call, stdin closed
+  local log=$1; shift
+  setsid nohup "$@" > "$log" 2>&1 < /dev/null &
+}
+
+case "${1:-}" in
+  data)
+    mkdir -p "$DATA" && cp -r "$2"/. "$DATA"/ && du -sh "$DATA"/* ;;
+  warm)
+    python -m verl_ext.models build --out /tmp/curve-policy0 --hidden-size "${WIDTH:-512}" --layers "${LAYERS:-4}" \
+      --dtype bfloat16 --tokenizer-from /tmp/stage/model || exit 1
+    background /tmp/curve-sft.log python bench/curve_sft_plain.py --model /tmp/curve-policy0 --data "$DATA" \
+      --out /tmp/curve-sft --steps "${2:-800}" --save-every "${SAVE_EVERY:-200}" --check 32 \
+      --check-temperature 1.0 0.7 ${SFT_ARGS:-}
+    echo "warm start in the background: /tmp/curve-sft.log" ;;
+  curve)
+    policy=$2; shift 2
+    background /tmp/curve.log python bench/learning_curve.py --data "$DATA" --world "$DATA/world" \
+      --policy "$policy" --mei "${MEI:-/tmp/stage/model}" --out /tmp/curve "$@"
+    echo "curve runs in the background: /tmp/curve.log" ;;
+  peek)
+    sleep "${2:-0}"
+    if [ -f /tmp/curve-sft.log ]; then
+      grep -E '^\{"step"|first turns|saved' /tmp/curve-sft.log | tail -n 6
+      cp /tmp/curve-sft.log "$OUT"/ && cp /tmp/curve-sft/check.json /tmp/curve-sft/log.jsonl "$OUT"/ 2>/dev/null
+    fi
+    if [ -f /tmp/curve.log ]; then
+      tail -n 8 /tmp/curve.log | cut -c1-300
+      for run in /tmp/curve/*/seed*; do
+        [ -d "$run" ] || continue
+        name=$(echo "${run#/tmp/curve/}" | tr / -)
+        for f in "$run"/metrics-*.jsonl "$run"/done.json; do [ -f "$f" ] && cp "$f" "$OUT/$name-$(basename "$f")"; done
+        grep -aE 'Traceback|Error:' "$run"/main_ppo-*.log 2>/dev/null | tail -n 2 | cut -c1-300
+      done
+    fi
+    if command -v nvidia-smi > /dev/null; then nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader; fi ;;
+  back)
+    tar cf - -C "$(dirname "$2")" "$(basename "$2")" | split -b 15M - "$OUT/$3.tar."
+    ls -la "$OUT" ;;
+  *)
+    sed -n '2,17p' "$0"; exit 2 ;;
+esac
