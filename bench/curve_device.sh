@@ -7,7 +7,7 @@
 #   bash bench/curve_device.sh data DIR          carried data (sft/rl/benchmark parquet, world/) -> /tmp/data
 #                                                (CURVE_DATA: elsewhere)
 #   bash bench/curve_device.sh warm [STEPS]      build the WIDTHxLAYERS policy (default 512x4), plain SFT in the
-#                                                background -> /tmp/curve-sft (then its first-turn check)
+#                                                background -> /tmp/curve-sft (then its check of every turn of 8 rows)
 #   bash bench/curve_device.sh curve POLICY [ARGS...]   bench/learning_curve.py in the background -> /tmp/curve
 #                                                (ARGS: its flags, e.g. --seeds 1 --parallel 2 -- OVERRIDES)
 #   bash bench/curve_device.sh peek [SECONDS]    wait, then print the warm start's and the runs' progress; metrics,
@@ -31,7 +31,7 @@ case "${1:-}" in
     python -m verl_ext.models build --out /tmp/curve-policy0 --hidden-size "${WIDTH:-512}" --layers "${LAYERS:-4}" \
       --dtype bfloat16 --tokenizer-from /tmp/stage/model || exit 1
     background /tmp/curve-sft.log python bench/curve_sft_plain.py --model /tmp/curve-policy0 --data "$DATA" \
-      --out /tmp/curve-sft --steps "${2:-800}" --save-every "${SAVE_EVERY:-200}" --check 32 \
+      --out /tmp/curve-sft --steps "${2:-800}" --save-every "${SAVE_EVERY:-200}" --check 8 \
       --check-temperature 1.0 0.7 ${SFT_ARGS:-}
     echo "warm start in the background: /tmp/curve-sft.log" ;;
   curve)
@@ -42,7 +42,7 @@ case "${1:-}" in
   peek)
     sleep "${2:-0}"
     if [ -f /tmp/curve-sft.log ]; then
-      grep -E '^\{"step"|first turns|saved' /tmp/curve-sft.log | tail -n 6
+      grep -E '^\{"step"|check at|saved' /tmp/curve-sft.log | tail -n 6
       cp /tmp/curve-sft.log "$OUT"/ && cp /tmp/curve-sft/check.json /tmp/curve-sft/log.jsonl "$OUT"/ 2>/dev/null
     fi
     if [ -f /tmp/curve.log ]; then

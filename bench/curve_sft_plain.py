@@ -1,4 +1,4 @@
-"""The learning curve's policy warm start in a plain torch loop, with a first-turn format check.
+"""The learning curve's policy warm start in a plain torch loop, with a check of the turns it writes.
 
 **Why not verl's SFT trainer** (which ``tests/data_gen/test_verl_sft_on_gpu.py`` runs, the real path): on an H100 on
 2026-12-07 it took 12.5 s a step of 16 expert rows (~57,000 tokens; FSDP2, ``use_remove_padding=false`` because
@@ -11,12 +11,14 @@ same GPU and rows once warm, 19x faster. What it leaves out: FSDP (one GPU), ver
 directories), sequence packing (one row per forward).
 
 **The check**: a warm start is useful for RL only if it writes well-formed calls, which the loss does not say (a
-step-100 checkpoint at loss 0.25 wrote 8% well-formed turns in RL, 2026-12-07). ``--check N`` samples the first
-assistant turn of N rows at the rollout's temperature and parses it with the agent loop's own parser
-(``verl_ext.rollout.protocols.parse_neos_turn``): the share of well-formed calls, and of those naming the expert's
-tool, printed and kept in ``OUT/check.json`` (one report per ``--check-temperature``).
+step-100 checkpoint at loss 0.25 wrote 8% well-formed turns in RL, 2026-12-07). ``--check N`` samples every
+assistant turn of N training rows after the expert's own history, at the rollout's temperature, and parses it with
+the agent loop's own parser (``verl_ext.rollout.protocols.parse_neos_turn``): the share of turns of the expert's kind
+(a well-formed call where it called, an answer where it answered), overall and by turn index, and of calls naming
+its tool; printed and kept in ``OUT/check.json`` (one report per ``--check-temperature``). An upper bound for RL,
+where the history is the policy's own.
 
-    python bench/curve_sft_plain.py --model DIR --data CURVE_DATA --out OUT --steps 800 --check 32
+    python bench/curve_sft_plain.py --model DIR --data CURVE_DATA --out OUT --steps 800 --check 8
 
 writes ``OUT/step_<N>/huggingface`` every ``--save-every`` steps (weights, processor: the policy of
 ``bench/learning_curve.py --policy``), ``OUT/log.jsonl`` (step, loss, seconds a step); ``--resume`` continues from the
@@ -90,9 +92,18 @@ def lr_factor(step: int, *, warmup: int, total: int, floor: float = 0.1) -> floa
     return ramp * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(step, total) / total)))
 
 
-def first_turn_prompt(row: Row, vision_start_id: int) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """The tokens before the first target (system, tools, question, the assistant header) and the images in them."""
-    start = int(row.loss_mask.nonzero()[0])
+def turn_spans(row: Row) -> list[tuple[int, int]]:
+    """[start, end) of each assistant turn: the maximal runs of targets."""
+    import torch
+
+    edges = torch.diff(torch.cat([torch.zeros(1, dtype=torch.long), row.loss_mask.long(),
+                                  torch.zeros(1, dtype=torch.long)])).tolist()
+    return list(zip([i for i, d in enumerate(edges) if d == 1], [i for i, d in enumerate(edges) if d == -1]))
+
+
+def turn_prompt(row: Row, start: int, vision_start_id: int) -> tuple[torch.Tensor, torch.Tensor | None,
+                                                                         torch.Tensor | None]:
+    """The tokens before ``start`` (the expert's history up to an assistant header) and the images in them."""
     prefix = row.input_ids[:start]
     images = int((prefix == vision_start_id).sum())
     if not images or row.image_grid_thw is None:
@@ -101,50 +112,57 @@ def first_turn_prompt(row: Row, vision_start_id: int) -> tuple[torch.Tensor, tor
     return prefix, row.pixel_values[: int(grid.prod(dim=1).sum())], grid
 
 
-def expert_first_tool(row: Row, tokenizer) -> str | None:
-    """The tool the expert's first turn calls (None for an answer)."""
+def turn_kind(text: str) -> tuple[str, str | None]:
+    """What the agent loop would make of a turn: ``call`` (well-formed, with its tool), ``answer`` or the format
+    error's type."""
     from verl_ext.rollout.protocols import parse_neos_turn
 
-    mask = row.loss_mask
-    start = int(mask.nonzero()[0])
-    end = start + int((~mask[start:]).nonzero()[0]) if (~mask[start:]).any() else len(mask)
-    parsed = parse_neos_turn(tokenizer.decode(row.input_ids[start:end]).replace("<|im_end|>", ""))
-    return parsed.calls[0].name if parsed.calls else None
+    parsed = parse_neos_turn(text.split("<|im_end|>")[0])
+    if parsed.error:
+        return parsed.error.type, None
+    return ("call", parsed.calls[0].name) if parsed.calls else ("answer", None)
 
 
-def check_first_turns(model, processor, rows: list[Row], *, temperature: float, max_new_tokens: int,
-                      device: str, seed: int = 0) -> dict:
-    """Sample each row's first assistant turn and parse it as the agent loop would."""
+def check_turns(model, processor, rows: list[Row], *, temperature: float, max_new_tokens: int,
+                device: str, seed: int = 0) -> dict:
+    """Sample every assistant turn of each row after the expert's own history (as in the episode) and parse it as the
+    agent loop would: the share of turns in the expert's kind (a well-formed call where it called, an answer where it
+    answered), of calls naming its tool, and that share by turn index."""
     import torch
-
-    from verl_ext.rollout.protocols import parse_neos_turn
 
     tok = processor.tokenizer
     vision_start = tok.convert_tokens_to_ids("<|vision_start|>")
     outcomes: dict[str, int] = {}
-    same_tool = 0
+    by_turn: dict[int, list[int]] = {}
+    calls = same_tool = 0
     samples = []
     torch.manual_seed(seed)
     model.eval()
     with torch.no_grad():
         for row in rows:
-            prefix, pixels, grid = first_turn_prompt(row, vision_start)
-            ids = prefix.to(device)[None]
-            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
-                                 pixel_values=None if pixels is None else pixels.to(device),
-                                 image_grid_thw=None if grid is None else grid.to(device), do_sample=True,
-                                 temperature=temperature, top_p=1.0, top_k=0, max_new_tokens=max_new_tokens)
-            text = tok.decode(out[0, len(prefix):]).split("<|im_end|>")[0]
-            parsed = parse_neos_turn(text)
-            kind = parsed.error.type if parsed.error else ("call" if parsed.calls else "answer")
-            outcomes[kind] = outcomes.get(kind, 0) + 1
-            same_tool += bool(parsed.calls) and parsed.calls[0].name == expert_first_tool(row, tok)
-            if len(samples) < 3:
-                samples.append(text[:300])
+            for index, (start, end) in enumerate(turn_spans(row)):
+                prefix, pixels, grid = turn_prompt(row, start, vision_start)
+                ids = prefix.to(device)[None]
+                out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
+                                     pixel_values=None if pixels is None else pixels.to(device),
+                                     image_grid_thw=None if grid is None else grid.to(device), do_sample=True,
+                                     temperature=temperature, top_p=1.0, top_k=0, max_new_tokens=max_new_tokens)
+                text = tok.decode(out[0, len(prefix):])
+                kind, tool = turn_kind(text)
+                want, want_tool = turn_kind(tok.decode(row.input_ids[start:end]))
+                outcomes[kind] = outcomes.get(kind, 0) + 1
+                by_turn.setdefault(index, []).append(int(kind == want))
+                calls += want == "call"
+                same_tool += want == "call" and tool == want_tool
+                if len(samples) < 3 and kind != want:
+                    samples.append(text[:300])
     model.train()
-    n = len(rows)
-    return {"rows": n, "temperature": temperature, "well_formed_call_share": outcomes.get("call", 0) / n,
-            "expert_tool_share": same_tool / n, "outcomes": outcomes, "samples": samples}
+    turns = sum(outcomes.values())
+    return {"rows": len(rows), "turns": turns, "temperature": temperature,
+            "expert_kind_share": sum(sum(v) for v in by_turn.values()) / turns,
+            "expert_tool_share": same_tool / max(calls, 1), "outcomes": outcomes,
+            "expert_kind_share_by_turn": {i: sum(v) / len(v) for i, v in sorted(by_turn.items())},
+            "failed_samples": samples}
 
 
 def save(model, processor, hf: Path, dtype) -> None:
@@ -171,10 +189,12 @@ def parser() -> OneLineParser:
     p.add_argument("--lr", type=positive_float, default=1.5e-3, help="peak learning rate (default: 1.5e-3)")
     p.add_argument("--warmup", type=whole_number(0), default=20, help="warmup steps (default: 20)")
     p.add_argument("--save-every", type=positive_int, default=200, metavar="N", help="checkpoint period (default: 200)")
-    p.add_argument("--check", type=whole_number(0), default=32, metavar="N",
-                   help="rows whose first turn is sampled and parsed at the end (default: 32; 0: none)")
+    p.add_argument("--check", type=whole_number(0), default=8, metavar="N",
+                   help="rows whose every turn is sampled and parsed at the end (default: 8, ~56 turns; 0: none)")
     p.add_argument("--check-temperature", type=positive_float, nargs="+", default=[1.0], metavar="T",
                    help="sampling temperatures of the check, each a report (default: 1.0, the rollout's)")
+    p.add_argument("--check-max-new-tokens", type=positive_int, default=256, metavar="N",
+                   help="longest sampled turn (default: 256; the expert's turns are shorter)")
     p.add_argument("--check-only", action="store_true", help="no training: check --model")
     p.add_argument("--save-dtype", choices=("bfloat16", "float32"), default="bfloat16",
                    help="dtype of the saved weights (default: bfloat16: half the bytes to carry, as verl's rollout "
@@ -214,11 +234,13 @@ def main(argv: list[str] | None = None) -> int:
         reports = []
         for temperature in args.check_temperature:
             with autocast:
-                report = check_first_turns(model, processor, picked, temperature=temperature, max_new_tokens=256,
-                                           device=args.device)
+                report = check_turns(model, processor, picked, temperature=temperature,
+                                     max_new_tokens=args.check_max_new_tokens, device=args.device)
             reports.append(report)
-            print(f"first turns at T={temperature}: {report['well_formed_call_share']:.0%} well-formed calls, "
-                  f"{report['expert_tool_share']:.0%} the expert's tool ({report['outcomes']})", flush=True)
+            by_turn = " ".join(f"{share:.0%}" for share in report["expert_kind_share_by_turn"].values())
+            print(f"check at T={temperature}: {report['expert_kind_share']:.0%} of {report['turns']} turns in the "
+                  f"expert's kind (by turn: {by_turn}), {report['expert_tool_share']:.0%} of its calls' tools "
+                  f"({report['outcomes']})", flush=True)
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "check.json").write_text(json.dumps({"model": str(source), "reports": reports}, indent=1) + "\n")
     return 0

@@ -222,14 +222,22 @@ def test_plain_sft_loss_is_the_masked_cross_entropy_of_the_full_logits(plain_sft
     assert int(row.loss_mask.sum()) == int((labels != -100).sum()) > 0  # the first token is never a target
 
 
-def test_plain_sft_first_turn_prompt_ends_at_the_assistant_header_with_the_question_image(plain_sft, exported,
-                                                                                        tiny_vl_processor):
+def test_plain_sft_turn_prompts_end_at_each_assistant_header_with_the_images_before_it(plain_sft, exported,
+                                                                                      tiny_vl_processor):
     tok = tiny_vl_processor.tokenizer
     (row,) = plain_sft.load_rows(exported, tiny_vl_processor)
-    prefix, pixels, grid = plain_sft.first_turn_prompt(row, tok.convert_tokens_to_ids("<|vision_start|>"))
-    assert tok.decode(prefix).endswith("<|im_start|>assistant\n")
-    assert grid.tolist() == [[1, 14, 16]] and pixels.shape[0] == 14 * 16  # the entry flag only, not img_2
-    assert plain_sft.expert_first_tool(row, tok) == "ReverseImageSearch"
+    spans = plain_sft.turn_spans(row)
+    assert len(spans) == 3  # ReverseImageSearch, FetchImage, the answer
+    grids = []
+    for start, _ in spans:
+        prefix, pixels, grid = plain_sft.turn_prompt(row, start, tok.convert_tokens_to_ids("<|vision_start|>"))
+        assert tok.decode(prefix).endswith("<|im_start|>assistant\n")
+        grids.append(grid.tolist())
+        assert pixels.shape[0] == 14 * 16 * len(grid)
+    assert grids == [[[1, 14, 16]], [[1, 14, 16]], [[1, 14, 16], [1, 14, 16]]]  # img_2 arrives with FetchImage
+    kinds = [plain_sft.turn_kind(tok.decode(row.input_ids[a:b])) for a, b in spans]
+    assert kinds == [("call", "ReverseImageSearch"), ("call", "FetchImage"), ("answer", None)]
+    assert plain_sft.turn_kind('<tool_call>{"name": "TextSearch", "arguments": {"query": ') == ("malformed_call", None)
 
 
 def test_plain_sft_lr_factor_warms_up_then_decays_to_the_floor(plain_sft):
@@ -240,7 +248,7 @@ def test_plain_sft_lr_factor_warms_up_then_decays_to_the_floor(plain_sft):
     assert f(100, warmup=4, total=100) == pytest.approx(0.1) == f(150, warmup=4, total=100)
 
 
-def test_plain_sft_trains_saves_resumes_and_checks_the_first_turn(plain_sft, exported, tiny_vl_model_dir, tmp_path,
+def test_plain_sft_trains_saves_resumes_and_checks_its_turns(plain_sft, exported, tiny_vl_model_dir, tmp_path,
                                                                 capsys):
     from safetensors.torch import load_file
 
@@ -248,12 +256,13 @@ def test_plain_sft_trains_saves_resumes_and_checks_the_first_turn(plain_sft, exp
     common = ["--model", str(tiny_vl_model_dir), "--data", str(exported.parent), "--out", str(out), "--batch", "1",
               "--device", "cpu", "--workers", "0", "--lr", "1e-2", "--warmup", "0"]
     assert plain_sft.main([*common, "--steps", "2", "--save-every", "2", "--check", "1",
-                           "--check-temperature", "1.0", "0.5"]) == 0
+                           "--check-temperature", "1.0", "0.5", "--check-max-new-tokens", "24"]) == 0
     assert plain_sft.newest_step(out) == 2
     reports = json.loads((out / "check.json").read_text())["reports"]
     assert [r["temperature"] for r in reports] == [1.0, 0.5]
-    assert all(r["rows"] == 1 and sum(r["outcomes"].values()) == 1 for r in reports)
-    assert "first turns at T=0.5: " in capsys.readouterr().out
+    assert all(r["rows"] == 1 and r["turns"] == sum(r["outcomes"].values()) == 3 for r in reports)
+    assert all(list(r["expert_kind_share_by_turn"]) == ["0", "1", "2"] for r in reports)
+    assert "check at T=0.5: " in capsys.readouterr().out
     start = load_file(tiny_vl_model_dir / "model.safetensors")
     trained = load_file(out / "step_2" / "huggingface" / "model.safetensors")
     assert {t.dtype for t in trained.values()} == {torch.bfloat16}  # --save-dtype's default
