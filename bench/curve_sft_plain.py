@@ -12,17 +12,18 @@ directories), sequence packing (one row per forward).
 
 **The check**: a warm start is useful for RL only if it writes well-formed calls, which the loss does not say (a
 step-100 checkpoint at loss 0.25 wrote 8% well-formed turns in RL, 2026-12-07). ``--check N`` samples every
-assistant turn of N training rows after the expert's own history, at the rollout's temperature, and parses it with
-the agent loop's own parser (``verl_ext.rollout.protocols.parse_neos_turn``): the share of turns of the expert's kind
-(a well-formed call where it called, an answer where it answered), overall and by turn index, and of calls naming
-its tool; printed and kept in ``OUT/check.json`` (one report per ``--check-temperature``). An upper bound for RL,
-where the history is the policy's own.
+assistant turn of N held-out rows (``--holdout``: never trained on) after the expert's own history, at the rollout's
+temperature, and parses it with the agent loop's own parser (``verl_ext.rollout.protocols.parse_neos_turn``): the
+share of turns of the expert's kind (a well-formed call where it called, an answer where it answered), overall and by
+turn index, and of calls naming its tool; printed and kept in ``OUT/check.json`` (one report per
+``--check-temperature``). An upper bound for RL, where the history is the policy's own. The held-out rows' loss,
+logged every ``--eval-every`` steps, says when more passes only memorise the training episodes.
 
     python bench/curve_sft_plain.py --model DIR --data CURVE_DATA --out OUT --steps 800 --check 8
 
 writes ``OUT/step_<N>/huggingface`` every ``--save-every`` steps (weights, processor: the policy of
-``bench/learning_curve.py --policy``), ``OUT/log.jsonl`` (step, loss, seconds a step); ``--resume`` continues from the
-newest ``step_<N>`` (weights only: a fresh optimizer; the schedule continues at step N).
+``bench/learning_curve.py --policy``), ``OUT/log.jsonl`` (step, loss, held-out loss, seconds a step); ``--resume``
+continues from the newest ``step_<N>`` (weights only: a fresh optimizer; the schedule continues at step N).
 """
 
 from __future__ import annotations
@@ -189,6 +190,10 @@ def parser() -> OneLineParser:
     p.add_argument("--lr", type=positive_float, default=1.5e-3, help="peak learning rate (default: 1.5e-3)")
     p.add_argument("--warmup", type=whole_number(0), default=20, help="warmup steps (default: 20)")
     p.add_argument("--save-every", type=positive_int, default=200, metavar="N", help="checkpoint period (default: 200)")
+    p.add_argument("--holdout", type=whole_number(0), default=16, metavar="N",
+                   help="rows never trained on: their loss is logged every --eval-every steps and the check samples "
+                   "them (default: 16)")
+    p.add_argument("--eval-every", type=positive_int, default=50, metavar="N", help="(default: 50; a multiple of 5)")
     p.add_argument("--check", type=whole_number(0), default=8, metavar="N",
                    help="rows whose every turn is sampled and parsed at the end (default: 8, ~56 turns; 0: none)")
     p.add_argument("--check-temperature", type=positive_float, nargs="+", default=[1.0], metavar="T",
@@ -221,24 +226,32 @@ def main(argv: list[str] | None = None) -> int:
     processor = AutoProcessor.from_pretrained(args.model)
     t = time.time()
     rows = load_rows(args.data / "sft.parquet", processor, workers=args.workers)
+    if args.holdout >= len(rows):
+        parser().error(f"--holdout: {args.holdout} of {len(rows)} rows leaves none to train on")
     targets = sum(int(r.loss_mask.sum()) for r in rows)
     print(f"{len(rows)} rows, {sum(len(r.input_ids) for r in rows)} tokens ({targets} targets), "
           f"read in {time.time() - t:.0f} s; starting from {source}", flush=True)
+    # the same held-out rows on every run and resume (a fixed permutation), never trained on
+    order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(1)).tolist()
+    held = [rows[i] for i in order[:args.holdout]]
+    rows = [rows[i] for i in sorted(order[args.holdout:])]
     model = AutoModelForImageTextToText.from_pretrained(source, dtype=torch.float32, attn_implementation="sdpa")
     model.to(args.device).train()
     autocast = torch.autocast(args.device.split(":")[0], dtype=torch.bfloat16, enabled=args.device != "cpu")
     if not args.check_only and start < args.steps:
-        train(model, processor, rows, args, start, autocast)
+        train(model, processor, rows, held, args, start, autocast)
     if args.check:
-        picked = [rows[i] for i in torch.randperm(len(rows), generator=torch.Generator().manual_seed(1))[:args.check]]
+        # held-out rows where there are (what RL meets: questions not trained on), else training rows
+        picked = (held or rows)[:args.check]
         reports = []
         for temperature in args.check_temperature:
             with autocast:
                 report = check_turns(model, processor, picked, temperature=temperature,
                                      max_new_tokens=args.check_max_new_tokens, device=args.device)
-            reports.append(report)
+            reports.append({**report, "held_out": bool(held)})
             by_turn = " ".join(f"{share:.0%}" for share in report["expert_kind_share_by_turn"].values())
-            print(f"check at T={temperature}: {report['expert_kind_share']:.0%} of {report['turns']} turns in the "
+            print(f"check at T={temperature} ({'held-out' if held else 'training'} rows): "
+                  f"{report['expert_kind_share']:.0%} of {report['turns']} turns in the "
                   f"expert's kind (by turn: {by_turn}), {report['expert_tool_share']:.0%} of its calls' tools "
                   f"({report['outcomes']})", flush=True)
         args.out.mkdir(parents=True, exist_ok=True)
@@ -246,7 +259,18 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def train(model, processor, rows: list[Row], args, start: int, autocast) -> None:
+def heldout_loss(model, rows: list[Row], device: str, autocast) -> float:
+    """Mean cross-entropy per target over ``rows`` (no gradient)."""
+    import torch
+
+    model.eval()
+    with torch.no_grad(), autocast:
+        total = sum(float(masked_ce_sum(model, row, device)) for row in rows)
+    model.train()
+    return total / sum(int(row.loss_mask[1:].sum()) for row in rows)
+
+
+def train(model, processor, rows: list[Row], held: list[Row], args, start: int, autocast) -> None:
     import torch
 
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
@@ -272,10 +296,12 @@ def train(model, processor, rows: list[Row], args, start: int, autocast) -> None
             opt.step()
             sched.step()
             opt.zero_grad(set_to_none=True)
-            if step % 5 == 0 or step == start + 1:
+            if step % 5 == 0 or step in (start + 1, args.steps):
                 per_step = (time.time() - t0) / (step - start)
                 line = {"step": step, "loss": round(total, 5), "grad_norm": round(grad_norm, 4),
                         "lr": sched.get_last_lr()[0], "s_per_step": round(per_step, 3)}
+                if held and (step % args.eval_every == 0 or step == args.steps):
+                    line["heldout_loss"] = round(heldout_loss(model, held, args.device, autocast), 5)
                 log.write(json.dumps(line) + "\n")
                 log.flush()
                 print(json.dumps(line), flush=True)

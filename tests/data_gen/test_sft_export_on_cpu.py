@@ -254,7 +254,7 @@ def test_plain_sft_trains_saves_resumes_and_checks_its_turns(plain_sft, exported
 
     out = tmp_path / "sft"
     common = ["--model", str(tiny_vl_model_dir), "--data", str(exported.parent), "--out", str(out), "--batch", "1",
-              "--device", "cpu", "--workers", "0", "--lr", "1e-2", "--warmup", "0"]
+              "--device", "cpu", "--workers", "0", "--lr", "1e-2", "--warmup", "0", "--holdout", "0"]
     assert plain_sft.main([*common, "--steps", "2", "--save-every", "2", "--check", "1",
                            "--check-temperature", "1.0", "0.5", "--check-max-new-tokens", "24"]) == 0
     assert plain_sft.newest_step(out) == 2
@@ -262,7 +262,7 @@ def test_plain_sft_trains_saves_resumes_and_checks_its_turns(plain_sft, exported
     assert [r["temperature"] for r in reports] == [1.0, 0.5]
     assert all(r["rows"] == 1 and r["turns"] == sum(r["outcomes"].values()) == 3 for r in reports)
     assert all(list(r["expert_kind_share_by_turn"]) == ["0", "1", "2"] for r in reports)
-    assert "check at T=0.5: " in capsys.readouterr().out
+    assert "check at T=0.5 (training rows): " in capsys.readouterr().out
     start = load_file(tiny_vl_model_dir / "model.safetensors")
     trained = load_file(out / "step_2" / "huggingface" / "model.safetensors")
     assert {t.dtype for t in trained.values()} == {torch.bfloat16}  # --save-dtype's default
@@ -272,7 +272,29 @@ def test_plain_sft_trains_saves_resumes_and_checks_its_turns(plain_sft, exported
     assert plain_sft.main([*common, "--steps", "3", "--save-every", "1", "--check", "0", "--resume"]) == 0
     assert plain_sft.newest_step(out) == 3 and not (out / "step_1").exists()
     logged = [json.loads(line)["step"] for line in (out / "log.jsonl").read_text().splitlines()]
-    assert logged == [1, 3]
+    assert logged == [1, 2, 3]  # each run's first and last step (and every fifth)
+    assert not reports[0]["held_out"]  # nothing held out: the check samples a training row
+
+
+def test_plain_sft_holds_rows_out_of_training_for_its_loss_and_check(plain_sft, exported, tiny_vl_model_dir,
+                                                                      tmp_path, capsys):
+    data = tmp_path / "data"
+    data.mkdir()
+    one = pd.read_parquet(exported)
+    pd.concat([one, one.assign(id="twin")], ignore_index=True).to_parquet(data / "sft.parquet")
+    out = tmp_path / "sft"
+    common = ["--model", str(tiny_vl_model_dir), "--data", str(data), "--out", str(out), "--batch", "1",
+              "--device", "cpu", "--workers", "0", "--check-max-new-tokens", "8"]
+    assert plain_sft.main([*common, "--steps", "2", "--holdout", "1", "--eval-every", "5", "--check", "4"]) == 0
+    lines = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [1, 2] and "heldout_loss" in lines[-1] and "heldout_loss" not in lines[0]
+    (report,) = json.loads((out / "check.json").read_text())["reports"]
+    assert report["held_out"] and report["rows"] == 1  # the held-out row only, though 4 were asked
+    assert "check at T=1.0 (held-out rows)" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_info:
+        plain_sft.main([*common, "--steps", "1", "--holdout", "2"])
+    assert exit_info.value.code == 2
+    assert "--holdout: 2 of 2 rows leaves none to train on" in capsys.readouterr().err
 
 
 def test_plain_sft_refuses_a_directory_without_the_export(plain_sft, tmp_path, tiny_vl_model_dir, capsys):
