@@ -3,10 +3,10 @@ the tiny Qwen2.5-VL processor: targets are exactly the assistant turns, images l
 tool calls decode back to the JSON the policy writes. The episode is hand-written over a real synthesized task.
 The same row trains in ``bench/curve_sft_plain.py``, the learning curve's warm start."""
 
-import importlib.util
 import json
 import math
 import re
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -200,11 +200,11 @@ def test_a_protocol_that_lists_its_tools_in_the_system_prompt_loads_in_verl(smal
 
 @pytest.fixture(scope="module")
 def plain_sft():
-    """``bench/curve_sft_plain.py``, the learning curve's warm start, loaded as a module."""
-    spec = importlib.util.spec_from_file_location("curve_sft_plain", REPO / "bench" / "curve_sft_plain.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """``bench/curve_sft_plain.py``, the learning curve's warm start, imported as the bench scripts run."""
+    sys.path.insert(0, str(REPO / "bench"))
+    import curve_sft_plain
+
+    return curve_sft_plain
 
 
 def test_plain_sft_loss_is_the_masked_cross_entropy_of_the_full_logits(plain_sft, exported, tiny_vl_processor,
