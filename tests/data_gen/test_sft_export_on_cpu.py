@@ -212,14 +212,20 @@ def test_plain_sft_loss_is_the_masked_cross_entropy_of_the_full_logits(plain_sft
     from transformers import AutoModelForImageTextToText
 
     model = AutoModelForImageTextToText.from_pretrained(tiny_vl_model_dir, dtype=torch.float32)
+    pad = tiny_vl_processor.tokenizer.pad_token_id
     (row,) = plain_sft.load_rows(exported, tiny_vl_processor)
     ids = row.input_ids
     full = model(input_ids=ids[None], pixel_values=row.pixel_values, image_grid_thw=row.image_grid_thw).logits[0]
     # written out the usual way: every position's logits, the next token as label, -100 where it is not a target
     labels = torch.where(row.loss_mask, ids, torch.full_like(ids, -100))[1:]
     expected = torch.nn.functional.cross_entropy(full[:-1], labels, ignore_index=-100, reduction="sum")
-    assert torch.allclose(plain_sft.masked_ce_sum(model, row, "cpu"), expected, rtol=1e-5)
+    assert torch.allclose(plain_sft.masked_ce_sum(model, [row], "cpu", pad), expected, rtol=1e-5)
     assert int(row.loss_mask.sum()) == int((labels != -100).sum()) > 0  # the first token is never a target
+    # two rows of different lengths padded into one forward: the sum of their own losses
+    cut = int(row.loss_mask.nonzero()[-1]) - 3  # the answer's last tokens dropped: a shorter row, same images
+    short = plain_sft.Row(row.input_ids[:cut], row.loss_mask[:cut], row.pixel_values, row.image_grid_thw)
+    alone = plain_sft.masked_ce_sum(model, [short], "cpu", pad) + expected
+    assert torch.allclose(plain_sft.masked_ce_sum(model, [short, row], "cpu", pad), alone, rtol=1e-4)
 
 
 def test_plain_sft_turn_prompts_end_at_each_assistant_header_with_the_images_before_it(plain_sft, exported,
