@@ -9,6 +9,7 @@
 #   bash bench/curve_device.sh warm [STEPS]      build the WIDTHxLAYERS policy (default 512x4), plain SFT in the
 #                                                background -> /tmp/curve-sft (then its check of every turn of 8 rows)
 #   bash bench/curve_device.sh curve POLICY [ARGS...]   bench/learning_curve.py in the background -> /tmp/curve
+#                                                (MEI=DIR: a warm MEI; default none, the extractive interface)
 #                                                (ARGS: its flags, e.g. --seeds 1 --parallel 2 -- OVERRIDES)
 #   bash bench/curve_device.sh peek [SECONDS]    wait, then print the warm start's and the runs' progress; metrics,
 #                                                logs and check.json to $OUT
@@ -37,7 +38,7 @@ case "${1:-}" in
   curve)
     policy=$2; shift 2
     background /tmp/curve.log python bench/learning_curve.py --data "$DATA" --world "$DATA/world" \
-      --policy "$policy" --mei "${MEI:-/tmp/stage/model}" --out /tmp/curve "$@"
+      --policy "$policy" --mei "${MEI:-none}" --out /tmp/curve "$@"
     echo "curve runs in the background: /tmp/curve.log" ;;
   peek)
     sleep "${2:-0}"

@@ -62,7 +62,7 @@ SERVICE_ENV = {"VERL_USE_EXTERNAL_MODULES": "verl_ext.plugin", "XLA_PYTHON_CLIEN
 class Settings:
     data: Path
     policy: Path
-    mei: Path
+    mei: Path | None  # None: no MEI (the extractive interface answers, co-evolution off)
     world: Path
     out: Path
     checkpoints: Path
@@ -119,7 +119,7 @@ def main_ppo_command(run: Run, settings: Settings) -> list[str]:
             f"actor_rollout_ref.rollout.gpu_memory_utilization={settings.policy_gpu_share}",
             f"+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes={gib(settings.policy_kv_gib)}",
             "+ray_kwargs.ray_init.address=local", "+ray_kwargs.ray_init.include_dashboard=false",
-            *settings.overrides]
+            *(["trainer.v1.neos.mei.enable=false"] if settings.mei is None else []), *settings.overrides]
 
 
 def mei_command(settings: Settings, port: int) -> list[str]:
@@ -136,9 +136,10 @@ def mei_command(settings: Settings, port: int) -> list[str]:
 
 
 def tool_server_argv(run: Run, settings: Settings, mei_port: int) -> list[str]:
-    """``python -m tool_server`` for the run: a free port, its MEI at the run's MEI server, its MEI log in the run's
-    directory (what the trainer's co-evolution reads)."""
-    return ["--world", str(settings.world), "--port", "0", "--mei-endpoint", f"http://127.0.0.1:{mei_port}/v1",
+    """``python -m tool_server`` for the run: a free port, its MEI at the run's MEI server (none with ``--mei none``:
+    the extractive interface answers), its MEI log in the run's directory (what the trainer's co-evolution reads)."""
+    endpoint = [] if settings.mei is None else ["--mei-endpoint", f"http://127.0.0.1:{mei_port}/v1"]
+    return ["--world", str(settings.world), "--port", "0", *endpoint,
             "--mei-log", str(run.directory(settings) / "mei" / "mei.jsonl"), "--no-ocr"]
 
 
@@ -154,9 +155,10 @@ def run_env(run: Run, settings: Settings, mei_port: int, tool_url: str, number: 
     return {
         **service_env(),
         "NEOS_CURVE_DATA": str(settings.data), "NEOS_CURVE_POLICY": str(settings.policy),
-        "NEOS_MEI_MODEL": str(settings.mei), "NEOS_MEI_LOG": str(directory / "mei" / "mei.jsonl"),
-        "NEOS_MEI_SERVER_URL": f"http://127.0.0.1:{mei_port}", "NEOS_TOOL_SERVER_URL": tool_url,
+        "NEOS_MEI_LOG": str(directory / "mei" / "mei.jsonl"), "NEOS_TOOL_SERVER_URL": tool_url,
         "VERL_FILE_LOGGER_PATH": str(directory / f"metrics-{number}.jsonl"),
+        **({} if settings.mei is None else {"NEOS_MEI_MODEL": str(settings.mei),
+                                             "NEOS_MEI_SERVER_URL": f"http://127.0.0.1:{mei_port}"}),
     }
 
 
@@ -246,8 +248,10 @@ def run_one(run: Run, settings: Settings) -> dict:
                 # The MEI server and main_ppo start side by side (each took minutes on 2026-12-07: a run's engine
                 # was up 379 s after its MEI server was launched); the first MEI call comes after the trainer's
                 # engine is up, and the MEI must be healthy before the gate opens.
-                procs.append(subprocess.Popen(mei_command(settings, mei_port), env=env, stdout=mei_log,
-                                              stderr=subprocess.STDOUT, start_new_session=True))
+                mei = None if settings.mei is None else subprocess.Popen(
+                    mei_command(settings, mei_port), env=env, stdout=mei_log, stderr=subprocess.STDOUT,
+                    start_new_session=True)
+                procs.extend([mei] if mei else [])
                 tools, tool_url = start_tools(tool_server_argv(run, settings, mei_port), stderr=tools_log.fileno(),
                                               env=env)
                 procs.append(tools)
@@ -255,7 +259,8 @@ def run_one(run: Run, settings: Settings) -> dict:
                                            stderr=subprocess.STDOUT, start_new_session=True,
                                            env=run_env(run, settings, mei_port, tool_url, number))
                 procs.append(trainer)
-                asyncio.run(wait_healthy(f"http://127.0.0.1:{mei_port}", procs[0], timeout_s=600))
+                if mei:
+                    asyncio.run(wait_healthy(f"http://127.0.0.1:{mei_port}", mei, timeout_s=600))
                 wait_engine_started(log_path, trainer, timeout_s=settings.timeout_s)
             print(f"{run.name} (attempt {number}): engine up after {time.monotonic() - start:.0f} s", flush=True)
             code = follow(run, trainer, directory / f"metrics-{number}.jsonl", settings.steps,
@@ -276,6 +281,11 @@ def run_one(run: Run, settings: Settings) -> dict:
     return {**result, "status": "failed", "why": f"{why} at step {step} of {settings.steps}: {log_path}"}
 
 
+def mei_dir(value: str) -> Path | None:
+    """``--mei``: an HF directory, or ``none``."""
+    return None if value == "none" else Path(value)
+
+
 def parser() -> OneLineParser:
     p = OneLineParser(prog="python bench/learning_curve.py", description="Learning curves on one GPU: the neos_curve "
                       "recipe for each estimator and seed from one warm-start policy and MEI, several runs sharing "
@@ -286,8 +296,10 @@ def parser() -> OneLineParser:
                    "questions, benchmark.parquet: the held-out set)")
     p.add_argument("--policy", type=Path, required=True, metavar="DIR",
                    help="the warm-started policy, an HF directory (the SFT checkpoint's huggingface/)")
-    p.add_argument("--mei", type=Path, required=True, metavar="DIR",
-                   help="the warm-started MEI, an HF directory (python -m verl_ext.mei.warm_start's v0/huggingface)")
+    p.add_argument("--mei", type=mei_dir, required=True, metavar="DIR",
+                   help="the warm-started MEI, an HF directory (python -m verl_ext.mei.warm_start's v0/huggingface), "
+                   "or none: no MEI server, the extractive interface answers every call and co-evolution is off "
+                   "(trainer.v1.neos.mei.enable=false): the policy's curve alone")
     p.add_argument("--world", type=Path, required=True, metavar="DIR", help="the world the data was generated on")
     p.add_argument("--out", type=Path, required=True, metavar="DIR",
                    help="runs' metrics and logs, OUT/<estimator>/seed<S>/ (small: bring it back from the GPU machine)")
@@ -319,7 +331,8 @@ def parser() -> OneLineParser:
 
 def _input_error(args: argparse.Namespace) -> str | None:
     required = {"--data": [args.data / "rl.parquet", args.data / "benchmark.parquet"],
-                "--policy": [args.policy / "config.json"], "--mei": [args.mei / "config.json"],
+                "--policy": [args.policy / "config.json"],
+                "--mei": [] if args.mei is None else [args.mei / "config.json"],
                 "--world": [args.world / "manifest.json"]}
     for flag, files in required.items():
         missing = [f for f in files if not f.is_file()]
@@ -327,7 +340,7 @@ def _input_error(args: argparse.Namespace) -> str | None:
             return f"{flag}: {missing[0]} not found"
     if args.out.exists() and not args.out.is_dir():
         return f"--out: {args.out} is not a directory"
-    if args.parallel * (args.policy_gpu_share + args.mei_gpu_share) > 0.9:
+    if args.parallel * (args.policy_gpu_share + (args.mei_gpu_share if args.mei else 0)) > 0.9:
         return (f"--parallel {args.parallel} x (--policy-gpu-share {args.policy_gpu_share} + --mei-gpu-share "
                 f"{args.mei_gpu_share}) leaves the trainers under 10% of the GPU")
     return None
@@ -341,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     problem = _input_error(args)
     if problem:
         p.error(problem)
-    settings = Settings(data=args.data.resolve(), policy=args.policy.resolve(), mei=args.mei.resolve(),
+    settings = Settings(data=args.data.resolve(), policy=args.policy.resolve(), mei=args.mei and args.mei.resolve(),
                         world=args.world.resolve(), out=args.out.resolve(), checkpoints=args.checkpoints.resolve(),
                         steps=args.steps, policy_gpu_share=args.policy_gpu_share, mei_gpu_share=args.mei_gpu_share,
                         timeout_s=args.timeout_s, policy_kv_gib=args.policy_kv_gib, mei_kv_gib=args.mei_kv_gib,
@@ -353,7 +366,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{run.name}: done, skipped ({run.directory(settings)}/done.json)")
     if args.dry_run:
         for run in pending:
-            print(f"{run.name} (attempt {attempt(run, settings)}):\n  mei: {shlex.join(mei_command(settings, 0))}\n"
+            mei = "none (the extractive interface)" if settings.mei is None else shlex.join(mei_command(settings, 0))
+            print(f"{run.name} (attempt {attempt(run, settings)}):\n  mei: {mei}\n"
                   f"  tools: python -m tool_server {shlex.join(tool_server_argv(run, settings, 0))}\n"
                   f"  main_ppo: {shlex.join(main_ppo_command(run, settings))}")
         return 0

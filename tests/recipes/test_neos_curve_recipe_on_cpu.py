@@ -118,3 +118,8 @@ def test_the_drivers_overrides_compose_and_validate(monkeypatch, tmp_path):
     assert job.actor_rollout_ref.rollout.gpu_memory_utilization == 0.08
     assert job.trainer.default_local_dir == str(tmp_path / "ckpt" / "grpo" / "seed3")
     validate_config(job, use_reference_policy=False, use_critic=False)
+    # --mei none: co-evolution off in the composed job (the tool server answers extractively)
+    import dataclasses
+
+    without = driver.main_ppo_command(driver.Run("grpo", 3), dataclasses.replace(settings, mei=None))
+    assert compose_in_process(*without[3:]).trainer.v1.neos.mei.enable is False

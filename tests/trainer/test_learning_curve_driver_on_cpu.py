@@ -46,7 +46,7 @@ with open(os.environ["VERL_FILE_LOGGER_PATH"], "w") as f:
         f.flush()
 seen = {k: os.environ[k] for k in ("NEOS_CURVE_DATA", "NEOS_CURVE_POLICY", "NEOS_MEI_MODEL", "NEOS_MEI_LOG",
                                    "NEOS_MEI_SERVER_URL", "NEOS_TOOL_SERVER_URL", "VERL_FILE_LOGGER_PATH",
-                                   "PYTHONPATH", "VERL_USE_EXTERNAL_MODULES")}
+                                   "PYTHONPATH", "VERL_USE_EXTERNAL_MODULES") if k in os.environ}
 json.dump({"args": args, "env": seen, "began": began, "ready": ready, "ended": time.time()}, open("seen.json", "w"))
 sys.exit(0 if stop == steps else 1)
 """
@@ -118,6 +118,26 @@ def test_the_trainer_starts_while_the_mei_server_is_still_starting(inputs, tmp_p
     assert driver.main(one) == 0
     seen = json.loads((tmp_path / "out" / "grpo" / "seed1" / "seen.json").read_text())
     assert seen["began"] < float((tmp_path / "mei-up").read_text())
+
+
+def test_without_an_mei_no_server_starts_the_tools_answer_extractively_and_co_evolution_is_off(inputs, tmp_path,
+                                                                                              monkeypatch, capsys):
+    def no_mei(settings, port):
+        raise AssertionError("no MEI server with --mei none")
+
+    monkeypatch.setattr(driver, "mei_command", no_mei)
+    argv = []
+    monkeypatch.setattr(driver, "start_tools", lambda a, **kw: (argv.append(a) or subprocess.Popen(
+        [sys.executable, "-c", TOOLS], **kw), "http://127.0.0.1:9"))
+    one = [*inputs[:inputs.index("--seeds")], "--seeds", "1", "--estimators", "grpo", "--steps", "2"]
+    one[one.index("--mei") + 1] = "none"
+    assert driver.main([*one, "--", "trainer.test_freq=1"]) == 0
+    seen = json.loads((tmp_path / "out" / "grpo" / "seed1" / "seen.json").read_text())
+    assert seen["args"]["trainer.v1.neos.mei.enable"] == "false" and seen["args"]["trainer.test_freq"] == "1"
+    assert "NEOS_MEI_SERVER_URL" not in seen["env"] and "--mei-endpoint" not in argv[0]
+    capsys.readouterr()
+    assert driver.main([*one, "--steps", "3", "--dry-run"]) == 0
+    assert "  mei: none (the extractive interface)" in capsys.readouterr().out
 
 
 def test_a_run_cut_short_is_not_done_and_its_next_attempt_logs_apart(inputs, tmp_path, monkeypatch):
