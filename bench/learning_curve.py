@@ -4,7 +4,8 @@
 Each run gets its own MEI server (``python -m verl_ext.mei.vllm_server`` on the warm-started MEI, reloaded in place
 by the run's MEI updates), its own tool server (``python -m tool_server --mei-endpoint``, its MEI log in the run's
 directory), its own Ray instance and its own share of the GPU, then ``python -m verl.trainer.main_ppo
-+recipe=neos_curve algorithm.adv_estimator=E trainer.seed=S``. ``--parallel`` runs share the GPU at once.
++recipe=neos_curve algorithm.adv_estimator=E trainer.seed=S``. ``--parallel`` runs share the GPU at once. With
+``--mei none`` there is no MEI server: the tool server answers with the extractive interface and co-evolution is off.
 
 Runs start in waves of ``--parallel``, the next when the whole wave has ended. Every engine gets a fixed KV cache
 (``--policy-kv-gib``, ``--mei-kv-gib``: vLLM's ``kv_cache_memory_bytes``) instead of sizing one from the free memory
