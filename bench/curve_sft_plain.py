@@ -220,7 +220,7 @@ def parser() -> OneLineParser:
     p.add_argument("--resume", action="store_true", help="continue from the newest OUT/step_<N>")
     p.add_argument("--workers", type=whole_number(0), default=8, help="processes running the processor (default: 8)")
     p.add_argument("--device", default="cuda", help="(default: cuda)")
-    p.add_argument("--seed", type=whole_number(0), default=0)
+    p.add_argument("--seed", type=whole_number(0), default=0, help="row order and sampling seed (default: 0)")
     return p
 
 
