@@ -251,8 +251,10 @@ def main(argv: list[str] | None = None) -> int:
     model = AutoModelForImageTextToText.from_pretrained(source, dtype=torch.float32, attn_implementation="sdpa")
     model.to(args.device).train()
     autocast = torch.autocast(args.device.split(":")[0], dtype=torch.bfloat16, enabled=args.device != "cpu")
+    checked = source  # the weights the check samples: the last step's once trained
     if not args.check_only and start < args.steps:
         train(model, processor, rows, held, args, start, autocast)
+        checked = args.out / f"step_{args.steps}" / "huggingface"
     if args.check:
         # held-out rows where there are (what RL meets: questions not trained on), else training rows
         picked = (held or rows)[:args.check]
@@ -268,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"expert's kind (by turn: {by_turn}), {report['expert_tool_share']:.0%} of its calls' tools "
                   f"({report['outcomes']})", flush=True)
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "check.json").write_text(json.dumps({"model": str(source), "reports": reports}, indent=1) + "\n")
+        (args.out / "check.json").write_text(json.dumps({"model": str(checked), "reports": reports}, indent=1) + "\n")
     return 0
 
 

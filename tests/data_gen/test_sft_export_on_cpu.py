@@ -264,7 +264,9 @@ def test_plain_sft_trains_saves_resumes_and_checks_its_turns(plain_sft, exported
     assert plain_sft.main([*common, "--steps", "2", "--save-every", "2", "--check", "1",
                            "--check-temperature", "1.0", "0.5", "--check-max-new-tokens", "24"]) == 0
     assert plain_sft.newest_step(out) == 2
-    reports = json.loads((out / "check.json").read_text())["reports"]
+    check = json.loads((out / "check.json").read_text())
+    assert check["model"] == str(out / "step_2" / "huggingface")  # the trained weights, not the start
+    reports = check["reports"]
     assert [r["temperature"] for r in reports] == [1.0, 0.5]
     assert all(r["rows"] == 1 and r["turns"] == sum(r["outcomes"].values()) == 3 for r in reports)
     assert all(list(r["expert_kind_share_by_turn"]) == ["0", "1", "2"] for r in reports)
