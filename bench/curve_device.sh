@@ -14,6 +14,8 @@
 #   bash bench/curve_device.sh peek [SECONDS]    wait, then print the warm start's and the runs' progress; metrics,
 #                                                logs and check.json to $OUT
 #   bash bench/curve_device.sh back DIR NAME     DIR as $OUT/NAME.tar.* parts of 15 MiB (a call returns ~64 MiB)
+#   bash bench/curve_device.sh spy PATTERN       py-spy's stacks of the newest process matching PATTERN (a py-spy
+#                                                wheel carried in the data directory; to $OUT)
 set -uo pipefail
 export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
   VLLM_NO_USAGE_STATS=1 VLLM_USE_FLASHINFER_SAMPLER=0 XLA_PYTHON_CLIENT_PREALLOCATE=false JAX_PLATFORMS=cpu
@@ -27,7 +29,17 @@ background() {  # LOG CMD...: detached from this call, stdin closed
 
 case "${1:-}" in
   data)
-    mkdir -p "$DATA" && cp -r "$2"/. "$DATA"/ && du -sh "$DATA"/* ;;
+    mkdir -p "$DATA" && cp -r "$2"/. "$DATA"/ && du -sh "$DATA"/*
+    # a py-spy wheel carried beside the data (`pip download py-spy`): `spy` can then dump a slow trainer's stacks
+    for wheel in "$DATA"/py_spy-*.whl; do
+      if [ -f "$wheel" ]; then python -m pip install -q --no-index --no-deps --target /tmp/pyspy "$wheel"; fi
+    done ;;
+  spy)
+    # the newest match that is not this script (its own command line holds the pattern too)
+    pid=$(pgrep -f "$2" | while read -r p; do grep -qa curve_device.sh "/proc/$p/cmdline" 2>/dev/null || echo "$p"; done \
+          | tail -n 1)
+    [ -n "$pid" ] || { echo "no process matches $2"; exit 1; }
+    /tmp/pyspy/bin/py-spy dump --pid "$pid" | tee "$OUT/spy-$pid.txt" ;;
   warm)
     python -m verl_ext.models build --out /tmp/curve-policy0 --hidden-size "${WIDTH:-512}" --layers "${LAYERS:-4}" \
       --dtype bfloat16 --tokenizer-from /tmp/stage/model || exit 1
@@ -60,5 +72,5 @@ case "${1:-}" in
     tar cf - -C "$(dirname "$2")" "$(basename "$2")" | split -b 15M - "$OUT/$3.tar."
     ls -la "$OUT" ;;
   *)
-    sed -n '2,17p' "$0"; exit 2 ;;
+    sed -n '2,18p' "$0"; exit 2 ;;
 esac

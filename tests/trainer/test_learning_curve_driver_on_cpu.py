@@ -224,6 +224,8 @@ def test_device_script_copies_data_splits_a_directory_back_and_prints_its_usage(
     assert (tmp_path / "data" / "world" / "manifest.json").read_text() == "{}"
     assert (tmp_path / "data" / "rl.parquet").read_bytes() == b"x" * 10
     assert run("peek").returncode == 0  # nothing started yet: nothing to show, no error
+    lost = run("spy", "no-such-process-xyz")  # the script's own command line holds the pattern: not a match
+    assert lost.returncode == 1 and "no process matches no-such-process-xyz" in lost.stdout
     blob = tmp_path / "ckpt" / "huggingface"
     blob.mkdir(parents=True)
     (blob / "model.safetensors").write_bytes(bytes(range(256)) * 100_000)  # 25.6 MB: two 15-MiB parts
