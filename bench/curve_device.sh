@@ -8,6 +8,8 @@
 #                                                (CURVE_DATA: elsewhere)
 #   bash bench/curve_device.sh warm [STEPS]      build the WIDTHxLAYERS policy (default 512x4), plain SFT in the
 #                                                background -> /tmp/curve-sft (then its check of every turn of 8 rows)
+#   bash bench/curve_device.sh check STEP        the check of /tmp/curve-sft/step_STEP in the background (while
+#                                                the warm start trains on: start RL as soon as one passes)
 #   bash bench/curve_device.sh curve POLICY [ARGS...]   bench/learning_curve.py in the background -> /tmp/curve
 #                                                (MEI=DIR: a warm MEI; default none, the extractive interface)
 #                                                (ARGS: its flags, e.g. --seeds 1 --parallel 2 -- OVERRIDES)
@@ -47,6 +49,11 @@ case "${1:-}" in
       --out /tmp/curve-sft --steps "${2:-800}" --save-every "${SAVE_EVERY:-200}" --check 8 \
       --check-temperature 1.0 0.7 ${SFT_ARGS:-}
     echo "warm start in the background: /tmp/curve-sft.log" ;;
+  check)  # an intermediate checkpoint's check while the warm start trains on
+    background "/tmp/curve-check-$2.log" python bench/curve_sft_plain.py --check-only \
+      --model "/tmp/curve-sft/step_$2/huggingface" --data "$DATA" --out "/tmp/curve-check-$2" --check 8 \
+      --check-temperature 1.0 0.7
+    echo "check of step $2 in the background: /tmp/curve-check-$2.log" ;;
   curve)
     policy=$2; shift 2
     background /tmp/curve.log python bench/learning_curve.py --data "$DATA" --world "$DATA/world" \
@@ -58,6 +65,9 @@ case "${1:-}" in
       grep -E '^\{"step"|check at|saved' /tmp/curve-sft.log | tail -n 6
       cp /tmp/curve-sft.log "$OUT"/ && cp /tmp/curve-sft/check.json /tmp/curve-sft/log.jsonl "$OUT"/ 2>/dev/null
     fi
+    for log in /tmp/curve-check-*.log; do
+      [ -f "$log" ] && grep -H 'check at' "$log"
+    done
     if [ -f /tmp/curve.log ]; then
       tail -n 8 /tmp/curve.log | cut -c1-300
       for run in /tmp/curve/*/seed*; do
@@ -72,5 +82,5 @@ case "${1:-}" in
     tar cf - -C "$(dirname "$2")" "$(basename "$2")" | split -b 15M - "$OUT/$3.tar."
     ls -la "$OUT" ;;
   *)
-    sed -n '2,18p' "$0"; exit 2 ;;
+    sed -n '2,20p' "$0"; exit 2 ;;
 esac

@@ -299,6 +299,14 @@ def test_plain_sft_holds_rows_out_of_training_for_its_loss_and_check(plain_sft, 
     (report,) = json.loads((out / "check.json").read_text())["reports"]
     assert report["held_out"] and report["rows"] == 1  # the held-out row only, though 4 were asked
     assert "check at T=1.0 (held-out rows)" in capsys.readouterr().out
+    # a saved checkpoint checked alone, on the same held-out row (while a warm start would train on)
+    step = out / "step_2" / "huggingface"
+    assert plain_sft.main(["--model", str(step), "--data", str(data), "--out", str(tmp_path / "alone"), "--device",
+                           "cpu", "--workers", "0", "--check-max-new-tokens", "8", "--check-only", "--holdout", "1",
+                           "--check", "4"]) == 0
+    alone = json.loads((tmp_path / "alone" / "check.json").read_text())
+    assert alone["model"] == str(step) and alone["reports"][0]["held_out"] and alone["reports"][0]["rows"] == 1
+    assert not (tmp_path / "alone" / "log.jsonl").exists()  # nothing trained
     with pytest.raises(SystemExit) as exit_info:
         plain_sft.main([*common, "--steps", "1", "--holdout", "2"])
     assert exit_info.value.code == 2
