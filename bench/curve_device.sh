@@ -49,11 +49,12 @@ case "${1:-}" in
       --out /tmp/curve-sft --steps "${2:-800}" --save-every "${SAVE_EVERY:-200}" --check 8 \
       --check-temperature 1.0 0.7 ${SFT_ARGS:-}
     echo "warm start in the background: /tmp/curve-sft.log" ;;
-  check)  # an intermediate checkpoint's check while the warm start trains on
-    background "/tmp/curve-check-$2.log" python bench/curve_sft_plain.py --check-only \
-      --model "/tmp/curve-sft/step_$2/huggingface" --data "$DATA" --out "/tmp/curve-check-$2" --check 8 \
-      --check-temperature 1.0 0.7
-    echo "check of step $2 in the background: /tmp/curve-check-$2.log" ;;
+  check)  # an intermediate checkpoint's check while the warm start trains on; waits for it to be saved
+    ckpt=/tmp/curve-sft/step_$2/huggingface
+    background "/tmp/curve-check-$2.log" bash -c "for i in \$(seq 360); do [ -f $ckpt/processor_config.json ] && break; \
+      sleep 5; done; exec python bench/curve_sft_plain.py --check-only --model $ckpt --data $DATA --out /tmp/curve-check-$2 \
+      --check 8 --check-temperature 1.0 0.7"
+    echo "check of step $2 in the background, once saved: /tmp/curve-check-$2.log" ;;
   curve)
     policy=$2; shift 2
     background /tmp/curve.log python bench/learning_curve.py --data "$DATA" --world "$DATA/world" \
