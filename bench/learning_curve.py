@@ -197,37 +197,48 @@ def wait_engine_started(log_path: Path, trainer: subprocess.Popen, timeout_s: fl
 PROGRESS_EVERY_S = 30.0  # how often a running run's newest logged step is looked at
 
 
-def newest_step(metrics: Path) -> tuple[int, dict]:
-    """The newest complete line verl's file logger wrote: its step and data ((0, {}): none yet). A line being
-    written is skipped, not an error: the trainer is still writing the file."""
+def logged_steps(metrics: Path) -> list[tuple[int, dict]]:
+    """Every complete line verl's file logger wrote, in order: (step, data). A line being written is skipped, not an
+    error: the trainer is still writing the file."""
     if not metrics.is_file():
-        return 0, {}
-    for line in reversed(metrics.read_text().splitlines()):
+        return []
+    steps = []
+    for line in metrics.read_text().splitlines():
         try:
             record = json.loads(line)
         except ValueError:
             continue
-        return int(record["step"]), record.get("data", {})
-    return 0, {}
+        steps.append((int(record["step"]), record.get("data", {})))
+    return steps
+
+
+def newest_step(metrics: Path) -> tuple[int, dict]:
+    """The newest complete line's step and data ((0, {}): none yet)."""
+    return (logged_steps(metrics) or [(0, {})])[-1]
 
 
 def follow(run: Run, trainer: subprocess.Popen, metrics: Path, steps: int, deadline: float) -> int | None:
-    """Wait for the trainer, printing each newly logged step (reward, held-out success when validated): a run
-    lasts minutes and the driver would otherwise say nothing until it ends. Its exit code; None at the deadline."""
-    shown = 0
+    """Wait for the trainer, printing every newly logged step (reward, held-out success when validated; step 0 is the
+    validation before the first update): a run lasts minutes and the driver would otherwise say nothing until it
+    ends. Its exit code; None at the deadline."""
+    shown = -1
     while True:
         try:
-            return trainer.wait(timeout=max(min(PROGRESS_EVERY_S, deadline - time.monotonic()), 0.01))
+            code = trainer.wait(timeout=max(min(PROGRESS_EVERY_S, deadline - time.monotonic()), 0.01))
         except subprocess.TimeoutExpired:
             if time.monotonic() >= deadline:
                 return None
-        step, data = newest_step(metrics)
-        if step > shown:
+            code = None
+        for step, data in logged_steps(metrics):
+            if step <= shown:
+                continue
             shown = step
             figures = [f"reward {data['critic/score/mean']:.3f}"] if "critic/score/mean" in data else []
             figures += [f"{key} {value:.3f}" for key, value in data.items()  # verl's held-out success, mean@n
                         if key.startswith("val-core/") and "/acc/mean@" in key]
             print(f"{run.name}: step {step} of {steps}" + "".join(f", {f}" for f in figures), flush=True)
+        if code is not None:
+            return code
 
 
 def run_one(run: Run, settings: Settings) -> dict:

@@ -189,13 +189,13 @@ def test_a_missing_input_names_its_flag(inputs, tmp_path, capsys):
 
 def test_a_running_run_prints_each_new_step_with_its_reward_and_held_out_success(inputs, capsys, monkeypatch):
     monkeypatch.setattr(driver, "PROGRESS_EVERY_S", 0.05)
-    monkeypatch.setenv("STAND_IN_STEP_S", "0.8")  # steps far apart: each is seen before the next
     one = [*inputs[:inputs.index("--seeds")], "--seeds", "1", "--estimators", "grpo", "--steps", "3"]
     assert driver.main(one) == 0
     printed = capsys.readouterr().out
     assert "grpo/seed1 (attempt 1): engine up after" in printed
     assert "grpo/seed1: step 1 of 3, reward 0.100, val-core/neos_synth/acc/mean@2 0.050" in printed
     assert "grpo/seed1: step 2 of 3, reward 0.200\n" in printed  # not validated at step 2
+    assert "grpo/seed1: step 3 of 3, reward 0.300" in printed  # every step, though all came between two polls
 
 
 def test_newest_step_skips_a_line_still_being_written(tmp_path):
