@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 import re
 import sys
 import time
@@ -40,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from neos_core.usage import OneLineParser, positive_float, positive_int, whole_number
+from tool_server.mei.jsonl import write_atomic
 
 if TYPE_CHECKING:
     import torch
@@ -98,17 +98,21 @@ def masked_ce_sum(model, rows: list[Row], device: str, pad_token_id: int):
     return torch.nn.functional.cross_entropy(logits, ids[:, 1:][targets], reduction="sum")
 
 
-def lr_factor(step: int, *, warmup: int, total: int, floor: float = 0.1) -> float:
-    """Linear warmup to 1, then cosine down to ``floor`` at ``total`` (step counts from 0)."""
-    ramp = min(1.0, (step + 1) / max(1, warmup))
-    return ramp * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(step, total) / total)))
+def lr_schedule(optimizer, *, warmup: int, total: int, start: int = 0, floor: float = 0.1):
+    """verl's cosine schedule with linear warmup (its SFT trainer's), down to ``floor`` of the peak at ``total``,
+    continuing at step ``start`` (a resumed run: its optimizer is fresh, its schedule is not)."""
+    from verl.utils.torch_functional import get_cosine_schedule_with_warmup
+
+    for group in optimizer.param_groups:
+        group.setdefault("initial_lr", group["lr"])  # what torch's schedulers need to start past step 0
+    return get_cosine_schedule_with_warmup(optimizer, warmup, total, min_lr_ratio=floor, last_epoch=start - 1)
 
 
-def turn_spans(row: Row) -> list[tuple[int, int]]:
+def turn_spans(loss_mask: torch.Tensor) -> list[tuple[int, int]]:
     """[start, end) of each assistant turn: the maximal runs of targets."""
     import torch
 
-    edges = torch.diff(torch.cat([torch.zeros(1, dtype=torch.long), row.loss_mask.long(),
+    edges = torch.diff(torch.cat([torch.zeros(1, dtype=torch.long), loss_mask.long(),
                                   torch.zeros(1, dtype=torch.long)])).tolist()
     return list(zip([i for i, d in enumerate(edges) if d == 1], [i for i, d in enumerate(edges) if d == -1]))
 
@@ -152,7 +156,7 @@ def check_turns(model, processor, rows: list[Row], *, temperature: float, max_ne
     model.eval()
     with torch.no_grad():
         for row in rows:
-            for index, (start, end) in enumerate(turn_spans(row)):
+            for index, (start, end) in enumerate(turn_spans(row.loss_mask)):
                 prefix, pixels, grid = turn_prompt(row, start, vision_start)
                 ids = prefix.to(device)[None]
                 out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
@@ -178,12 +182,18 @@ def check_turns(model, processor, rows: list[Row], *, temperature: float, max_ne
 
 
 def save(model, processor, hf: Path, dtype) -> None:
-    """The HF directory of the policy, its weights stored in ``dtype`` (the training copy stays float32)."""
-    copy.deepcopy(model).to(dtype).save_pretrained(hf)  # a copy: configs and weights agree on the dtype
-    processor.save_pretrained(hf)
+    """The HF directory of the policy, its weights stored in ``dtype`` (the training copy stays float32), renamed
+    into place complete: ``--resume`` and a check started beside the training never read a half-written one."""
+    from verl_ext.models.tiny_vl import write_model_dir
+
+    def write(tmp: Path) -> None:
+        copy.deepcopy(model).to(dtype).save_pretrained(tmp)  # a copy: configs and weights agree on the dtype
+        processor.save_pretrained(tmp)
+
+    write_model_dir(hf, write)
 
 
-def newest_step(out: Path) -> int:
+def newest_checkpoint(out: Path) -> int:
     steps = [int(m.group(1)) for p in out.glob("step_*") if (m := STEP_DIR.search(p.name))
              and (p / "huggingface" / "config.json").is_file()]
     return max(steps, default=0)
@@ -234,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     torch.manual_seed(args.seed)
-    start = newest_step(args.out) if args.resume else 0
+    start = newest_checkpoint(args.out) if args.resume else 0
     source = args.out / f"step_{start}" / "huggingface" if start else args.model
     processor = AutoProcessor.from_pretrained(args.model)
     t = time.time()
@@ -270,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"expert's kind (by turn: {by_turn}), {report['expert_tool_share']:.0%} of its calls' tools "
                   f"({report['outcomes']})", flush=True)
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "check.json").write_text(json.dumps({"model": str(checked), "reports": reports}, indent=1) + "\n")
+        write_atomic(args.out / "check.json",
+                     (json.dumps({"model": str(checked), "reports": reports}, indent=1) + "\n").encode(), durable=False)
     return 0
 
 
@@ -289,8 +300,7 @@ def train(model, processor, rows: list[Row], held: list[Row], args, start: int, 
     import torch
 
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: lr_factor(s + start, warmup=args.warmup, total=args.steps))
+    sched = lr_schedule(opt, warmup=args.warmup, total=args.steps, start=start)
     order: list[int] = []
     pad_id = processor.tokenizer.pad_token_id
     generator = torch.Generator().manual_seed(args.seed + start)
@@ -298,7 +308,7 @@ def train(model, processor, rows: list[Row], held: list[Row], args, start: int, 
     t0 = time.time()
     with open(args.out / "log.jsonl", "a") as log:
         for step in range(start + 1, args.steps + 1):
-            if len(order) < args.batch:
+            while len(order) < args.batch:  # epochs back to back, fewer rows than a batch too
                 order += torch.randperm(len(rows), generator=generator).tolist()
             batch, order = order[:args.batch], order[args.batch:]
             count = sum(int(rows[i].loss_mask[1:].sum()) for i in batch)

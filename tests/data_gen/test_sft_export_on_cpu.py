@@ -4,7 +4,6 @@ tool calls decode back to the JSON the policy writes. The episode is hand-writte
 The same row trains in ``bench/curve_sft_plain.py``, the learning curve's warm start."""
 
 import json
-import math
 import re
 import sys
 from pathlib import Path
@@ -83,13 +82,6 @@ def item(exported, tiny_vl_processor):
     return dataset[0]  # verl's sanity check already compared per-turn tokens with the whole conversation's
 
 
-def _runs(mask: torch.Tensor) -> list[tuple[int, int]]:
-    """Maximal [start, end) runs of 1s."""
-    edges = torch.diff(torch.cat([torch.tensor([0]), mask.long(), torch.tensor([0])])).tolist()
-    starts = [i for i, d in enumerate(edges) if d == 1]
-    return list(zip(starts, [i for i, d in enumerate(edges) if d == -1]))
-
-
 def test_parquet_row_has_the_agent_loops_system_prompt_native_tools_and_image_bytes(exported, task, small_world):
     row = pd.read_parquet(exported).iloc[0]
     assert json.loads(row["tools"]) == tool_schemas("neos")
@@ -103,7 +95,7 @@ def test_parquet_row_has_the_agent_loops_system_prompt_native_tools_and_image_by
     assert [im["bytes"] for im in row["images"]] == expected
 
 
-def test_loss_mask_is_one_exactly_on_the_assistant_turns(item, task, tiny_vl_processor):
+def test_loss_mask_is_one_exactly_on_the_assistant_turns(item, task, tiny_vl_processor, plain_sft):
     tok = tiny_vl_processor.tokenizer
     ids, mask = item["input_ids"], item["loss_mask"]
     url = next(s.checkpoint_image_url for s in task.steps if s.checkpoint)
@@ -113,7 +105,7 @@ def test_loss_mask_is_one_exactly_on_the_assistant_turns(item, task, tiny_vl_pro
         '<tool_call>\n{"name": "FetchImage", "arguments": {"urls": ["' + url + '"]}}\n</tool_call><|im_end|>\n',
         task.answer + "<|im_end|>\n",
     ]
-    runs = _runs(mask)
+    runs = plain_sft.turn_spans(mask)  # the maximal runs of targets
     assert [tok.decode(ids[a:b]) for a, b in runs] == expected
     header = tok.encode("<|im_start|>assistant\n")
     assert all(ids[a - len(header):a].tolist() == header for a, _ in runs)  # the generation prompt is not a target
@@ -232,7 +224,7 @@ def test_plain_sft_turn_prompts_end_at_each_assistant_header_with_the_images_bef
                                                                                       tiny_vl_processor):
     tok = tiny_vl_processor.tokenizer
     (row,) = plain_sft.load_rows(exported, tiny_vl_processor)
-    spans = plain_sft.turn_spans(row)
+    spans = plain_sft.turn_spans(row.loss_mask)
     assert len(spans) == 3  # ReverseImageSearch, FetchImage, the answer
     grids = []
     for start, _ in spans:
@@ -246,12 +238,22 @@ def test_plain_sft_turn_prompts_end_at_each_assistant_header_with_the_images_bef
     assert plain_sft.turn_kind('<tool_call>{"name": "TextSearch", "arguments": {"query": ') == ("malformed_call", None)
 
 
-def test_plain_sft_lr_factor_warms_up_then_decays_to_the_floor(plain_sft):
-    f = plain_sft.lr_factor
-    assert f(0, warmup=4, total=100) == pytest.approx(0.25 * (0.1 + 0.9 * 1.0))
-    assert f(3, warmup=4, total=100) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 3 / 100)))
-    assert f(50, warmup=4, total=100) == pytest.approx(0.55)
-    assert f(100, warmup=4, total=100) == pytest.approx(0.1) == f(150, warmup=4, total=100)
+def test_plain_sft_lr_schedule_warms_up_decays_to_the_floor_and_resumes_where_it_was(plain_sft):
+    def lrs(start: int, steps: int) -> list[float]:
+        opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=2.0)
+        sched = plain_sft.lr_schedule(opt, warmup=4, total=104, start=start)
+        seen = []
+        for _ in range(steps):
+            seen.append(opt.param_groups[0]["lr"])
+            opt.step()
+            sched.step()
+        return seen
+
+    # peak 2.0: warmup 0, 0.5, 1.0, 1.5, then cosine over the 100 steps after it, to a tenth of the peak at 104
+    assert lrs(0, 5) == pytest.approx([0.0, 0.5, 1.0, 1.5, 2.0])
+    assert lrs(54, 1) == pytest.approx([2.0 * 0.55])  # halfway: (1 + 0.1) / 2 of the peak
+    assert lrs(104, 1) == pytest.approx([0.2])  # the floor at the last step
+    assert lrs(0, 60)[54:] == pytest.approx(lrs(54, 6))  # a resumed run continues the same schedule
 
 
 def test_plain_sft_trains_saves_resumes_and_checks_its_turns(plain_sft, exported, tiny_vl_model_dir, tmp_path,
@@ -263,7 +265,7 @@ def test_plain_sft_trains_saves_resumes_and_checks_its_turns(plain_sft, exported
               "--device", "cpu", "--workers", "0", "--lr", "1e-2", "--warmup", "0", "--holdout", "0"]
     assert plain_sft.main([*common, "--steps", "2", "--save-every", "2", "--check", "1",
                            "--check-temperature", "1.0", "0.5", "--check-max-new-tokens", "24"]) == 0
-    assert plain_sft.newest_step(out) == 2
+    assert plain_sft.newest_checkpoint(out) == 2
     check = json.loads((out / "check.json").read_text())
     assert check["model"] == str(out / "step_2" / "huggingface")  # the trained weights, not the start
     reports = check["reports"]
@@ -278,39 +280,40 @@ def test_plain_sft_trains_saves_resumes_and_checks_its_turns(plain_sft, exported
     assert any(not torch.equal(trained[k].float(), start[k].float()) for k in start)
     # resumed: only step 3 runs, from step 2's weights
     assert plain_sft.main([*common, "--steps", "3", "--save-every", "1", "--check", "0", "--resume"]) == 0
-    assert plain_sft.newest_step(out) == 3 and not (out / "step_1").exists()
+    assert plain_sft.newest_checkpoint(out) == 3 and not (out / "step_1").exists()
     logged = [json.loads(line)["step"] for line in (out / "log.jsonl").read_text().splitlines()]
     assert logged == [1, 2, 3]  # each run's first and last step (and every fifth)
     assert not reports[0]["held_out"]  # nothing held out: the check samples a training row
 
 
-def test_plain_sft_holds_rows_out_of_training_for_its_loss_and_check(plain_sft, exported, tiny_vl_model_dir,
-                                                                      tmp_path, capsys):
+def test_plain_sft_with_its_defaults_holds_rows_out_for_its_loss_and_check(plain_sft, exported, tiny_vl_model_dir,
+                                                                             tmp_path, capsys):
+    # the shipped defaults (16 rows held out, batches of 16, 4 rows a forward, warmup, lr, check of 8 rows): 18 rows
     data = tmp_path / "data"
     data.mkdir()
     one = pd.read_parquet(exported)
-    pd.concat([one, one.assign(id="twin")], ignore_index=True).to_parquet(data / "sft.parquet")
+    pd.concat([one.assign(id=f"row{i}") for i in range(18)], ignore_index=True).to_parquet(data / "sft.parquet")
     out = tmp_path / "sft"
-    common = ["--model", str(tiny_vl_model_dir), "--data", str(data), "--out", str(out), "--batch", "1",
-              "--device", "cpu", "--workers", "0", "--check-max-new-tokens", "8"]
-    assert plain_sft.main([*common, "--steps", "2", "--holdout", "1", "--eval-every", "5", "--check", "4"]) == 0
-    lines = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
-    assert [line["step"] for line in lines] == [1, 2] and "heldout_loss" in lines[-1] and "heldout_loss" not in lines[0]
+    common = ["--model", str(tiny_vl_model_dir), "--data", str(data), "--out", str(out), "--device", "cpu",
+              "--workers", "0", "--check-max-new-tokens", "8"]
+    assert plain_sft.main([*common, "--steps", "1"]) == 0
+    (line,) = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    assert line["step"] == 1 and "heldout_loss" in line  # the last step is always evaluated
     (report,) = json.loads((out / "check.json").read_text())["reports"]
-    assert report["held_out"] and report["rows"] == 1  # the held-out row only, though 4 were asked
+    assert report["held_out"] and report["rows"] == 8 and report["turns"] == 24  # --check 8 of the 16 held out
     assert "check at T=1.0 (held-out rows)" in capsys.readouterr().out
-    # a saved checkpoint checked alone, on the same held-out row (while a warm start would train on)
-    step = out / "step_2" / "huggingface"
+    # a saved checkpoint checked alone, on the same held-out rows (while a warm start would train on)
+    step = out / "step_1" / "huggingface"
     assert plain_sft.main(["--model", str(step), "--data", str(data), "--out", str(tmp_path / "alone"), "--device",
-                           "cpu", "--workers", "0", "--check-max-new-tokens", "8", "--check-only", "--holdout", "1",
-                           "--check", "4"]) == 0
+                           "cpu", "--workers", "0", "--check-max-new-tokens", "8", "--check-only"]) == 0
     alone = json.loads((tmp_path / "alone" / "check.json").read_text())
-    assert alone["model"] == str(step) and alone["reports"][0]["held_out"] and alone["reports"][0]["rows"] == 1
+    assert alone["model"] == str(step) and alone["reports"][0]["held_out"] and alone["reports"][0]["rows"] == 8
     assert not (tmp_path / "alone" / "log.jsonl").exists()  # nothing trained
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # checkpoints renamed into place, no leftovers
     with pytest.raises(SystemExit) as exit_info:
-        plain_sft.main([*common, "--steps", "1", "--holdout", "2"])
+        plain_sft.main([*common, "--steps", "1", "--holdout", "18"])
     assert exit_info.value.code == 2
-    assert "--holdout: 2 of 2 rows leaves none to train on" in capsys.readouterr().err
+    assert "--holdout: 18 of 18 rows leaves none to train on" in capsys.readouterr().err
 
 
 def test_plain_sft_refuses_a_directory_without_the_export(plain_sft, tmp_path, tiny_vl_model_dir, capsys):
