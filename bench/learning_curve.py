@@ -194,7 +194,7 @@ def wait_engine_started(log_path: Path, trainer: subprocess.Popen, timeout_s: fl
         time.sleep(next(delays))
 
 
-PROGRESS_EVERY_S = 30.0  # how often a running run's newest logged step is looked at
+PROGRESS_EVERY_S = 30.0  # how often a running run's metrics file is read for newly logged steps
 
 
 def logged_steps(metrics: Path) -> list[tuple[int, dict]]:
