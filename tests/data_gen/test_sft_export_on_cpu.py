@@ -16,7 +16,7 @@ from PIL import Image
 
 from data_gen.common.export import image_file
 from data_gen.common.sft import SFTRecord, sft_parquet_from_jsonl
-from data_gen.neos.export import sft_record
+from data_gen.neos.export import prompt, sft_record
 from data_gen.neos.synth import Synthesizer
 from neos_core.world.store import World
 from tool_server.protocol import tool_schemas
@@ -321,3 +321,50 @@ def test_plain_sft_refuses_a_directory_without_the_export(plain_sft, tmp_path, t
         plain_sft.main(["--model", str(tiny_vl_model_dir), "--data", str(tmp_path), "--out", str(tmp_path / "o")])
     assert exit_info.value.code == 2
     assert f"--data: {tmp_path / 'sft.parquet'} not found" in capsys.readouterr().err
+
+
+async def test_an_episode_the_agent_loop_rolls_out_is_token_for_token_its_sft_row(
+    task, small_world, tiny_vl_model, tiny_vl_processor, tool_server, tmp_path
+):
+    """What SFT trains on is what RL shows: an episode of the ``neos_search_agent`` loop (the expert's words forced,
+    the question row as verl's ``RLHFDataset`` builds it, the real tool server's observations and fetched image),
+    exported as an SFT row and read by verl's SFT dataset, gives the loop's own tokens (image placeholders included)
+    with targets on exactly its generated turns. It caught fetched images reaching the processor unrounded (54
+    visual tokens for a flag SFT shows as 56), one reason the learning curve's warm start wrote calls in SFT's
+    check but not in RL."""
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    from verl_ext.data.sft_dataset import JsonToolsMultiTurnSFTDataset
+    from verl_ext.rollout.hf_generate import TransformersGenerateClient
+
+    from ..rollout.test_agent_loop_on_cpu import make_loop, run, scripted, url_of
+
+    def call(name, **arguments):  # as the chat template writes a call: non-ASCII kept
+        body = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+        return f"<tool_call>\n{body}\n</tool_call>"
+
+    url = next(s.checkpoint_image_url for s in task.steps if s.checkpoint)
+    forced = scripted("A reverse image search first.\n" + call("ReverseImageSearch", image_token=["img_1"], goal=GOAL),
+                      call("FetchImage", urls=[url]), task.answer)
+    rows = object.__new__(RLHFDataset)  # only what _build_messages reads: the row's <image> -> its parquet image
+    rows.image_key, rows.video_key, rows.audio_key, rows.processor = "images", "videos", "audios", tiny_vl_processor
+    entry = image_file(small_world, task.entry_images[0].image_id).read_bytes()
+    messages = rows._build_messages({"prompt": prompt(task), "images": [{"bytes": entry}]}, "prompt")
+    client = TransformersGenerateClient(tiny_vl_model, tiny_vl_processor, max_new_tokens=128, forced=forced)
+    out, record = await run(make_loop("neos_search_agent", client, url_of(tool_server)), messages)
+    assert [t.outcome for t in record.turns] == ["call_ok", "call_ok", "answer"]
+
+    (tmp_path / "sft.jsonl").write_text(json.dumps(sft_record(task, record.model_dump(mode="json"))) + "\n")
+    assert sft_parquet_from_jsonl(tmp_path / "sft.jsonl", small_world, tmp_path / "sft.parquet") == 1
+    config = OmegaConf.create({"max_length": 8192, "pad_mode": "no_padding", "truncation": "error"})
+    item = JsonToolsMultiTurnSFTDataset(str(tmp_path / "sft.parquet"), tiny_vl_processor.tokenizer, config,
+                                        processor=tiny_vl_processor)[0]
+    newline = tiny_vl_processor.tokenizer.encode("\n")
+    assert item["input_ids"].tolist() == out.prompt_ids + out.response_ids + newline  # generation stops at <|im_end|>
+    # SFT's targets: each generated turn and the newline after its <|im_end|>
+    mask = [0] * len(out.prompt_ids) + list(out.response_mask) + [0]
+    for i in range(len(mask) - 1, 0, -1):
+        mask[i] |= mask[i - 1]
+    assert item["loss_mask"].tolist() == mask
+    assert tuple(map(tuple, item["multi_modal_inputs"]["image_grid_thw"].tolist())) == client.calls[-1].image_grid_thw
+    assert client.calls[-1].image_grid_thw == ((1, 14, 16), (1, 14, 16))  # two 320x240 flags, 56 tokens each

@@ -118,6 +118,29 @@ class SearchAgentLoop(AgentLoopBase):
         mm = await shared_result(QUESTION_MEDIA, key, partial(super().process_multi_modal_info, messages))
         return {kind: list(items) for kind, items in mm.items()}
 
+    async def _prepared_images(self, outcomes: list[CallOutcome]) -> list[CallOutcome]:
+        """The tools' new images prepared as verl's dataset class prepares question images (Qwen's ``fetch_image``
+        rounds the sides to the patch grid before the processor's own resize). verl's SFT dataset prepares every image
+        so, the cold-start episodes' fetched images included: without this a fetched 320x240 flag reaches the
+        processor as 54 visual tokens in RL where SFT and the question image show it as 56. An image the preparation
+        refuses (an aspect ratio over 200) goes on as it is, for the render to refuse and withhold it by name."""
+        if not any(o.images for o in outcomes):
+            return outcomes
+        base = super().process_multi_modal_info
+
+        async def prepared(image: Any) -> Any:
+            try:
+                mm = await base([{"role": "user", "content": [{"type": "image", "image": image}]}])
+            except Exception:  # noqa: BLE001 -- whatever fetch_image raises; the render names the reason
+                return image
+            return mm["images"][0]
+
+        out = []
+        for o in outcomes:
+            images = await asyncio.gather(*(prepared(im) for _, im in o.images))
+            out.append(replace(o, images=[(ref, im) for (ref, _), im in zip(o.images, images)]) if o.images else o)
+        return out
+
     def _cap_text_prompt_length(self, prompt_ids: list[int]) -> list[int]:
         """verl left-truncates an over-long text prompt with a warning; here that would cut the system prompt and
         the tool schemas, so it is a configuration error."""
@@ -288,6 +311,7 @@ class SearchAgentLoop(AgentLoopBase):
                 calls = parsed.calls
                 with simple_timer("tool_calls", ep.metrics):
                     outcomes = await asyncio.gather(*(session.call(c, turn) for c in calls))
+                outcomes = await self._prepared_images(outcomes)
             record = self._turn_record(ep, base, calls, outcomes, parsed.error)
             ep.error_streak = ep.error_streak + 1 if record.error_class else 0
             streak_over = (s.max_consecutive_errors is not None and ep.error_streak >= s.max_consecutive_errors) or any(
