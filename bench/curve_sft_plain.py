@@ -54,6 +54,7 @@ class Row:
     loss_mask: torch.Tensor  # 1-D, bool: the tokens to predict
     pixel_values: torch.Tensor | None
     image_grid_thw: torch.Tensor | None
+    position_ids: torch.Tensor  # verl's: (4, L) for Qwen-VL (text positions, then the 3-D M-RoPE index), else (L,)
 
 
 def load_rows(sft_parquet: Path, processor, *, workers: int = 0) -> list[Row]:
@@ -70,27 +71,31 @@ def load_rows(sft_parquet: Path, processor, *, workers: int = 0) -> list[Row]:
     for item in loader:
         media = item.get("multi_modal_inputs", {})
         rows.append(Row(item["input_ids"].long(), item["loss_mask"].bool(), media.get("pixel_values"),
-                        media.get("image_grid_thw")))
+                        media.get("image_grid_thw"), item["position_ids"].long()))
     return rows
 
 
 def masked_ce_sum(model, rows: list[Row], device: str, pad_token_id: int):
     """Summed cross-entropy over the rows' targets (token t+1 predicted at t where loss_mask[t+1]) in one forward:
-    rows right-padded into a batch with an attention mask (Qwen2.5-VL's rope index reads it), images in row order,
-    logits only at the target positions."""
+    rows right-padded into a batch with an attention mask, images in row order, logits only at the target positions.
+    Positions are verl's (its SFT trainer's and its actor's): without them transformers 5.x's Qwen2.5-VL falls back
+    to 1-D positions, which no rollout engine uses (a warm start trained so on 2026-12-07 had loss 0.02 on its own
+    rows under 1-D positions and 0.6 under M-RoPE, and wrote 80% malformed turns in RL)."""
     import torch
 
     width = max(len(row.input_ids) for row in rows)
     ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
+    positions = torch.zeros((*rows[0].position_ids.shape[:-1], len(rows), width), dtype=torch.long)
     attention = torch.zeros((len(rows), width), dtype=torch.long)
     targets = torch.zeros((len(rows), width - 1), dtype=torch.bool)
     for i, row in enumerate(rows):
         n = len(row.input_ids)
         ids[i, :n], attention[i, :n], targets[i, :n - 1] = row.input_ids, 1, row.loss_mask[1:]
+        positions[..., i, :n] = row.position_ids
     pixels = [row.pixel_values for row in rows if row.pixel_values is not None]
     grids = [row.image_grid_thw for row in rows if row.image_grid_thw is not None]
     ids, targets = ids.to(device), targets.to(device)
-    out = model.model(input_ids=ids, attention_mask=attention.to(device),
+    out = model.model(input_ids=ids, attention_mask=attention.to(device), position_ids=positions.to(device),
                       pixel_values=torch.cat(pixels).to(device) if pixels else None,
                       image_grid_thw=torch.cat(grids).to(device) if grids else None)
     hidden = out.last_hidden_state[:, :-1][targets]
@@ -128,6 +133,21 @@ def turn_prompt(row: Row, start: int, vision_start_id: int) -> tuple[torch.Tenso
     return prefix, row.pixel_values[: int(grid.prod(dim=1).sum())], grid
 
 
+def generate_turn(model, tokenizer, prefix: torch.Tensor, pixels: torch.Tensor | None, grid: torch.Tensor | None,
+                  device: str, **generate_kwargs):
+    """``model.generate`` after ``prefix`` with M-RoPE positions: its image placeholders marked in
+    ``mm_token_type_ids``, without which transformers 5.x's Qwen2.5-VL generates with 1-D positions."""
+    import torch
+
+    ids = prefix.to(device)[None]
+    vision = {}
+    if pixels is not None:
+        image_pad = tokenizer.convert_tokens_to_ids("<|image_pad|>")
+        vision = {"pixel_values": pixels.to(device), "image_grid_thw": grid.to(device),
+                  "mm_token_type_ids": (ids == image_pad).int()}
+    return model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **vision, **generate_kwargs)
+
+
 def turn_kind(text: str) -> tuple[str, str | None]:
     """What the agent loop would make of a turn: ``call`` (well-formed, with its tool), ``answer`` or the format
     error's type."""
@@ -158,11 +178,8 @@ def check_turns(model, processor, rows: list[Row], *, temperature: float, max_ne
         for row in rows:
             for index, (start, end) in enumerate(turn_spans(row.loss_mask)):
                 prefix, pixels, grid = turn_prompt(row, start, vision_start)
-                ids = prefix.to(device)[None]
-                out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
-                                     pixel_values=None if pixels is None else pixels.to(device),
-                                     image_grid_thw=None if grid is None else grid.to(device), do_sample=True,
-                                     temperature=temperature, top_p=1.0, top_k=0, max_new_tokens=max_new_tokens)
+                out = generate_turn(model, tok, prefix, pixels, grid, device, do_sample=True,
+                                    temperature=temperature, top_p=1.0, top_k=0, max_new_tokens=max_new_tokens)
                 text = tok.decode(out[0, len(prefix):])
                 kind, tool = turn_kind(text)
                 want, want_tool = turn_kind(tok.decode(row.input_ids[start:end]))

@@ -199,25 +199,53 @@ def plain_sft():
     return curve_sft_plain
 
 
-def test_plain_sft_loss_is_the_masked_cross_entropy_of_the_full_logits(plain_sft, exported, tiny_vl_processor,
-                                                                        tiny_vl_model_dir):
+def test_plain_sft_loss_is_the_masked_cross_entropy_of_the_full_logits_at_verls_positions(
+    plain_sft, exported, tiny_vl_processor, tiny_vl_model_dir
+):
     from transformers import AutoModelForImageTextToText
 
     model = AutoModelForImageTextToText.from_pretrained(tiny_vl_model_dir, dtype=torch.float32)
     pad = tiny_vl_processor.tokenizer.pad_token_id
+    image_pad = tiny_vl_processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
     (row,) = plain_sft.load_rows(exported, tiny_vl_processor)
     ids = row.input_ids
-    full = model(input_ids=ids[None], pixel_values=row.pixel_values, image_grid_thw=row.image_grid_thw).logits[0]
+    # verl's positions are the model's own M-RoPE index (text, then temporal/height/width), not 1-D
+    mrope, _ = model.model.get_rope_index(ids[None], image_grid_thw=row.image_grid_thw,
+                                          mm_token_type_ids=(ids[None] == image_pad).int())
+    assert row.position_ids.shape == (4, len(ids)) and torch.equal(row.position_ids[1:], mrope[:, 0])
+    assert not torch.equal(row.position_ids[1], torch.arange(len(ids)))
+    vision = {"pixel_values": row.pixel_values, "image_grid_thw": row.image_grid_thw}
+    full = model(input_ids=ids[None], position_ids=row.position_ids[:, None], **vision).logits[0]
     # written out the usual way: every position's logits, the next token as label, -100 where it is not a target
     labels = torch.where(row.loss_mask, ids, torch.full_like(ids, -100))[1:]
     expected = torch.nn.functional.cross_entropy(full[:-1], labels, ignore_index=-100, reduction="sum")
     assert torch.allclose(plain_sft.masked_ce_sum(model, [row], "cpu", pad), expected, rtol=1e-5)
+    one_d = model(input_ids=ids[None], **vision).logits[0]  # transformers' fallback without positions
+    assert not torch.allclose(one_d, full, atol=1e-3)
     assert int(row.loss_mask.sum()) == int((labels != -100).sum()) > 0  # the first token is never a target
     # two rows of different lengths padded into one forward: the sum of their own losses
     cut = int(row.loss_mask.nonzero()[-1]) - 3  # the answer's last tokens dropped: a shorter row, same images
-    short = plain_sft.Row(row.input_ids[:cut], row.loss_mask[:cut], row.pixel_values, row.image_grid_thw)
+    short = plain_sft.Row(row.input_ids[:cut], row.loss_mask[:cut], row.pixel_values, row.image_grid_thw,
+                          row.position_ids[..., :cut])
     alone = plain_sft.masked_ce_sum(model, [short], "cpu", pad) + expected
     assert torch.allclose(plain_sft.masked_ce_sum(model, [short, row], "cpu", pad), alone, rtol=1e-4)
+
+
+def test_plain_sft_check_samples_at_verls_positions(plain_sft, exported, tiny_vl_processor, tiny_vl_model_dir):
+    """The check's first generated token is scored with the M-RoPE positions training and the rollout use."""
+    from transformers import AutoModelForImageTextToText
+
+    model = AutoModelForImageTextToText.from_pretrained(tiny_vl_model_dir, dtype=torch.float32).eval()
+    tok = tiny_vl_processor.tokenizer
+    (row,) = plain_sft.load_rows(exported, tiny_vl_processor)
+    start, _ = plain_sft.turn_spans(row.loss_mask)[1]  # after the question image
+    prefix, pixels, grid = plain_sft.turn_prompt(row, start, tok.convert_tokens_to_ids("<|vision_start|>"))
+    out = plain_sft.generate_turn(model, tok, prefix, pixels, grid, "cpu", do_sample=False, max_new_tokens=1,
+                                  output_logits=True, return_dict_in_generate=True)
+    with torch.no_grad():
+        forward = model(input_ids=prefix[None], position_ids=row.position_ids[:, None, :start], pixel_values=pixels,
+                        image_grid_thw=grid).logits[0, -1]
+    assert torch.allclose(out.logits[0][0], forward, atol=1e-4)
 
 
 def test_plain_sft_turn_prompts_end_at_each_assistant_header_with_the_images_before_it(plain_sft, exported,
