@@ -15,7 +15,8 @@
 #                                                (ARGS: its flags, e.g. --seeds 1 --parallel 2 -- OVERRIDES)
 #   bash bench/curve_device.sh peek [SECONDS]    wait, then print the warm start's and the runs' progress; metrics,
 #                                                logs and check.json to $OUT
-#   bash bench/curve_device.sh back DIR NAME     DIR as $OUT/NAME.tar.* parts of 15 MiB (a call returns ~64 MiB)
+#   bash bench/curve_device.sh back DIR NAME     DIR as NAME.tar.* parts of 15 MiB, the next 4 to $OUT each call
+#                                                (a call returns ~64 MiB): repeat until all are sent
 #   bash bench/curve_device.sh spy PATTERN       py-spy's stacks of the newest process matching PATTERN (a py-spy
 #                                                wheel carried in the data directory; to $OUT)
 set -uo pipefail
@@ -79,9 +80,17 @@ case "${1:-}" in
       done
     fi
     if command -v nvidia-smi > /dev/null; then nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader; fi ;;
-  back)
-    tar cf - -C "$(dirname "$2")" "$(basename "$2")" | split -b 15M - "$OUT/$3.tar."
-    ls -la "$OUT" ;;
+  back)  # split once into /tmp/back; each call sends the next 4 parts (a call returns ~64 MiB)
+    mkdir -p /tmp/back
+    ls /tmp/back/"$3".tar.* > /dev/null 2>&1 || \
+      tar cf - -C "$(dirname "$2")" "$(basename "$2")" | split -b 15M - "/tmp/back/$3.tar."
+    sent=0
+    for part in /tmp/back/"$3".tar.*; do
+      [ "$sent" -lt 4 ] || break
+      grep -qx "$part" /tmp/back/"$3".sent 2>/dev/null && continue
+      cp "$part" "$OUT"/ && echo "$part" >> /tmp/back/"$3".sent && sent=$((sent + 1))
+    done
+    echo "$(wc -l < /tmp/back/"$3".sent) of $(ls /tmp/back/"$3".tar.* | wc -l) parts sent; on this machine: cat NAME.tar.* | tar xf -" ;;
   *)
     sed -n '2,20p' "$0"; exit 2 ;;
 esac
