@@ -108,3 +108,15 @@ def test_random_weights_are_written_loadable_in_the_requested_dtype(name: str, t
     assert sum(p.numel() for p in model.parameters()) == shapes.count_params(model.config)
     assert (model.get_output_embeddings().weight is model.get_input_embeddings().weight) is TIED[name]
     assert json.loads((out / shapes.SHAPE_FILE).read_text())["weights"] == "random on cpu"
+
+
+def test_a_shape_takes_the_tokenizer_of_a_model_built_before(tiny_vl_model_dir: Path, tmp_path: Path):
+    """The GPU machine cannot fetch the tokenizer package: a real shape is written there from the staged tiny model's
+    tokenizer (the CLI's exit 0 says it builds the released parameter count), its provenance naming that directory."""
+    out = tmp_path / "qwen2.5-vl-3b"
+    assert cli_main(["shape", "--like", "qwen2.5-vl-3b", "--out", str(out), "--tokenizer-from",
+                     str(tiny_vl_model_dir)]) == 0
+    for file in ("tokenizer.json", "chat_template.jinja"):
+        assert (out / file).read_bytes() == (tiny_vl_model_dir / file).read_bytes(), file
+    record = json.loads((out / shapes.SHAPE_FILE).read_text())["tokenizer"]
+    assert record["from_model_dir"] == str(tiny_vl_model_dir)

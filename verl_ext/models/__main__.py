@@ -37,9 +37,9 @@ def parser() -> argparse.ArgumentParser:
     build.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
                        help="dtype of the stored weights; bfloat16 halves the files of a wider model "
                        "(default: float32)")
-    build.add_argument("--tokenizer-from", type=Path, default=None, metavar="DIR",
-                       help="take the tokenizer from a model directory built here instead of the source cache (on a "
-                       "machine without network, e.g. a wider policy built on the GPU machine from the staged one)")
+    tokenizer_from = ("take the tokenizer from a model directory built here instead of the source cache (on a machine "
+                      "without network, e.g. the GPU machine, from the staged tiny model)")
+    build.add_argument("--tokenizer-from", type=Path, default=None, metavar="DIR", help=tokenizer_from)
     shape = sub.add_parser("shape", help="write a released model's architecture (config, tokenizer, processor; no "
                            "weights unless --weights random)",
                            description="Write the real architecture config of a released Qwen VL model with the tiny "
@@ -53,6 +53,7 @@ def parser() -> argparse.ArgumentParser:
     shape.add_argument("--cache", type=Path, default=None, metavar="DIR",
                        help="source cache holding the tokenizer package (default: $NEOS_WORLD_CACHE or "
                        "~/.cache/neos-world)")
+    shape.add_argument("--tokenizer-from", type=Path, default=None, metavar="DIR", help=tokenizer_from)
     shape.add_argument("--weights", choices=("none", "random"), default="none",
                        help="none: config only (default); random: random weights built on --device and saved (for "
                        "trainers that load weights from disk)")
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.command == "build" and args.hidden_size % 32:
         p.error(f"argument --hidden-size: must be a multiple of 32, got {args.hidden_size}")
-    if args.command == "build" and args.tokenizer_from is not None:
+    if args.tokenizer_from is not None:
         from verl_ext.models.tiny_vl import PROVENANCE_FILE
 
         if not (args.tokenizer_from / PROVENANCE_FILE).is_file():
@@ -114,7 +115,7 @@ def _shape(args: argparse.Namespace, cache, dtype) -> int:
 
     shape = SHAPES[args.like]
     path = write_shape(args.like, args.out, cache=cache, weights=args.weights == "random", device=args.device,
-                       dtype=dtype)
+                       dtype=dtype, tokenizer_from=args.tokenizer_from)
     params = count_params(AutoConfig.from_pretrained(path))
     if params != shape.released_params:
         print(f"error: {path}/config.json builds {params:,} parameters, the released {args.like} has "

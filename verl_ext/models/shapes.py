@@ -34,7 +34,7 @@ from transformers import (
 )
 
 from neos_core.world.sources import SourceCache
-from verl_ext.models.tiny_vl import _load_tokenizer, chat_template, write_model_dir
+from verl_ext.models.tiny_vl import _load_tokenizer, _tokenizer_of, chat_template, write_model_dir
 
 SHAPE_FILE = "neos_shape.json"  # which shape, its source and released parameter count: marks a directory built here
 
@@ -172,14 +172,19 @@ def build_on(config: PretrainedConfig, device: torch.device | str, dtype: torch.
 
 
 def write_shape(name: str, out_dir: Path, *, cache: SourceCache | None = None, weights: bool = False,
-                device: str = "cpu", dtype: torch.dtype = torch.bfloat16) -> Path:
+                device: str = "cpu", dtype: torch.dtype = torch.bfloat16, tokenizer_from: Path | None = None) -> Path:
     """Write shape ``name`` as a HF model directory: config, generation config, tokenizer, processor, chat template
     and ``neos_shape.json``; with ``weights``, random weights built on ``device`` too. Without weights, load it with
-    vLLM's ``--load-format dummy`` or ``from_config``."""
+    vLLM's ``--load-format dummy`` or ``from_config``. ``tokenizer_from``: a model directory built here to take the
+    tokenizer from instead of the source cache (the GPU machine cannot fetch the package)."""
     if name not in SHAPES:
         raise ValueError(f"unknown shape {name!r}; known: {', '.join(SHAPES)}")
     shape = SHAPES[name]
-    tokenizer, source = _load_tokenizer(cache)
+    if tokenizer_from is None:
+        tokenizer, source = _load_tokenizer(cache)
+        tokenizer_record = source.manifest_record()
+    else:
+        tokenizer, tokenizer_record = _tokenizer_of(tokenizer_from)
     config = shape_config(name, tokenizer)
     stop_ids = tokenizer.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
     generation = GenerationConfig(eos_token_id=stop_ids, pad_token_id=tokenizer.pad_token_id)
@@ -196,7 +201,7 @@ def write_shape(name: str, out_dir: Path, *, cache: SourceCache | None = None, w
         shape_processor(name, tokenizer).save_pretrained(tmp)
         record = {"shape": name, "source": shape.source, "released_params": shape.released_params,
                   "hf_model_type": shape.hf_model_type, "weights": f"random on {device}" if weights else "none",
-                  "tokenizer": source.manifest_record()}
+                  "tokenizer": tokenizer_record}
         (tmp / SHAPE_FILE).write_text(json.dumps(record, indent=1) + "\n")
 
     return write_model_dir(Path(out_dir), write)
