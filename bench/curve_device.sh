@@ -80,17 +80,18 @@ case "${1:-}" in
       done
     fi
     if command -v nvidia-smi > /dev/null; then nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader; fi ;;
-  back)  # split once into /tmp/back; each call sends the next 4 parts (a call returns ~64 MiB)
-    mkdir -p /tmp/back
-    ls /tmp/back/"$3".tar.* > /dev/null 2>&1 || \
-      tar cf - -C "$(dirname "$2")" "$(basename "$2")" | split -b 15M - "/tmp/back/$3.tar."
+  back)  # split once into $BACK; each call sends the next 4 parts (a call returns ~64 MiB)
+    back=${BACK:-/tmp/back}
+    mkdir -p "$back"
+    ls "$back/$3".tar.* > /dev/null 2>&1 || \
+      tar cf - -C "$(dirname "$2")" "$(basename "$2")" | split -b "${PART_SIZE:-15M}" - "$back/$3.tar."
     sent=0
-    for part in /tmp/back/"$3".tar.*; do
+    for part in "$back/$3".tar.*; do
       [ "$sent" -lt 4 ] || break
-      grep -qx "$part" /tmp/back/"$3".sent 2>/dev/null && continue
-      cp "$part" "$OUT"/ && echo "$part" >> /tmp/back/"$3".sent && sent=$((sent + 1))
+      grep -qx "$part" "$back/$3.sent" 2>/dev/null && continue
+      cp "$part" "$OUT"/ && echo "$part" >> "$back/$3.sent" && sent=$((sent + 1))
     done
-    echo "$(wc -l < /tmp/back/"$3".sent) of $(ls /tmp/back/"$3".tar.* | wc -l) parts sent; on this machine: cat NAME.tar.* | tar xf -" ;;
+    echo "$(wc -l < "$back/$3.sent") of $(ls "$back/$3".tar.* | wc -l) parts sent; here: cat NAME.tar.* | tar xf -" ;;
   *)
     sed -n '2,20p' "$0"; exit 2 ;;
 esac

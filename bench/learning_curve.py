@@ -194,6 +194,10 @@ def wait_engine_started(log_path: Path, trainer: subprocess.Popen, timeout_s: fl
         time.sleep(next(delays))
 
 
+# What a progress line shows of a step besides held-out success: the reward, and whether the warm start writes calls
+# (the agent loop's turn outcomes) and gives mixed groups, without which neither estimator has a signal.
+PROGRESS_FIGURES = (("reward", "critic/score/mean"), ("call_ok", "neos_rollout/turn_outcome_share/call_ok"),
+                    ("no_action", "neos_rollout/turn_outcome_share/no_action"), ("mixed", "neos_groups/mixed_share"))
 PROGRESS_EVERY_S = 30.0  # how often a running run's metrics file is read for newly logged steps
 
 
@@ -218,9 +222,9 @@ def newest_step(metrics: Path) -> tuple[int, dict]:
 
 
 def follow(run: Run, trainer: subprocess.Popen, metrics: Path, steps: int, deadline: float) -> int | None:
-    """Wait for the trainer, printing every newly logged step (reward, held-out success when validated; step 0 is the
-    validation before the first update): a run lasts minutes and the driver would otherwise say nothing until it
-    ends. Its exit code; None at the deadline."""
+    """Wait for the trainer, printing every newly logged step (``PROGRESS_FIGURES``, held-out success when
+    validated; step 0 is the validation before the first update): a run lasts minutes and the driver would otherwise
+    say nothing until it ends. Its exit code; None at the deadline."""
     shown = -1
     while True:
         try:
@@ -233,7 +237,7 @@ def follow(run: Run, trainer: subprocess.Popen, metrics: Path, steps: int, deadl
             if step <= shown:
                 continue
             shown = step
-            figures = [f"reward {data['critic/score/mean']:.3f}"] if "critic/score/mean" in data else []
+            figures = [f"{label} {data[key]:.3f}" for label, key in PROGRESS_FIGURES if key in data]
             figures += [f"{key} {value:.3f}" for key, value in data.items()  # verl's held-out success, mean@n
                         if key.startswith("val-core/") and "/acc/mean@" in key]
             print(f"{run.name}: step {step} of {steps}" + "".join(f", {f}" for f in figures), flush=True)

@@ -41,7 +41,9 @@ stop = int(os.environ.get("STAND_IN_STOP", steps))
 with open(os.environ["VERL_FILE_LOGGER_PATH"], "w") as f:
     for step in range(1, stop + 1):
         time.sleep(float(os.environ.get("STAND_IN_STEP_S", 0)))
-        data = {"critic/score/mean": step / 10, **({"val-core/neos_synth/acc/mean@2": step / 20} if step % 2 else {})}
+        data = {"critic/score/mean": step / 10, "neos_rollout/turn_outcome_share/call_ok": 0.5,
+                "neos_groups/mixed_share": step / 4}
+        data.update({"val-core/neos_synth/acc/mean@2": step / 20} if step % 2 else {})
         f.write(json.dumps({"step": step, "data": data}) + "\\n")
         f.flush()
 seen = {k: os.environ[k] for k in ("NEOS_CURVE_DATA", "NEOS_CURVE_POLICY", "NEOS_MEI_MODEL", "NEOS_MEI_LOG",
@@ -193,8 +195,9 @@ def test_a_running_run_prints_each_new_step_with_its_reward_and_held_out_success
     assert driver.main(one) == 0
     printed = capsys.readouterr().out
     assert "grpo/seed1 (attempt 1): engine up after" in printed
-    assert "grpo/seed1: step 1 of 3, reward 0.100, val-core/neos_synth/acc/mean@2 0.050" in printed
-    assert "grpo/seed1: step 2 of 3, reward 0.200\n" in printed  # not validated at step 2
+    assert ("grpo/seed1: step 1 of 3, reward 0.100, call_ok 0.500, mixed 0.250, val-core/neos_synth/acc/mean@2 0.050"
+            in printed)
+    assert "grpo/seed1: step 2 of 3, reward 0.200, call_ok 0.500, mixed 0.500\n" in printed  # not validated at 2
     assert "grpo/seed1: step 3 of 3, reward 0.300" in printed  # every step, though all came between two polls
 
 
@@ -213,7 +216,7 @@ def test_device_script_copies_data_splits_a_directory_back_and_prints_its_usage(
     (data / "rl.parquet").write_bytes(b"x" * 10)
     (data / "world" / "manifest.json").write_text("{}")
     env = {"PATH": "/usr/bin:/bin", "OUT": str(tmp_path / "out"), "HOME": str(tmp_path),
-           "CURVE_DATA": str(tmp_path / "data")}
+           "CURVE_DATA": str(tmp_path / "data"), "BACK": str(tmp_path / "back"), "PART_SIZE": "6M"}
 
     def run(*args):
         return subprocess.run(["bash", str(script), *args], cwd=driver.REPO, env=env, capture_output=True, text=True)
@@ -228,10 +231,13 @@ def test_device_script_copies_data_splits_a_directory_back_and_prints_its_usage(
     assert lost.returncode == 1 and "no process matches no-such-process-xyz" in lost.stdout
     blob = tmp_path / "ckpt" / "huggingface"
     blob.mkdir(parents=True)
-    (blob / "model.safetensors").write_bytes(bytes(range(256)) * 100_000)  # 25.6 MB: two 15-MiB parts
-    assert run("back", str(blob), "policy").returncode == 0
+    (blob / "model.safetensors").write_bytes(bytes(range(256)) * 100_000)  # 25.6 MB: five 6-MiB parts
+    first = run("back", str(blob), "policy")  # four parts a call, the rest on the next
+    assert first.returncode == 0 and "4 of 5 parts sent" in first.stdout
+    assert len(list((tmp_path / "out").glob("policy.tar.*"))) == 4
+    assert "5 of 5 parts sent" in run("back", str(blob), "policy").stdout
     parts = sorted((tmp_path / "out").glob("policy.tar.*"))
-    assert [p.name for p in parts] == ["policy.tar.aa", "policy.tar.ab"]
+    assert [p.name for p in parts] == [f"policy.tar.a{c}" for c in "abcde"]
     joined = tmp_path / "joined"
     joined.mkdir()
     subprocess.run(f"cat {' '.join(map(str, parts))} | tar xf - -C {joined}", shell=True, check=True)
