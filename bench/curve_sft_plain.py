@@ -8,8 +8,8 @@ reads the very rows that trainer reads (verl's ``MultiTurnSFTDataset`` through o
 template, loss masks and images), trains the same masked cross-entropy (assistant tokens only, each row's sum over
 the batch's target count), and computes logits only where a target is (10% of the tokens): 0.66 s a step on the
 same GPU and rows once warm, one row a forward, 19x faster (0.42 s with ``--rows-per-forward`` 4, the default). It
-passes verl's position ids (M-RoPE for Qwen-VL) as verl's trainer does. What it leaves out: FSDP (one GPU), verl's checkpoint format (it writes HF directories), sequence
-packing.
+passes verl's position ids (M-RoPE for Qwen-VL) as verl's trainer does. What it leaves out: FSDP (one GPU), verl's
+checkpoint format (it writes HF directories), sequence packing.
 
 **The check**: a warm start is useful for RL only if it writes well-formed calls, which the loss does not say (a
 step-100 checkpoint at loss 0.25 wrote 8% well-formed turns in RL, 2026-12-07). ``--check N`` samples every
