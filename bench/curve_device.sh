@@ -47,7 +47,7 @@ case "${1:-}" in
     python -m verl_ext.models build --out /tmp/curve-policy0 --hidden-size "${WIDTH:-512}" --layers "${LAYERS:-4}" \
       --dtype bfloat16 --tokenizer-from /tmp/stage/model || exit 1
     background /tmp/curve-sft.log python bench/curve_sft_plain.py --model /tmp/curve-policy0 --data "$DATA" \
-      --out /tmp/curve-sft --steps "${2:-800}" --save-every "${SAVE_EVERY:-200}" --check 8 \
+      --out /tmp/curve-sft --steps "${2:-400}" --save-every "${SAVE_EVERY:-200}" --check 8 \
       --check-temperature 1.0 0.7 ${SFT_ARGS:-}
     echo "warm start in the background: /tmp/curve-sft.log" ;;
   check)  # an intermediate checkpoint's check while the warm start trains on; waits for it to be saved
