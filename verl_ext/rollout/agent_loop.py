@@ -131,7 +131,7 @@ class SearchAgentLoop(AgentLoopBase):
         async def prepared(image: Any) -> Any:
             try:
                 mm = await base([{"role": "user", "content": [{"type": "image", "image": image}]}])
-            except Exception:  # noqa: BLE001 -- whatever fetch_image raises; the render names the reason
+            except ValueError:  # smart_resize refuses an aspect ratio over 200; the render then names the reason
                 return image
             return mm["images"][0]
 
