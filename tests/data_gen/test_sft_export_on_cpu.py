@@ -16,7 +16,8 @@ from PIL import Image
 
 from data_gen.common.export import image_file
 from data_gen.common.sft import SFTRecord, sft_parquet_from_jsonl
-from data_gen.neos.export import prompt, sft_record
+from data_gen.neos.export import row as rl_row
+from data_gen.neos.export import sft_record
 from data_gen.neos.synth import Synthesizer
 from neos_core.world.store import World
 from tool_server.protocol import tool_schemas
@@ -355,11 +356,11 @@ async def test_an_episode_the_agent_loop_rolls_out_is_token_for_token_its_sft_ro
     task, small_world, tiny_vl_model, tiny_vl_processor, tool_server, tmp_path
 ):
     """What SFT trains on is what RL shows: an episode of the ``neos_search_agent`` loop (the expert's words forced,
-    the question row as verl's ``RLHFDataset`` builds it, the real tool server's observations and fetched image),
+    the exporter's RL row read by verl's ``RLHFDataset``, the real tool server's observations and fetched image),
     exported as an SFT row and read by verl's SFT dataset, gives the loop's own tokens (image placeholders included)
     with targets on exactly its generated turns. It caught fetched images reaching the processor unrounded (54
-    visual tokens for a flag SFT shows as 56), one reason the learning curve's warm start wrote calls in SFT's
-    check but not in RL."""
+    visual tokens for a flag SFT shows as 56), found while looking for why the learning curve's warm start wrote
+    calls in its check but not in RL (the main cause was its training positions)."""
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
     from verl_ext.data.sft_dataset import JsonToolsMultiTurnSFTDataset
@@ -374,10 +375,10 @@ async def test_an_episode_the_agent_loop_rolls_out_is_token_for_token_its_sft_ro
     url = next(s.checkpoint_image_url for s in task.steps if s.checkpoint)
     forced = scripted("A reverse image search first.\n" + call("ReverseImageSearch", image_token=["img_1"], goal=GOAL),
                       call("FetchImage", urls=[url]), task.answer)
-    rows = object.__new__(RLHFDataset)  # only what _build_messages reads: the row's <image> -> its parquet image
-    rows.image_key, rows.video_key, rows.audio_key, rows.processor = "images", "videos", "audios", tiny_vl_processor
-    entry = image_file(small_world, task.entry_images[0].image_id).read_bytes()
-    messages = rows._build_messages({"prompt": prompt(task), "images": [{"bytes": entry}]}, "prompt")
+    pd.DataFrame([rl_row(task, small_world, "rl", 0)]).to_parquet(tmp_path / "rl.parquet")  # the exporter's RL row
+    config = OmegaConf.create({"filter_overlong_prompts": False, "cache_dir": str(tmp_path / "cache")})
+    messages = RLHFDataset(str(tmp_path / "rl.parquet"), tiny_vl_processor.tokenizer, config,
+                           processor=tiny_vl_processor)[0]["raw_prompt"]
     client = TransformersGenerateClient(tiny_vl_model, tiny_vl_processor, max_new_tokens=128, forced=forced)
     out, record = await run(make_loop("neos_search_agent", client, url_of(tool_server)), messages)
     assert [t.outcome for t in record.turns] == ["call_ok", "call_ok", "answer"]
