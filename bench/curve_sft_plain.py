@@ -11,14 +11,18 @@ same GPU and rows once warm, one row a forward, 19x faster (0.42 s with ``--rows
 passes verl's position ids (M-RoPE for Qwen-VL) as verl's trainer does. What it leaves out: FSDP (one GPU), verl's
 checkpoint format (it writes HF directories), sequence packing.
 
-**The check**: a warm start is useful for RL only if it writes well-formed calls, which the loss does not say (a
-step-100 checkpoint at loss 0.25 wrote 8% well-formed turns in RL, 2026-12-07). ``--check N`` samples every
-assistant turn of N held-out rows (``--holdout``: never trained on) after the expert's own history, at the rollout's
-temperature, and parses it with the agent loop's own parser (``verl_ext.rollout.protocols.parse_neos_turn``): the
-share of turns of the expert's kind (a well-formed call where it called, an answer where it answered), overall and by
-turn index, and of calls naming its tool; printed and kept in ``OUT/check.json`` (one report per
-``--check-temperature``). An upper bound for RL, where the history is the policy's own. The held-out rows' loss,
-logged every ``--eval-every`` steps, says when more passes only memorise the training episodes.
+**The check**: a warm start is useful for RL only if it writes well-formed calls and reads its answers off the
+pages, which the loss does not say (a step-100 checkpoint at loss 0.25 wrote 8% well-formed turns in RL; a step-400
+one wrote 98% but answered 1 of 40 RL questions right: 2026-12-07). It runs on episodes never trained on: the RL
+split's expert episodes (``rl_expert.parquet`` of the export, ``--check-data``), else the held-out rows. ``--check N``
+samples every assistant turn of N of them after the expert's own history, at the rollout's temperature, and parses
+it with the agent loop's own parser (``verl_ext.rollout.protocols.parse_neos_turn``): the share of turns of the
+expert's kind (a well-formed call where it called, an answer where it answered), overall and by turn index, and of
+calls naming its tool. ``--check-answers N`` samples the last turn of N of them and compares it with the expert's
+answer as the reward does. Printed and kept in ``OUT/check.json`` (one report per ``--check-temperature``). An upper
+bound for RL, where the history is the policy's own. The held-out rows' loss, logged every ``--eval-every`` steps,
+says when more passes only memorise the training episodes; an episode's answer-swapped copies (``data_gen neos
+--sft-answer-swaps``) are held out with it.
 
     python bench/curve_sft_plain.py --model DIR --data CURVE_DATA --out OUT --steps 400 --check 8
 
@@ -45,6 +49,7 @@ if TYPE_CHECKING:
     import torch
 
 STEP_DIR = re.compile(r"step_(\d+)$")
+SWAP = "~swap"  # data_gen neos --sft-answer-swaps' row ids: <episode>~swap<K>
 
 
 @dataclass(frozen=True)
@@ -55,10 +60,17 @@ class Row:
     pixel_values: torch.Tensor | None
     image_grid_thw: torch.Tensor | None
     position_ids: torch.Tensor  # verl's: (4, L) for Qwen-VL (text positions, then the 3-D M-RoPE index), else (L,)
+    id: str = ""  # the parquet row's: an expert episode's, or ``<episode>~swapK`` for data_gen's answer swaps
+
+    @property
+    def episode(self) -> str:
+        """The expert episode the row was made of."""
+        return self.id.split(SWAP)[0]
 
 
 def load_rows(sft_parquet: Path, processor, *, workers: int = 0) -> list[Row]:
     """Every row of ``sft.parquet`` through verl's own multi-turn SFT dataset (the processor runs in ``workers``)."""
+    import pyarrow.parquet as pq
     import torch
     from omegaconf import OmegaConf
 
@@ -67,12 +79,25 @@ def load_rows(sft_parquet: Path, processor, *, workers: int = 0) -> list[Row]:
     config = OmegaConf.create({"max_length": 16384, "truncation": "error", "pad_mode": "no_padding"})
     dataset = JsonToolsMultiTurnSFTDataset(str(sft_parquet), processor.tokenizer, config, processor=processor)
     loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers, collate_fn=lambda x: x)
+    ids = pq.read_table(sft_parquet, columns=["id"]).column("id").to_pylist()  # the dataset keeps the file's order
     rows = []
-    for item in loader:
+    for row_id, item in zip(ids, loader, strict=True):
         media = item.get("multi_modal_inputs", {})
         rows.append(Row(item["input_ids"].long(), item["loss_mask"].bool(), media.get("pixel_values"),
-                        media.get("image_grid_thw"), item["position_ids"].long()))
+                        media.get("image_grid_thw"), item["position_ids"].long(), row_id))
     return rows
+
+
+def hold_out(rows: list[Row], count: int) -> tuple[list[Row], list[Row]]:
+    """(training rows, ``count`` held-out expert episodes): the same episodes on every run and resume (a fixed
+    permutation); an episode's answer-swapped copies are held out with it, so none of it is trained on."""
+    import torch
+
+    experts = [i for i, row in enumerate(rows) if row.episode == row.id]
+    order = torch.randperm(len(experts), generator=torch.Generator().manual_seed(1)).tolist()
+    held = [experts[i] for i in order[:count]]
+    episodes = {rows[i].episode for i in held}
+    return [row for row in rows if row.episode not in episodes], [rows[i] for i in held]
 
 
 def masked_ce_sum(model, rows: list[Row], device: str, pad_token_id: int):
@@ -237,6 +262,12 @@ def parser() -> OneLineParser:
     p.add_argument("--eval-every", type=positive_int, default=50, metavar="N", help="(default: 50; a multiple of 5)")
     p.add_argument("--check", type=whole_number(0), default=8, metavar="N",
                    help="rows whose every turn is sampled and parsed at the end (default: 8, ~56 turns; 0: none)")
+    p.add_argument("--check-answers", type=whole_number(0), default=32, metavar="N",
+                   help="rows whose last turn (the answer) is sampled and compared with the expert's as the reward "
+                   "does, at the end (default: 32; 0: none)")
+    p.add_argument("--check-data", type=Path, default=None, metavar="PARQUET",
+                   help="the checks' episodes (default: DATA/rl_expert.parquet, the RL split's: answers SFT never "
+                   "shows; without it the held-out rows)")
     p.add_argument("--check-temperature", type=positive_float, nargs="+", default=[1.0], metavar="T",
                    help="sampling temperatures of the check, each a report (default: 1.0, the rollout's)")
     p.add_argument("--check-max-new-tokens", type=positive_int, default=256, metavar="N",
@@ -250,6 +281,39 @@ def parser() -> OneLineParser:
     p.add_argument("--device", default="cuda", help="(default: cuda)")
     p.add_argument("--seed", type=whole_number(0), default=0, help="row order and sampling seed (default: 0)")
     return p
+
+
+def check_answers(model, processor, rows: list[Row], *, temperature: float, max_new_tokens: int, device: str,
+                  seed: int = 0) -> dict:
+    """Sample each row's last turn (the answer) after the expert's history and compare it with the expert's answer as
+    the reward does (``normalize_answer``). On the RL split's episodes (``rl_expert.parquet``: answers SFT never
+    shows) it says whether the warm start reads the asked fact off the last page or recalls training answers, which
+    the turn check cannot: on 2026-12-07 a warm start whose turns were 98% of the expert's kind answered 1 of 40 RL
+    questions right (each time another fact of the right page), and RL from it never earned a reward."""
+    import torch
+
+    from verl_ext.reward.answers import normalize_answer
+
+    tok = processor.tokenizer
+    vision_start = tok.convert_tokens_to_ids("<|vision_start|>")
+    right, missed = 0, []
+    torch.manual_seed(seed)
+    model.eval()
+    with torch.no_grad():
+        for row in rows:
+            start, end = turn_spans(row.loss_mask)[-1]
+            prefix, pixels, grid = turn_prompt(row, start, vision_start)
+            out = generate_turn(model, tok, prefix, pixels, grid, device, do_sample=True, temperature=temperature,
+                                top_p=1.0, top_k=0, max_new_tokens=max_new_tokens)
+            got = tok.decode(out[0, len(prefix):]).split("<|im_end|>")[0].strip()
+            want = tok.decode(row.input_ids[start:end]).split("<|im_end|>")[0].strip()
+            if normalize_answer(got) == normalize_answer(want):
+                right += 1
+            elif len(missed) < 5:
+                missed.append({"want": want, "got": got[:120]})
+    model.train()
+    return {"rows": len(rows), "temperature": temperature, "answer_right_share": right / max(len(rows), 1),
+            "missed_samples": missed}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -267,15 +331,13 @@ def main(argv: list[str] | None = None) -> int:
     processor = AutoProcessor.from_pretrained(args.model)
     t = time.time()
     rows = load_rows(args.data / "sft.parquet", processor, workers=args.workers)
-    if args.holdout >= len(rows):
-        parser().error(f"--holdout: {args.holdout} of {len(rows)} rows leaves none to train on")
+    episodes = len({row.episode for row in rows})
+    if args.holdout >= episodes:
+        parser().error(f"--holdout: {args.holdout} of {episodes} episodes leaves none to train on")
     targets = sum(int(r.loss_mask.sum()) for r in rows)
     print(f"{len(rows)} rows, {sum(len(r.input_ids) for r in rows)} tokens ({targets} targets), "
           f"read in {time.time() - t:.0f} s; starting from {source}", flush=True)
-    # the same held-out rows on every run and resume (a fixed permutation), never trained on
-    order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(1)).tolist()
-    held = [rows[i] for i in order[:args.holdout]]
-    rows = [rows[i] for i in sorted(order[args.holdout:])]
+    rows, held = hold_out(rows, args.holdout)
     model = AutoModelForImageTextToText.from_pretrained(source, dtype=torch.float32, attn_implementation="sdpa")
     model.to(args.device).train()
     autocast = torch.autocast(args.device.split(":")[0], dtype=torch.bfloat16, enabled=args.device != "cpu")
@@ -283,20 +345,34 @@ def main(argv: list[str] | None = None) -> int:
     if not args.check_only and start < args.steps:
         train(model, processor, rows, held, args, start, autocast)
         checked = args.out / f"step_{args.steps}" / "huggingface"
-    if args.check:
-        # held-out rows where there are (what RL meets: questions not trained on), else training rows
-        picked = (held or rows)[:args.check]
+    if args.check or args.check_answers:
+        # questions not trained on: the RL split's episodes where the export has them, else the held-out rows
+        check_data = args.check_data or args.data / "rl_expert.parquet"
+        checked_rows = load_rows(check_data, processor, workers=args.workers) if check_data.is_file() else held or rows
+        source_name = check_data.name if check_data.is_file() else "held-out" if held else "training"
         reports = []
         for temperature in args.check_temperature:
+            report = {"held_out": bool(held), "check_rows": source_name}
             with autocast:
-                report = check_turns(model, processor, picked, temperature=temperature,
-                                     max_new_tokens=args.check_max_new_tokens, device=args.device)
-            reports.append({**report, "held_out": bool(held)})
-            by_turn = " ".join(f"{share:.0%}" for share in report["expert_kind_share_by_turn"].values())
-            print(f"check at T={temperature} ({'held-out' if held else 'training'} rows): "
-                  f"{report['expert_kind_share']:.0%} of {report['turns']} turns in the "
-                  f"expert's kind (by turn: {by_turn}), {report['expert_tool_share']:.0%} of its calls' tools "
-                  f"({report['outcomes']})", flush=True)
+                if args.check:
+                    report |= check_turns(model, processor, checked_rows[:args.check], temperature=temperature,
+                                          max_new_tokens=args.check_max_new_tokens, device=args.device)
+                if args.check_answers:
+                    answers = check_answers(model, processor, checked_rows[:args.check_answers],
+                                            temperature=temperature, max_new_tokens=args.check_max_new_tokens,
+                                            device=args.device)
+                    report |= {"answer_rows": answers["rows"], "answer_right_share": answers["answer_right_share"],
+                               "missed_answers": answers["missed_samples"]}
+            reports.append(report)
+            line = f"check at T={temperature} ({source_name} rows):"
+            if args.check:
+                by_turn = " ".join(f"{share:.0%}" for share in report["expert_kind_share_by_turn"].values())
+                line += (f" {report['expert_kind_share']:.0%} of {report['turns']} turns in the expert's kind (by "
+                         f"turn: {by_turn}), {report['expert_tool_share']:.0%} of its calls' tools "
+                         f"({report['outcomes']});")
+            if args.check_answers:
+                line += f" answers right {report['answer_right_share']:.0%} of {report['answer_rows']}"
+            print(line, flush=True)
         args.out.mkdir(parents=True, exist_ok=True)
         write_atomic(args.out / "check.json",
                      (json.dumps({"model": str(checked), "reports": reports}, indent=1) + "\n").encode(), durable=False)

@@ -68,7 +68,7 @@ FILTERS = ("open_world", "grounding", "source_colours", "entry_image_ablation", 
            "coverage",
            *SHARE_FILTERS, "text_only_answer", "text_only_search", "entry_image_vqa",
            "short_multimodal_search", "expert")
-OUTPUT_FILES = ["train.parquet", "rl.parquet", "benchmark.parquet", "sft.parquet", "sft.jsonl",
+OUTPUT_FILES = ["train.parquet", "rl.parquet", "benchmark.parquet", "sft.parquet", "sft.jsonl", "rl_expert.parquet",
                 "references.jsonl", "mei_sft.jsonl", "stats.json", "plots/", "results.jsonl"]
 STAGES = ("synthesis", "text_only_search", "short_multimodal_search", "expert")
 
@@ -474,7 +474,10 @@ def main(args: argparse.Namespace) -> int:
     stats["closed_book_recognised_images"] = closed_book_reach(world)
     stats["strict_colour_ablation"] = strict_ablation(Synthesizer(world, seed=args.seed, config=config), [
         o.task for o in outcomes if o.status == "verified" and o.task])
-    stats["splits"] = export(outcomes, args.world, args.out)
+    copies = getattr(args, "sft_answer_swaps", 0)
+    stats["splits"], swaps = export(outcomes, args.world, args.out, answer_swap_copies=copies, seed=args.seed)
+    if swaps:
+        stats["sft_answer_swaps"] = swaps
     if kg_report:
         stats["kg"] = kg_report
     stats["tool_server"] = external or "offline, started for the world"
@@ -486,6 +489,10 @@ def main(args: argparse.Namespace) -> int:
     stats["wall_seconds_this_run"] = round(time.perf_counter() - start, 1)
     (args.out / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
     print(json.dumps(stats, indent=2))
+    skipped = sum(swaps.values()) - swaps.get("written", 0)
+    if skipped > 0.1 * sum(swaps.values()):
+        print(f"warning: --sft-answer-swaps: {skipped} of {sum(swaps.values())} swapped copies not written "
+              f"({swaps})", file=sys.stderr)
     short = short_of_limit(stats, args.limit)
     if short:
         print(f"warning: {short}", file=sys.stderr)

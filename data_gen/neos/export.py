@@ -8,13 +8,15 @@ duplicates (the same question over the same entry images) are dropped before spl
 from __future__ import annotations
 
 import json
+import random
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from data_gen.common.export import export_verified, image_cells, leak_free_splits
 from data_gen.common.mei_pairs import Episode, write_mei_pairs
-from data_gen.common.sft import SFTRecord, sft_parquet_from_jsonl, tool_call_message, tool_message
+from data_gen.common.sft import SFTRecord, sft_parquet_from_jsonl, tool_call_message, tool_message, write_sft_parquet
 from neos_core.neos_tasks import AGENT_NAME, DATA_SOURCE, Outcome, Task, dedupe
 from tool_server.protocol import tool_schemas
 from verl_ext.rollout.prompts import system_prompt, user_prompt
@@ -111,14 +113,79 @@ def check_exportable(task: Task, trajectory: dict[str, Any]) -> None:
     SFTRecord.model_validate(sft_record(task, trajectory))
 
 
-def export(outcomes: Sequence[Outcome], world_root: Path, out: Path) -> dict[str, int]:
-    """Write ``{split}.parquet``, ``sft.jsonl`` and ``sft.parquet`` (train split, verl's multi-turn SFT layout) and
-    ``references.jsonl`` (all); returns split sizes."""
+def swapped_answer(record: dict[str, Any], task: Task, new: str, copy: int) -> dict[str, Any] | None:
+    """``record`` with every whole-word mention of the task's answer (or an alias) in its assistant and tool turns
+    replaced by ``new``, as ``{id}~swap{copy}``; None when no observation states the answer (the swap would leave
+    the answer unreadable from the episode)."""
+    names = sorted({task.answer, *task.aliases}, key=len, reverse=True)
+    pattern = re.compile(r"(?<!\w)(?:" + "|".join(map(re.escape, names)) + r")(?!\w)")
+    if not any(m["role"] == "tool" and pattern.search(m["content"]) for m in record["messages"]):
+        return None
+    escaped = json.dumps(new, ensure_ascii=False)[1:-1]  # inside a call's JSON-text arguments
+    messages = []
+    for message in record["messages"]:
+        if message["role"] in ("assistant", "tool"):
+            message = {**message, "content": pattern.sub(lambda _: new, message["content"])}
+            if message.get("tool_calls"):
+                message["tool_calls"] = [{**c, "function": {**c["function"], "arguments": pattern.sub(
+                    lambda _: escaped, c["function"]["arguments"])}} for c in message["tool_calls"]]
+        messages.append(message)
+    swapped = {key: value for key, value in record.items() if key != "trajectory"}  # the expert's, not this one
+    return {**swapped, "id": f"{record['id']}~swap{copy}", "messages": messages,
+            "ground_truth": {"target": new, "aliases": []}, "answer_swap": {"from": task.answer, "to": new}}
+
+
+def answer_swaps(train: Sequence[Outcome], copies: int, seed: int) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """``copies`` more SFT rows of each training episode, each with its answer replaced by another training answer of
+    the same kind (never an RL or benchmark one: the splits stay leak-free) that the episode does not already
+    mention. Why: a policy trained from scratch on a few hundred episodes learns to recall each training question's
+    answer rather than read it from the last page; on questions whose answers it never saw it then copies some
+    other fact of the right page (2026-12-07: 1 of 40 RL answers right under the expert's own history). With the
+    answer varying between copies of the same episode, only reading the asked fact off the page predicts it.
+    Returns the rows and their counts (written, and skipped because no observation states the answer or no
+    substitute is left)."""
+    pools: dict[str, list[str]] = {}
+    for o in train:
+        pools.setdefault(o.task.answer_type, []).append(o.task.answer)
+    rows: list[dict[str, Any]] = []
+    counts = {"written": 0, "skipped_not_in_observations": 0, "skipped_no_substitute": 0}
+    for o in train:
+        record = sft_record(o.task, o.trajectory)
+        text = json.dumps(record["messages"], ensure_ascii=False)
+        taken = {o.task.answer, *o.task.aliases}
+        pool = sorted({a for a in pools[o.task.answer_type] if a not in taken and a not in text})
+        rng = random.Random(f"{seed}:{o.task.id}")
+        for copy in range(copies):
+            if not pool:
+                counts["skipped_no_substitute"] += 1
+                continue
+            swapped = swapped_answer(record, o.task, rng.choice(pool), copy)
+            if swapped is None:
+                counts["skipped_not_in_observations"] += 1
+                continue
+            rows.append(swapped)
+            counts["written"] += 1
+    return rows, counts
+
+
+def export(outcomes: Sequence[Outcome], world_root: Path, out: Path, *, answer_swap_copies: int = 0,
+           seed: int = 0) -> tuple[dict[str, int], dict[str, int]]:
+    """Write ``{split}.parquet``, ``sft.jsonl`` and ``sft.parquet`` (train split, verl's multi-turn SFT layout; with
+    ``answer_swap_copies``, :func:`answer_swaps`' rows after the expert's), ``rl_expert.parquet`` (the RL split's
+    expert episodes in the same layout: to check a warm start on questions whose answers SFT never shows; never to
+    train on) and ``references.jsonl`` (all); returns split sizes and the swaps' counts (empty without swaps)."""
     kept = dedupe(outcomes)
     split = splits([o.task for o in kept])
     sizes = export_verified(kept, [name for name, _ in SPLITS], lambda t: split[t.id], row, sft_record, world_root, out)
+    swaps: dict[str, int] = {}
+    if answer_swap_copies:
+        rows, swaps = answer_swaps([o for o in kept if split[o.task.id] == "train"], answer_swap_copies, seed)
+        with (out / "sft.jsonl").open("a", encoding="utf-8") as sft:
+            sft.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
     sft_parquet_from_jsonl(out / "sft.jsonl", world_root, out / "sft.parquet")
-    return sizes
+    write_sft_parquet([SFTRecord.model_validate(sft_record(o.task, o.trajectory)) for o in kept
+                       if split[o.task.id] == "rl" and o.trajectory], world_root, out / "rl_expert.parquet")
+    return sizes, swaps
 
 
 def mei_pairs(outcomes: Sequence[Outcome], world_root: Path, out: Path, tool_dir: Path) -> dict[str, int]:

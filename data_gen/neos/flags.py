@@ -67,5 +67,10 @@ def parser(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="with --limit: verify at most F x N tasks of one answer type (entity kind; at least one), "
                    f"so that no kind fills the run (default: {ANSWER_TYPE_SHARE}); a world with too few reachable "
                    "kinds then ends short of N, with a warning naming the kinds at their cap")
+    p.add_argument("--sft-answer-swaps", type=whole_number(0), default=0, metavar="K",
+                   help="also write K copies of each SFT episode with its answer replaced, in every observation and "
+                   "the final turn, by another training answer of the same kind: a policy trained from scratch then "
+                   "learns to read the asked fact off the page instead of recalling training answers (for the "
+                   "learning-curve setting; counted in stats.json; default: 0, the expert's episodes only)")
     add_teacher_flags(p)
     return p

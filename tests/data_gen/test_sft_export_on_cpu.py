@@ -330,6 +330,8 @@ def test_plain_sft_with_its_defaults_holds_rows_out_for_its_loss_and_check(plain
     assert line["step"] == 1 and "heldout_loss" in line  # the last step is always evaluated
     (report,) = json.loads((out / "check.json").read_text())["reports"]
     assert report["held_out"] and report["rows"] == 8 and report["turns"] == 24  # --check 8 of the 16 held out
+    assert report["answer_rows"] == 16 and 0 <= report["answer_right_share"] <= 1  # --check-answers 32: all 16
+    assert report["check_rows"] == "held-out"  # no rl_expert.parquet in this export
     assert "check at T=1.0 (held-out rows)" in capsys.readouterr().out
     # a saved checkpoint checked alone, on the same held-out rows (while a warm start would train on)
     step = out / "step_1" / "huggingface"
@@ -338,11 +340,58 @@ def test_plain_sft_with_its_defaults_holds_rows_out_for_its_loss_and_check(plain
     alone = json.loads((tmp_path / "alone" / "check.json").read_text())
     assert alone["model"] == str(step) and alone["reports"][0]["held_out"] and alone["reports"][0]["rows"] == 8
     assert not (tmp_path / "alone" / "log.jsonl").exists()  # nothing trained
+    # the checks on other episodes (the export's rl_expert.parquet by default, where it has one)
+    assert plain_sft.main(["--model", str(step), "--data", str(data), "--out", str(tmp_path / "rl"), "--device",
+                           "cpu", "--workers", "0", "--check-only", "--check", "0", "--check-answers", "3",
+                           "--check-data", str(exported)]) == 0
+    (rl,) = json.loads((tmp_path / "rl" / "check.json").read_text())["reports"]
+    assert rl["check_rows"] == "sft.parquet" and rl["answer_rows"] == 1 and "turns" not in rl
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # checkpoints renamed into place, no leftovers
     with pytest.raises(SystemExit) as exit_info:
         plain_sft.main([*common, "--steps", "1", "--holdout", "18"])
     assert exit_info.value.code == 2
-    assert "--holdout: 18 of 18 rows leaves none to train on" in capsys.readouterr().err
+    assert "--holdout: 18 of 18 episodes leaves none to train on" in capsys.readouterr().err
+
+
+def test_plain_sft_holds_out_whole_episodes_with_their_answer_swapped_copies(plain_sft):
+    rows = [plain_sft.Row(None, None, None, None, None, name) for name in
+            ["a", "a~swap0", "b", "a~swap1", "c", "b~swap0", "d"]]
+    train, held = plain_sft.hold_out(rows, 2)
+    assert all(row.id == row.episode for row in held) and len(held) == 2  # expert episodes, not copies
+    assert not {row.episode for row in train} & {row.episode for row in held}
+    assert len(train) + len(held) + sum(row.episode in {h.id for h in held} and row.id != row.episode
+                                        for row in rows) == len(rows)
+    assert [r.id for r in plain_sft.hold_out(rows, 2)[1]] == [r.id for r in held]  # the same on every run
+    # without copies: the permutation of the rows as before the swaps (the same held-out rows as earlier runs)
+    plain = [plain_sft.Row(None, None, None, None, None, f"r{i}") for i in range(18)]
+    order = torch.randperm(18, generator=torch.Generator().manual_seed(1)).tolist()
+    assert [r.id for r in plain_sft.hold_out(plain, 16)[1]] == [f"r{i}" for i in order[:16]]
+
+
+def test_plain_sft_answer_check_compares_the_last_turn_as_the_reward_does(plain_sft, exported, task,
+                                                                         tiny_vl_processor, monkeypatch):
+    (row,) = plain_sft.load_rows(exported, tiny_vl_processor)
+    start, end = plain_sft.turn_spans(row.loss_mask)[-1]
+    answer = row.input_ids[start:end]
+
+    def writes(tokens):  # the model's part only: what it generates after the prefix
+        return lambda model, tok, prefix, *args, **kwargs: torch.cat([prefix, tokens])[None]
+
+    monkeypatch.setattr(plain_sft, "generate_turn", writes(answer))
+    report = plain_sft.check_answers(torch.nn.Linear(1, 1), tiny_vl_processor, [row], temperature=1.0, max_new_tokens=8,
+                                       device="cpu")
+    assert report["answer_right_share"] == 1.0 and report["missed_samples"] == []
+    # the reward's normalisation: case and an article do not matter; another fact does
+    retold = tiny_vl_processor.tokenizer(f"The {task.answer.upper()}<|im_end|>", return_tensors="pt").input_ids[0]
+    monkeypatch.setattr(plain_sft, "generate_turn", writes(retold))
+    assert plain_sft.check_answers(torch.nn.Linear(1, 1), tiny_vl_processor, [row], temperature=1.0,
+                                   max_new_tokens=8, device="cpu")["answer_right_share"] == 1.0
+    other = tiny_vl_processor.tokenizer("Atlantis<|im_end|>", return_tensors="pt").input_ids[0]
+    monkeypatch.setattr(plain_sft, "generate_turn", writes(other))
+    report = plain_sft.check_answers(torch.nn.Linear(1, 1), tiny_vl_processor, [row], temperature=1.0, max_new_tokens=8,
+                                       device="cpu")
+    assert report["answer_right_share"] == 0.0 and report["missed_samples"] == [{"want": task.answer,
+                                                                                "got": "Atlantis"}]
 
 
 def test_plain_sft_refuses_a_directory_without_the_export(plain_sft, tmp_path, tiny_vl_model_dir, capsys):
