@@ -7,8 +7,9 @@
 #   bash bench/curve_device.sh data DIR          carried data (sft/rl/benchmark parquet, world/) -> /tmp/data
 #                                                (CURVE_DATA: elsewhere)
 #   bash bench/curve_device.sh warm [STEPS]      build the WIDTHxLAYERS policy (default 512x4), plain SFT in the
-#                                                background -> /tmp/curve-sft (then its check of every turn of 8 rows)
-#   bash bench/curve_device.sh check STEP        the check of /tmp/curve-sft/step_STEP in the background (while
+#                                                background -> $SFT (default /tmp/curve-sft; log $SFT.log), then
+#                                                its checks (every turn of 8 RL episodes, 32 answers)
+#   bash bench/curve_device.sh check STEP        the check of $SFT/step_STEP in the background (while
 #                                                the warm start trains on: start RL as soon as one passes)
 #   bash bench/curve_device.sh curve POLICY [ARGS...]   bench/learning_curve.py in the background -> /tmp/curve
 #                                                (MEI=DIR: a warm MEI; default none, the extractive interface)
@@ -24,6 +25,7 @@ export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH HF_HUB_OFFLINE=1 TRANS
   VLLM_NO_USAGE_STATS=1 VLLM_USE_FLASHINFER_SAMPLER=0 XLA_PYTHON_CLIENT_PREALLOCATE=false JAX_PLATFORMS=cpu
 OUT=${OUT:-/tmp/out}
 DATA=${CURVE_DATA:-/tmp/data}  # where `data` copies to and the other steps read
+SFT=${SFT:-/tmp/curve-sft}     # a warm start's checkpoints (two at once: another SFT and CURVE_DATA)
 mkdir -p "$OUT"
 background() {  # LOG CMD...: detached from this call, stdin closed
   local log=$1; shift
@@ -44,14 +46,14 @@ case "${1:-}" in
     [ -n "$pid" ] || { echo "no process matches $2"; exit 1; }
     /tmp/pyspy/bin/py-spy dump --pid "$pid" | tee "$OUT/spy-$pid.txt" ;;
   warm)
-    python -m verl_ext.models build --out /tmp/curve-policy0 --hidden-size "${WIDTH:-512}" --layers "${LAYERS:-4}" \
-      --dtype bfloat16 --tokenizer-from /tmp/stage/model || exit 1
-    background /tmp/curve-sft.log python bench/curve_sft_plain.py --model /tmp/curve-policy0 --data "$DATA" \
-      --out /tmp/curve-sft --steps "${2:-400}" --save-every "${SAVE_EVERY:-200}" --check 8 \
+    [ -d /tmp/curve-policy0 ] || python -m verl_ext.models build --out /tmp/curve-policy0 \
+      --hidden-size "${WIDTH:-512}" --layers "${LAYERS:-4}" --dtype bfloat16 --tokenizer-from /tmp/stage/model || exit 1
+    background "$SFT.log" python bench/curve_sft_plain.py --model /tmp/curve-policy0 --data "$DATA" \
+      --out "$SFT" --steps "${2:-400}" --save-every "${SAVE_EVERY:-200}" --check 8 \
       --check-temperature 1.0 0.7 ${SFT_ARGS:-}
-    echo "warm start in the background: /tmp/curve-sft.log" ;;
+    echo "warm start in the background: $SFT.log" ;;
   check)  # an intermediate checkpoint's check while the warm start trains on; waits for it to be saved
-    ckpt=/tmp/curve-sft/step_$2/huggingface
+    ckpt=$SFT/step_$2/huggingface
     background "/tmp/curve-check-$2.log" bash -c "for i in \$(seq 360); do [ -f $ckpt/processor_config.json ] && break; \
       sleep 5; done; exec python bench/curve_sft_plain.py --check-only --model $ckpt --data $DATA --out /tmp/curve-check-$2 \
       --check 8 --check-temperature 1.0 0.7"
@@ -63,10 +65,13 @@ case "${1:-}" in
     echo "curve runs in the background: /tmp/curve.log" ;;
   peek)
     sleep "${2:-0}"
-    if [ -f /tmp/curve-sft.log ]; then
-      grep -E '^\{"step"|check at|saved' /tmp/curve-sft.log | tail -n 6
-      cp /tmp/curve-sft.log "$OUT"/ && cp /tmp/curve-sft/check.json /tmp/curve-sft/log.jsonl "$OUT"/ 2>/dev/null
-    fi
+    for log in /tmp/curve-sft*.log; do  # every warm start's
+      [ -f "$log" ] || continue
+      name=$(basename "$log" .log)
+      echo "== $name"; grep -E '^\{"step"|check at|saved' "$log" | tail -n 6
+      cp "$log" "$OUT"/
+      for f in check.json log.jsonl; do [ -f "/tmp/$name/$f" ] && cp "/tmp/$name/$f" "$OUT/$name-$f"; done
+    done
     for log in /tmp/curve-check-*.log; do
       [ -f "$log" ] && grep -H 'check at' "$log"
     done

@@ -352,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
         source_name = check_data.name if check_data.is_file() else "held-out" if held else "training"
         reports = []
         for temperature in args.check_temperature:
-            report = {"held_out": bool(held), "check_rows": source_name}
+            report = {"held_out": bool(held), "check_rows": source_name, "temperature": temperature}
             with autocast:
                 if args.check:
                     report |= check_turns(model, processor, checked_rows[:args.check], temperature=temperature,

@@ -41,7 +41,7 @@ from data_gen.neos.agents import (
     probe_text_only_search,
     teacher_brief,
 )
-from data_gen.neos.export import check_exportable, export, mei_pairs
+from data_gen.neos.export import check_exportable, export, mei_pairs, of_kinds
 from data_gen.neos.flags import ANSWER_TYPE_SHARE
 from data_gen.neos.kg_world import KGWorldError, entity_subset, image_files, read_graph, write_world
 from data_gen.neos.llm import LLMRewriter, LLMTextOnlyProbe, ProbeUnavailable, VLMEntryImageProbe, VLMObserver
@@ -451,6 +451,11 @@ def main(args: argparse.Namespace) -> int:
     world = world_or_exit(args.world, "neos")  # before the output directory or a tool server exists
     if world is None:
         return 2
+    kinds = getattr(args, "answer_kinds", None)
+    unknown = sorted(set(kinds or ()) - {e.kind for e in world.entities.values()})
+    if unknown:
+        return input_error("neos", f"--answer-kinds: {', '.join(unknown)}: no entity of the world is of that kind "
+                           f"(kinds: {', '.join(sorted({e.kind for e in world.entities.values()}))})")
     config = synth_config(args, kg=kg_report is not None)
     type_share = getattr(args, "answer_type_share", None)
     type_share = ANSWER_TYPE_SHARE if type_share is None else type_share
@@ -475,6 +480,10 @@ def main(args: argparse.Namespace) -> int:
     stats["strict_colour_ablation"] = strict_ablation(Synthesizer(world, seed=args.seed, config=config), [
         o.task for o in outcomes if o.status == "verified" and o.task])
     copies = getattr(args, "sft_answer_swaps", 0)
+    if kinds:
+        kept = of_kinds(outcomes, kinds)
+        stats["answer_kinds"] = {"kinds": kinds, "dropped_tasks": len(outcomes) - len(kept)}
+        outcomes = kept
     stats["splits"], swaps = export(outcomes, args.world, args.out, answer_swap_copies=copies, seed=args.seed)
     if swaps:
         stats["sft_answer_swaps"] = swaps

@@ -168,6 +168,12 @@ def answer_swaps(train: Sequence[Outcome], copies: int, seed: int) -> tuple[list
     return rows, counts
 
 
+def of_kinds(outcomes: Sequence[Outcome], kinds: Sequence[str]) -> list[Outcome]:
+    """The outcomes an export of only these answer kinds keeps: the verified tasks answering one of ``kinds`` and
+    every other outcome (rejections stay in the statistics)."""
+    return [o for o in outcomes if o.status != "verified" or (o.task is not None and o.task.answer_type in kinds)]
+
+
 def export(outcomes: Sequence[Outcome], world_root: Path, out: Path, *, answer_swap_copies: int = 0,
            seed: int = 0) -> tuple[dict[str, int], dict[str, int]]:
     """Write ``{split}.parquet``, ``sft.jsonl`` and ``sft.parquet`` (train split, verl's multi-turn SFT layout; with

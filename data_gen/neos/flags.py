@@ -67,6 +67,11 @@ def parser(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="with --limit: verify at most F x N tasks of one answer type (entity kind; at least one), "
                    f"so that no kind fills the run (default: {ANSWER_TYPE_SHARE}); a world with too few reachable "
                    "kinds then ends short of N, with a warning naming the kinds at their cap")
+    p.add_argument("--answer-kinds", type=lambda text: [k for k in text.split(",") if k], default=None,
+                   metavar="KIND[,KIND...]",
+                   help="export only the verified tasks whose answer is an entity of these kinds (e.g. city): one "
+                   "kind is the learning curve's easiest mix, every answer the same fact of its page; synthesis and "
+                   "results.jsonl are unchanged and the dropped tasks counted in stats.json (default: every kind)")
     p.add_argument("--sft-answer-swaps", type=whole_number(0), default=0, metavar="K",
                    help="also write K copies of each SFT episode with its answer replaced, in every observation and "
                    "the final turn, by another training answer of the same kind: a policy trained from scratch then "

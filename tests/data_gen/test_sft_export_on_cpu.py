@@ -346,6 +346,7 @@ def test_plain_sft_with_its_defaults_holds_rows_out_for_its_loss_and_check(plain
                            "--check-data", str(exported)]) == 0
     (rl,) = json.loads((tmp_path / "rl" / "check.json").read_text())["reports"]
     assert rl["check_rows"] == "sft.parquet" and rl["answer_rows"] == 1 and "turns" not in rl
+    assert rl["temperature"] == 1.0
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # checkpoints renamed into place, no leftovers
     with pytest.raises(SystemExit) as exit_info:
         plain_sft.main([*common, "--steps", "1", "--holdout", "18"])

@@ -1,14 +1,18 @@
-"""``data_gen neos --sft-answer-swaps``: copies of each training episode whose answer is replaced, in every
-observation and the final turn, by another training answer of the same kind, so that a policy trained from scratch
-must read the asked fact off the page (the learning curve's warm start recalled training answers instead). Real
-synthesized tasks of the small world; episodes hand-written so that the last page states the answer."""
+"""The learning curve's data from ``data_gen neos``: ``--sft-answer-swaps`` (copies of each training episode whose
+answer is replaced, in every observation and the final turn, by another training answer of the same kind, so that a
+policy trained from scratch must read the asked fact off the page: the curve's warm start recalled training answers
+instead), ``--answer-kinds`` (one kind of answer: every answer the same fact of its page) and ``rl_expert.parquet``
+(the RL split's episodes, to check a warm start on). Real synthesized tasks of the small world; episodes
+hand-written so that the last page states the answer."""
 
 import json
+from argparse import Namespace
 
 import pandas as pd
 import pytest
 
-from data_gen.neos.export import answer_swaps, export, splits, swapped_answer
+from data_gen.neos.cli import main as neos_main
+from data_gen.neos.export import answer_swaps, export, of_kinds, splits, swapped_answer
 from data_gen.neos.synth import Synthesizer
 from neos_core.neos_tasks import Outcome
 from neos_core.world.store import World
@@ -122,3 +126,22 @@ def test_export_writes_the_rl_splits_expert_episodes_for_checks_not_training(tas
     assert sizes["rl"] > 0 and sorted(checks["id"]) == sorted(t.id for t in tasks if split[t.id] == "rl")
     assert not set(checks["id"]) & set(pd.read_parquet(tmp_path / "sft.parquet")["id"])
     assert {m[-1]["content"] for m in checks["messages"]} == {t.answer for t in tasks if split[t.id] == "rl"}
+
+
+def test_answer_kinds_keep_the_verified_tasks_of_those_kinds_and_every_rejection(tasks):
+    kind = tasks[0].answer_type
+    outcomes = [Outcome(key=t.id, status="verified", task=t, trajectory=stated(t)) for t in tasks]
+    outcomes.append(Outcome(key="x", status="rejected", filter="text_only_search"))
+    kept = of_kinds(outcomes, [kind])
+    assert [o.task.id for o in kept if o.task] == [t.id for t in tasks if t.answer_type == kind]
+    assert kept[-1].key == "x"  # rejections stay counted
+
+
+def test_an_answer_kind_no_entity_has_is_refused_before_anything_runs(small_world, tmp_path, capsys):
+    out = tmp_path / "out"
+    args = Namespace(world=small_world, out=out, seed=0, limit=1, answer_kinds=["city", "planet"])
+    assert neos_main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("python -m data_gen neos: error: --answer-kinds: planet: no entity of the world is of "
+                          "that kind (kinds: ") and "city" in err
+    assert not out.exists()
