@@ -336,7 +336,8 @@ def test_plain_sft_with_its_defaults_holds_rows_out_for_its_loss_and_check(plain
     # a saved checkpoint checked alone, on the same held-out rows (while a warm start would train on)
     step = out / "step_1" / "huggingface"
     assert plain_sft.main(["--model", str(step), "--data", str(data), "--out", str(tmp_path / "alone"), "--device",
-                           "cpu", "--workers", "0", "--check-max-new-tokens", "8", "--check-only"]) == 0
+                           "cpu", "--workers", "0", "--check-max-new-tokens", "8", "--check-only",
+                           "--check-answers", "2"]) == 0
     alone = json.loads((tmp_path / "alone" / "check.json").read_text())
     assert alone["model"] == str(step) and alone["reports"][0]["held_out"] and alone["reports"][0]["rows"] == 8
     assert not (tmp_path / "alone" / "log.jsonl").exists()  # nothing trained
