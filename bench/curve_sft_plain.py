@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from data_gen.common.sft import SWAP_ID
 from neos_core.usage import OneLineParser, positive_float, positive_int, whole_number
 from tool_server.mei.jsonl import write_atomic
 
@@ -49,7 +50,6 @@ if TYPE_CHECKING:
     import torch
 
 STEP_DIR = re.compile(r"step_(\d+)$")
-SWAP = "~swap"  # data_gen neos --sft-answer-swaps' row ids: <episode>~swap<K>
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class Row:
     @property
     def episode(self) -> str:
         """The expert episode the row was made of."""
-        return self.id.split(SWAP)[0]
+        return self.id.split(SWAP_ID)[0]
 
 
 def load_rows(sft_parquet: Path, processor, *, workers: int = 0) -> list[Row]:

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from data_gen.common.export import image_cells
 
 IMAGE = "<image>"
+SWAP_ID = "~swap"  # an answer-swapped copy's row id: <episode id>~swap<K> (data_gen neos --sft-answer-swaps)
 
 
 class SFTRecord(BaseModel):

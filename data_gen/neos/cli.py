@@ -498,6 +498,9 @@ def main(args: argparse.Namespace) -> int:
     stats["wall_seconds_this_run"] = round(time.perf_counter() - start, 1)
     (args.out / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
     print(json.dumps(stats, indent=2))
+    if kinds and not sum(stats["splits"].values()):
+        print(f"warning: --answer-kinds {','.join(kinds)}: no verified task answers one; nothing exported",
+              file=sys.stderr)
     skipped = sum(swaps.values()) - swaps.get("written", 0)
     if skipped > 0.1 * sum(swaps.values()):
         print(f"warning: --sft-answer-swaps: {skipped} of {sum(swaps.values())} swapped copies not written "

@@ -16,7 +16,14 @@ from typing import Any
 
 from data_gen.common.export import export_verified, image_cells, leak_free_splits
 from data_gen.common.mei_pairs import Episode, write_mei_pairs
-from data_gen.common.sft import SFTRecord, sft_parquet_from_jsonl, tool_call_message, tool_message, write_sft_parquet
+from data_gen.common.sft import (
+    SWAP_ID,
+    SFTRecord,
+    sft_parquet_from_jsonl,
+    tool_call_message,
+    tool_message,
+    write_sft_parquet,
+)
 from neos_core.neos_tasks import AGENT_NAME, DATA_SOURCE, Outcome, Task, dedupe
 from tool_server.protocol import tool_schemas
 from verl_ext.rollout.prompts import system_prompt, user_prompt
@@ -131,7 +138,7 @@ def swapped_answer(record: dict[str, Any], task: Task, new: str, copy: int) -> d
                     lambda _: escaped, c["function"]["arguments"])}} for c in message["tool_calls"]]
         messages.append(message)
     swapped = {key: value for key, value in record.items() if key != "trajectory"}  # the expert's, not this one
-    return {**swapped, "id": f"{record['id']}~swap{copy}", "messages": messages,
+    return {**swapped, "id": f"{record['id']}{SWAP_ID}{copy}", "messages": messages,
             "ground_truth": {"target": new, "aliases": []}, "answer_swap": {"from": task.answer, "to": new}}
 
 
