@@ -18,6 +18,8 @@
 #                                                logs and check.json to $OUT
 #   bash bench/curve_device.sh back DIR NAME     DIR as NAME.tar.* parts of 15 MiB, the next 4 to $OUT each call
 #                                                (a call returns ~64 MiB): repeat until all are sent
+#   bash bench/curve_device.sh rollout [ARGS...]  bench/bench_rollout_vllm.py on the qwen3-vl-8b shape (dummy weights)
+#                                                in the background -> /tmp/bench-rollout.log (ARGS: its flags)
 #   bash bench/curve_device.sh spy PATTERN       py-spy's stacks of the newest process matching PATTERN (a py-spy
 #                                                wheel carried in the data directory; to $OUT)
 set -uo pipefail
@@ -63,8 +65,19 @@ case "${1:-}" in
     background /tmp/curve.log python bench/learning_curve.py --data "$DATA" --world "$DATA/world" \
       --policy "$policy" --mei "${MEI:-none}" --out /tmp/curve "$@"
     echo "curve runs in the background: /tmp/curve.log" ;;
+  rollout)  # beside a warm start (its model is small): the figure is a ratio measured within the one run
+    shift
+    [ -d /tmp/q3vl8b ] || python -m verl_ext.models shape --like qwen3-vl-8b --out /tmp/q3vl8b \
+      --tokenizer-from /tmp/stage/model || exit 1
+    background /tmp/bench-rollout.log python bench/bench_rollout_vllm.py --model /tmp/q3vl8b \
+      --json /tmp/bench-rollout.json "$@"
+    echo "rollout bench in the background: /tmp/bench-rollout.log" ;;
   peek)
     sleep "${2:-0}"
+    if [ -f /tmp/bench-rollout.log ]; then
+      echo "== bench-rollout"; grep -aE 'Traceback|Error|ratio|round|median' /tmp/bench-rollout.log | tail -n 6 | cut -c1-300
+      cp /tmp/bench-rollout.log "$OUT"/; [ -f /tmp/bench-rollout.json ] && cp /tmp/bench-rollout.json "$OUT"/
+    fi
     for log in /tmp/curve-sft*.log; do  # every warm start's
       [ -f "$log" ] || continue
       name=$(basename "$log" .log)
@@ -98,5 +111,5 @@ case "${1:-}" in
     done
     echo "$(wc -l < "$back/$3.sent") of $(ls "$back/$3".tar.* | wc -l) parts sent; here: cat NAME.tar.* | tar xf -" ;;
   *)
-    sed -n '2,20p' "$0"; exit 2 ;;
+    sed -n '2,/^set -uo/p' "$0" | sed '$d'; exit 2 ;;
 esac
