@@ -94,6 +94,8 @@ case "${1:-}" in
         [ -d "$run" ] || continue
         name=$(echo "${run#/tmp/curve/}" | tr / -)
         for f in "$run"/metrics-*.jsonl "$run"/done.json; do [ -f "$f" ] && cp "$f" "$OUT/$name-$(basename "$f")"; done
+        # the trainer's log, where its start-up's phases show (engine up took 211-362 s): its last 2 MB
+        for f in "$run"/main_ppo-*.log; do [ -f "$f" ] && tail -c 2000000 "$f" > "$OUT/$name-$(basename "$f")"; done
         grep -aE 'Traceback|Error:' "$run"/main_ppo-*.log 2>/dev/null | tail -n 2 | cut -c1-300
       done
     fi
