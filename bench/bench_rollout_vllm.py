@@ -12,10 +12,10 @@ One GPU, one engine at a time, the same engine settings (the model directory's a
   recorded turns: each episode's turns in order, the episodes at once, the same prompt ids (with one placeholder per
   image, as verl's server sends them), images and token counts.
 
-Each side runs a warm-up round, then ``--reps`` timed rounds, the prefix cache reset before each. The figure is
-vLLM's median round time over ours (the goal is >= 0.9) and the overhead per turn. ``--engine stand-in`` runs both
-sides against :class:`StandInEngine` (instant random tokens, in-process): a CPU check of the workload, recording and
-replay; its ratio means nothing.
+Each side runs a warm-up round, then ``--reps`` timed rounds, each after the caches verl's ``clear_kv_cache`` resets
+(prefix, multimodal processor, encoder). The figure is vLLM's median round time over ours (the goal is >= 0.9)
+and the overhead per turn. ``--engine stand-in`` runs both sides against :class:`StandInEngine` (instant random
+tokens, in-process): a CPU check of the workload, recording and replay; its ratio means nothing.
 
 Where ours runs its episodes: verl runs them in ``actor_rollout_ref.rollout.agent.num_workers`` ``AgentLoopWorker``
 Ray actors (its ``AgentLoopManager`` hands each a contiguous equal chunk of the batch), so building each episode's
@@ -152,7 +152,7 @@ class StandInEngine:
         self.generated += max_tokens
         return [self.rng.randrange(*TOKENS) for _ in range(max_tokens)]
 
-    async def reset_prefix_cache(self) -> None:
+    async def reset_caches(self) -> None:
         return None
 
 
@@ -182,8 +182,13 @@ class VllmEngine:
             continue  # each yield is the request's output so far; the last is the whole answer
         return list(final.outputs[0].token_ids)
 
-    async def reset_prefix_cache(self) -> None:
+    async def reset_caches(self) -> None:
+        """What verl's ``clear_kv_cache`` resets before each of ours' rounds: the prefix, multimodal-processor and
+        encoder caches. Resetting the prefix cache alone (until 2026-12-07) let the replay's timed rounds reuse the
+        processed images of the round before, which ours processes again every round."""
         await self.llm.reset_prefix_cache()
+        await self.llm.reset_mm_cache()
+        await self.llm.reset_encoder_cache()
 
 
 # ---------------------------------------------------------------------------------------------- ours
@@ -339,7 +344,7 @@ async def ours_rounds(args: argparse.Namespace, recording: Recording) -> tuple[l
     if args.engine == "stand-in":
         engine = StandInEngine(args.seed)
         config = OmegaConf.create({"actor_rollout_ref": {"rollout": loop_config(args)}, "data": {}})
-        inner, reset, shared = engine, engine.reset_prefix_cache, None  # each worker actor builds its own stand-in
+        inner, reset, shared = engine, engine.reset_caches, None  # each worker actor builds its own stand-in
     else:
         from verl.workers.rollout.llm_server import LLMServerManager
 
@@ -401,7 +406,7 @@ async def replay_rounds(engine: Any, plan: list[list[tuple[list[int], list[Any],
 
     times = []
     for rep in range(reps + 1):
-        await engine.reset_prefix_cache()
+        await engine.reset_caches()
         start = time.perf_counter()
         await asyncio.gather(*(episode(turns) for turns in plan))
         seconds = time.perf_counter() - start

@@ -99,6 +99,38 @@ def test_the_replay_engine_is_asked_for_exactly_the_recorded_tokens(result, tiny
     assert engine.prompt_tokens == 3 * sum(len(p) for episode in plan for p, _, _ in episode)
 
 
+def test_the_vllm_side_resets_the_caches_verl_resets_before_each_of_ours_rounds():
+    """Ours' rounds start after verl's ``clear_kv_cache`` (prefix, multimodal-processor and encoder caches); the
+    replay must reset the same ones, or its rounds reuse the images processed in the round before. verl's method is
+    read from its source: its package needs vLLM, which this machine lacks."""
+    import ast
+    import asyncio
+    import inspect
+    import re
+
+    import verl
+
+    source = (Path(verl.__file__).parent / "workers/rollout/vllm_rollout/vllm_async_server.py").read_text()
+    verls = next(node for node in ast.walk(ast.parse(source))
+                 if isinstance(node, ast.AsyncFunctionDef) and node.name == "clear_kv_cache")
+    verl_resets = set(re.findall(r"self\.engine\.(reset_\w+)\(", ast.get_source_segment(source, verls)))
+    assert verl_resets == {"reset_prefix_cache", "reset_mm_cache", "reset_encoder_cache"}
+
+    called: list[str] = []
+
+    class RecordingAsyncLLM:
+        def __getattr__(self, name):
+            async def record(*_, **__):
+                called.append(name)
+            return record
+
+    engine = object.__new__(bench.VllmEngine)  # its __init__ starts vLLM
+    engine.llm = RecordingAsyncLLM()
+    asyncio.run(engine.reset_caches())
+    assert set(called) == verl_resets
+    assert "reset_caches" in inspect.getsource(bench.replay_rounds)
+
+
 def test_figures_are_printed_and_written(result):
     figures, path = result
     written = json.loads(path.read_text())
