@@ -13,7 +13,8 @@ it measures while it starts: that measurement fails when another process frees m
 run's engine died with vLLM's "Error in memory profiling" as the wave's first run trained beside it; earlier two
 replicas started together and one computed a KV cache of -16.5 GiB). Within a wave the runs still start one at a
 time (a run's MEI server and ``main_ppo`` side by side, until the MEI answers and verl reports the rollout engine
-started), which keeps the start-up peaks apart.
+started), which keeps the start-up peaks apart; ``--start-gap-s`` starts the next one a fixed time after instead
+(untried on the GPU: a wave of four seeds' runs otherwise waits ~4 engine start-ups before its last begins).
 
 ``OUT/<estimator>/seed<S>/`` holds a run's metrics (verl's file logger, ``metrics-<attempt>.jsonl``: verl truncates
 its file on open, so each attempt writes its own), logs (``main_ppo-<attempt>.log``, ``tools.log``, ``mei.log``) and
@@ -73,6 +74,7 @@ class Settings:
     timeout_s: float
     policy_kv_gib: float = 2.0
     mei_kv_gib: float = 1.0
+    start_gap_s: float | None = None  # None: the next run of a wave starts once this one's engine is up
     overrides: tuple[str, ...] = ()
 
 
@@ -277,7 +279,8 @@ def run_one(run: Run, settings: Settings) -> dict:
                 procs.append(trainer)
                 if mei:
                     asyncio.run(wait_healthy(f"http://127.0.0.1:{mei_port}", mei, timeout_s=600))
-                wait_engine_started(log_path, trainer, timeout_s=settings.timeout_s)
+                wait_engine_started(log_path, trainer, timeout_s=settings.start_gap_s or settings.timeout_s)
+            wait_engine_started(log_path, trainer, timeout_s=max(settings.timeout_s - (time.monotonic() - start), 0))
             print(f"{run.name} (attempt {number}): engine up after {time.monotonic() - start:.0f} s", flush=True)
             code = follow(run, trainer, directory / f"metrics-{number}.jsonl", settings.steps,
                           deadline=start + settings.timeout_s)
@@ -339,6 +342,11 @@ def parser() -> OneLineParser:
                    "frees memory meanwhile")
     p.add_argument("--mei-kv-gib", type=positive_float, default=1.0, metavar="GIB",
                    help="each run's MEI KV cache, fixed likewise (default: 1, 64 sequences of 16,384 tokens)")
+    p.add_argument("--start-gap-s", type=positive_float, default=None, metavar="SECONDS",
+                   help="start the next run of a wave this long after the one before it (its MEI answering first, "
+                   "if any) instead of once that run's rollout engine is up, 211-362 s on an H100 (2026-12-07); the "
+                   "fixed KV caches keep the engines' start-up from depending on the others' memory (default: once "
+                   "the engine is up)")
     p.add_argument("--timeout-s", type=positive_float, default=1200.0, metavar="SECONDS",
                    help="one run's main_ppo limit, after which it is stopped and left to resume (default: 1200)")
     p.add_argument("--dry-run", action="store_true", help="print each run's commands (or that it is done) and exit")
@@ -374,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
                         world=args.world.resolve(), out=args.out.resolve(), checkpoints=args.checkpoints.resolve(),
                         steps=args.steps, policy_gpu_share=args.policy_gpu_share, mei_gpu_share=args.mei_gpu_share,
                         timeout_s=args.timeout_s, policy_kv_gib=args.policy_kv_gib, mei_kv_gib=args.mei_kv_gib,
-                        overrides=tuple(argv[split + 1:]))
+                        start_gap_s=args.start_gap_s, overrides=tuple(argv[split + 1:]))
     runs = plan(args.estimators, args.seeds)
     pending = [r for r in runs if not finished(r, settings)]
     for run in runs:

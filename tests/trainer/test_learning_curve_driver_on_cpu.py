@@ -32,7 +32,7 @@ TOOLS = "import time; time.sleep(600)"
 MAIN_PPO = """
 import json, os, sys, time
 began = time.time()
-time.sleep(0.5)  # the rollout engine starting
+time.sleep(float(os.environ.get("STAND_IN_ENGINE_S", 0.5)))  # the rollout engine starting
 print("LLMServerManager: ['stand-in']", flush=True)  # what verl prints once it has
 ready = time.time()
 args = dict(a.split("=", 1) for a in sys.argv[1:] if "=" in a)
@@ -109,6 +109,17 @@ def test_each_estimator_and_seed_runs_once_then_is_skipped(inputs, tmp_path, cap
     assert driver.main(more) == 0
     assert {json.loads(p.read_text())["last_step"] for p in out.glob("*/seed*/done.json")} == {6}
     assert len(list(out.glob("*/seed*/main_ppo-2.log"))) == 4
+
+
+def test_a_start_gap_starts_the_next_run_before_the_first_ones_engine_is_up(inputs, tmp_path, monkeypatch):
+    # the stand-in's engine is up 3 s after its launch; the gap lets the second run begin 0.1 s after the first's
+    # MEI answered, long before that
+    monkeypatch.setenv("STAND_IN_ENGINE_S", "3")
+    one = [*inputs[:inputs.index("--seeds")], "--seeds", "1", "--steps", "2", "--parallel", "2"]
+    assert driver.main([*one, "--start-gap-s", "0.1"]) == 0
+    first, second = sorted((json.loads((tmp_path / "out" / e / "seed1" / "seen.json").read_text())
+                            for e in driver.ESTIMATORS), key=lambda s: s["began"])
+    assert second["began"] < first["ready"]
 
 
 def test_the_trainer_starts_while_the_mei_server_is_still_starting(inputs, tmp_path, monkeypatch):
