@@ -34,8 +34,8 @@ def asked(export: Path) -> set[str]:
 
 
 def taught(export: Path) -> set[str]:
-    """The answers of an export's SFT episodes (their final turn)."""
-    return {list(messages)[-1]["content"].strip() for messages in pd.read_parquet(export / "sft.parquet")["messages"]}
+    """The answers of the tasks an export's SFT episodes solve: its train split's."""
+    return {info["answer"] for info in pd.read_parquet(export / "train.parquet")["extra_info"]}
 
 
 def known_answer_rows(warm: Path, new: Path) -> pd.DataFrame:
@@ -87,7 +87,7 @@ def parser() -> OneLineParser:
 def main(argv: list[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
-    for flag, export, names in (("--warm", args.warm, (*SPLITS, "sft")), ("--new", args.new, (*SPLITS, "sft"))):
+    for flag, export, names in (("--warm", args.warm, SPLITS), ("--new", args.new, (*SPLITS, "sft"))):
         missing = [name for name in names if not (export / f"{name}.parquet").is_file()]
         if missing:
             p.error(f"{flag}: {export / missing[0]}.parquet not found (an export of python -m data_gen neos)")

@@ -1,7 +1,7 @@
 """``bench/curve_known_answers.py``: a second export's questions that the warm start's export never asked and whose
-answers its SFT split taught, split into RL and held-out rows with their expert episodes. Two exports written here
-in the layouts ``data_gen neos`` writes (RL rows: ``extra_info`` with task id, question, answer; SFT rows: ``id``,
-``messages`` ending in the answer)."""
+answers its SFT split taught, split into RL and held-out rows with their expert episodes. Both exports are written by
+``data_gen neos``' own export of real tasks of the small world (the warm one with answer-swapped SFT copies, as the
+curve's exports have); the second export's questions are the first's tasks re-asked, or reworded."""
 
 from __future__ import annotations
 
@@ -11,73 +11,103 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from data_gen.neos.export import export, splits
+from data_gen.neos.synth import Synthesizer
+from neos_core.neos_tasks import Outcome
+from neos_core.world.store import World
+from verl_ext.rollout.record import CallRecord, TrajectoryRecord, TurnRecord
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import curve_known_answers as known  # noqa: E402
 
 
-def write_export(root: Path, splits: dict[str, list[tuple[str, str, str]]]) -> Path:
-    """``splits``: split name -> (task id, question, answer); the ``train`` split's tasks also get SFT episodes."""
-    root.mkdir(parents=True)
-    for name in known.SPLITS:
-        rows = [{"prompt": [{"role": "user", "content": q}], "extra_info": {"task_id": t, "question": q, "answer": a,
-                                                                            "split": name}}
-                for t, q, a in splits.get(name, [])]
-        pd.DataFrame(rows, columns=["prompt", "extra_info"]).to_parquet(root / f"{name}.parquet")
-    sft = [{"id": t, "messages": [{"role": "user", "content": q}, {"role": "assistant", "content": f" {a} "}]}
-           for t, q, a in splits.get("train", [])]
-    pd.DataFrame(sft, columns=["id", "messages"]).to_parquet(root / "sft.parquet")
-    return root
+@pytest.fixture(scope="module")
+def tasks(small_world):
+    """Twelve real tasks of the small world with distinct answers, the first candidates of its seeds."""
+    synth = Synthesizer(World.load(small_world), seed=0)
+    found = []
+    for seed_entity in synth.seeds():
+        for cand in synth.synthesize(seed_entity).candidates:
+            if cand.task and cand.task.answer not in {t.answer for t in found}:
+                found.append(cand.task)
+        if len(found) >= 12:
+            return found
+    raise AssertionError("the small world yields fewer than 12 tasks")
 
 
-@pytest.fixture
-def exports(tmp_path):
-    warm = write_export(tmp_path / "warm", {
-        "train": [("w1", "capital of A?", "Aville"), ("w2", "capital of B?", "Bville")],
-        "rl": [("w3", "capital of C?", "Cville")],  # an RL answer: never taught
-        "benchmark": [("w4", "currency of A?", "A-dollar")]})
-    new = write_export(tmp_path / "new", {
-        "train": [("n1", "capital of A?", "Aville"),  # asked by warm: not new
-                  ("n2", "capital of the land east of B?", "Aville"),  # new, taught: kept
-                  ("n3", "capital of the land west of A?", "Bville"),  # new, taught: kept
-                  ("n4", "capital of the land north of A?", "Cville")],  # new, answer only in warm's RL: dropped
-        "rl": [("n5", "capital of the land south of A?", "Bville")],  # new, taught: kept (no expert episode)
-        "benchmark": [("n6", "currency of A?", "A-dollar")]})  # asked by warm: dropped
-    return warm, new
+def solved(task) -> Outcome:
+    """The task verified, its expert reading the answer off the last page."""
+    url = task.steps[-1].source_page_url
+    call = CallRecord(tool_name="WebVisit", arguments={"url": [url], "goal": "answer"}, ok=True,
+                      observation=f"## {url}\nIts {task.steps[-1].relation_label} is {task.answer}.")
+    turns = [TurnRecord(index=0, span=(0, 0), text="", outcome="call_ok", calls=[call]),
+             TurnRecord(index=1, span=(0, 0), text=task.answer, outcome="answer", tools_enabled=False)]
+    trajectory = TrajectoryRecord(protocol="neos", question=task.question, session_id="s", group_id=task.id,
+                                  mei_version=None, termination_reason="answer", final_answer=task.answer,
+                                  turns=turns).model_dump(mode="json")
+    return Outcome(key=task.id, status="verified", task=task, trajectory=trajectory)
 
 
-def test_only_new_questions_with_taught_answers_are_kept(exports):
-    warm, new = exports
+def reworded(task, n: int):
+    """The same answer asked another way: a question the first export never asked."""
+    return task.model_copy(update={"id": f"{task.id}-new{n}", "question": f"{task.question} (asked anew {n})"})
+
+
+@pytest.fixture(scope="module")
+def exports(tasks, small_world, tmp_path_factory):
+    root = tmp_path_factory.mktemp("exports")
+    (root / "warm").mkdir()
+    (root / "new").mkdir()
+    export([solved(t) for t in tasks], small_world, root / "warm", answer_swap_copies=2)
+    split = splits(tasks)
+    taught = [t for t in tasks if split[t.id] == "train"]
+    untaught = [t for t in tasks if split[t.id] != "train"]
+    assert len(taught) >= 2 and untaught
+    new_tasks = [taught[0],  # asked by the warm export: dropped
+                 *(reworded(t, 1) for t in taught),  # new, taught: kept
+                 reworded(untaught[0], 1)]  # new, its answer only in the warm RL or benchmark split: dropped
+    export([solved(t) for t in new_tasks], small_world, root / "new")
+    want = {reworded(t, 1).id for t in taught}
+    return root / "warm", root / "new", want
+
+
+def test_only_new_questions_with_taught_answers_are_kept(exports, tasks):
+    warm, new, want = exports
+    split = splits(tasks)
+    assert known.taught(warm) == {t.answer for t in tasks if split[t.id] == "train"}
     rows = known.known_answer_rows(warm, new)
-    assert [info["task_id"] for info in rows["extra_info"]] == ["n2", "n3", "n5"]
+    assert {info["task_id"] for info in rows["extra_info"]} == want
 
 
 def test_the_split_holds_out_the_asked_number_and_labels_each_row(exports, tmp_path):
-    warm, new = exports
+    warm, new, want = exports
     out = tmp_path / "out"
     assert known.main(["--warm", str(warm), "--new", str(new), "--out", str(out), "--benchmark", "1"]) == 0
     rl, held = pd.read_parquet(out / "rl.parquet"), pd.read_parquet(out / "benchmark.parquet")
     rl_ids = [info["task_id"] for info in rl["extra_info"]]
     held_ids = [info["task_id"] for info in held["extra_info"]]
-    assert len(held_ids) == 1 and len(rl_ids) == 2 and set(rl_ids) | set(held_ids) == {"n2", "n3", "n5"}
+    assert len(held_ids) == 1 and len(rl_ids) == len(want) - 1 and set(rl_ids) | set(held_ids) == want
     assert {info["split"] for info in rl["extra_info"]} == {"rl"}
     assert {info["split"] for info in held["extra_info"]} == {"benchmark"}
-    # expert episodes of the kept tasks that have one (n5 came from new's RL split: none in its sft.parquet)
-    assert sorted(pd.read_parquet(out / "rl_expert.parquet")["id"]) == ["n2", "n3"]
+    # the expert episodes of the kept tasks that the new export has one of (its train and RL splits)
+    episodes = pd.concat([pd.read_parquet(new / f"{name}.parquet") for name in known.EXPERTS])
+    assert sorted(pd.read_parquet(out / "rl_expert.parquet")["id"]) == sorted(set(episodes["id"]) & want)
     again = tmp_path / "again"
     known.main(["--warm", str(warm), "--new", str(new), "--out", str(again), "--benchmark", "1"])
     assert [i["task_id"] for i in pd.read_parquet(again / "benchmark.parquet")["extra_info"]] == held_ids  # seeded
 
 
 def test_bad_input_is_one_line_naming_the_flag(exports, tmp_path, capsys):
-    warm, new = exports
-    (new / "sft.parquet").unlink()
+    warm, new, _ = exports
     with pytest.raises(SystemExit):
-        known.main(["--warm", str(warm), "--new", str(new), "--out", str(tmp_path / "o")])
-    assert f"--new: {new / 'sft'}.parquet not found" in capsys.readouterr().err
+        known.main(["--warm", str(warm), "--new", str(tmp_path), "--out", str(tmp_path / "o")])
+    assert f"--new: {tmp_path / 'train'}.parquet not found" in capsys.readouterr().err
 
 
 def test_holding_out_every_question_is_refused(exports, tmp_path, capsys):
-    warm, new = exports
+    warm, new, want = exports
     with pytest.raises(SystemExit):
-        known.main(["--warm", str(warm), "--new", str(new), "--out", str(tmp_path / "o"), "--benchmark", "3"])
-    assert "--benchmark: 3 of 3 known-answer questions leaves none for RL" in capsys.readouterr().err
+        known.main(["--warm", str(warm), "--new", str(new), "--out", str(tmp_path / "o"), "--benchmark",
+                    str(len(want))])
+    assert f"--benchmark: {len(want)} of {len(want)} known-answer questions leaves none for RL" in \
+        capsys.readouterr().err
