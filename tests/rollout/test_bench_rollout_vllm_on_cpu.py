@@ -99,13 +99,12 @@ def test_the_replay_engine_is_asked_for_exactly_the_recorded_tokens(result, tiny
     assert engine.prompt_tokens == 3 * sum(len(p) for episode in plan for p, _, _ in episode)
 
 
-def test_the_vllm_side_resets_the_caches_verl_resets_before_each_of_ours_rounds():
+def test_the_vllm_side_resets_the_caches_verl_resets_before_each_of_ours_rounds(result, tiny_vl_processor):
     """Ours' rounds start after verl's ``clear_kv_cache`` (prefix, multimodal-processor and encoder caches); the
     replay must reset the same ones, or its rounds reuse the images processed in the round before. verl's method is
     read from its source: its package needs vLLM, which this machine lacks."""
     import ast
     import asyncio
-    import inspect
     import re
 
     import verl
@@ -128,7 +127,16 @@ def test_the_vllm_side_resets_the_caches_verl_resets_before_each_of_ours_rounds(
     engine.llm = RecordingAsyncLLM()
     asyncio.run(engine.reset_caches())
     assert set(called) == verl_resets
-    assert "reset_caches" in inspect.getsource(bench.replay_rounds)
+
+    class CountingStandIn(bench.StandInEngine):
+        resets = 0
+
+        async def reset_caches(self) -> None:
+            self.resets += 1
+
+    counting = CountingStandIn()
+    asyncio.run(bench.replay_rounds(counting, bench.replay_plan(result[0]["recording"], tiny_vl_processor), reps=2))
+    assert counting.resets == 3  # before the warm-up and each timed round
 
 
 def test_figures_are_printed_and_written(result):
