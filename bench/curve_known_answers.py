@@ -23,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from neos_core.usage import OneLineParser, positive_int, whole_number
+from tool_server.mei.jsonl import write_atomic
 
 SPLITS = ("train", "rl", "benchmark")  # every split of an export in the RL layout: all the questions it asked
 EXPERTS = ("sft", "rl_expert")  # its expert episodes in the SFT layout, by task id
@@ -97,9 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     rl, held = split(rows, args.benchmark, args.seed)
     episodes = experts(args.new, set(info["task_id"] for info in rows["extra_info"]))
     args.out.mkdir(parents=True, exist_ok=True)
-    rl.to_parquet(args.out / "rl.parquet")
-    held.to_parquet(args.out / "benchmark.parquet")
-    episodes.to_parquet(args.out / "rl_expert.parquet")
+    for name, frame in (("rl", rl), ("benchmark", held), ("rl_expert", episodes)):
+        # through a rename: a reader (or a second run into the same --out) never sees a half-written file
+        write_atomic(args.out / f"{name}.parquet", frame.to_parquet(), durable=False)
     print(f"{len(rows)} known-answer questions ({rows['extra_info'].map(lambda i: i['answer']).nunique()} answers): "
           f"{len(rl)} RL, {len(held)} held out, {len(episodes)} expert episodes -> {args.out}")
     return 0
