@@ -11,6 +11,9 @@
 #                                                its checks (every turn of 8 RL episodes, 32 answers)
 #   bash bench/curve_device.sh check STEP        the check of $SFT/step_STEP in the background (while
 #                                                the warm start trains on: start RL as soon as one passes)
+#   bash bench/curve_device.sh free POLICY [ARGS...]    bench/curve_free_run.py on the GPU in the background: episodes as
+#                                                RL runs them, RL's step metrics, before any RL run
+#                                                -> /tmp/free-run.json (ARGS: its flags, e.g. --questions 16)
 #   bash bench/curve_device.sh curve POLICY [ARGS...]   bench/learning_curve.py in the background -> /tmp/curve
 #                                                (MEI=DIR: a warm MEI; default none, the extractive interface)
 #                                                (ARGS: its flags, e.g. --seeds 1 --parallel 2 -- OVERRIDES)
@@ -60,6 +63,11 @@ case "${1:-}" in
       sleep 5; done; exec python bench/curve_sft_plain.py --check-only --model $ckpt --data $DATA --out /tmp/curve-check-$2 \
       --check 8 --check-temperature 1.0 0.7"
     echo "check of step $2 in the background, once saved: /tmp/curve-check-$2.log" ;;
+  free)
+    policy=$2; shift 2
+    background /tmp/free-run.log python bench/curve_free_run.py --model "$policy" --data "$DATA" --device cuda \
+      --out /tmp/free-run.json "$@"
+    echo "free-running check in the background: /tmp/free-run.log" ;;
   curve)
     policy=$2; shift 2
     background /tmp/curve.log python bench/learning_curve.py --data "$DATA" --world "$DATA/world" \
@@ -85,6 +93,10 @@ case "${1:-}" in
       cp "$log" "$OUT"/
       for f in check.json log.jsonl; do [ -f "/tmp/$name/$f" ] && cp "/tmp/$name/$f" "$OUT/$name-$f"; done
     done
+    if [ -f /tmp/free-run.log ]; then
+      echo "== free-run"; grep -aE 'Traceback|Error|^[a-z_/]+: [0-9.]+$|answers right' /tmp/free-run.log | tail -n 20
+      for f in /tmp/free-run.log /tmp/free-run.json; do [ -f "$f" ] && cp "$f" "$OUT"/; done
+    fi
     for log in /tmp/curve-check-*.log; do
       [ -f "$log" ] && grep -H 'check at' "$log"
     done
