@@ -35,10 +35,12 @@ import json
 import os
 import shlex
 import signal
+import statistics
 import subprocess
 import sys
 import threading
 import time
+from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -199,7 +201,8 @@ def wait_engine_started(log_path: Path, trainer: subprocess.Popen, timeout_s: fl
 # What a progress line shows of a step besides held-out success: the reward, and whether the warm start writes calls
 # (the agent loop's turn outcomes) and gives mixed groups, without which neither estimator has a signal.
 PROGRESS_FIGURES = (("reward", "critic/score/mean"), ("call_ok", "neos_rollout/turn_outcome_share/call_ok"),
-                    ("no_action", "neos_rollout/turn_outcome_share/no_action"), ("mixed", "neos_groups/mixed_share"))
+                    ("no_action", "neos_rollout/turn_outcome_share/no_action"), ("mixed", "neos_groups/mixed_share"),
+                    ("step_s", "timing_s/step"), ("gen_s", "timing_s/gen"), ("update_s", "timing_s/update_actor"))
 PROGRESS_EVERY_S = 30.0  # how often a running run's metrics file is read for newly logged steps
 
 
@@ -216,6 +219,34 @@ def logged_steps(metrics: Path) -> list[tuple[int, dict]]:
             continue
         steps.append((int(record["step"]), record.get("data", {})))
     return steps
+
+
+def step_split(metrics: Path) -> dict[str, float]:
+    """Median seconds of each phase verl times (``timing_s/<phase>``: gen, old_log_prob, adv, update_actor, ...,
+    step) and of an MEI update (``mei/update/seconds``) over the training steps after the first (its engine's first
+    batch warms caches), or the first alone; empty before any."""
+    steps = [data for step, data in logged_steps(metrics) if step >= 1 and "timing_s/step" in data]
+    steps = steps[1:] or steps
+    keys = sorted({k for data in steps for k in data if k.startswith("timing_s/") or k == "mei/update/seconds"})
+    return {k.removeprefix("timing_s/"): round(statistics.median(d[k] for d in steps if k in d), 2) for k in keys}
+
+
+def split_lines(results: list[dict]) -> list[str]:
+    """A line per run with its step's split, then each estimator's median step time against verl's ``grpo`` (the
+    baseline: the same recipe, data, seeds and shape)."""
+    lines, steps = [], defaultdict(list)
+    for r in results:
+        split = dict(r.get("split_s") or {})
+        if "step" not in split:
+            continue
+        steps[r["estimator"]].append(split.pop("step"))
+        lines.append(f"{r['run']}: a step {steps[r['estimator']][-1]:.1f} s ("
+                     + ", ".join(f"{k} {v:.1f}" for k, v in split.items()) + ")")
+    if "grpo" in steps:
+        base = statistics.median(steps["grpo"])
+        lines += [f"{e} / grpo step time: {statistics.median(t) / base:.2f}x ({statistics.median(t):.1f} s vs "
+                  f"{base:.1f} s)" for e, t in steps.items() if e != "grpo"]
+    return lines
 
 
 def newest_step(metrics: Path) -> tuple[int, dict]:
@@ -291,7 +322,8 @@ def run_one(run: Run, settings: Settings) -> dict:
             _stop(proc)
     step, _ = newest_step(directory / f"metrics-{number}.jsonl")
     result = {"run": run.name, "estimator": run.estimator, "seed": run.seed, "attempt": number, "exit": code,
-              "last_step": step, "steps": settings.steps, "wall_s": round(time.monotonic() - start, 1)}
+              "last_step": step, "steps": settings.steps, "wall_s": round(time.monotonic() - start, 1),
+              "split_s": step_split(directory / f"metrics-{number}.jsonl")}
     if code == 0 and step >= settings.steps:
         # through a rename: a driver killed mid-write must not leave a done.json the next invocation cannot read
         write_atomic(directory / "done.json", (json.dumps(result, indent=2) + "\n").encode(), durable=True)
@@ -401,6 +433,8 @@ def main(argv: list[str] | None = None) -> int:
             for result in pool.map(lambda run: run_one(run, settings), pending[first:first + args.parallel]):
                 results.append(result)
                 print(json.dumps(result), flush=True)
+    for line in split_lines(results):
+        print(line)
     print(f"plot: python -m verl_ext.eval training {settings.out}/*/seed* --out {settings.out}/plots")
     return 0 if all(r["status"] == "done" for r in results) else 1
 

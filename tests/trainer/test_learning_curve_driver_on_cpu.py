@@ -44,6 +44,11 @@ with open(os.environ["VERL_FILE_LOGGER_PATH"], "w") as f:
         data = {"critic/score/mean": step / 10, "neos_rollout/turn_outcome_share/call_ok": 0.5,
                 "neos_groups/mixed_share": step / 4}
         data.update({"val-core/neos_synth/acc/mean@2": step / 20} if step % 2 else {})
+        # verl's phase timers: the first step's engine warms up (slower); turn credit's advantage 0.2 s longer
+        adv = 0.3 if args["algorithm.adv_estimator"] == "neos_turn_credit" else 0.1
+        gen = 5.0 if step == 1 else 1.0 + step / 10
+        data.update({"timing_s/gen": gen, "timing_s/adv": adv, "timing_s/update_actor": 2.0,
+                     "timing_s/step": gen + adv + 2.0})
         f.write(json.dumps({"step": step, "data": data}) + "\\n")
         f.flush()
 seen = {k: os.environ[k] for k in ("NEOS_CURVE_DATA", "NEOS_CURVE_POLICY", "NEOS_MEI_MODEL", "NEOS_MEI_LOG",
@@ -109,6 +114,18 @@ def test_each_estimator_and_seed_runs_once_then_is_skipped(inputs, tmp_path, cap
     assert driver.main(more) == 0
     assert {json.loads(p.read_text())["last_step"] for p in out.glob("*/seed*/done.json")} == {6}
     assert len(list(out.glob("*/seed*/main_ppo-2.log"))) == 4
+
+
+def test_each_runs_step_split_and_turn_credit_against_grpo(inputs, tmp_path, capsys):
+    one = [*inputs[:inputs.index("--seeds")], "--seeds", "1", "--steps", "4", "--parallel", "2"]
+    assert driver.main(one) == 0
+    printed = capsys.readouterr().out
+    done = json.loads((tmp_path / "out" / "neos_turn_credit" / "seed1" / "done.json").read_text())
+    # steps 2-4 (the first, 5 s of generation, warms up): gen 1.2, 1.3, 1.4 -> median 1.3; step 1.3 + 0.3 + 2.0
+    assert done["split_s"] == {"adv": 0.3, "gen": 1.3, "step": 3.6, "update_actor": 2.0}
+    assert "neos_turn_credit/seed1: a step 3.6 s (adv 0.3, gen 1.3, update_actor 2.0)" in printed
+    assert "neos_turn_credit / grpo step time: 1.06x (3.6 s vs 3.4 s)" in printed
+    assert "neos_turn_credit/seed1: step 4 of 4, reward 0.400, call_ok 0.500, mixed 1.000, step_s 3.700" in printed
 
 
 def test_a_start_gap_starts_the_next_run_before_the_first_ones_engine_is_up(inputs, tmp_path, monkeypatch):
@@ -206,9 +223,10 @@ def test_a_running_run_prints_each_new_step_with_its_reward_and_held_out_success
     assert driver.main(one) == 0
     printed = capsys.readouterr().out
     assert "grpo/seed1 (attempt 1): engine up after" in printed
-    assert ("grpo/seed1: step 1 of 3, reward 0.100, call_ok 0.500, mixed 0.250, val-core/neos_synth/acc/mean@2 0.050"
-            in printed)
-    assert "grpo/seed1: step 2 of 3, reward 0.200, call_ok 0.500, mixed 0.500\n" in printed  # not validated at 2
+    assert ("grpo/seed1: step 1 of 3, reward 0.100, call_ok 0.500, mixed 0.250, step_s 7.100, gen_s 5.000, "
+            "update_s 2.000, val-core/neos_synth/acc/mean@2 0.050" in printed)
+    assert "grpo/seed1: step 2 of 3, reward 0.200, call_ok 0.500, mixed 0.500, step_s 3.300, gen_s 1.200, " \
+        "update_s 2.000\n" in printed  # not validated at 2
     assert "grpo/seed1: step 3 of 3, reward 0.300" in printed  # every step, though all came between two polls
 
 
