@@ -28,6 +28,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from neos_core.usage import OneLineParser, positive_int
 
@@ -58,21 +59,17 @@ def parser() -> OneLineParser:
 
 
 def compose(recipe: str, model: Path, data: Path, url: str):
-    """The recipe as ``main_ppo`` composes it, pointed at this model, data and tool server."""
+    """The recipe as ``main_ppo`` composes it, pointed at this model, data and tool server (the environment variables
+    its values read, set only while it is composed and resolved)."""
+    from omegaconf import OmegaConf
+
     from verl_ext.eval.verl_val import compose_recipe
 
     env = {"NEOS_CURVE_DATA": str(data), "NEOS_CURVE_POLICY": str(model), "NEOS_TOOL_SERVER_URL": url}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with mock.patch.dict(os.environ, env):
         config = compose_recipe(recipe, [f"actor_rollout_ref.model.path={model}"])
-        from omegaconf import OmegaConf
-
-        OmegaConf.resolve(config)  # the environment is read here, not later
-        return config
-    finally:
-        for k, v in saved.items():
-            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+        OmegaConf.resolve(config)
+    return config
 
 
 def sampling(config, temperature: float | None) -> dict[str, Any]:
