@@ -46,6 +46,21 @@ def test_rl_and_the_seen_set_split_the_sft_questions(warm, tmp_path):
     assert questions(pd.read_parquet(again / "rl.parquet")) == questions(rl)
 
 
+def test_verls_validation_reports_the_two_sets_apart(warm, tmp_path):
+    """verl's own validation metrics (the v1 trainer's, which ``neos_curve`` runs) over the written rows, two samples
+    a question, the held SFT questions all right and the never-seen ones all wrong: two curves, not one mean."""
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    seen.main(["--warm", str(warm), "--out", str(tmp_path), "--held", "2"])
+    val = pd.read_parquet(tmp_path / "benchmark.parquet")
+    sources = [source for source in val["data_source"] for _ in range(2)]
+    uids = [str(i) for i in range(len(val)) for _ in range(2)]
+    acc = [1.0 if source == seen.SEEN else 0.0 for source in sources]
+    metrics = PPOTrainer._val_metrics_update(None, sources, uids, {"acc": acc, "reward": acc}, [])
+    assert metrics["val-core/neos_synth_seen/acc/mean@2"] == 1.0
+    assert metrics["val-core/neos_synth/acc/mean@2"] == 0.0
+
+
 def test_holding_every_question_is_one_line(warm, tmp_path, capsys):
     train = len(pd.read_parquet(warm / "train.parquet"))
     with pytest.raises(SystemExit):
