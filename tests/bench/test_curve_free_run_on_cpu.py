@@ -15,7 +15,7 @@ import pytest
 
 from data_gen.neos.export import export
 
-from .test_curve_known_answers_on_cpu import solved, tasks  # noqa: F401  (tasks: the fixture)
+from .conftest import solved
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import curve_free_run as free_run  # noqa: E402
@@ -24,7 +24,7 @@ MALFORMED = '<tool_call>\n{"name": "TextSearch", "arguments": {"query": \n</tool
 
 
 @pytest.fixture(scope="module")
-def data(tasks, small_world, tmp_path_factory):  # noqa: F811
+def data(tasks, small_world, tmp_path_factory):
     """The export's train split as the curve's ``rl.parquet``: rows of the layout RL reads."""
     root = tmp_path_factory.mktemp("free-run")
     export([solved(t) for t in tasks], small_world, root)

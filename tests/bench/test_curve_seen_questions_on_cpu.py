@@ -12,14 +12,14 @@ import pytest
 
 from data_gen.neos.export import export
 
-from .test_curve_known_answers_on_cpu import solved, tasks  # noqa: F401  (tasks: the fixture)
+from .conftest import solved
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import curve_seen_questions as seen  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def warm(tasks, small_world, tmp_path_factory):  # noqa: F811
+def warm(tasks, small_world, tmp_path_factory):
     root = tmp_path_factory.mktemp("warm")
     export([solved(t) for t in tasks], small_world, root)
     return root
