@@ -88,6 +88,23 @@ def small_world() -> Iterator[Path]:
 
 
 @pytest.fixture(scope="session")
+def small_world_tasks(small_world) -> list:
+    """Twelve real tasks of the small world with distinct answers, the first candidates of its seeds (seed 0)."""
+    from data_gen.neos.synth import Synthesizer
+    from neos_core.world.store import World
+
+    synth = Synthesizer(World.load(small_world), seed=0)
+    found = []
+    for seed_entity in synth.seeds():
+        for cand in synth.synthesize(seed_entity).candidates:
+            if cand.task and cand.task.answer not in {t.answer for t in found}:
+                found.append(cand.task)
+        if len(found) >= 12:
+            return found
+    raise AssertionError("the small world yields fewer than 12 tasks")
+
+
+@pytest.fixture(scope="session")
 def tiny_vl_model_dir() -> Path:
     """HF directory of the tiny Qwen2.5-VL (hf_model_type ``qwen2_5_vl``), built once into the source cache
     (``~/.cache/neos-world/models/``) and reused until ``verl_ext/models`` or the tokenizer package changes.

@@ -15,7 +15,7 @@ import pytest
 
 from data_gen.neos.export import export
 
-from .conftest import solved
+from .verified import solved
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import curve_free_run as free_run  # noqa: E402
@@ -24,10 +24,10 @@ MALFORMED = '<tool_call>\n{"name": "TextSearch", "arguments": {"query": \n</tool
 
 
 @pytest.fixture(scope="module")
-def data(tasks, small_world, tmp_path_factory):
+def data(small_world_tasks, small_world, tmp_path_factory):
     """The export's train split as the curve's ``rl.parquet``: rows of the layout RL reads."""
     root = tmp_path_factory.mktemp("free-run")
-    export([solved(t) for t in tasks], small_world, root)
+    export([solved(t) for t in small_world_tasks], small_world, root)
     shutil.copy(root / "train.parquet", root / "rl.parquet")
     return root
 

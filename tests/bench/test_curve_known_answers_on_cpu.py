@@ -13,7 +13,7 @@ import pytest
 
 from data_gen.neos.export import export, splits
 
-from .conftest import solved
+from .verified import solved
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import curve_known_answers as known  # noqa: E402
@@ -25,14 +25,14 @@ def reworded(task, n: int):
 
 
 @pytest.fixture(scope="module")
-def exports(tasks, small_world, tmp_path_factory):
+def exports(small_world_tasks, small_world, tmp_path_factory):
     root = tmp_path_factory.mktemp("exports")
     (root / "warm").mkdir()
     (root / "new").mkdir()
-    export([solved(t) for t in tasks], small_world, root / "warm", answer_swap_copies=2)
-    split = splits(tasks)
-    taught = [t for t in tasks if split[t.id] == "train"]
-    untaught = [t for t in tasks if split[t.id] != "train"]
+    export([solved(t) for t in small_world_tasks], small_world, root / "warm", answer_swap_copies=2)
+    split = splits(small_world_tasks)
+    taught = [t for t in small_world_tasks if split[t.id] == "train"]
+    untaught = [t for t in small_world_tasks if split[t.id] != "train"]
     assert len(taught) >= 2 and untaught
     new_tasks = [taught[0],  # asked by the warm export: dropped
                  *(reworded(t, 1) for t in taught),  # new, taught: kept
@@ -42,10 +42,10 @@ def exports(tasks, small_world, tmp_path_factory):
     return root / "warm", root / "new", want
 
 
-def test_only_new_questions_with_taught_answers_are_kept(exports, tasks):
+def test_only_new_questions_with_taught_answers_are_kept(exports, small_world_tasks):
     warm, new, want = exports
-    split = splits(tasks)
-    assert known.taught(warm) == {t.answer for t in tasks if split[t.id] == "train"}
+    split = splits(small_world_tasks)
+    assert known.taught(warm) == {t.answer for t in small_world_tasks if split[t.id] == "train"}
     rows = known.known_answer_rows(warm, new)
     assert {info["task_id"] for info in rows["extra_info"]} == want
 

@@ -12,16 +12,16 @@ import pytest
 
 from data_gen.neos.export import export
 
-from .conftest import solved
+from .verified import solved
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import curve_seen_questions as seen  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def warm(tasks, small_world, tmp_path_factory):
+def warm(small_world_tasks, small_world, tmp_path_factory):
     root = tmp_path_factory.mktemp("warm")
-    export([solved(t) for t in tasks], small_world, root)
+    export([solved(t) for t in small_world_tasks], small_world, root)
     return root
 
 

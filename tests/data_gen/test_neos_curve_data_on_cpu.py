@@ -9,28 +9,11 @@ import json
 from argparse import Namespace
 
 import pandas as pd
-import pytest
 
 from data_gen.neos.cli import main as neos_main
 from data_gen.neos.export import answer_swaps, export, of_kinds, splits, swapped_answer
-from data_gen.neos.synth import Synthesizer
 from neos_core.neos_tasks import Outcome
-from neos_core.world.store import World
 from verl_ext.rollout.record import CallRecord, TrajectoryRecord, TurnRecord
-
-
-@pytest.fixture(scope="module")
-def tasks(small_world):
-    """Twelve verified-shape tasks of the small world, the first candidates of its seeds."""
-    synth = Synthesizer(World.load(small_world), seed=0)
-    found = []
-    for seed_entity in synth.seeds():
-        for cand in synth.synthesize(seed_entity).candidates:
-            if cand.task and cand.task.answer not in {t.answer for t in found}:
-                found.append(cand.task)
-        if len(found) >= 12:
-            return found
-    raise AssertionError("the small world yields fewer than 12 tasks")
 
 
 def episode(task, page: str) -> dict:
@@ -50,10 +33,10 @@ def stated(task) -> dict:
                          f"{task.answer}. {task.answer}{task.answer} is not a word of it.")
 
 
-def test_a_swap_replaces_the_answer_in_observations_calls_and_the_final_turn_and_nothing_else(tasks):
+def test_a_swap_replaces_the_answer_in_observations_calls_and_the_final_turn_and_nothing_else(small_world_tasks):
     from data_gen.neos.export import sft_record
 
-    task = tasks[0]
+    task = small_world_tasks[0]
     record = sft_record(task, stated(task))
     swapped = swapped_answer(record, task, 'Zed "Z" Town', 1)
     assert swapped["id"] == f"{task.id}~swap1" and "trajectory" not in swapped
@@ -71,23 +54,23 @@ def test_a_swap_replaces_the_answer_in_observations_calls_and_the_final_turn_and
     assert record["messages"][-1]["content"] == task.answer
 
 
-def test_an_episode_whose_observations_never_state_the_answer_is_not_swapped(tasks):
+def test_an_episode_whose_observations_never_state_the_answer_is_not_swapped(small_world_tasks):
     from data_gen.neos.export import sft_record
 
-    task = tasks[0]
+    task = small_world_tasks[0]
     assert swapped_answer(sft_record(task, episode(task, "a page without it")), task, "Zed", 0) is None
 
 
-def test_swaps_draw_other_training_answers_of_the_same_kind_deterministically(tasks):
-    outcomes = [Outcome(key=t.id, status="verified", task=t, trajectory=stated(t)) for t in tasks]
+def test_swaps_draw_other_training_answers_of_the_same_kind_deterministically(small_world_tasks):
+    outcomes = [Outcome(key=t.id, status="verified", task=t, trajectory=stated(t)) for t in small_world_tasks]
     rows, counts = answer_swaps(outcomes, 3, seed=0)
-    kinds = {t.answer: t.answer_type for t in tasks}
-    by_id = {t.id: t for t in tasks}
+    kinds = {t.answer: t.answer_type for t in small_world_tasks}
+    by_id = {t.id: t for t in small_world_tasks}
     assert counts["written"] == len(rows) and counts["skipped_not_in_observations"] == 0
     # a kind with one training answer has no substitute: each of its copies is counted, not written
-    lonely = [t for t in tasks if sum(k == t.answer_type for k in kinds.values()) == 1]
+    lonely = [t for t in small_world_tasks if sum(k == t.answer_type for k in kinds.values()) == 1]
     assert counts["skipped_no_substitute"] == 3 * len(lonely)
-    assert counts["written"] == 3 * (len(tasks) - len(lonely)) > 0
+    assert counts["written"] == 3 * (len(small_world_tasks) - len(lonely)) > 0
     for r in rows:
         task = by_id[r["id"].split("~")[0]]
         new = r["answer_swap"]["to"]
@@ -103,12 +86,12 @@ def sft_messages(task):
     return sft_record(task, stated(task))["messages"]
 
 
-def test_export_appends_the_swaps_of_training_episodes_only(tasks, small_world, tmp_path):
-    outcomes = [Outcome(key=t.id, status="verified", task=t, trajectory=stated(t)) for t in tasks]
+def test_export_appends_the_swaps_of_training_episodes_only(small_world_tasks, small_world, tmp_path):
+    outcomes = [Outcome(key=t.id, status="verified", task=t, trajectory=stated(t)) for t in small_world_tasks]
     sizes, swaps = export(outcomes, small_world, tmp_path, answer_swap_copies=2, seed=0)
-    split = splits(tasks)
-    train = {t.id for t in tasks if split[t.id] == "train"}
-    held = {t.answer for t in tasks if split[t.id] != "train"}
+    split = splits(small_world_tasks)
+    train = {t.id for t in small_world_tasks if split[t.id] == "train"}
+    held = {t.answer for t in small_world_tasks if split[t.id] != "train"}
     sft = pd.read_parquet(tmp_path / "sft.parquet")
     assert len(sft) == sizes["train"] + swaps["written"] and swaps["written"] > 0
     bases = {i.split("~")[0] for i in sft["id"]}
@@ -118,22 +101,23 @@ def test_export_appends_the_swaps_of_training_episodes_only(tasks, small_world, 
     assert export(outcomes, small_world, tmp_path)[1] == {}  # no copies, no counts
 
 
-def test_export_writes_the_rl_splits_expert_episodes_for_checks_not_training(tasks, small_world, tmp_path):
-    outcomes = [Outcome(key=t.id, status="verified", task=t, trajectory=stated(t)) for t in tasks]
+def test_export_writes_the_rl_splits_expert_episodes_for_checks_not_training(small_world_tasks, small_world, tmp_path):
+    outcomes = [Outcome(key=t.id, status="verified", task=t, trajectory=stated(t)) for t in small_world_tasks]
     sizes, _ = export(outcomes, small_world, tmp_path)
-    split = splits(tasks)
+    split = splits(small_world_tasks)
     checks = pd.read_parquet(tmp_path / "rl_expert.parquet")
-    assert sizes["rl"] > 0 and sorted(checks["id"]) == sorted(t.id for t in tasks if split[t.id] == "rl")
+    assert sizes["rl"] > 0 and sorted(checks["id"]) == sorted(t.id for t in small_world_tasks if split[t.id] == "rl")
     assert not set(checks["id"]) & set(pd.read_parquet(tmp_path / "sft.parquet")["id"])
-    assert {m[-1]["content"] for m in checks["messages"]} == {t.answer for t in tasks if split[t.id] == "rl"}
+    rl_answers = {t.answer for t in small_world_tasks if split[t.id] == "rl"}
+    assert {m[-1]["content"] for m in checks["messages"]} == rl_answers
 
 
-def test_answer_kinds_keep_the_verified_tasks_of_those_kinds_and_every_rejection(tasks):
-    kind = tasks[0].answer_type
-    outcomes = [Outcome(key=t.id, status="verified", task=t, trajectory=stated(t)) for t in tasks]
+def test_answer_kinds_keep_the_verified_tasks_of_those_kinds_and_every_rejection(small_world_tasks):
+    kind = small_world_tasks[0].answer_type
+    outcomes = [Outcome(key=t.id, status="verified", task=t, trajectory=stated(t)) for t in small_world_tasks]
     outcomes.append(Outcome(key="x", status="rejected", filter="text_only_search"))
     kept = of_kinds(outcomes, [kind])
-    assert [o.task.id for o in kept if o.task] == [t.id for t in tasks if t.answer_type == kind]
+    assert [o.task.id for o in kept if o.task] == [t.id for t in small_world_tasks if t.answer_type == kind]
     assert kept[-1].key == "x"  # rejections stay counted
 
 

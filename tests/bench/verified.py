@@ -1,28 +1,10 @@
-"""The bench scripts' tests' parts: real tasks of the small world, verified as an expert would solve them, for
+"""Real tasks of the small world (the ``small_world_tasks`` fixture) verified as an expert would solve them, for
 ``data_gen neos``' own export to write the layouts the curve scripts read."""
 
 from __future__ import annotations
 
-import pytest
-
-from data_gen.neos.synth import Synthesizer
 from neos_core.neos_tasks import Outcome
-from neos_core.world.store import World
 from verl_ext.rollout.record import CallRecord, TrajectoryRecord, TurnRecord
-
-
-@pytest.fixture(scope="session")
-def tasks(small_world):
-    """Twelve real tasks of the small world with distinct answers, the first candidates of its seeds."""
-    synth = Synthesizer(World.load(small_world), seed=0)
-    found = []
-    for seed_entity in synth.seeds():
-        for cand in synth.synthesize(seed_entity).candidates:
-            if cand.task and cand.task.answer not in {t.answer for t in found}:
-                found.append(cand.task)
-        if len(found) >= 12:
-            return found
-    raise AssertionError("the small world yields fewer than 12 tasks")
 
 
 def solved(task) -> Outcome:
