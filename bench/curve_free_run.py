@@ -31,6 +31,7 @@ from typing import Any
 from unittest import mock
 
 from neos_core.usage import OneLineParser, positive_int
+from tool_server.mei.jsonl import write_atomic
 
 SPLITS = {"rl": "train_files", "benchmark": "val_files"}
 
@@ -45,13 +46,15 @@ def parser() -> OneLineParser:
     p.add_argument("--world", type=Path, default=None, metavar="DIR", help="the world the tool server serves "
                    "(default: DATA/world)")
     p.add_argument("--split", choices=sorted(SPLITS), default="rl",
-                   help="rl: what RL trains on (default); benchmark: the held-out set")
+                   help="rl: what RL trains on, sampled as RL samples (default); benchmark: the held-out set, "
+                   "sampled as verl's validation samples (val_kwargs)")
     p.add_argument("--questions", type=positive_int, default=8, metavar="N", help="the split's first N rows "
                    "(default: 8)")
     p.add_argument("--group-size", type=positive_int, default=None, metavar="G",
-                   help="episodes per question (default: the recipe's actor_rollout_ref.rollout.n)")
+                   help="episodes per question (default: the recipe's actor_rollout_ref.rollout.n, or "
+                   "val_kwargs.n for --split benchmark)")
     p.add_argument("--temperature", type=float, default=None, metavar="T",
-                   help="sampling temperature (default: the recipe's actor_rollout_ref.rollout.temperature)")
+                   help="sampling temperature (default: the recipe's, val_kwargs' for --split benchmark)")
     p.add_argument("--recipe", default="neos_curve", help="the recipe RL runs (default: neos_curve)")
     p.add_argument("--device", default="cpu", help="where the policy runs (default: cpu)")
     p.add_argument("--out", type=Path, required=True, metavar="FILE", help="JSON: the metrics and every trajectory")
@@ -72,11 +75,17 @@ def compose(recipe: str, model: Path, data: Path, url: str):
     return config
 
 
-def sampling(config, temperature: float | None) -> dict[str, Any]:
-    """What verl's ``AgentLoopWorker.generate_sequences`` sends for a training batch."""
+def sampling(config, temperature: float | None, validate: bool = False) -> dict[str, Any]:
+    """What verl's ``AgentLoopWorker.generate_sequences`` sends: for a training batch the rollout's temperature,
+    top-p and top-k; for validation (``validate``) those of ``val_kwargs``, greedy where it does not sample.
+    ``temperature`` replaces either's."""
     rollout = config.actor_rollout_ref.rollout
-    return {"temperature": rollout.temperature if temperature is None else temperature, "top_p": rollout.top_p,
-            "top_k": rollout.top_k, "repetition_penalty": 1.0, "logprobs": rollout.calculate_log_probs}
+    source = rollout.val_kwargs if validate else rollout
+    params = {"temperature": source.temperature, "top_p": source.top_p, "top_k": source.top_k,
+              "repetition_penalty": 1.0, "logprobs": rollout.calculate_log_probs}
+    if validate and not rollout.val_kwargs.do_sample:
+        params.update(temperature=0, top_p=1.0, top_k=-1)
+    return params if temperature is None else {**params, "temperature": temperature}
 
 
 async def run_episodes(client: Any, processor: Any, config, rows: list[dict[str, Any]], group_size: int,
@@ -142,8 +151,9 @@ def check(model: Any, processor: Any, *, data: Path, world: Path, split: str = "
         rows = [{k: v for k, v in dataset[i].items() if not hasattr(v, "shape")} for i in range(questions)]
         rollout = config.actor_rollout_ref.rollout
         client = TransformersGenerateClient(model, processor, max_new_tokens=rollout.response_length, forced=forced)
-        group_size = group_size or rollout.n
-        params = sampling(config, temperature)
+        validate = split == "benchmark"
+        group_size = group_size or (rollout.val_kwargs.n if validate else rollout.n)
+        params = sampling(config, temperature, validate)
         episodes = asyncio.run(run_episodes(client, processor, config, rows, group_size, params))
     figures = metrics(episodes)
     for e in episodes:
@@ -171,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         p.error(str(exc))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1, ensure_ascii=False))
+    write_atomic(args.out, json.dumps(result, indent=1, ensure_ascii=False).encode(), durable=False)
     figures, episodes = result["metrics"], result["episodes"]
     for key in sorted(figures):
         print(f"{key}: {figures[key]:.3f}")

@@ -71,3 +71,20 @@ def test_too_few_rows_is_one_line(data, small_world, tiny_vl_model, tiny_vl_proc
     rows = len(pd.read_parquet(data / "rl.parquet"))
     with pytest.raises(ValueError, match=f"--questions {rows + 1}: .*rl.parquet holds {rows} rows"):
         free_run.check(tiny_vl_model, tiny_vl_processor, data=data, world=small_world, questions=rows + 1)
+
+
+@pytest.mark.parametrize(("overrides", "validate", "want"), [
+    ((), False, {"temperature": 1.0, "top_p": 1.0, "top_k": -1}),  # neos_curve's rollout
+    (("actor_rollout_ref.rollout.val_kwargs.temperature=0.7", "actor_rollout_ref.rollout.val_kwargs.top_p=0.9"),
+     True, {"temperature": 0.7, "top_p": 0.9, "top_k": -1}),
+    (("actor_rollout_ref.rollout.val_kwargs.do_sample=false",), True, {"temperature": 0, "top_p": 1.0, "top_k": -1}),
+])
+def test_sampling_is_verls_for_training_and_for_validation(overrides, validate, want, monkeypatch):
+    from verl_ext.eval.verl_val import compose_recipe
+
+    monkeypatch.setenv("NEOS_CURVE_DATA", "/data")
+    monkeypatch.setenv("NEOS_CURVE_POLICY", "/policy")
+    config = compose_recipe("neos_curve", list(overrides))
+    got = free_run.sampling(config, None, validate)
+    assert {k: got[k] for k in want} == want and got["repetition_penalty"] == 1.0
+    assert free_run.sampling(config, 0.5, validate)["temperature"] == 0.5  # --temperature wins
