@@ -128,6 +128,14 @@ def test_each_runs_step_split_and_turn_credit_against_grpo(inputs, tmp_path, cap
     assert "neos_turn_credit/seed1: step 4 of 4, reward 0.400, call_ok 0.500, mixed 1.000, step_s 3.700" in printed
 
 
+def test_the_split_of_a_real_verl_file_logger():
+    """verl 0.9.1's file logger on an H100 (2026-12-07, ``neos_curve`` with grpo, as written): step 0 the validation
+    (no timers), step 1 the only update, so its split is the first step's alone."""
+    metrics = Path(__file__).parent / "fixtures" / "verl_file_logger_grpo_h100.jsonl"
+    assert driver.step_split(metrics) == {"adv": 0.07, "gen": 8.04, "old_log_prob": 10.27, "step": 42.28,
+                                          "update_actor": 23.27, "update_weights": 0.26}
+
+
 def test_a_start_gap_starts_the_next_run_before_the_first_ones_engine_is_up(inputs, tmp_path, monkeypatch):
     # the stand-in's engine is up 3 s after its launch; the gap lets the second run begin 0.1 s after the first's
     # MEI answered, long before that
