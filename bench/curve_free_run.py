@@ -7,7 +7,7 @@ at the first RL step on an H100: one wrong step and the from-scratch policy is o
 
 This runs episodes the way RL runs them: the recipe composed as ``main_ppo`` composes it, its dataset rows through
 verl's ``RLHFDataset``, the recipe's agent loop from verl's registry, a real tool server on the world, the
-``neos_answer_judge`` reward manager and the recipe's sampling. The one stand-in is the engine: transformers'
+reward manager it configures and its sampling. The one stand-in is the engine: transformers'
 ``generate`` in this process (``TransformersGenerateClient``) instead of vLLM. It prints the metrics RL logs at a
 step (``critic/score/mean``, ``neos_groups/mixed_share``, ``neos_rollout/turn_outcome_share/*``, ...) and writes
 them, with every trajectory's turns, to ``--out``::
@@ -90,13 +90,17 @@ def sampling(config, temperature: float | None, validate: bool = False) -> dict[
 
 async def run_episodes(client: Any, processor: Any, config, rows: list[dict[str, Any]], group_size: int,
                        params: dict[str, Any]) -> list[dict[str, Any]]:
-    """``group_size`` episodes of every row at once, each scored by the recipe's reward manager; one dict each."""
+    """``group_size`` episodes of every row at once, each scored by the reward manager the recipe configures (verl's
+    ``load_reward_manager`` on its ``reward`` section); one dict each."""
+    from verl.trainer.ppo.reward import load_reward_manager
+
+    import verl_ext.reward.managers  # noqa: F401  (registers the managers, as the plugin does)
     from verl_ext.rollout.instantiate import instantiate_agent_loop
     from verl_ext.rollout.record import RECORD_KEY
     from verl_ext.tools.client import close_shared_clients
-    from verl_ext.walkthrough.scoring import reward_manager, score
+    from verl_ext.walkthrough.scoring import score
 
-    manager = reward_manager(processor.tokenizer)
+    manager = load_reward_manager(config, processor.tokenizer)
     default_loop = config.actor_rollout_ref.rollout.agent.default_agent_loop
 
     async def episode(number: int, row: dict[str, Any], member: int) -> dict[str, Any]:
