@@ -73,6 +73,9 @@ def test_one_gpu_vllm_rollout_our_loop_and_the_answer_rule(jobs):
     neos = job["trainer"]["v1"]["neos"]
     assert neos["mei"]["update_every"] == 5 and neos["sampler"]["enable"] is False
     assert job["trainer"]["n_gpus_per_node"] == 1
+    # processes a run starts on the host beside the GPU's (verl's defaults: 8 and 8), several runs to one host
+    assert (job["reward"]["num_workers"], job["data"]["dataloader_num_workers"], rollout["agent"]["num_workers"]) == (
+        2, 2, 2)
 
 
 def test_rl_sees_images_at_the_resolution_the_warm_start_was_trained_at(jobs, tiny_vl_model_dir):
