@@ -111,7 +111,8 @@ case "${1:-}" in
         grep -aE 'Traceback|Error:' "$run"/main_ppo-*.log 2>/dev/null | tail -n 2 | cut -c1-300
       done
     fi
-    if command -v nvidia-smi > /dev/null; then nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader; fi ;;
+    if command -v nvidia-smi > /dev/null; then nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader; fi
+    free -g | awk 'NR == 2 {print "host memory: " $3 " of " $2 " GiB used"}' ;;  # several runs share the host
   back)  # split once into $BACK; each call sends the next 4 parts (a call returns ~64 MiB)
     back=${BACK:-/tmp/back}
     mkdir -p "$back"

@@ -7,6 +7,7 @@ marked done and its next attempt writes a metrics file of its own. The real comm
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -263,7 +264,8 @@ def test_device_script_copies_data_splits_a_directory_back_and_prints_its_usage(
     assert run("data", str(data)).returncode == 0
     assert (tmp_path / "data" / "world" / "manifest.json").read_text() == "{}"
     assert (tmp_path / "data" / "rl.parquet").read_bytes() == b"x" * 10
-    assert run("peek").returncode == 0  # nothing started yet: nothing to show, no error
+    peek = run("peek")  # nothing started yet: nothing to show, no error; the host's memory (runs share it)
+    assert peek.returncode == 0 and re.search(r"^host memory: \d+ of \d+ GiB used$", peek.stdout, re.M), peek.stdout
     lost = run("spy", "no-such-process-xyz")  # the script's own command line holds the pattern: not a match
     assert lost.returncode == 1 and "no process matches no-such-process-xyz" in lost.stdout
     blob = tmp_path / "ckpt" / "huggingface"
