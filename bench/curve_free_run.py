@@ -194,5 +194,6 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.out}")
     return 0
 
+
 if __name__ == "__main__":
     sys.exit(main())
